@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Makes sure everything the test suite talks to is installed and running:
+# PostgreSQL and Redis at 127.0.0.1, Debian's chromium (portal tests) and prometheus
+# (metering tests). Idempotent: does nothing when all is in place.
+set -euo pipefail
+
+need_apt=()
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
+command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
+command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
+command -v pg_ctlcluster >/dev/null 2>&1 || need_apt+=(postgresql)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "installing Debian packages: ${need_apt[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+  # Debian starts a prometheus service on install; the tests run their own.
+  pkill -x prometheus 2>/dev/null || true
+fi
+
+if ! pg_isready -q -h 127.0.0.1 -p 5432; then
+  echo "starting PostgreSQL" >&2
+  pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -1)" main start
+  for _ in $(seq 1 30); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 1; done
+fi
+if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
+  echo "starting Redis" >&2
+  redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no
+  for _ in $(seq 1 30); do redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 && break; sleep 1; done
+fi

@@ -1,0 +1,50 @@
+# Tidegate: two commands for a newcomer, `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell sha1sum requirements.lock | cut -c1-12)
+DEMO_ENV := DJANGO_SETTINGS_MODULE=config.settings.demo
+
+.PHONY: demo test lint typecheck pytest services bench lock clean
+
+$(STAMP): requirements.lock
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.lock
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+## Run the product on its embedded default: SQLite, in-process tasks, a simulated cluster.
+demo: $(STAMP)
+	$(DEMO_ENV) $(BIN)/python manage.py migrate --noinput
+	$(DEMO_ENV) $(BIN)/python manage.py collectstatic --noinput --verbosity 0
+	$(DEMO_ENV) $(BIN)/python manage.py seed_demo
+	$(DEMO_ENV) $(BIN)/python manage.py runserver 127.0.0.1:8000
+
+## Lint, type-check, then the whole suite on PostgreSQL and Redis at 127.0.0.1.
+test: $(STAMP) services lint typecheck pytest
+
+services:
+	bash .ci/ensure_services.sh
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy .
+
+pytest: $(STAMP)
+	$(BIN)/pytest -n 2 --dist loadgroup
+
+bench: $(STAMP) services
+	for script in benchmarks/*.py; do $(BIN)/python $$script || exit 1; done
+
+## Re-resolve the pinned dependencies from requirements.in.
+lock:
+	rm -rf .lockenv && $(PYTHON) -m venv .lockenv
+	.lockenv/bin/pip install --quiet -r requirements.in
+	.lockenv/bin/pip freeze > requirements.lock
+	rm -rf .lockenv
+
+clean:
+	rm -rf $(VENV) staticfiles demo.sqlite3

@@ -1,0 +1,18 @@
+"""Tests: PostgreSQL and Redis at 127.0.0.1, fast password hashing, mail kept in memory."""
+
+from config.settings.base import *  # noqa: F403
+
+DEBUG = False
+SECRET_KEY = "test-only-key"
+DATABASES = {
+    "default": env.db("DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/tidegate")
+}
+DATABASES["default"]["CONN_MAX_AGE"] = 0
+DATABASES["default"]["TEST"] = {"NAME": "test_tidegate"}
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+CELERY_BROKER_URL = env("CELERY_BROKER_URL", default="redis://127.0.0.1:6379/15")
+CELERY_RESULT_BACKEND = env("CELERY_RESULT_BACKEND", default="redis://127.0.0.1:6379/15")
+CELERY_TASK_ALWAYS_EAGER = True
+STORAGES["staticfiles"] = {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}
+LOGGING["root"]["level"] = "WARNING"  # type: ignore[index]
