@@ -95,14 +95,13 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "portal-home"
 LOGOUT_REDIRECT_URL = "login"
 
-EMAIL_BACKEND = env(
-    "EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend"
-)
+EMAIL_BACKEND = env("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
 EMAIL_HOST = env("EMAIL_HOST", default="localhost")
 EMAIL_PORT = env.int("EMAIL_PORT", default=25)
 EMAIL_HOST_USER = env("EMAIL_HOST_USER", default="")
 EMAIL_HOST_PASSWORD = env("EMAIL_HOST_PASSWORD", default="")
 EMAIL_USE_TLS = env.bool("EMAIL_USE_TLS", default=False)
+EMAIL_FILE_PATH = env("EMAIL_FILE_PATH", default=str(BASE_DIR / "sent-mail"))
 DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", default="tidegate@localhost")
 
 REST_FRAMEWORK = {
@@ -147,23 +146,9 @@ CELERY_TASK_SOFT_TIME_LIMIT = env.int("CELERY_TASK_SOFT_TIME_LIMIT", default=540
 CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=False)
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TIMEZONE = "UTC"
+CELERY_TASK_DEFAULT_QUEUE = env("CELERY_TASK_DEFAULT_QUEUE", default="celery")
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
-    "sync-inventory": {
-        "task": "scheduler_bridge.tasks.inventory_sync_all",
-        "schedule": timedelta(minutes=5),
-    },
-    "sync-quotas": {
-        "task": "scheduler_bridge.tasks.quota_sync_all",
-        "schedule": timedelta(minutes=2),
-    },
-    "reconcile-mig": {
-        "task": "scheduler_bridge.tasks.mig_reconcile_all",
-        "schedule": timedelta(minutes=5),
-    },
-    "prune-audit-heartbeat": {
-        "task": "tenants.tasks.heartbeat",
-        "schedule": timedelta(minutes=10),
-    },
+    "heartbeat": {"task": "tenants.tasks.heartbeat", "schedule": timedelta(minutes=10)},
 }
 
 LOGGING = {

@@ -10,9 +10,10 @@ DATABASES = {
 DATABASES["default"]["CONN_MAX_AGE"] = 0
 DATABASES["default"]["TEST"] = {"NAME": "test_tidegate"}
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+EMAIL_BACKEND = env("EMAIL_BACKEND", default="django.core.mail.backends.locmem.EmailBackend")
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", default="redis://127.0.0.1:6379/15")
 CELERY_RESULT_BACKEND = env("CELERY_RESULT_BACKEND", default="redis://127.0.0.1:6379/15")
-CELERY_TASK_ALWAYS_EAGER = True
+CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=True)
 STORAGES["staticfiles"] = {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}
 LOGGING["root"]["level"] = "WARNING"  # type: ignore[index]
+WHITENOISE_AUTOREFRESH = True  # serve from the app folders; tests never run collectstatic

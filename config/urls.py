@@ -1,0 +1,26 @@
+"""Top-level URLs: the portal, the REST API v1, its schema and docs, the Django admin."""
+
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
+from rest_framework.routers import DefaultRouter
+
+from tenants.api import urls as tenants_api
+from tenants.api.views import MeView
+
+api_router = DefaultRouter()
+api_router.registry.extend(tenants_api.router.registry)
+
+urlpatterns = [
+    path("", include("tenants.portal.urls")),
+    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("i18n/", include("django.conf.urls.i18n")),
+    path("api/v1/me/", MeView.as_view(), name="api-me"),
+    path("api/v1/", include(api_router.urls)),
+    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("api/redoc/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),
+    path("admin/", admin.site.urls),
+]

@@ -1,0 +1,5 @@
+from django.apps import AppConfig
+
+
+class SchedulerBridgeConfig(AppConfig):
+    name = "scheduler_bridge"

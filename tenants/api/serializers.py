@@ -1,0 +1,142 @@
+"""Input and output shapes of the tenants API. Validation of fields lives here and in the
+model validators; rules that span rows live in the services."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from tenants import access
+from tenants.models import AuditEvent, Membership, NamespaceBinding, Role, Tenant
+
+
+@extend_schema_field(OpenApiTypes.STR)
+class VisibleTenantField(serializers.SlugRelatedField):  # type: ignore[type-arg]
+    """A tenant named by slug, looked up only among the tenants the caller may see."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("slug_field", "slug")
+        super().__init__(**kwargs)
+
+    def get_queryset(self) -> Any:
+        request = self.context.get("request")
+        return access.tenants_visible_to(request.user if request else None)
+
+
+class TenantSerializer(serializers.ModelSerializer[Tenant]):
+    # DRF's metaclass moves declared fields off the class, so this does not clash with
+    # Field.parent at run time; the stubs cannot know that.
+    parent = VisibleTenantField(required=False, allow_null=True)  # type: ignore[assignment]
+    weight = serializers.DecimalField(max_digits=8, decimal_places=3, required=False)
+
+    class Meta:
+        model = Tenant
+        fields = [
+            "id",
+            "slug",
+            "name",
+            "parent",
+            "cost_center",
+            "weight",
+            "is_active",
+            "depth",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = ["id", "depth", "created_at", "updated_at"]
+
+    def validate_weight(self, value: Decimal) -> Decimal:
+        if value <= 0:
+            raise serializers.ValidationError(
+                "The fair-share weight must be greater than 0 (1 is the default share)."
+            )
+        return value
+
+    def validate_name(self, value: str) -> str:
+        if not value.strip():
+            raise serializers.ValidationError("The display name may not be blank.")
+        return value.strip()
+
+
+class MembershipSerializer(serializers.ModelSerializer[Membership]):
+    tenant = VisibleTenantField()
+    user = serializers.SlugRelatedField(
+        slug_field="username", queryset=get_user_model().objects.filter(is_active=True)
+    )
+    role = serializers.ChoiceField(choices=Role.choices)
+
+    class Meta:
+        model = Membership
+        fields = ["id", "tenant", "user", "role", "created_at"]
+        read_only_fields = ["id", "created_at"]
+        validators: list[Any] = []  # uniqueness is the service's, with a clearer message
+
+
+class MembershipUpdateSerializer(serializers.Serializer[Membership]):
+    role = serializers.ChoiceField(choices=Role.choices)
+
+
+class NamespaceBindingSerializer(serializers.ModelSerializer[NamespaceBinding]):
+    tenant = VisibleTenantField()
+
+    class Meta:
+        model = NamespaceBinding
+        fields = [
+            "id",
+            "tenant",
+            "cluster_name",
+            "namespace",
+            "sync_state",
+            "sync_message",
+            "synced_at",
+            "created_at",
+        ]
+        read_only_fields = ["id", "sync_state", "sync_message", "synced_at", "created_at"]
+        validators: list[Any] = []  # "already bound" is the service's, naming the owner
+
+
+class NamespaceBindingUpdateSerializer(serializers.Serializer[NamespaceBinding]):
+    tenant: VisibleTenantField = VisibleTenantField()
+
+
+class AuditEventSerializer(serializers.ModelSerializer[AuditEvent]):
+    tenant: serializers.SlugRelatedField[Tenant] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True
+    )
+
+    class Meta:
+        model = AuditEvent
+        fields = [
+            "id",
+            "created_at",
+            "actor_repr",
+            "source",
+            "action",
+            "object_type",
+            "object_id",
+            "object_repr",
+            "tenant",
+            "before",
+            "after",
+            "message",
+        ]
+        read_only_fields = fields
+
+
+class MeMembershipSerializer(serializers.Serializer[Membership]):
+    tenant = serializers.CharField(source="tenant.slug")
+    tenant_name = serializers.CharField(source="tenant.name")
+    role = serializers.CharField()
+
+
+class MeSerializer(serializers.Serializer[Any]):
+    username = serializers.CharField()
+    email = serializers.EmailField()
+    is_platform_admin = serializers.BooleanField()
+    memberships = MeMembershipSerializer(many=True)
+    visible_tenants = serializers.ListField(child=serializers.CharField())

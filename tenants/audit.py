@@ -1,0 +1,68 @@
+"""The audit trail: one call records who changed what, with the state before and after.
+
+Callers run inside the transaction of the change itself, so a change and its audit
+record are committed (or rolled back) together.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import uuid
+from typing import Any
+
+from django.db import models
+
+from tenants.models import AuditEvent, Tenant
+
+
+def snapshot(instance: models.Model) -> dict[str, Any]:
+    """A JSON-safe dict of the concrete fields of `instance` (foreign keys as ids)."""
+    data: dict[str, Any] = {}
+    for field in instance._meta.concrete_fields:
+        value = getattr(instance, field.attname)
+        if isinstance(value, decimal.Decimal):
+            value = str(value)
+        elif isinstance(value, (dt.datetime, dt.date)):
+            value = value.isoformat()
+        elif isinstance(value, uuid.UUID):
+            value = str(value)
+        data[field.attname] = value
+    return data
+
+
+def _tenant_of(instance: models.Model) -> Tenant | None:
+    if isinstance(instance, Tenant):
+        return instance
+    tenant = getattr(instance, "tenant", None)
+    return tenant if isinstance(tenant, Tenant) else None
+
+
+def audit_record(
+    *,
+    actor: Any,
+    action: str,
+    instance: models.Model,
+    before: dict[str, Any] | None,
+    after: dict[str, Any] | None,
+    source: str = "system",
+    message: str = "",
+    tenant: Tenant | None = None,
+) -> AuditEvent:
+    """Append one audit event for `instance`. Call inside the change's transaction."""
+    tenant = tenant or _tenant_of(instance)
+    user = actor if (actor is not None and getattr(actor, "is_authenticated", False)) else None
+    return AuditEvent.objects.create(
+        actor=user,
+        actor_repr=user.get_username() if user else (str(actor) if actor else "system"),
+        source=source,
+        action=action,
+        object_type=instance._meta.label_lower,
+        object_id=str(instance.pk),
+        object_repr=str(instance)[:200],
+        tenant=tenant if tenant is not None and tenant.pk else None,
+        tenant_path=tenant.path if tenant is not None else "",
+        before=before,
+        after=after,
+        message=message,
+    )

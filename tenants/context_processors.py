@@ -1,0 +1,37 @@
+"""Navigation for the base layout, by role."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest
+
+from tenants import access
+from tenants.models import Role
+
+# Higher apps add their own navigation entries here from AppConfig.ready:
+# (url name, label, the roles that see it; None = everyone signed in).
+NAV_ENTRIES: list[tuple[str, Any, frozenset[str] | None]] = []
+
+
+def register_nav_entry(url_name: str, label: Any, roles: frozenset[str] | None = None) -> None:
+    if all(entry[0] != url_name for entry in NAV_ENTRIES):
+        NAV_ENTRIES.append((url_name, label, roles))
+
+
+def navigation(request: HttpRequest) -> dict[str, Any]:
+    user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
+        return {"nav_entries": []}
+    platform_admin = access.is_platform_admin(user)
+    held = set(Role.values) if platform_admin else set(access.roles_held(user))
+    entries = [
+        (url_name, label)
+        for url_name, label, roles in NAV_ENTRIES
+        if roles is None or platform_admin or held & roles
+    ]
+    return {
+        "nav_entries": entries,
+        "is_platform_admin": platform_admin,
+        "is_tenant_admin": platform_admin or Role.ADMIN in held,
+    }

@@ -1,0 +1,162 @@
+"""Tenants (a tree of any depth), memberships with roles, namespace bindings, the audit trail."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.conf import settings
+from django.core.validators import MinValueValidator, RegexValidator
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+# RFC 1123 label, as Kubernetes requires for namespace names: lower-case alphanumerics and
+# '-', starting and ending with an alphanumeric, at most 63 characters.
+DNS1123_LABEL = RegexValidator(
+    regex=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
+    message=_(
+        "Must be a DNS-1123 label: at most 63 lower-case letters, digits or '-', "
+        "starting and ending with a letter or digit (e.g. 'ml-research')."
+    ),
+    code="dns1123",
+)
+
+
+class Role(models.TextChoices):
+    """What a membership lets its user do; a role on a tenant covers its whole subtree."""
+
+    ADMIN = "admin", _("Admin")
+    FINANCE = "finance", _("Finance")
+    LEAD = "lead", _("Lead")
+    MEMBER = "member", _("Member")
+
+
+class Tenant(models.Model):
+    """A node of the organisation tree (organisation > department > team > ...).
+
+    `path` is a materialised path of primary keys ("/1/4/9/") kept by the services so
+    that a whole subtree is one indexed prefix query.
+    """
+
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="children"
+    )
+    slug = models.CharField(_("slug"), max_length=63, unique=True, validators=[DNS1123_LABEL])
+    name = models.CharField(_("display name"), max_length=200)
+    cost_center = models.CharField(_("cost centre"), max_length=64, blank=True)
+    weight = models.DecimalField(
+        _("fair-share weight"),
+        max_digits=8,
+        decimal_places=3,
+        default=Decimal("1"),
+        validators=[MinValueValidator(Decimal("0.001"))],
+    )
+    is_active = models.BooleanField(_("active"), default=True)
+    path = models.CharField(max_length=512, db_index=True, editable=False, default="")
+    depth = models.PositiveSmallIntegerField(default=0, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["path"]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(weight__gt=0), name="tenant_weight_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return self.slug
+
+    def subtree(self) -> models.QuerySet[Tenant]:
+        """This tenant and all its descendants."""
+        return Tenant.objects.filter(path__startswith=self.path)
+
+    def ancestor_ids(self) -> list[int]:
+        """Primary keys from the root down to (and including) this tenant."""
+        return [int(part) for part in self.path.strip("/").split("/") if part]
+
+    def is_descendant_of(self, other: Tenant) -> bool:
+        return self.path.startswith(other.path) and self.pk != other.pk
+
+
+class Membership(models.Model):
+    """A user's role on a tenant (and so on its subtree)."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["tenant__path", "user__username"]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "tenant"], name="membership_user_tenant_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} {self.role} of {self.tenant}"
+
+
+class NamespaceBinding(models.Model):
+    """Maps one namespace of one cluster to exactly one tenant."""
+
+    class SyncState(models.TextChoices):
+        PENDING = "pending", _("Not synced yet")
+        OK = "ok", _("In sync")
+        NAMESPACE_MISSING = "namespace_missing", _("Namespace missing in the cluster")
+        ERROR = "error", _("Sync error")
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="bindings")
+    cluster_name = models.CharField(_("cluster"), max_length=63, validators=[DNS1123_LABEL])
+    namespace = models.CharField(_("namespace"), max_length=63, validators=[DNS1123_LABEL])
+    sync_state = models.CharField(max_length=24, choices=SyncState.choices, default="pending")
+    sync_message = models.TextField(blank=True)
+    synced_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["cluster_name", "namespace"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster_name", "namespace"], name="binding_cluster_namespace_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_name}/{self.namespace} -> {self.tenant_id}"
+
+
+class AuditEvent(models.Model):
+    """Who changed what, when, with the object's state before and after. Append-only."""
+
+    class Action(models.TextChoices):
+        CREATE = "create", _("Create")
+        UPDATE = "update", _("Update")
+        DELETE = "delete", _("Delete")
+        ACTION = "action", _("Action")
+
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    actor_repr = models.CharField(max_length=150, blank=True)
+    source = models.CharField(max_length=16, default="system")  # api, portal, admin, system
+    action = models.CharField(max_length=16, choices=Action.choices)
+    object_type = models.CharField(max_length=64, db_index=True)
+    object_id = models.CharField(max_length=64)
+    object_repr = models.CharField(max_length=200)
+    tenant = models.ForeignKey(
+        Tenant, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    tenant_path = models.CharField(max_length=512, blank=True, db_index=True)
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+    message = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return (
+            f"{self.created_at:%Y-%m-%d %H:%M} {self.actor_repr} {self.action} {self.object_type}"
+        )

@@ -1,0 +1,48 @@
+"""Celery tasks of the tenants app: thin, take ids, safe to run twice."""
+
+from __future__ import annotations
+
+from celery import shared_task
+from django.conf import settings
+from django.core.mail import send_mail
+from django.utils.translation import gettext as _
+
+from tenants.models import Membership
+
+
+@shared_task(
+    autoretry_for=(ConnectionError, TimeoutError),
+    retry_backoff=True,
+    retry_backoff_max=300,
+    max_retries=5,
+)
+def membership_notify(membership_id: int) -> int:
+    """Email a user that they were given a role on a tenant. Returns mails sent (0 or 1).
+
+    A membership deleted before the task runs, or a user without an address, sends nothing.
+    """
+    membership = (
+        Membership.objects.select_related("user", "tenant").filter(pk=membership_id).first()
+    )
+    if membership is None or not membership.user.email:
+        return 0
+    subject = _("Tidegate: you are now %(role)s of %(tenant)s") % {
+        "role": membership.get_role_display(),
+        "tenant": membership.tenant.name,
+    }
+    body = _(
+        "Hello %(user)s,\n\nYou were given the role %(role)s on %(tenant)s (%(slug)s) and its "
+        "sub-teams in Tidegate.\n"
+    ) % {
+        "user": membership.user.get_username(),
+        "role": membership.get_role_display(),
+        "tenant": membership.tenant.name,
+        "slug": membership.tenant.slug,
+    }
+    return send_mail(subject, body, settings.DEFAULT_FROM_EMAIL, [membership.user.email])
+
+
+@shared_task
+def heartbeat() -> str:
+    """Proves a worker and beat are alive (scheduled by beat; visible in worker logs)."""
+    return "ok"

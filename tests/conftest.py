@@ -1,0 +1,78 @@
+"""Standing cast for every test: one organisation tree and a user for every role, plus an
+outsider who belongs to another tenant and must never see the others' data."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from rest_framework.test import APIClient
+
+from tenants.models import Role, Tenant
+from tests.factories import MembershipFactory, TenantFactory, UserFactory
+
+
+@dataclass
+class Cast:
+    org: Tenant
+    dept: Tenant
+    team_a: Tenant
+    team_b: Tenant
+    other_org: Tenant
+    platform_admin: Any
+    dept_admin: Any
+    finance: Any
+    lead: Any
+    member: Any
+    outsider: Any
+
+    def user(self, name: str) -> Any:
+        return getattr(self, name)
+
+
+ROLE_NAMES = ["platform_admin", "dept_admin", "finance", "lead", "member", "outsider"]
+
+
+@pytest.fixture
+def cast(db: Any) -> Cast:
+    org = TenantFactory(slug="acme", name="Acme")
+    dept = TenantFactory(slug="research", parent=org)
+    team_a = TenantFactory(slug="vision", parent=dept)
+    team_b = TenantFactory(slug="speech", parent=dept)
+    other_org = TenantFactory(slug="globex", name="Globex")
+    platform_admin = UserFactory(username="root", is_staff=True, is_superuser=True)
+    dept_admin = UserFactory(username="dept-admin")
+    finance = UserFactory(username="money")
+    lead = UserFactory(username="vision-lead")
+    member = UserFactory(username="vision-member")
+    outsider = UserFactory(username="globex-member")
+    MembershipFactory(user=dept_admin, tenant=dept, role=Role.ADMIN)
+    MembershipFactory(user=finance, tenant=org, role=Role.FINANCE)
+    MembershipFactory(user=lead, tenant=team_a, role=Role.LEAD)
+    MembershipFactory(user=member, tenant=team_a, role=Role.MEMBER)
+    MembershipFactory(user=outsider, tenant=other_org, role=Role.LEAD)
+    return Cast(
+        org,
+        dept,
+        team_a,
+        team_b,
+        other_org,
+        platform_admin,
+        dept_admin,
+        finance,
+        lead,
+        member,
+        outsider,
+    )
+
+
+@pytest.fixture
+def api() -> APIClient:
+    return APIClient()
+
+
+def client_for(user: Any) -> APIClient:
+    client = APIClient()
+    client.force_authenticate(user)
+    return client

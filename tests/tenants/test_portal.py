@@ -1,0 +1,116 @@
+"""Portal pages: scoped to the user's tenants (404 otherwise), forms with clear errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from tenants.models import AuditEvent, Membership, NamespaceBinding
+from tests.conftest import ROLE_NAMES, Cast
+from tests.factories import BindingFactory, UserFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def logged_in(user: Any) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_pages_need_a_login(client: Client) -> None:
+    response = client.get("/")
+    assert response.status_code == 302 and "/accounts/login/" in response["Location"]
+
+
+TEAM_PAGE = dict.fromkeys(ROLE_NAMES, 200) | {"outsider": 404}
+
+
+@pytest.mark.parametrize("role", ROLE_NAMES)
+def test_tenant_page_is_scoped_and_shows_members_namespaces_and_sub_teams(
+    cast: Cast, role: str
+) -> None:
+    BindingFactory(tenant=cast.team_a, namespace="vision-train")
+    response = logged_in(cast.user(role)).get("/tenants/vision/")
+    assert response.status_code == TEAM_PAGE[role]
+    if response.status_code == 200:
+        page = response.content.decode()
+        assert "vision-train" in page and "vision-member" in page
+        assert ("Add member" in page) == (role in ("platform_admin", "dept_admin", "lead"))
+
+
+@pytest.mark.parametrize("role", ROLE_NAMES)
+def test_home_lists_only_the_users_tenants(cast: Cast, role: str) -> None:
+    page = logged_in(cast.user(role)).get("/").content.decode()
+    assert ("Globex" in page) == (role in ("platform_admin", "outsider"))
+    assert ("/tenants/vision/" in page) == (role != "outsider")
+
+
+@pytest.mark.parametrize("role", ROLE_NAMES)
+def test_member_and_binding_forms_are_404_for_outsiders_and_403_for_readers(
+    cast: Cast, role: str
+) -> None:
+    UserFactory(username="newcomer")
+    client = logged_in(cast.user(role))
+    response = client.post(
+        "/tenants/vision/members/add/", {"username": "newcomer", "role": "member"}
+    )
+    added = Membership.objects.filter(user__username="newcomer").exists()
+    response_b = client.post(
+        "/tenants/vision/bindings/add/", {"cluster_name": "c1", "namespace": "vision-x"}
+    )
+    bound = NamespaceBinding.objects.filter(namespace="vision-x").exists()
+    if role == "outsider":
+        assert (response.status_code, response_b.status_code) == (404, 404)
+    elif role in ("platform_admin", "dept_admin", "lead"):
+        assert (response.status_code, response_b.status_code) == (302, 302)
+    else:
+        assert (response.status_code, response_b.status_code) == (403, 403)
+    assert added == bound == (role in ("platform_admin", "dept_admin", "lead"))
+
+
+def test_bad_binding_in_the_portal_is_a_form_error_not_a_500(cast: Cast) -> None:
+    BindingFactory(tenant=cast.team_b, cluster_name="c1", namespace="taken")
+    client = logged_in(cast.lead)
+    response = client.post(
+        "/tenants/vision/bindings/add/", {"cluster_name": "c1", "namespace": "Bad!"}
+    )
+    assert response.status_code == 400 and "DNS-1123" in response.content.decode()
+    response = client.post(
+        "/tenants/vision/bindings/add/", {"cluster_name": "c1", "namespace": "taken"}
+    )
+    assert response.status_code == 400 and "already bound" in response.content.decode()
+
+
+def test_removing_from_the_portal_is_audited_with_the_portal_as_source(cast: Cast) -> None:
+    binding = BindingFactory(tenant=cast.team_a, namespace="vision-old")
+    response = logged_in(cast.lead).post(f"/tenants/vision/bindings/{binding.pk}/remove/")
+    assert response.status_code == 302
+    assert not NamespaceBinding.objects.filter(pk=binding.pk).exists()
+    assert AuditEvent.objects.get().source == "portal"
+
+
+@pytest.mark.parametrize("role", ROLE_NAMES)
+def test_audit_page_shows_only_the_admins_subtree(cast: Cast, role: str) -> None:
+    from tenants import services
+
+    services.tenant_update(actor=cast.platform_admin, tenant=cast.other_org, cost_center="G1")
+    services.tenant_update(actor=cast.platform_admin, tenant=cast.team_a, cost_center="V1")
+    page = logged_in(cast.user(role)).get("/audit/").content.decode()
+    assert ("tenants.tenant globex" in page) == (role == "platform_admin")
+    assert ("tenants.tenant vision" in page) == (role in ("platform_admin", "dept_admin"))
+
+
+def test_the_portal_speaks_simplified_chinese_when_asked(cast: Cast) -> None:
+    client = logged_in(cast.lead)
+    response = client.get("/", HTTP_ACCEPT_LANGUAGE="zh-hans")
+    assert response.status_code == 200
+    assert 'lang="zh-hans"' in response.content.decode()
+
+
+def test_api_docs_are_served_from_local_static_files(cast: Cast) -> None:
+    page = logged_in(cast.lead).get("/api/docs/").content.decode()
+    assert "/static/drf_spectacular_sidecar/swagger-ui-dist/" in page
+    assert "cdn" not in page.lower()

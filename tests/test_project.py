@@ -1,0 +1,94 @@
+"""Project-wide rules: layout, deploy checks, the OpenAPI schema, the demo seeder."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_no_top_level_package_shadows_the_standard_library() -> None:
+    packages = {p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file()}
+    assert packages >= {"config", "tenants", "scheduler_bridge", "billing"}
+    assert not packages & set(sys.stdlib_module_names)
+
+
+def _manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=os.environ | env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_production_settings_pass_the_deploy_check() -> None:
+    result = _manage(
+        "check",
+        "--deploy",
+        "--fail-level",
+        "WARNING",
+        env={
+            "DJANGO_SETTINGS_MODULE": "config.settings.production",
+            "SECRET_KEY": "x" * 64 + "-production-secret-with-enough-entropy-0123456789",
+            "DATABASE_URL": "postgres://postgres@127.0.0.1:5432/tidegate",
+            "DJANGO_ALLOWED_HOSTS": "tidegate.example.com",
+            "CELERY_BROKER_URL": "redis://127.0.0.1:6379/0",
+        },
+    )
+    assert result.returncode == 0, result.stderr + result.stdout
+    assert "no issues" in result.stdout
+
+
+def test_production_settings_refuse_to_start_without_a_secret_key() -> None:
+    env = {"DJANGO_SETTINGS_MODULE": "config.settings.production", "SECRET_KEY": ""}
+    env_without = {k: v for k, v in (os.environ | env).items() if k != "SECRET_KEY"}
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=ROOT,
+        env=env_without,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0
+    assert "SECRET_KEY" in result.stderr
+
+
+def test_openapi_schema_validates_without_warnings() -> None:
+    result = _manage(
+        "spectacular",
+        "--validate",
+        "--fail-on-warn",
+        "--file",
+        os.devnull,
+        env={"DJANGO_SETTINGS_MODULE": "config.settings.test"},
+    )
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.django_db
+def test_seed_demo_is_idempotent_and_covers_every_role() -> None:
+    from tenants.demo import seed_demo
+    from tenants.models import AuditEvent, Membership, Role, Tenant
+
+    first = seed_demo()
+    counts = (Tenant.objects.count(), Membership.objects.count(), AuditEvent.objects.count())
+    second = seed_demo()
+    assert counts == (
+        Tenant.objects.count(),
+        Membership.objects.count(),
+        AuditEvent.objects.count(),
+    )
+    assert second.created == 0 and first.created > 0
+    assert Tenant.objects.filter(depth=1).count() >= 3
+    assert Tenant.objects.filter(depth=2).count() >= 8
+    assert set(Membership.objects.values_list("role", flat=True)) == set(Role.values)
+    assert {login.username for login in first.logins} >= {"admin", "finance", "vision-lead"}
