@@ -49,7 +49,7 @@ def test_production_settings_pass_the_deploy_check() -> None:
 
 def test_production_settings_refuse_to_start_without_a_secret_key() -> None:
     env = {"DJANGO_SETTINGS_MODULE": "config.settings.production", "SECRET_KEY": ""}
-    env_without = {k: v for k, v in (os.environ | env).items() if k != "SECRET_KEY"}
+    env_without = {k: v for k, v in (_clean_environ() | env).items() if k != "SECRET_KEY"}
     result = subprocess.run(
         [sys.executable, "manage.py", "check"],
         cwd=ROOT,
