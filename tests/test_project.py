@@ -18,11 +18,16 @@ def test_no_top_level_package_shadows_the_standard_library() -> None:
     assert not packages & set(sys.stdlib_module_names)
 
 
+def _clean_environ() -> dict[str, str]:
+    """This process's environment without what other tests may have set for themselves."""
+    return {k: v for k, v in os.environ.items() if k != "DJANGO_ALLOW_ASYNC_UNSAFE"}
+
+
 def _manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "manage.py", *args],
         cwd=ROOT,
-        env=os.environ | env,
+        env=_clean_environ() | env,
         capture_output=True,
         text=True,
         timeout=120,
