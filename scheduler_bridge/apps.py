@@ -1,5 +1,20 @@
 from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
 
 
 class SchedulerBridgeConfig(AppConfig):
     name = "scheduler_bridge"
+    verbose_name = _("GPU clusters, quotas and admission")
+
+    def ready(self) -> None:
+        # Lower apps ask; this app answers through their registries (see DESIGN.md).
+        from scheduler_bridge import demo, portal
+        from tenants.context_processors import register_nav_entry
+        from tenants.deletion import register_deletion_blocker
+        from tenants.demo import register_demo_seeder
+        from tenants.portal.views import register_tenant_panel
+
+        register_deletion_blocker(portal.quota_deletion_blocker)
+        register_demo_seeder(demo.seed_demo_cluster)
+        register_tenant_panel(portal.quota_panel)
+        register_nav_entry("portal-clusters", _("Clusters"), None)

@@ -17,3 +17,4 @@ CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=True)
 STORAGES["staticfiles"] = {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}
 LOGGING["root"]["level"] = "WARNING"  # type: ignore[index]
 WHITENOISE_AUTOREFRESH = True  # serve from the app folders; tests never run collectstatic
+WHITENOISE_USE_FINDERS = True

@@ -1,0 +1,42 @@
+"""Shared set-up for benchmarks that touch the database: a throw-away PostgreSQL database
+(created, migrated, dropped afterwards), progress on stderr, one JSON line on stdout."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+@contextmanager
+def bench_database(name: str) -> Iterator[None]:
+    """Django on a fresh database `test_tidegate_bench_<name>`, dropped on exit."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.test")
+    import django
+
+    django.setup()
+    from django.db import connections
+    from django.test.utils import setup_databases, teardown_databases
+
+    connections["default"].settings_dict["TEST"]["NAME"] = f"test_tidegate_bench_{name}"
+    config = setup_databases(verbosity=0, interactive=False, keepdb=False)
+    try:
+        yield
+    finally:
+        teardown_databases(config, verbosity=0)
+
+
+def emit(**figures: Any) -> None:
+    print(json.dumps(figures), flush=True)
+
+
+def progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)

@@ -1,0 +1,255 @@
+"""Input and output shapes of the scheduler-bridge API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
+from rest_framework import serializers
+
+from scheduler_bridge import selectors
+from scheduler_bridge.inventory.models import Cluster, Flavour, Node
+from scheduler_bridge.quotas.models import Quota, QuotaRequest
+from tenants.api.serializers import VisibleTenantField
+
+
+class ClusterSerializer(serializers.ModelSerializer[Cluster]):
+    class Meta:
+        model = Cluster
+        fields = [
+            "id",
+            "name",
+            "display_name",
+            "gateway",
+            "kubeconfig_path",
+            "kubeconfig_env",
+            "kube_context",
+            "in_cluster",
+            "mig_config_namespace",
+            "topology_label",
+            "prometheus_url",
+            "status",
+            "status_message",
+            "last_synced_at",
+        ]
+        read_only_fields = ["id", "status", "status_message", "last_synced_at"]
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        merged = {**(self.instance.__dict__ if self.instance else {}), **attrs}
+        if merged.get("gateway", "kubernetes") == Cluster.Gateway.KUBERNETES:
+            ways = [
+                bool(merged.get("in_cluster")),
+                bool(merged.get("kubeconfig_path")),
+                bool(merged.get("kubeconfig_env")),
+            ]
+            if sum(ways) != 1:
+                raise serializers.ValidationError(
+                    {
+                        "kubeconfig_path": "A kubernetes cluster needs exactly one of "
+                        "kubeconfig_path, kubeconfig_env or in_cluster."
+                    }
+                )
+        return attrs
+
+
+class PublicClusterSerializer(serializers.ModelSerializer[Cluster]):
+    """What non-admins see of a cluster: no connection details."""
+
+    class Meta:
+        model = Cluster
+        fields = ["id", "name", "display_name", "status", "last_synced_at"]
+        read_only_fields = fields
+
+
+class NodeSerializer(serializers.ModelSerializer[Node]):
+    cluster: serializers.SlugRelatedField[Cluster] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
+
+    class Meta:
+        model = Node
+        fields = [
+            "id",
+            "cluster",
+            "name",
+            "product",
+            "gpu_count",
+            "gpu_memory_mib",
+            "mig_capable",
+            "mig_strategy",
+            "mig_config",
+            "mig_config_state",
+            "gpu_layouts",
+            "busy",
+            "allocatable",
+            "topology_domain",
+            "unschedulable",
+            "pinned_layout",
+            "mig_requested_config",
+            "present",
+            "last_seen_at",
+            "labels",
+        ]
+        read_only_fields = [f for f in fields if f != "pinned_layout"]
+
+
+class NodePinSerializer(serializers.Serializer[Node]):
+    """An admin pin: one entry per GPU, each `null` (MIG disabled) or a list of
+    profile names (placed by Tidegate) or [profile, start] pairs."""
+
+    pinned_layout = serializers.JSONField(allow_null=True)
+
+
+class FlavourSerializer(serializers.ModelSerializer[Flavour]):
+    cluster: serializers.SlugRelatedField[Cluster] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
+    overcommitted = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Flavour
+        fields = [
+            "id",
+            "cluster",
+            "name",
+            "product",
+            "resource_name",
+            "mig_profile",
+            "gpu_equivalent",
+            "capacity",
+            "node_selector",
+            "overcommitted",
+        ]
+        read_only_fields = fields
+
+    @extend_schema_field(OpenApiTypes.BOOL)
+    def get_overcommitted(self, flavour: Flavour) -> bool:
+        return flavour.pk in self.context.get("overcommitted", set())
+
+
+@extend_schema_field(OpenApiTypes.STR)
+class VisibleFlavourField(serializers.RelatedField[Flavour, Flavour, str]):
+    """A flavour named `cluster/flavour`, among the clusters the caller may see."""
+
+    default_error_messages = {
+        "format": "Name a flavour as <cluster>/<flavour>, e.g. gpu-east/h100-80gb.",
+        "missing": "Flavour {value} does not exist; the cluster has: {choices}.",
+    }
+
+    def get_queryset(self) -> Any:
+        request = self.context.get("request")
+        return selectors.flavours_visible_to(request.user if request else None)
+
+    def to_representation(self, value: Any) -> str:
+        return f"{value.cluster.name}/{value.name}"
+
+    def to_internal_value(self, data: Any) -> Flavour:
+        if not isinstance(data, str) or data.count("/") != 1:
+            self.fail("format")
+        cluster, name = data.split("/")
+        flavour = self.get_queryset().filter(cluster__name=cluster, name=name).first()
+        if flavour is None:
+            names = self.get_queryset().filter(cluster__name=cluster, capacity__gt=0)
+            choices = ", ".join(names.values_list("name", flat=True)) or "nothing you may see"
+            self.fail("missing", value=data, choices=choices)
+        return flavour
+
+
+class QuotaSerializer(serializers.ModelSerializer[Quota]):
+    tenant = VisibleTenantField()
+    flavour = VisibleFlavourField()
+    overcommitted = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Quota
+        fields = [
+            "id",
+            "tenant",
+            "flavour",
+            "guaranteed",
+            "borrow_limit",
+            "lend_limit",
+            "overcommit_allowed",
+            "overcommitted",
+            "updated_at",
+        ]
+        read_only_fields = ["id", "overcommitted", "updated_at"]
+        validators: list[Any] = []  # one quota per (tenant, flavour): the API updates it
+
+    @extend_schema_field(OpenApiTypes.BOOL)
+    def get_overcommitted(self, quota: Quota) -> bool:
+        return quota.tenant.parent_id is None and quota.flavour_id in self.context.get(
+            "overcommitted", set()
+        )
+
+
+# Named apart from the request half of QuotaSerializer, which the schema calls QuotaRequest.
+@extend_schema_serializer(component_name="QuotaChangeRequest")
+class QuotaRequestSerializer(serializers.ModelSerializer[QuotaRequest]):
+    tenant = VisibleTenantField()
+    flavour = VisibleFlavourField()
+    requested_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
+    decided_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
+
+    class Meta:
+        model = QuotaRequest
+        fields = [
+            "id",
+            "tenant",
+            "flavour",
+            "guaranteed",
+            "borrow_limit",
+            "lend_limit",
+            "justification",
+            "state",
+            "requested_by",
+            "decided_by",
+            "decision_comment",
+            "created_at",
+            "decided_at",
+        ]
+        read_only_fields = [
+            "id",
+            "state",
+            "requested_by",
+            "decided_by",
+            "decision_comment",
+            "created_at",
+            "decided_at",
+        ]
+
+
+class DecisionSerializer(serializers.Serializer[QuotaRequest]):
+    comment = serializers.CharField(required=False, allow_blank=True, default="")
+
+
+class MigPlanGpuSerializer(serializers.Serializer[Any]):
+    node = serializers.CharField()
+    index = serializers.IntegerField()
+    product = serializers.CharField(source="product.name")
+    current = serializers.CharField(source="current.describe")
+    target = serializers.CharField(source="target.describe")
+    changed = serializers.BooleanField()
+    reason = serializers.CharField()
+
+
+class MigDemandOutcomeSerializer(serializers.Serializer[Any]):
+    product = serializers.CharField()
+    profile = serializers.CharField(allow_null=True)
+    wanted = serializers.IntegerField()
+    planned = serializers.IntegerField()
+    unmet = serializers.IntegerField()
+    reason = serializers.CharField()
+
+
+class MigPlanSerializer(serializers.Serializer[Any]):
+    cluster = serializers.CharField()
+    nodes_to_reconfigure = serializers.ListField(child=serializers.CharField())
+    demand_met_ratio = serializers.FloatField()
+    outcomes = MigDemandOutcomeSerializer(many=True)
+    changed = MigPlanGpuSerializer(many=True)

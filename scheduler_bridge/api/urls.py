@@ -1,0 +1,10 @@
+from rest_framework.routers import DefaultRouter
+
+from scheduler_bridge.api import views
+
+router = DefaultRouter()
+router.register("clusters", views.ClusterViewSet, basename="cluster")
+router.register("nodes", views.NodeViewSet, basename="node")
+router.register("flavours", views.FlavourViewSet, basename="flavour")
+router.register("quotas", views.QuotaViewSet, basename="quota")
+router.register("quota-requests", views.QuotaRequestViewSet, basename="quota-request")

@@ -1,0 +1,297 @@
+"""REST API v1 of the scheduler bridge: clusters, nodes, flavours, quotas, quota requests.
+
+Scoping happens in `get_queryset` through `scheduler_bridge.selectors` (404 for what the
+caller may not see); writes go through services (403 for what the caller may not do).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from scheduler_bridge import selectors
+from scheduler_bridge.api import serializers as s
+from scheduler_bridge.inventory import pins
+from scheduler_bridge.inventory.models import Cluster, Flavour, Node
+from scheduler_bridge.mig.services import mig_plan
+from scheduler_bridge.quotas import services as quota_services
+from scheduler_bridge.quotas.models import Quota, QuotaRequest
+from tenants import access
+from tenants.audit import audit_record, snapshot
+from tenants.errors import PermissionDenied
+
+
+class PlatformAdminWrites(BasePermission):
+    """Everyone reads what the queryset shows them; only platform admins write."""
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        if request.method in ("GET", "HEAD", "OPTIONS"):
+            return True
+        return access.is_platform_admin(request.user)
+
+
+class ClusterViewSet(viewsets.ModelViewSet[Cluster]):
+    """Clusters. Admins manage them; others see the clusters their tenants use."""
+
+    lookup_field = "name"
+    permission_classes = [PlatformAdminWrites]
+    filterset_fields = ["gateway", "status"]
+    ordering_fields = ["name", "last_synced_at"]
+
+    def get_queryset(self) -> Any:
+        return selectors.clusters_visible_to(self.request.user)
+
+    def get_serializer_class(self) -> Any:
+        if access.is_platform_admin(self.request.user):
+            return s.ClusterSerializer
+        return s.PublicClusterSerializer
+
+    def perform_create(self, serializer: Any) -> None:
+        with transaction.atomic():
+            cluster = serializer.save()
+            audit_record(
+                actor=self.request.user,
+                action="create",
+                instance=cluster,
+                before=None,
+                after=snapshot(cluster),
+                source="api",
+            )
+        _queue_inventory_sync(cluster.pk)
+
+    def perform_update(self, serializer: Any) -> None:
+        with transaction.atomic():
+            before = snapshot(serializer.instance)
+            cluster = serializer.save()
+            audit_record(
+                actor=self.request.user,
+                action="update",
+                instance=cluster,
+                before=before,
+                after=snapshot(cluster),
+                source="api",
+            )
+        _queue_inventory_sync(cluster.pk)
+
+    def perform_destroy(self, instance: Cluster) -> None:
+        with transaction.atomic():
+            audit_record(
+                actor=self.request.user,
+                action="delete",
+                instance=instance,
+                before=snapshot(instance),
+                after=None,
+                source="api",
+            )
+            instance.delete()
+
+    @extend_schema(request=None, responses={202: None})
+    @action(detail=True, methods=["post"])
+    def sync(self, request: Request, name: str | None = None) -> Response:
+        """Queue an inventory sync (then a quota sync) of this cluster now."""
+        cluster = self.get_object()
+        _queue_inventory_sync(cluster.pk)
+        return Response(
+            {"detail": f"sync of {cluster.name} queued"}, status=status.HTTP_202_ACCEPTED
+        )
+
+    @extend_schema(request=None, responses=s.MigPlanSerializer)
+    @action(
+        detail=True, methods=["get"], url_path="mig-plan", permission_classes=[PlatformAdminWrites]
+    )
+    def mig_plan(self, request: Request, name: str | None = None) -> Response:
+        """Dry run of the MIG planner for this cluster: what would change, and why."""
+        cluster = self.get_object()
+        if not access.is_platform_admin(request.user):
+            raise PermissionDenied("The MIG plan is for platform administrators.")
+        plan = mig_plan(cluster)
+        data = {
+            "cluster": cluster.name,
+            "nodes_to_reconfigure": list(plan.nodes_to_reconfigure),
+            "demand_met_ratio": plan.demand_met_ratio,
+            "outcomes": [
+                {
+                    "product": o.product,
+                    "profile": o.profile,
+                    "wanted": o.wanted,
+                    "planned": o.planned,
+                    "unmet": o.unmet,
+                    "reason": o.reason,
+                }
+                for o in plan.outcomes
+            ],
+            "changed": plan.changed,
+        }
+        return Response(s.MigPlanSerializer(data).data)
+
+
+def _queue_inventory_sync(cluster_id: int) -> None:
+    from scheduler_bridge.tasks import inventory_sync, quota_sync
+
+    def queue() -> None:
+        inventory_sync.delay(cluster_id)
+        quota_sync.delay(cluster_id)
+
+    transaction.on_commit(queue)
+
+
+class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[Node]):
+    """Nodes as the last inventory sync saw them. Admins pin MIG layouts with `pin`."""
+
+    serializer_class = s.NodeSerializer
+    filterset_fields = {
+        "cluster__name": ["exact"],
+        "product": ["exact"],
+        "mig_capable": ["exact"],
+        "present": ["exact"],
+        "topology_domain": ["exact"],
+    }
+    search_fields = ["name"]
+    ordering_fields = ["name", "product"]
+
+    def get_queryset(self) -> Any:
+        return selectors.nodes_visible_to(self.request.user)
+
+    @extend_schema(request=s.NodePinSerializer, responses=s.NodeSerializer)
+    @action(detail=True, methods=["post"])
+    def pin(self, request: Request, pk: str | None = None) -> Response:
+        """Pin this node's MIG layout (null unpins); the planner then keeps it."""
+        node = self.get_object()
+        body = s.NodePinSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        node = pins.node_pin(
+            actor=request.user, node=node, pin=body.validated_data["pinned_layout"]
+        )
+        return Response(s.NodeSerializer(node).data)
+
+
+class FlavourViewSet(viewsets.ReadOnlyModelViewSet[Flavour]):
+    """GPU flavours found by inventory: whole GPUs per product and MIG profiles."""
+
+    serializer_class = s.FlavourSerializer
+    filterset_fields = {"cluster__name": ["exact"], "product": ["exact"], "mig_profile": ["exact"]}
+    ordering_fields = ["name", "capacity"]
+
+    def get_queryset(self) -> Any:
+        return selectors.flavours_visible_to(self.request.user)
+
+    def get_serializer_context(self) -> dict[str, Any]:
+        return super().get_serializer_context() | {
+            "overcommitted": selectors.overcommitted_flavour_ids()
+        }
+
+
+class QuotaViewSet(viewsets.ModelViewSet[Quota]):
+    """Quotas (tenant x flavour). Set by the parent's admins; POST updates an existing one."""
+
+    serializer_class = s.QuotaSerializer
+    filterset_fields = {
+        "tenant__slug": ["exact"],
+        "flavour__cluster__name": ["exact"],
+        "flavour__name": ["exact"],
+    }
+    ordering_fields = ["guaranteed", "updated_at"]
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
+
+    def get_queryset(self) -> Any:
+        return selectors.quotas_visible_to(self.request.user)
+
+    def get_serializer_context(self) -> dict[str, Any]:
+        return super().get_serializer_context() | {
+            "overcommitted": selectors.overcommitted_flavour_ids()
+        }
+
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        body = self.get_serializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = dict(body.validated_data)
+        existed = Quota.objects.filter(tenant=data["tenant"], flavour=data["flavour"]).exists()
+        if "overcommit_allowed" in request.data:
+            data["overcommit_allowed"] = bool(data["overcommit_allowed"])
+        else:
+            data.pop("overcommit_allowed", None)
+        quota = quota_services.quota_set(actor=request.user, source="api", **data)
+        out = self.get_serializer(quota).data
+        return Response(out, status=status.HTTP_200_OK if existed else status.HTTP_201_CREATED)
+
+    def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        quota = self.get_object()
+        body = self.get_serializer(quota, data=request.data, partial=True)
+        body.is_valid(raise_exception=True)
+        data = {
+            "guaranteed": quota.guaranteed,
+            "borrow_limit": quota.borrow_limit,
+            "lend_limit": quota.lend_limit,
+        } | {
+            k: v
+            for k, v in body.validated_data.items()
+            if k in ("guaranteed", "borrow_limit", "lend_limit", "overcommit_allowed")
+        }
+        quota = quota_services.quota_set(
+            actor=request.user, tenant=quota.tenant, flavour=quota.flavour, source="api", **data
+        )
+        return Response(self.get_serializer(quota).data)
+
+    def perform_destroy(self, instance: Quota) -> None:
+        quota_services.quota_delete(actor=self.request.user, quota=instance)
+
+
+class QuotaRequestViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    viewsets.GenericViewSet[QuotaRequest],
+):
+    """Leads ask for quota changes; the tenant's parent admins approve or reject them."""
+
+    serializer_class = s.QuotaRequestSerializer
+    filterset_fields = {
+        "tenant__slug": ["exact"],
+        "state": ["exact"],
+        "flavour__cluster__name": ["exact"],
+    }
+    ordering_fields = ["created_at"]
+
+    def get_queryset(self) -> Any:
+        return selectors.quota_requests_visible_to(self.request.user)
+
+    def perform_create(self, serializer: Any) -> None:
+        serializer.instance = quota_services.quota_request_create(
+            actor=self.request.user, source="api", **serializer.validated_data
+        )
+
+    def _decide(self, request: Request, decide: Any) -> Response:
+        quota_request = self.get_object()
+        body = s.DecisionSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        decided = decide(
+            actor=request.user, request=quota_request, comment=body.validated_data["comment"]
+        )
+        return Response(self.get_serializer(decided).data)
+
+    @extend_schema(request=s.DecisionSerializer, responses=s.QuotaRequestSerializer)
+    @action(detail=True, methods=["post"])
+    def approve(self, request: Request, pk: str | None = None) -> Response:
+        """Approve and apply in one transaction (400 if it no longer fits the rules)."""
+        return self._decide(request, quota_services.quota_request_approve)
+
+    @extend_schema(request=s.DecisionSerializer, responses=s.QuotaRequestSerializer)
+    @action(detail=True, methods=["post"])
+    def reject(self, request: Request, pk: str | None = None) -> Response:
+        """Reject with a comment saying why."""
+        return self._decide(request, quota_services.quota_request_reject)
+
+    @extend_schema(request=None, responses=s.QuotaRequestSerializer)
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str | None = None) -> Response:
+        """The requester (or an approver) withdraws a pending request."""
+        quota_request = self.get_object()
+        decided = quota_services.quota_request_cancel(actor=request.user, request=quota_request)
+        return Response(self.get_serializer(decided).data)

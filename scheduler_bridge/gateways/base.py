@@ -1,0 +1,245 @@
+"""The cluster gateway interface and the plain data it speaks.
+
+Everything Tidegate does to a cluster goes through :class:`ClusterGateway`. Two
+implementations exist: ``kubernetes`` (the official client against a real API server)
+and ``simulated`` (an in-process cluster for the demo, tests and trace replay). Callers
+only ever see the dataclasses below and the errors in :mod:`.errors`, never client
+models, so the two are interchangeable.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Literal
+
+GPU_RESOURCE = "nvidia.com/gpu"
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+FIELD_MANAGER = "tidegate"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+TENANT_LABEL = "tidegate.io/tenant"
+# Kept on a Job while Tidegate has admitted it: the pod template's scheduling fields as
+# they were before admission, so preemption can put them back exactly.
+ORIGINAL_SCHEDULING_ANNOTATION = "tidegate.io/original-scheduling"
+# Kept on objects Tidegate applies: what it last wrote, so a later sync can tell its own
+# change of mind from somebody else's hand edit.
+LAST_APPLIED_ANNOTATION = "tidegate.io/last-applied"
+
+Toleration = dict[str, Any]
+"""A toleration exactly as Kubernetes spells it (``key``, ``operator``, ``value``, ``effect``)."""
+
+
+def is_gpu_resource(resource: str) -> bool:
+    """True for full GPUs and MIG slices (``nvidia.com/gpu``, ``nvidia.com/mig-*``)."""
+    return resource == GPU_RESOURCE or resource.startswith(MIG_RESOURCE_PREFIX)
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    effect: str
+    value: str = ""
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """A node as inventory sees it. Resource amounts are whole base units, rounded down
+    (``cpu: 3500m`` reads as 3); GPU and MIG resources are always whole."""
+
+    name: str
+    labels: dict[str, str] = field(default_factory=dict)
+    allocatable: dict[str, int] = field(default_factory=dict)
+    capacity: dict[str, int] = field(default_factory=dict)
+    unschedulable: bool = False
+    taints: tuple[Taint, ...] = ()
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    """A pod that requests GPUs; ``gpu_requests`` holds only GPU and MIG resources."""
+
+    uid: str
+    name: str
+    namespace: str
+    node_name: str | None
+    phase: str
+    gpu_requests: dict[str, int] = field(default_factory=dict)
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    job_name: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """A batch/v1 Job. ``requests_per_pod`` holds the GPU and MIG resources one pod asks
+    for; ``admitted`` is true while Tidegate's original-scheduling annotation is on it."""
+
+    namespace: str
+    name: str
+    uid: str
+    suspended: bool
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: tuple[Toleration, ...] = ()
+    requests_per_pod: dict[str, int] = field(default_factory=dict)
+    parallelism: int = 1
+    completions: int | None = 1
+    priority_class_name: str | None = None
+    created_at: datetime | None = None
+    finished: bool = False
+    failed: bool = False
+    admitted: bool = False
+    resource_version: str = ""
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    """What an idempotent apply did.
+
+    ``action`` is ``created``, ``updated`` or ``unchanged`` (no write call was made).
+    ``drift`` lists, in words, changes somebody made outside Tidegate that this apply
+    undid (a hand edit, an added key, a deleted object); ``drift_repaired`` is true when
+    there were any.
+    """
+
+    action: Literal["created", "updated", "unchanged"]
+    drift: tuple[str, ...] = ()
+
+    @property
+    def created(self) -> bool:
+        return self.action == "created"
+
+    @property
+    def updated(self) -> bool:
+        return self.action == "updated"
+
+    @property
+    def unchanged(self) -> bool:
+        return self.action == "unchanged"
+
+    @property
+    def drift_repaired(self) -> bool:
+        return bool(self.drift)
+
+
+class ClusterGateway(abc.ABC):
+    """Everything Tidegate reads from or writes to one cluster.
+
+    All methods are synchronous and safe to call again after a failure (writes are
+    idempotent). Every method may raise :class:`~.errors.ClusterUnreachable` when the
+    cluster does not answer after bounded retries; other errors are listed per method.
+    Use as a context manager or call :meth:`close` to release connections.
+    """
+
+    @abc.abstractmethod
+    def list_nodes(self) -> list[NodeInfo]:
+        """All nodes with labels, allocatable/capacity, taints; sorted by name."""
+
+    @abc.abstractmethod
+    def list_gpu_pods(self) -> list[PodInfo]:
+        """Pods in every namespace that request a GPU or a MIG slice, in any phase;
+        sorted by namespace then name."""
+
+    @abc.abstractmethod
+    def list_namespaces(self) -> list[str]:
+        """Names of all namespaces, sorted."""
+
+    @abc.abstractmethod
+    def apply_resource_quota(
+        self,
+        namespace: str,
+        name: str,
+        hard: Mapping[str, str],
+        labels: Mapping[str, str],
+        *,
+        expect_existing: bool = False,
+    ) -> ApplyResult:
+        """Make ResourceQuota ``namespace/name`` have exactly ``hard`` as ``spec.hard``
+        and carry ``labels`` (other labels are left alone).
+
+        Reads first and writes nothing when the object already matches. Otherwise it
+        server-side applies as field manager ``tidegate`` with force, taking fields back
+        from whoever edited them, and removes ``spec.hard`` keys nobody asked for. Set
+        ``expect_existing`` when Tidegate's records say it applied this object before:
+        a missing object is then reported as drift (deleted outside Tidegate).
+
+        Raises NamespaceMissing if the namespace does not exist, GatewayError if the API
+        rejects the object (e.g. a value that is not a quantity).
+        """
+
+    @abc.abstractmethod
+    def delete_resource_quota(self, namespace: str, name: str) -> bool:
+        """Delete the ResourceQuota; False when it (or its namespace) was already gone."""
+
+    @abc.abstractmethod
+    def apply_config_map(
+        self,
+        namespace: str,
+        name: str,
+        data: Mapping[str, str],
+        labels: Mapping[str, str],
+        *,
+        expect_existing: bool = False,
+    ) -> ApplyResult:
+        """Make ConfigMap ``namespace/name`` hold exactly ``data`` and carry ``labels``.
+        Same idempotency, drift reporting and errors as :meth:`apply_resource_quota`."""
+
+    @abc.abstractmethod
+    def set_node_labels(self, node: str, labels: Mapping[str, str | None]) -> bool:
+        """Set (or, for ``None`` values, remove) labels on a node. Writes only when
+        something differs; returns whether it wrote. Raises ObjectMissing for an unknown
+        node, GatewayError for an invalid label."""
+
+    @abc.abstractmethod
+    def list_jobs(
+        self, label_selector: str | None = None, *, namespace: str | None = None
+    ) -> list[JobInfo]:
+        """Jobs matching a Kubernetes label selector (``a=b,c!=d``), in one namespace or
+        all; sorted by namespace then name."""
+
+    @abc.abstractmethod
+    def admit_job(
+        self,
+        namespace: str,
+        name: str,
+        node_selector: Mapping[str, str],
+        tolerations: Sequence[Toleration],
+        node_names: Sequence[str] | None = None,
+    ) -> JobInfo:
+        """Start a suspended Job on the chosen flavour (and nodes).
+
+        Adds ``node_selector`` and ``tolerations`` to the pod template, pins the pods to
+        ``node_names`` with required node affinity when given, records the template's
+        original scheduling fields in the ``tidegate.io/original-scheduling`` annotation
+        and sets ``spec.suspend`` to false, in one write. Calling it again for a Job that
+        is already admitted with the same placement writes nothing.
+
+        Raises ObjectMissing if the Job does not exist, ObjectConflict if it is running
+        without having been admitted by Tidegate or admitted with another placement.
+        """
+
+    @abc.abstractmethod
+    def suspend_job(self, namespace: str, name: str) -> JobInfo:
+        """Stop an admitted Job (preemption): set ``spec.suspend`` to true (Kubernetes
+        deletes its running pods), then restore the pod template from the annotation and
+        drop the annotation. Idempotent. Raises ObjectMissing if the Job does not exist.
+        """
+
+    def close(self) -> None:  # noqa: B027 - optional hook, most gateways hold nothing
+        """Release connections; the gateway must not be used afterwards."""
+
+    def __enter__(self) -> ClusterGateway:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -1,0 +1,552 @@
+"""The Kubernetes gateway: the official ``kubernetes`` client against a real API server.
+
+Each gateway owns its ApiClient and Configuration (never the client's global default),
+so several clusters can be talked to from one process. Every call carries connect/read
+timeouts; transient failures (429, 5xx, timeouts, refused connections, and 409 for
+read-modify-write operations) are retried a bounded number of times with exponential
+backoff, re-reading the object each time. What is left is turned into the domain errors
+of :mod:`.errors`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import urllib3
+import yaml
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+from . import manifests
+from .base import (
+    FIELD_MANAGER,
+    ApplyResult,
+    ClusterGateway,
+    JobInfo,
+    NodeInfo,
+    PodInfo,
+    Toleration,
+)
+from .errors import (
+    ClusterUnreachable,
+    GatewayConfigError,
+    GatewayError,
+    NamespaceMissing,
+    ObjectConflict,
+    ObjectMissing,
+)
+from .parsing import job_info, node_info, pod_info
+from .reconcile import get_path, plan_apply
+
+T = TypeVar("T")
+logger = logging.getLogger(__name__)
+_APPLY = "application/apply-patch+yaml"
+_MERGE = "application/merge-patch+json"
+_TRANSIENT = frozenset({429, 500, 502, 503, 504})
+_PAGE = 500
+_USER_AGENT = "tidegate/0.1 (kubernetes-python)"
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Bounded retries: ``attempts`` tries in all, waiting ``base_delay`` seconds, then
+    twice that, ... capped at ``max_delay``. Tests set ``base_delay=0``."""
+
+    attempts: int = 5
+    base_delay: float = 0.5
+    max_delay: float = 10.0
+
+    def delay(self, attempt: int, retry_after: float | None = None) -> float:
+        wait = min(self.base_delay * 2 ** (attempt - 1), self.max_delay)
+        if retry_after is not None:
+            wait = min(max(wait, retry_after), self.max_delay)
+        # A little jitter so many workers hitting the same outage do not retry in step.
+        return wait + random.uniform(0, wait * 0.1)  # noqa: S311 - not cryptographic
+
+
+class _Retry(Exception):
+    """Raised inside an operation to ask for one more attempt (e.g. a 422 while the
+    Job controller has not caught up yet)."""
+
+    def __init__(self, cause: ApiException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+class KubernetesGateway(ClusterGateway):
+    """:class:`ClusterGateway` for a real cluster. Build it with :meth:`from_kubeconfig`,
+    :meth:`from_environment` or :meth:`in_cluster`."""
+
+    def __init__(
+        self,
+        api_client: k8s.ApiClient,
+        *,
+        retry: RetryPolicy | None = None,
+        connect_timeout: float = 5.0,
+        read_timeout: float = 30.0,
+        field_manager: str = FIELD_MANAGER,
+    ) -> None:
+        self._api = api_client
+        self._core = k8s.CoreV1Api(api_client)
+        self._batch = k8s.BatchV1Api(api_client)
+        self._retry = retry or RetryPolicy()
+        self._timeout = (connect_timeout, read_timeout)
+        self._manager = field_manager
+        self.server = api_client.configuration.host
+
+    # --- construction ----------------------------------------------------------------
+
+    @classmethod
+    def from_kubeconfig(
+        cls, path: str | os.PathLike[str], context: str | None = None, **settings: Any
+    ) -> KubernetesGateway:
+        """Connect with a kubeconfig file and context (its current context if None).
+        Raises GatewayConfigError naming the path or context when they are unusable."""
+        path = os.path.expanduser(os.fspath(path))
+        if not os.path.isfile(path):
+            raise GatewayConfigError(f"kubeconfig file {path} does not exist (or is not a file)")
+        try:
+            contexts, current = k8s_config.list_kube_config_contexts(config_file=path)
+        except (ConfigException, OSError, yaml.YAMLError, KeyError, TypeError) as exc:
+            raise GatewayConfigError(f"kubeconfig file {path} cannot be read: {exc}") from exc
+        names = [c.get("name") for c in contexts or []]
+        if context is not None and context not in names:
+            raise GatewayConfigError(
+                f"context {context!r} is not in kubeconfig {path} "
+                f"(it has: {', '.join(map(str, names)) or 'no contexts'})"
+            )
+        if context is None and not current:
+            raise GatewayConfigError(f"kubeconfig {path} has no current-context; name one")
+        configuration = k8s.Configuration()
+        try:
+            k8s_config.load_kube_config(
+                config_file=path,
+                context=context,
+                client_configuration=configuration,
+                persist_config=False,
+            )
+        except (ConfigException, OSError, ValueError, KeyError) as exc:
+            raise GatewayConfigError(
+                f"kubeconfig {path}, context {context or current.get('name')!r}: {exc}"
+            ) from exc
+        return cls(_api_client(configuration), **settings)
+
+    @classmethod
+    def from_environment(
+        cls, variable: str, context: str | None = None, **settings: Any
+    ) -> KubernetesGateway:
+        """Connect with the kubeconfig whose path is in environment variable ``variable``."""
+        path = os.environ.get(variable)
+        if not path:
+            raise GatewayConfigError(
+                f"environment variable {variable} is not set; it must hold a kubeconfig path"
+            )
+        return cls.from_kubeconfig(path, context, **settings)
+
+    @classmethod
+    def in_cluster(cls, **settings: Any) -> KubernetesGateway:
+        """Connect with the service account of the pod Tidegate runs in."""
+        configuration = k8s.Configuration()
+        try:
+            k8s_config.load_incluster_config(client_configuration=configuration)
+        except ConfigException as exc:
+            raise GatewayConfigError(
+                f"no in-cluster service account ({exc}); run inside a pod or use a kubeconfig"
+            ) from exc
+        return cls(_api_client(configuration), **settings)
+
+    def close(self) -> None:
+        self._api.close()
+
+    # --- reads -----------------------------------------------------------------------
+
+    def list_nodes(self) -> list[NodeInfo]:
+        items = self._run("list nodes", lambda: self._list(self._core.list_node))
+        return sorted((node_info(i) for i in items), key=lambda n: n.name)
+
+    def list_gpu_pods(self) -> list[PodInfo]:
+        items = self._run("list pods", lambda: self._list(self._core.list_pod_for_all_namespaces))
+        # pod_info keeps only GPU and MIG requests, so an empty dict means "no GPU".
+        gpu_pods = [p for p in map(pod_info, items) if p.gpu_requests]
+        return sorted(gpu_pods, key=lambda p: (p.namespace, p.name))
+
+    def list_namespaces(self) -> list[str]:
+        items = self._run("list namespaces", lambda: self._list(self._core.list_namespace))
+        return sorted(i["metadata"]["name"] for i in items)
+
+    def list_jobs(
+        self, label_selector: str | None = None, *, namespace: str | None = None
+    ) -> list[JobInfo]:
+        selector = {"label_selector": label_selector} if label_selector else {}
+        if namespace:
+            items = self._run(
+                f"list jobs in {namespace}",
+                lambda: self._list(self._batch.list_namespaced_job, namespace, **selector),
+            )
+        else:
+            items = self._run(
+                "list jobs",
+                lambda: self._list(self._batch.list_job_for_all_namespaces, **selector),
+            )
+        return sorted((job_info(i) for i in items), key=lambda j: (j.namespace, j.name))
+
+    # --- idempotent applies ----------------------------------------------------------
+
+    def apply_resource_quota(
+        self,
+        namespace: str,
+        name: str,
+        hard: Mapping[str, str],
+        labels: Mapping[str, str],
+        *,
+        expect_existing: bool = False,
+    ) -> ApplyResult:
+        desired = manifests.resource_quota(namespace, hard, labels, name)
+        return self._apply(
+            desired,
+            ("spec", "hard"),
+            read=self._core.read_namespaced_resource_quota,
+            patch=self._core.patch_namespaced_resource_quota,
+            expect_existing=expect_existing,
+            show_values=True,
+        )
+
+    def apply_config_map(
+        self,
+        namespace: str,
+        name: str,
+        data: Mapping[str, str],
+        labels: Mapping[str, str],
+        *,
+        expect_existing: bool = False,
+    ) -> ApplyResult:
+        desired = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
+            "data": dict(data),
+        }
+        return self._apply(
+            desired,
+            ("data",),
+            read=self._core.read_namespaced_config_map,
+            patch=self._core.patch_namespaced_config_map,
+            expect_existing=expect_existing,
+            show_values=False,
+        )
+
+    def _apply(
+        self,
+        desired: dict[str, Any],
+        content_path: tuple[str, ...],
+        *,
+        read: Callable[..., Any],
+        patch: Callable[..., Any],
+        expect_existing: bool,
+        show_values: bool,
+    ) -> ApplyResult:
+        name, namespace = desired["metadata"]["name"], desired["metadata"]["namespace"]
+        what = f"apply {desired['kind']} {namespace}/{name}"
+
+        def attempt() -> ApplyResult:
+            live = self._read_or_none(read, name, namespace)
+            plan = plan_apply(
+                live,
+                desired,
+                content_path,
+                expect_existing=expect_existing,
+                show_values=show_values,
+            )
+            if not plan.write:
+                return ApplyResult("unchanged")
+            applied = self._dict(
+                self._call(
+                    patch,
+                    name,
+                    namespace,
+                    plan.body,
+                    field_manager=self._manager,
+                    force=True,
+                    _content_type=_APPLY,
+                )
+            )
+            # Server-side apply leaves keys that another field manager added (e.g. by
+            # `kubectl edit`); the quota must be exactly what Tidegate says, so drop them.
+            wanted = get_path(desired, content_path)
+            leftovers = [k for k in get_path(applied, content_path) if k not in wanted]
+            if leftovers:
+                removal: dict[str, Any] = {k: None for k in leftovers}
+                for key in reversed(content_path):
+                    removal = {key: removal}
+                self._call(
+                    patch,
+                    name,
+                    namespace,
+                    removal,
+                    field_manager=self._manager,
+                    _content_type=_MERGE,
+                )
+            return ApplyResult("created" if plan.create else "updated", plan.drift)
+
+        return self._run(what, attempt, namespace=namespace, retry_conflict=True)
+
+    def delete_resource_quota(self, namespace: str, name: str) -> bool:
+        def attempt() -> bool:
+            try:
+                self._call(self._core.delete_namespaced_resource_quota, name, namespace)
+            except ApiException as exc:
+                if exc.status == 404:
+                    return False
+                raise
+            return True
+
+        return self._run(f"delete ResourceQuota {namespace}/{name}", attempt)
+
+    # --- nodes -----------------------------------------------------------------------
+
+    def set_node_labels(self, node: str, labels: Mapping[str, str | None]) -> bool:
+        def attempt() -> bool:
+            live = self._read_or_none(self._core.read_node, node)
+            if live is None:
+                raise ObjectMissing("Node", node)
+            current = live["metadata"].get("labels") or {}
+            changes = {k: v for k, v in labels.items() if current.get(k) != v}
+            if not changes:
+                return False
+            body = manifests.node_label_patch(changes)
+            self._call(
+                self._core.patch_node,
+                node,
+                body,
+                field_manager=self._manager,
+                _content_type=_MERGE,
+            )
+            return True
+
+        return self._run(f"label node {node}", attempt)
+
+    # --- jobs ------------------------------------------------------------------------
+
+    def admit_job(
+        self,
+        namespace: str,
+        name: str,
+        node_selector: Mapping[str, str],
+        tolerations: Sequence[Toleration],
+        node_names: Sequence[str] | None = None,
+    ) -> JobInfo:
+        def attempt() -> JobInfo:
+            job = self._read_job(namespace, name)
+            patch = _job_patch(
+                manifests.job_admission_patch, job, node_selector, tolerations, node_names
+            )
+            if not job["spec"].get("suspend"):
+                if patch:  # running, but not the way this admission would run it
+                    raise ObjectConflict(
+                        f"Job {namespace}/{name} is already running"
+                        + (" with another placement" if job_info(job).admitted else "")
+                        + "; suspend it before admitting it again",
+                        retryable=False,
+                    )
+                return job_info(job)
+            return job_info(self._patch_job(namespace, name, patch))
+
+        return self._run(
+            f"admit Job {namespace}/{name}", attempt, namespace=namespace, retry_conflict=True
+        )
+
+    def suspend_job(self, namespace: str, name: str) -> JobInfo:
+        def stop() -> None:
+            job = self._read_job(namespace, name)
+            if not job["spec"].get("suspend"):
+                self._patch_job(namespace, name, manifests.job_suspend_patch(job))
+
+        def restore() -> JobInfo:
+            job = self._read_job(namespace, name)
+            patch = _job_patch(manifests.job_restore_patch, job)
+            if not patch:
+                return job_info(job)
+            try:
+                return job_info(self._patch_job(namespace, name, patch))
+            except ApiException as exc:
+                # Kubernetes accepts template changes only once the Job controller has
+                # seen the suspension (status.startTime cleared); give it a moment.
+                if exc.status == 422:
+                    raise _Retry(exc) from exc
+                raise
+
+        what = f"suspend Job {namespace}/{name}"
+        self._run(what, stop, namespace=namespace, retry_conflict=True)
+        return self._run(what, restore, namespace=namespace, retry_conflict=True)
+
+    def _read_job(self, namespace: str, name: str) -> dict[str, Any]:
+        job = self._read_or_none(self._batch.read_namespaced_job, name, namespace)
+        if job is None:
+            raise ObjectMissing("Job", name, namespace)
+        return job
+
+    def _patch_job(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        return self._dict(
+            self._call(
+                self._batch.patch_namespaced_job,
+                name,
+                namespace,
+                patch,
+                field_manager=self._manager,
+                _content_type=_MERGE,
+            )
+        )
+
+    # --- plumbing --------------------------------------------------------------------
+
+    def _call(self, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return method(*args, _request_timeout=self._timeout, **kwargs)
+
+    def _dict(self, model: Any) -> dict[str, Any]:
+        return self._api.sanitize_for_serialization(model)
+
+    def _read_or_none(self, read: Callable[..., Any], *args: Any) -> dict[str, Any] | None:
+        try:
+            return self._dict(self._call(read, *args))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def _list(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> list[dict]:
+        # Page through big lists so one answer never has to hold every pod of a cluster.
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            page_args = {"limit": _PAGE, **kwargs}
+            if token:
+                page_args["_continue"] = token
+            page = self._dict(self._call(method, *args, **page_args))
+            items.extend(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return items
+
+    def _run(
+        self,
+        what: str,
+        operation: Callable[[], T],
+        *,
+        namespace: str | None = None,
+        retry_conflict: bool = False,
+    ) -> T:
+        """Run ``operation`` (which re-reads what it needs) with bounded retries and turn
+        the final failure into a domain error."""
+        retryable = _TRANSIENT | ({409} if retry_conflict else set())
+        attempts = self._retry.attempts
+        for attempt in range(1, attempts + 1):
+            try:
+                return operation()
+            except GatewayError:
+                raise
+            except _Retry as exc:
+                if attempt == attempts:
+                    raise self._translate(what, exc.cause, attempt, namespace) from exc
+                self._back_off(what, attempt, f"{exc.cause.status} {exc.cause.reason}")
+            except ApiException as exc:
+                # A 410 means a list continue token expired: listing again from the start
+                # is the documented remedy.
+                if (exc.status not in retryable and exc.status != 410) or attempt == attempts:
+                    raise self._translate(what, exc, attempt, namespace) from exc
+                self._back_off(what, attempt, f"{exc.status} {exc.reason}", _retry_after(exc))
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                if attempt == attempts:
+                    raise ClusterUnreachable(
+                        f"{what}: the Kubernetes API at {self.server} did not answer after "
+                        f"{attempts} attempts ({type(exc).__name__}: {exc})"
+                    ) from exc
+                self._back_off(what, attempt, type(exc).__name__)
+        raise AssertionError("unreachable")  # pragma: no cover - the loop always returns
+
+    def _back_off(
+        self, what: str, attempt: int, problem: str, retry_after: float | None = None
+    ) -> None:
+        wait = self._retry.delay(attempt, retry_after)
+        logger.warning(
+            "%s on %s: attempt %d/%d failed (%s); retrying in %.2fs",
+            what,
+            self.server,
+            attempt,
+            self._retry.attempts,
+            problem,
+            wait,
+        )
+        time.sleep(wait)
+
+    def _translate(
+        self, what: str, exc: ApiException, attempts: int, namespace: str | None
+    ) -> GatewayError:
+        status = _status_body(exc)
+        message = status.get("message") or exc.reason or "no details"
+        details = status.get("details") or {}
+        code = exc.status
+        if code == 404 and namespace and details.get("kind") == "namespaces":
+            return NamespaceMissing(
+                namespace,
+                f"{what}: namespace {namespace!r} does not exist on {self.server}; create "
+                "it or fix the tenant's namespace binding",
+            )
+        if code == 409:
+            return ObjectConflict(
+                f"{what}: still conflicting with other writers after {attempts} attempts "
+                f"({message})"
+            )
+        if code in _TRANSIENT:
+            return ClusterUnreachable(
+                f"{what}: the Kubernetes API at {self.server} answered {code} "
+                f"{exc.reason} {attempts} times in a row ({message})"
+            )
+        if code in (401, 403):
+            return GatewayError(
+                f"{what}: the Kubernetes API at {self.server} refused access ({code}: "
+                f"{message}); check Tidegate's credentials and RBAC"
+            )
+        if code == 0:
+            return ClusterUnreachable(f"{what}: cannot talk to {self.server}: {exc.reason}")
+        return GatewayError(f"{what}: the Kubernetes API rejected it ({code}: {message})")
+
+
+def _api_client(configuration: k8s.Configuration) -> k8s.ApiClient:
+    # urllib3 would otherwise retry timeouts on its own, multiplying our timeouts by its
+    # retry count behind our back; retries are ours, bounded and logged in one place.
+    configuration.retries = False
+    api_client = k8s.ApiClient(configuration=configuration)
+    api_client.user_agent = _USER_AGENT
+    return api_client
+
+
+def _job_patch(builder: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
+    try:
+        return builder(*args)
+    except ValueError as exc:  # an unreadable original-scheduling annotation
+        raise GatewayError(str(exc)) from exc
+
+
+def _status_body(exc: ApiException) -> dict[str, Any]:
+    try:
+        body = json.loads(exc.body) if exc.body else {}
+    except (TypeError, ValueError):
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def _retry_after(exc: ApiException) -> float | None:
+    value = (exc.headers or {}).get("Retry-After") if exc.headers else None
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None

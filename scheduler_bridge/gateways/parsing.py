@@ -1,0 +1,136 @@
+"""Kubernetes-shaped dicts (camelCase JSON) to the gateway dataclasses.
+
+Both gateways hold or receive objects in Kubernetes' JSON shape, so one parser serves
+both and the simulated cluster cannot drift from what the real one reports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from .base import ORIGINAL_SCHEDULING_ANNOTATION, JobInfo, NodeInfo, PodInfo, Taint, is_gpu_resource
+from .quantity import resource_amounts
+
+
+def parse_time(value: Any) -> datetime | None:
+    """An RFC 3339 timestamp (or datetime) as an aware UTC datetime."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, datetime):
+        moment = value
+    else:
+        moment = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC)
+
+
+def node_info(node: Mapping[str, Any]) -> NodeInfo:
+    meta, spec, status = node.get("metadata", {}), node.get("spec", {}), node.get("status", {})
+    taints = tuple(
+        Taint(key=t.get("key", ""), effect=t.get("effect", ""), value=t.get("value") or "")
+        for t in spec.get("taints") or []
+    )
+    return NodeInfo(
+        name=meta["name"],
+        labels=dict(meta.get("labels") or {}),
+        allocatable=resource_amounts(status.get("allocatable")),
+        capacity=resource_amounts(status.get("capacity")),
+        unschedulable=bool(spec.get("unschedulable", False)),
+        taints=taints,
+    )
+
+
+def _container_requests(container: Mapping[str, Any]) -> dict[str, int]:
+    resources = container.get("resources") or {}
+    # An extended resource given only as a limit is requested at that limit.
+    merged = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+    return {k: v for k, v in resource_amounts(merged).items() if is_gpu_resource(k)}
+
+
+def _add(total: dict[str, int], more: Mapping[str, int]) -> None:
+    for key, amount in more.items():
+        total[key] = total.get(key, 0) + amount
+
+
+def gpu_requests(pod_spec: Mapping[str, Any]) -> dict[str, int]:
+    """GPU and MIG resources a pod holds: the sum over its containers (and restartable
+    sidecar init containers), or the largest plain init container if that is more,
+    because init containers run one at a time before the rest."""
+    running: dict[str, int] = {}
+    for container in pod_spec.get("containers") or []:
+        _add(running, _container_requests(container))
+    init_peak: dict[str, int] = {}
+    for container in pod_spec.get("initContainers") or []:
+        requests = _container_requests(container)
+        if container.get("restartPolicy") == "Always":
+            _add(running, requests)
+            continue
+        for key, amount in requests.items():
+            init_peak[key] = max(init_peak.get(key, 0), amount)
+    for key, amount in init_peak.items():
+        running[key] = max(running.get(key, 0), amount)
+    return {k: v for k, v in sorted(running.items()) if v > 0}
+
+
+def _finished_at(statuses: Iterable[Mapping[str, Any]]) -> datetime | None:
+    times = [
+        parse_time(((s.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+        for s in statuses
+    ]
+    present = [t for t in times if t is not None]
+    return max(present) if present else None
+
+
+def pod_info(pod: Mapping[str, Any]) -> PodInfo:
+    meta, spec, status = pod.get("metadata", {}), pod.get("spec", {}), pod.get("status", {})
+    phase = status.get("phase") or "Pending"
+    job_name = next(
+        (o.get("name") for o in meta.get("ownerReferences") or [] if o.get("kind") == "Job"),
+        None,
+    )
+    finished = None
+    if phase in ("Succeeded", "Failed"):
+        finished = _finished_at(status.get("containerStatuses") or [])
+    return PodInfo(
+        uid=meta.get("uid", ""),
+        name=meta["name"],
+        namespace=meta.get("namespace", ""),
+        node_name=spec.get("nodeName") or None,
+        phase=phase,
+        gpu_requests=gpu_requests(spec),
+        started_at=parse_time(status.get("startTime")),
+        finished_at=finished,
+        job_name=job_name,
+        labels=dict(meta.get("labels") or {}),
+    )
+
+
+def job_info(job: Mapping[str, Any]) -> JobInfo:
+    meta, spec, status = job.get("metadata", {}), job.get("spec", {}), job.get("status", {})
+    pod_spec = (spec.get("template") or {}).get("spec") or {}
+    conditions = {c.get("type"): c.get("status") == "True" for c in status.get("conditions") or []}
+    failed = conditions.get("Failed", False)
+    annotations = dict(meta.get("annotations") or {})
+    completions = spec.get("completions")
+    return JobInfo(
+        namespace=meta.get("namespace", ""),
+        name=meta["name"],
+        uid=meta.get("uid", ""),
+        suspended=bool(spec.get("suspend", False)),
+        labels=dict(meta.get("labels") or {}),
+        annotations=annotations,
+        node_selector=dict(pod_spec.get("nodeSelector") or {}),
+        tolerations=tuple(dict(t) for t in pod_spec.get("tolerations") or []),
+        requests_per_pod=gpu_requests(pod_spec),
+        parallelism=int(spec.get("parallelism", 1)),
+        completions=int(completions) if completions is not None else None,
+        priority_class_name=pod_spec.get("priorityClassName"),
+        created_at=parse_time(meta.get("creationTimestamp")),
+        finished=failed or conditions.get("Complete", False),
+        failed=failed,
+        admitted=ORIGINAL_SCHEDULING_ANNOTATION in annotations,
+        resource_version=str(meta.get("resourceVersion", "")),
+    )

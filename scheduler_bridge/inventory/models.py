@@ -1,0 +1,136 @@
+"""Clusters, their nodes as inventory last saw them, and the GPU flavours found on them."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+from tenants.models import DNS1123_LABEL
+
+
+class Cluster(models.Model):
+    """A Kubernetes cluster (or a simulated one) that Tidegate manages.
+
+    No credentials live here: a cluster names a kubeconfig file (or an environment variable
+    holding its path) and a context, or uses the in-cluster service account.
+    """
+
+    class Gateway(models.TextChoices):
+        KUBERNETES = "kubernetes", _("Kubernetes API")
+        SIMULATED = "simulated", _("Simulated (in process)")
+
+    class Status(models.TextChoices):
+        NEW = "new", _("Not synced yet")
+        OK = "ok", _("OK")
+        ERROR = "error", _("Error")
+
+    name = models.CharField(max_length=63, unique=True, validators=[DNS1123_LABEL])
+    display_name = models.CharField(max_length=200, blank=True)
+    gateway = models.CharField(max_length=16, choices=Gateway.choices, default=Gateway.KUBERNETES)
+    kubeconfig_path = models.CharField(max_length=500, blank=True)
+    kubeconfig_env = models.CharField(
+        max_length=100, blank=True, help_text=_("Environment variable holding a kubeconfig path")
+    )
+    kube_context = models.CharField(max_length=200, blank=True)
+    in_cluster = models.BooleanField(default=False)
+    mig_config_namespace = models.CharField(
+        max_length=63, default="gpu-operator", validators=[DNS1123_LABEL]
+    )
+    topology_label = models.CharField(max_length=200, default="nvidia.com/gpu.clique")
+    prometheus_url = models.URLField(blank=True)
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.NEW)
+    status_message = models.TextField(blank=True)
+    last_synced_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def connection(self) -> dict[str, object]:
+        """Keyword arguments for `gateway_for` (paths and names only, never secrets)."""
+        if self.gateway == self.Gateway.SIMULATED:
+            return {"name": self.name}
+        connection: dict[str, object] = {}
+        if self.in_cluster:
+            connection["in_cluster"] = True
+        elif self.kubeconfig_env:
+            connection["kubeconfig_env"] = self.kubeconfig_env
+        elif self.kubeconfig_path:
+            connection["kubeconfig"] = self.kubeconfig_path
+        if self.kube_context and not self.in_cluster:
+            connection["context"] = self.kube_context
+        return connection
+
+
+class Node(models.Model):
+    """A node as the last inventory sync saw it."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="nodes")
+    name = models.CharField(max_length=253)
+    labels = models.JSONField(default=dict)
+    allocatable = models.JSONField(default=dict)
+    product = models.CharField(max_length=120, blank=True)
+    gpu_count = models.PositiveIntegerField(default=0)
+    gpu_memory_mib = models.PositiveIntegerField(null=True, blank=True)
+    mig_capable = models.BooleanField(default=False)
+    mig_strategy = models.CharField(max_length=8, blank=True)
+    mig_config = models.CharField(max_length=200, blank=True)
+    mig_config_state = models.CharField(max_length=32, blank=True)
+    # One entry per GPU index: a list of MIG profile names, or null for a whole GPU.
+    gpu_layouts = models.JSONField(default=list)
+    # GPU and MIG resources requested by pods running on the node.
+    busy = models.JSONField(default=dict)
+    topology_domain = models.CharField(max_length=200, blank=True)
+    unschedulable = models.BooleanField(default=False)
+    # An admin pin: the layout the MIG planner must keep (same shape as gpu_layouts).
+    pinned_layout = models.JSONField(null=True, blank=True)
+    # What Tidegate last asked MIG Manager for, and whether a failure was reported.
+    mig_requested_config = models.CharField(max_length=200, blank=True)
+    mig_requested_layouts = models.JSONField(null=True, blank=True)
+    mig_request_open = models.BooleanField(default=False)
+    # A failed request is reported once; the node is then left alone until an admin pins it.
+    mig_failure_reported = models.BooleanField(default=False)
+    present = models.BooleanField(default=True)
+    last_seen_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["cluster__name", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "name"], name="node_cluster_name_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name}/{self.name}"
+
+
+class Flavour(models.Model):
+    """A schedulable GPU resource on a cluster: a whole GPU of a product, or a MIG profile."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="flavours")
+    name = models.CharField(max_length=120)
+    product = models.CharField(max_length=120)
+    resource_name = models.CharField(max_length=120)
+    mig_profile = models.CharField(max_length=40, blank=True)
+    gpu_equivalent = models.DecimalField(max_digits=6, decimal_places=4, default=Decimal("1"))
+    capacity = models.PositiveIntegerField(default=0)
+    node_selector = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["cluster__name", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "name"], name="flavour_cluster_name_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name}/{self.name}"
+
+    @property
+    def is_mig(self) -> bool:
+        return bool(self.mig_profile)

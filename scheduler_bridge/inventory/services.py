@@ -1,0 +1,235 @@
+"""Inventory sync: nodes, their GPUs and MIG state, and the flavours found on them."""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass
+from decimal import Decimal
+
+from django.db import transaction
+from django.utils import timezone
+
+from scheduler_bridge.gateways import ClusterGateway, GatewayConfigError, GatewayError, NodeInfo
+from scheduler_bridge.gateways.base import GPU_RESOURCE, PodInfo
+from scheduler_bridge.inventory.catalogue import (
+    GpuProduct,
+    mig_profile_name_from_resource,
+    product_and_profile_from_gfd_label,
+    profile_by_name,
+)
+from scheduler_bridge.inventory.connection import gateway_for_cluster
+from scheduler_bridge.inventory.layouts import derive_gpu_layouts, layout_from_json, layout_to_json
+from scheduler_bridge.inventory.models import Cluster, Flavour, Node
+
+logger = logging.getLogger(__name__)
+
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+COUNT_LABEL = "nvidia.com/gpu.count"
+MEMORY_LABEL = "nvidia.com/gpu.memory"
+MIG_CAPABLE_LABEL = "nvidia.com/mig.capable"
+MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+MIG_STATE_LABEL = "nvidia.com/mig.config.state"
+
+
+@dataclass(frozen=True)
+class FlavourSpec:
+    name: str
+    product: str
+    resource_name: str
+    mig_profile: str
+    gpu_equivalent: Decimal
+    node_selector: tuple[tuple[str, str], ...]
+
+
+@dataclass
+class InventoryResult:
+    nodes: int = 0
+    gpus: int = 0
+    flavours: int = 0
+    removed_nodes: int = 0
+
+
+def flavour_name(product: GpuProduct, mig_profile: str | None) -> str:
+    """`h100-80gb` for whole GPUs, `h100-80gb-mig-1g.10gb` for a MIG profile."""
+    base = product.name.lower()
+    return f"{base}-mig-{mig_profile.replace('+', '.')}" if mig_profile else base
+
+
+def flavours_of_node(node: NodeInfo) -> dict[FlavourSpec, int]:
+    """The flavours a node offers and how many of each (its allocatable amount)."""
+    label = node.labels.get(PRODUCT_LABEL)
+    if not label:
+        return {}
+    memory = _int(node.labels.get(MEMORY_LABEL))
+    product, single_profile = product_and_profile_from_gfd_label(label, memory)
+    selector = ((PRODUCT_LABEL, label),)
+    found: dict[FlavourSpec, int] = {}
+    for resource, amount in node.allocatable.items():
+        if amount <= 0:
+            continue
+        profile_name: str | None = None
+        if resource == GPU_RESOURCE:
+            # Under the `single` strategy MIG devices appear as nvidia.com/gpu.
+            profile_name = single_profile.name if single_profile else None
+        else:
+            profile_name = mig_profile_name_from_resource(resource)
+            if profile_name is None:
+                continue
+            if product.mig_capable:
+                profile_name = profile_by_name(product, profile_name).name
+        equivalent = (
+            Decimal(profile_by_name(product, profile_name).compute_slices) / Decimal(7)
+            if profile_name and product.mig_capable
+            else Decimal(1)
+        )
+        spec = FlavourSpec(
+            name=flavour_name(product, profile_name),
+            product=product.name,
+            resource_name=resource,
+            mig_profile=profile_name or "",
+            gpu_equivalent=equivalent.quantize(Decimal("0.0001")),
+            node_selector=selector,
+        )
+        found[spec] = found.get(spec, 0) + amount
+    return found
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _busy_by_node(pods: list[PodInfo]) -> dict[str, dict[str, int]]:
+    busy: dict[str, dict[str, int]] = defaultdict(dict)
+    for pod in pods:
+        if pod.node_name and pod.phase in ("Pending", "Running"):
+            for resource, amount in pod.gpu_requests.items():
+                busy[pod.node_name][resource] = busy[pod.node_name].get(resource, 0) + amount
+    return busy
+
+
+def _node_layouts(existing: Node | None, info: NodeInfo, product: GpuProduct, count: int) -> list:
+    config = info.labels.get(MIG_CONFIG_LABEL, "")
+    state = info.labels.get(MIG_STATE_LABEL, "")
+    if (
+        existing is not None
+        and existing.mig_requested_layouts is not None
+        and existing.mig_requested_config == config
+        and state == "success"
+    ):
+        return list(existing.mig_requested_layouts)
+    layouts = derive_gpu_layouts(product, count, info.allocatable)
+    return [layout_to_json(layout) for layout in layouts]
+
+
+def inventory_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> InventoryResult:
+    """Read nodes and GPU pods from the cluster and store them; derive its flavours.
+
+    Records the outcome on the cluster (status, message, time). Raises GatewayConfigError
+    for settings that cannot work and ClusterUnreachable after bounded retries; the
+    cluster's status says so either way, and other clusters are unaffected.
+    """
+    try:
+        gateway = gateway or gateway_for_cluster(cluster)
+        infos = gateway.list_nodes()
+        pods = gateway.list_gpu_pods()
+    except GatewayError as error:
+        _mark_cluster(cluster, Cluster.Status.ERROR, str(error))
+        raise
+    now = timezone.now()
+    result = InventoryResult()
+    busy = _busy_by_node(pods)
+    flavour_totals: dict[FlavourSpec, int] = {}
+    with transaction.atomic():
+        existing = {n.name: n for n in Node.objects.select_for_update().filter(cluster=cluster)}
+        for info in infos:
+            label = info.labels.get(PRODUCT_LABEL)
+            node = existing.get(info.name) or Node(cluster=cluster, name=info.name)
+            memory = _int(info.labels.get(MEMORY_LABEL))
+            count = _int(info.labels.get(COUNT_LABEL)) or 0
+            product = product_and_profile_from_gfd_label(label, memory)[0] if label else None
+            node.labels = dict(info.labels)
+            node.allocatable = dict(info.allocatable)
+            node.product = product.name if product else ""
+            node.gpu_count = count
+            node.gpu_memory_mib = memory
+            node.mig_capable = info.labels.get(MIG_CAPABLE_LABEL) == "true"
+            node.mig_strategy = info.labels.get(MIG_STRATEGY_LABEL, "")
+            node.mig_config = info.labels.get(MIG_CONFIG_LABEL, "")
+            node.mig_config_state = info.labels.get(MIG_STATE_LABEL, "")
+            node.gpu_layouts = (
+                _node_layouts(existing.get(info.name), info, product, count) if product else []
+            )
+            node.busy = busy.get(info.name, {})
+            node.topology_domain = info.labels.get(cluster.topology_label, "")
+            node.unschedulable = info.unschedulable
+            node.present = True
+            node.last_seen_at = now
+            node.save()
+            result.nodes += 1
+            result.gpus += count
+            for spec, amount in flavours_of_node(info).items():
+                flavour_totals[spec] = flavour_totals.get(spec, 0) + amount
+        gone = [n for name, n in existing.items() if name not in {i.name for i in infos}]
+        for node in gone:
+            if node.present:
+                node.present = False
+                node.save(update_fields=["present"])
+                result.removed_nodes += 1
+        result.flavours = _store_flavours(cluster, flavour_totals)
+        _mark_cluster(cluster, Cluster.Status.OK, f"{result.nodes} nodes, {result.gpus} GPUs")
+    return result
+
+
+def _store_flavours(cluster: Cluster, totals: dict[FlavourSpec, int]) -> int:
+    by_name: dict[str, tuple[FlavourSpec, int]] = {}
+    for spec, amount in totals.items():
+        known = by_name.get(spec.name)
+        by_name[spec.name] = (spec, amount + (known[1] if known else 0))
+    seen = set()
+    for name, (spec, amount) in by_name.items():
+        Flavour.objects.update_or_create(
+            cluster=cluster,
+            name=name,
+            defaults={
+                "product": spec.product,
+                "resource_name": spec.resource_name,
+                "mig_profile": spec.mig_profile,
+                "gpu_equivalent": spec.gpu_equivalent,
+                "capacity": amount,
+                "node_selector": dict(spec.node_selector),
+            },
+        )
+        seen.add(name)
+    # Flavours no node offers any more keep their quotas (history) but have no capacity.
+    Flavour.objects.filter(cluster=cluster).exclude(name__in=seen).update(capacity=0)
+    return len(seen)
+
+
+def _mark_cluster(cluster: Cluster, status: str, message: str) -> None:
+    cluster.status = status
+    cluster.status_message = message[:2000]
+    cluster.last_synced_at = timezone.now()
+    Cluster.objects.filter(pk=cluster.pk).update(
+        status=status, status_message=cluster.status_message, last_synced_at=cluster.last_synced_at
+    )
+
+
+def node_layouts(node: Node) -> list:
+    """The node's per-GPU layouts as MigLayout objects."""
+    return [layout_from_json(entry) for entry in node.gpu_layouts]
+
+
+__all__ = [
+    "GatewayConfigError",
+    "InventoryResult",
+    "flavour_name",
+    "flavours_of_node",
+    "inventory_sync",
+    "logger",
+    "node_layouts",
+]

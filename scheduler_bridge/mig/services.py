@@ -1,0 +1,241 @@
+"""MIG layouts for a cluster: plan (dry run), then reconcile through MIG Manager.
+
+Demand per profile is what the top-level MIG guarantees promise (children's guarantees
+are carved out of their parents', so the top level is the whole promise) plus pending
+queue work asking for MIG slices; whole-GPU guarantees are demand for GPUs left whole.
+Reconciling writes Tidegate's mig-parted ConfigMap, labels each changed node with its
+config, and on later runs follows `nvidia.com/mig.config.state` to success or failure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core.mail import send_mail
+from django.db import transaction
+from django.db.models import Sum
+from django.utils import timezone
+
+from scheduler_bridge.gateways import ClusterGateway
+from scheduler_bridge.gateways.manifests import (
+    MIG_CONFIG_MAP_NAME,
+    MigDeviceGroup,
+    managed_labels,
+    mig_config_map,
+    node_mig_config_labels,
+)
+from scheduler_bridge.inventory.catalogue import UnknownGpuProduct, product_by_name
+from scheduler_bridge.inventory.connection import gateway_for_cluster
+from scheduler_bridge.inventory.layouts import busy_gpu_flags, layout_from_json, layout_to_json
+from scheduler_bridge.inventory.models import Cluster, Node
+from scheduler_bridge.mig.layouts import MigLayout
+from scheduler_bridge.mig.planner import GpuState, MigDemand, MigPlan, NodePin, plan_mig_layouts
+from scheduler_bridge.quotas.models import Quota
+from tenants.audit import audit_record
+
+logger = logging.getLogger(__name__)
+
+IN_FLIGHT_STATES = {"pending", "rebooting"}
+CONFIG_PREFIX = "tidegate-"
+
+
+@dataclass
+class ReconcileResult:
+    requested: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    in_flight: int = 0
+    plan: MigPlan | None = None
+    failures: list[str] = field(default_factory=list)
+
+
+def mig_demand(cluster: Cluster) -> MigDemand:
+    """MIG instances and whole GPUs the cluster should offer (see the module doc)."""
+    rows = (
+        Quota.objects.filter(flavour__cluster=cluster, tenant__parent__isnull=True)
+        .values("flavour__product", "flavour__mig_profile")
+        .annotate(total=Sum("guaranteed"))
+    )
+    instances: dict[tuple[str, str], int] = defaultdict(int)
+    whole: dict[str, int] = defaultdict(int)
+    for row in rows:
+        if row["flavour__mig_profile"]:
+            instances[(row["flavour__product"], row["flavour__mig_profile"])] += row["total"]
+        else:
+            whole[row["flavour__product"]] += row["total"]
+    for (product, profile), count in pending_mig_demand(cluster).items():
+        instances[(product, profile)] += count
+    return MigDemand(instances=dict(instances), whole_gpus=dict(whole))
+
+
+def pending_mig_demand(cluster: Cluster) -> dict[tuple[str, str], int]:
+    """MIG slices that pending queue work on `cluster` waits for, per (product, profile)."""
+    del cluster
+    return {}
+
+
+def _plannable_nodes(cluster: Cluster) -> list[Node]:
+    nodes = Node.objects.filter(cluster=cluster, present=True, mig_capable=True).order_by("name")
+    return [
+        n
+        for n in nodes
+        if n.mig_config_state not in IN_FLIGHT_STATES and not n.mig_failure_reported
+    ]
+
+
+def _gpu_states(nodes: list[Node]) -> tuple[list[GpuState], dict[str, NodePin]]:
+    gpus: list[GpuState] = []
+    pins: dict[str, NodePin] = {}
+    for node in nodes:
+        try:
+            product = product_by_name(node.product)
+        except UnknownGpuProduct:
+            continue
+        layouts = [layout_from_json(entry) for entry in node.gpu_layouts]
+        for index, (layout, busy) in enumerate(
+            zip(layouts, busy_gpu_flags(layouts, node.busy), strict=True)
+        ):
+            gpus.append(GpuState(node.name, index, product, layout, busy))
+        if node.pinned_layout is not None:
+            pins[node.name] = NodePin(
+                per_gpu={i: layout_from_json(entry) for i, entry in enumerate(node.pinned_layout)}
+            )
+    return gpus, pins
+
+
+def mig_plan(cluster: Cluster) -> MigPlan:
+    """The plan for `cluster` as of the last inventory sync; writes nothing (dry run)."""
+    gpus, pins = _gpu_states(_plannable_nodes(cluster))
+    return plan_mig_layouts(gpus, mig_demand(cluster), pins)
+
+
+def config_name(node: str, layouts: list[Any]) -> str:
+    """A stable name per (node, layouts): the same plan maps to the same config."""
+    digest = hashlib.sha256(json.dumps(layouts, sort_keys=True).encode()).hexdigest()[:8]
+    return f"{CONFIG_PREFIX}{node}-{digest}"[:63]
+
+
+def device_groups(layouts: list[MigLayout]) -> list[MigDeviceGroup]:
+    """mig-parted entries for one node: GPUs with equal profile counts grouped."""
+    groups: dict[tuple[bool, tuple[tuple[str, int], ...]], list[int]] = {}
+    for index, layout in enumerate(layouts):
+        key = (layout.mig_enabled, tuple(sorted(layout.counts().items())))
+        groups.setdefault(key, []).append(index)
+    return [
+        MigDeviceGroup(devices=tuple(indexes), mig_enabled=enabled, mig_devices=dict(counts))
+        for (enabled, counts), indexes in groups.items()
+    ]
+
+
+def tidegate_configs(cluster: Cluster) -> dict[str, list[MigDeviceGroup]]:
+    """Every mig-parted config Tidegate has asked for on `cluster` (one per node)."""
+    configs: dict[str, list[MigDeviceGroup]] = {}
+    for node in (
+        Node.objects.filter(cluster=cluster).exclude(mig_requested_config="").order_by("name")
+    ):
+        layouts = [layout_from_json(entry) for entry in node.mig_requested_layouts or []]
+        configs[node.mig_requested_config] = device_groups(layouts)
+    return configs
+
+
+def mig_config_manifest(cluster: Cluster) -> dict[str, Any]:
+    return mig_config_map(cluster.mig_config_namespace, tidegate_configs(cluster))
+
+
+def _follow_up(cluster: Cluster, result: ReconcileResult) -> None:
+    """Check open requests: success closes them (inventory already adopted the layouts),
+    failure is reported once and leaves the node alone until an admin pins it."""
+    for node in Node.objects.filter(cluster=cluster, mig_request_open=True):
+        if node.mig_config != node.mig_requested_config:
+            continue
+        if node.mig_config_state in IN_FLIGHT_STATES:
+            result.in_flight += 1
+        elif node.mig_config_state == "success":
+            node.mig_request_open = False
+            node.save(update_fields=["mig_request_open"])
+            result.succeeded += 1
+        elif node.mig_config_state == "failed":
+            result.failed += 1
+            _report_failure(cluster, node)
+            result.failures.append(node.name)
+
+
+def _report_failure(cluster: Cluster, node: Node) -> None:
+    message = (
+        f"MIG Manager failed to apply {node.mig_config} on {cluster.name}/{node.name}. "
+        "The node keeps its previous layout; check the mig-manager pod's log on that node, "
+        "then pin or fix the node and Tidegate will try again."
+    )
+    with transaction.atomic():
+        node.mig_failure_reported = True
+        node.mig_request_open = False
+        node.save(update_fields=["mig_failure_reported", "mig_request_open"])
+        audit_record(
+            actor=None,
+            action="action",
+            instance=node,
+            before=None,
+            after={"mig_config": node.mig_config, "state": "failed"},
+            message=message,
+        )
+        admins = get_user_model().objects.filter(is_staff=True, is_active=True).exclude(email="")
+        recipients = list(admins.values_list("email", flat=True))
+        if recipients:
+            transaction.on_commit(
+                lambda: send_mail(
+                    f"Tidegate: MIG reconfiguration failed on {node.name}",
+                    message,
+                    None,
+                    recipients,
+                    fail_silently=True,
+                )
+            )
+
+
+def mig_reconcile(cluster: Cluster, gateway: ClusterGateway | None = None) -> ReconcileResult:
+    """Follow up on earlier requests, plan, and request the changed layouts.
+
+    The ConfigMap is written before any node label points at a config in it, so MIG
+    Manager never looks for a config that does not exist yet.
+    """
+    from scheduler_bridge.inventory.services import inventory_sync
+
+    gateway = gateway or gateway_for_cluster(cluster)
+    inventory_sync(cluster, gateway)
+    result = ReconcileResult()
+    _follow_up(cluster, result)
+    plan = mig_plan(cluster)
+    result.plan = plan
+    changed_nodes = plan.nodes_to_reconfigure
+    with transaction.atomic():
+        for name in changed_nodes:
+            node = Node.objects.select_for_update().get(cluster=cluster, name=name)
+            layouts = [layout_to_json(g.target) for g in plan.node(name)]
+            node.mig_requested_config = config_name(name, layouts)
+            node.mig_requested_layouts = layouts
+            node.mig_request_open = True
+            node.save(
+                update_fields=["mig_requested_config", "mig_requested_layouts", "mig_request_open"]
+            )
+    if tidegate_configs(cluster):
+        # Idempotent: also restores the ConfigMap if somebody edited or deleted it.
+        gateway.apply_config_map(
+            cluster.mig_config_namespace,
+            MIG_CONFIG_MAP_NAME,
+            mig_config_manifest(cluster)["data"],
+            managed_labels(),
+        )
+    for name in changed_nodes:
+        node = Node.objects.get(cluster=cluster, name=name)
+        gateway.set_node_labels(name, node_mig_config_labels(node.mig_requested_config))
+        result.requested += 1
+    Node.objects.filter(cluster=cluster, name__in=changed_nodes).update(
+        mig_config_state="pending", last_seen_at=timezone.now()
+    )
+    return result

@@ -1,0 +1,166 @@
+"""ResourceQuota sync: make `tidegate-gpu` in every bound namespace say what the rule says.
+
+The rule itself is pure (`resource_quota.py`); this module gathers its inputs from the
+database and the cluster, applies through the gateway, and records what happened.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from django.db.models import Sum
+from django.utils import timezone
+
+from scheduler_bridge.gateways import (
+    ClusterGateway,
+    ClusterUnreachable,
+    GatewayError,
+    NamespaceMissing,
+)
+from scheduler_bridge.gateways.base import MANAGED_BY_LABEL, TENANT_LABEL
+from scheduler_bridge.inventory.connection import gateway_for_cluster
+from scheduler_bridge.inventory.models import Cluster, Flavour
+from scheduler_bridge.quotas.models import Quota
+from scheduler_bridge.quotas.resource_quota import (
+    QUOTA_NAME,
+    TenantNamespaces,
+    desired_hard_limits,
+)
+from tenants.audit import audit_record
+from tenants.models import NamespaceBinding
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class QuotaSyncResult:
+    namespaces: int = 0
+    created: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    drift_repaired: int = 0
+    missing: list[str] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def writes(self) -> int:
+        return self.created + self.updated
+
+
+def lent_by_queue(cluster: Cluster) -> dict[int, dict[str, int]]:
+    """GPUs the admission queue currently lends each tenant, per resource name."""
+    from scheduler_bridge.workloads.selectors import borrowed_by_tenant
+
+    return borrowed_by_tenant(cluster)
+
+
+def desired_quotas(
+    cluster: Cluster, bindings: list[NamespaceBinding], used: dict[str, dict[str, int]]
+) -> dict[str, dict[str, str]]:
+    """`spec.hard` per bound namespace of `cluster` (the inputs of the pure rule)."""
+    flavours = Flavour.objects.filter(cluster=cluster)
+    resources = set(flavours.filter(capacity__gt=0).values_list("resource_name", flat=True))
+    guaranteed: dict[int, dict[str, int]] = defaultdict(dict)
+    rows = (
+        Quota.objects.filter(flavour__cluster=cluster)
+        .values("tenant_id", "flavour__resource_name")
+        .annotate(total=Sum("guaranteed"))
+    )
+    for row in rows:
+        resources.add(row["flavour__resource_name"])
+        guaranteed[row["tenant_id"]][row["flavour__resource_name"]] = int(row["total"])
+    for tenant_id, lent in lent_by_queue(cluster).items():
+        for resource, amount in lent.items():
+            resources.add(resource)
+            guaranteed[tenant_id][resource] = guaranteed[tenant_id].get(resource, 0) + amount
+    by_tenant: dict[int, list[str]] = defaultdict(list)
+    slugs: dict[int, str] = {}
+    for binding in bindings:
+        by_tenant[binding.tenant_id].append(binding.namespace)
+        slugs[binding.tenant_id] = binding.tenant.slug
+    tenants = [
+        TenantNamespaces(slugs[tid], tuple(namespaces), guaranteed.get(tid, {}))
+        for tid, namespaces in by_tenant.items()
+    ]
+    return desired_hard_limits(tenants, used, resources)
+
+
+def used_by_namespace(gateway: ClusterGateway) -> dict[str, dict[str, int]]:
+    used: dict[str, dict[str, int]] = defaultdict(dict)
+    for pod in gateway.list_gpu_pods():
+        if pod.phase in ("Pending", "Running"):
+            for resource, amount in pod.gpu_requests.items():
+                used[pod.namespace][resource] = used[pod.namespace].get(resource, 0) + amount
+    return used
+
+
+def quota_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> QuotaSyncResult:
+    """Apply the ResourceQuota of every namespace bound on `cluster`.
+
+    Idempotent: a namespace whose quota already matches costs no write call. A quota
+    edited or deleted by hand is restored and an audit event says so. A bound namespace
+    missing from the cluster marks its binding instead of failing the run; any other
+    error of one namespace is recorded on its binding. Raises ClusterUnreachable (after
+    the gateway's retries) when the cluster does not answer at all.
+    """
+    gateway = gateway or gateway_for_cluster(cluster)
+    bindings = list(
+        NamespaceBinding.objects.filter(cluster_name=cluster.name)
+        .select_related("tenant")
+        .order_by("namespace")
+    )
+    desired = desired_quotas(cluster, bindings, used_by_namespace(gateway))
+    result = QuotaSyncResult(namespaces=len(bindings))
+    now = timezone.now()
+    for binding in bindings:
+        labels = {MANAGED_BY_LABEL: "tidegate", TENANT_LABEL: binding.tenant.slug}
+        try:
+            applied = gateway.apply_resource_quota(
+                binding.namespace,
+                QUOTA_NAME,
+                desired[binding.namespace],
+                labels,
+                expect_existing=binding.sync_state == NamespaceBinding.SyncState.OK,
+            )
+        except NamespaceMissing:
+            result.missing.append(binding.namespace)
+            _mark(
+                binding,
+                NamespaceBinding.SyncState.NAMESPACE_MISSING,
+                f"namespace {binding.namespace} does not exist in cluster {cluster.name}",
+                now,
+            )
+            continue
+        except ClusterUnreachable:
+            raise
+        except GatewayError as error:
+            result.errors[binding.namespace] = str(error)
+            _mark(binding, NamespaceBinding.SyncState.ERROR, str(error), now)
+            continue
+        setattr(result, applied.action, getattr(result, applied.action) + 1)
+        if applied.drift_repaired:
+            result.drift_repaired += 1
+            audit_record(
+                actor=None,
+                action="action",
+                instance=binding,
+                before=None,
+                after={"hard": dict(desired[binding.namespace])},
+                source="system",
+                message=(
+                    f"restored ResourceQuota {binding.namespace}/{QUOTA_NAME} on "
+                    f"{cluster.name}: " + "; ".join(applied.drift)
+                ),
+            )
+        _mark(binding, NamespaceBinding.SyncState.OK, f"quota {applied.action}", now)
+    logger.info("quota sync of %s: %s", cluster.name, result)
+    return result
+
+
+def _mark(binding: NamespaceBinding, state: str, message: str, now: object) -> None:
+    NamespaceBinding.objects.filter(pk=binding.pk).update(
+        sync_state=state, sync_message=message[:2000], synced_at=now
+    )
+    binding.sync_state = state

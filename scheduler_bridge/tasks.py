@@ -1,0 +1,115 @@
+"""Celery tasks of the scheduler bridge: thin, take ids, idempotent, retry on transient errors.
+
+Each `*_all` task fans out one task per cluster, so one broken cluster never stops the
+others.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+
+from scheduler_bridge.gateways import ClusterUnreachable, GatewayError
+from scheduler_bridge.inventory.models import Cluster
+
+logger = logging.getLogger(__name__)
+
+# Clusters that do not answer are retried with exponential backoff; bad settings are not
+# (they are recorded on the cluster for an admin to fix).
+retrying_task = shared_task(
+    autoretry_for=(ClusterUnreachable,),
+    retry_backoff=5,
+    retry_backoff_max=300,
+    retry_jitter=True,
+    max_retries=5,
+)
+
+
+def _cluster(cluster_id: int) -> Cluster | None:
+    return Cluster.objects.filter(pk=cluster_id).first()
+
+
+@retrying_task
+def inventory_sync(cluster_id: int) -> dict[str, int] | None:
+    """Sync nodes and flavours of one cluster, then its quotas (capacity may have changed)."""
+    from scheduler_bridge.inventory.services import inventory_sync as sync
+
+    cluster = _cluster(cluster_id)
+    if cluster is None:
+        return None
+    try:
+        result = sync(cluster)
+    except ClusterUnreachable:
+        raise
+    except GatewayError as error:  # bad settings: recorded on the cluster, no retry
+        logger.warning("inventory sync of %s failed: %s", cluster.name, error)
+        return None
+    return {"nodes": result.nodes, "gpus": result.gpus, "flavours": result.flavours}
+
+
+@shared_task
+def inventory_sync_all() -> int:
+    ids = list(Cluster.objects.values_list("pk", flat=True))
+    for cluster_id in ids:
+        inventory_sync.delay(cluster_id)
+    return len(ids)
+
+
+@retrying_task
+def quota_sync(cluster_id: int) -> dict[str, int] | None:
+    """Apply the ResourceQuotas of every namespace bound on one cluster."""
+    from scheduler_bridge.quotas.sync import quota_sync as sync
+
+    cluster = _cluster(cluster_id)
+    if cluster is None:
+        return None
+    try:
+        result = sync(cluster)
+    except ClusterUnreachable:
+        raise
+    except GatewayError as error:
+        Cluster.objects.filter(pk=cluster.pk).update(status="error", status_message=str(error))
+        logger.warning("quota sync of %s failed: %s", cluster.name, error)
+        return None
+    return {
+        "namespaces": result.namespaces,
+        "writes": result.writes,
+        "drift_repaired": result.drift_repaired,
+        "missing": len(result.missing),
+    }
+
+
+@shared_task
+def quota_sync_all() -> int:
+    ids = list(Cluster.objects.values_list("pk", flat=True))
+    for cluster_id in ids:
+        quota_sync.delay(cluster_id)
+    return len(ids)
+
+
+@retrying_task
+def mig_reconcile(cluster_id: int) -> dict[str, int] | None:
+    """Plan MIG layouts for one cluster and ask MIG Manager for the changes; follow up
+    on earlier requests (success or failure)."""
+    from scheduler_bridge.mig.services import mig_reconcile as reconcile
+
+    cluster = _cluster(cluster_id)
+    if cluster is None:
+        return None
+    try:
+        result = reconcile(cluster)
+    except ClusterUnreachable:
+        raise
+    except GatewayError as error:
+        logger.warning("MIG reconcile of %s failed: %s", cluster.name, error)
+        return None
+    return {"requested": result.requested, "succeeded": result.succeeded, "failed": result.failed}
+
+
+@shared_task
+def mig_reconcile_all() -> int:
+    ids = list(Cluster.objects.values_list("pk", flat=True))
+    for cluster_id in ids:
+        mig_reconcile.delay(cluster_id)
+    return len(ids)

@@ -1,0 +1,110 @@
+"""Workloads (jobs asking for GPUs) and the priority classes they run at."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.conf import settings
+from django.core.validators import MinValueValidator
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+from scheduler_bridge.inventory.models import Cluster, Flavour
+from tenants.models import DNS1123_LABEL, Tenant
+
+
+class PriorityClass(models.Model):
+    """How urgent work is, whether it may be preempted, and what it costs."""
+
+    name = models.CharField(max_length=63, unique=True, validators=[DNS1123_LABEL])
+    value = models.IntegerField(default=0, help_text=_("Higher runs first."))
+    preemptible = models.BooleanField(default=True)
+    price_multiplier = models.DecimalField(
+        max_digits=6,
+        decimal_places=3,
+        default=Decimal("1"),
+        validators=[MinValueValidator(Decimal("0"))],
+    )
+    description = models.CharField(max_length=200, blank=True)
+    is_default = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["-value", "name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Workload(models.Model):
+    """A job asking for GPUs, from the API or from a suspended Kubernetes Job."""
+
+    class State(models.TextChoices):
+        PENDING = "pending", _("Pending")
+        ADMITTED = "admitted", _("Admitted")
+        RUNNING = "running", _("Running")
+        FINISHED = "finished", _("Finished")
+        PREEMPTED = "preempted", _("Preempted")
+        REJECTED = "rejected", _("Rejected")
+        CANCELLED = "cancelled", _("Cancelled")
+
+    class Source(models.TextChoices):
+        API = "api", _("API")
+        JOB = "job", _("Kubernetes Job")
+
+    class Topology(models.TextChoices):
+        NONE = "none", _("Anywhere")
+        ONE_NODE = "node", _("One node")
+        ONE_DOMAIN = "domain", _("One NVLink domain")
+
+    ACTIVE_STATES = (State.ADMITTED, State.RUNNING)
+    OPEN_STATES = (State.PENDING, State.ADMITTED, State.RUNNING)
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="workloads")
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="workloads")
+    name = models.CharField(max_length=253)
+    source = models.CharField(max_length=8, choices=Source.choices, default=Source.API)
+    namespace = models.CharField(max_length=63, blank=True)
+    job_name = models.CharField(max_length=253, blank=True)
+    job_uid = models.CharField(max_length=64, blank=True, db_index=True)
+    priority_class = models.ForeignKey(
+        PriorityClass, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    priority = models.IntegerField(default=0)
+    preemptible = models.BooleanField(default=True)
+    # [{"name": "main", "count": 2, "gpus_per_pod": 4, "flavours": ["h100-80gb"]}, ...]
+    pod_sets = models.JSONField()
+    gang = models.BooleanField(default=True)
+    topology = models.CharField(max_length=8, choices=Topology.choices, default=Topology.NONE)
+    max_run_time_s = models.PositiveIntegerField(null=True, blank=True)
+    state = models.CharField(max_length=10, choices=State.choices, default=State.PENDING)
+    submitted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    submitted_at = models.DateTimeField(db_index=True)
+    admitted_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    # Where admission put it: the flavour, [{"node", "flavour", "gpus"}], borrowed per resource.
+    flavour = models.ForeignKey(
+        Flavour, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    placements = models.JSONField(default=list)
+    borrowed = models.JSONField(default=dict)
+    gpus = models.PositiveIntegerField(default=0)
+    queue_position = models.PositiveIntegerField(null=True, blank=True)
+    reason_code = models.CharField(max_length=32, blank=True)
+    reason = models.TextField(blank=True)
+    preemptions = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["cluster__name", "queue_position", "submitted_at", "id"]
+        indexes = [models.Index(fields=["cluster", "state"])]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "job_uid"],
+                condition=~models.Q(job_uid=""),
+                name="workload_one_per_job",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant.slug}/{self.name} ({self.state})"

@@ -1,0 +1,102 @@
+"""Inventory sync through the real Kubernetes client: nodes, GPUs, MIG and flavours."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from scheduler_bridge.gateways import GatewayConfigError
+from scheduler_bridge.inventory.models import Cluster, Flavour, Node
+from scheduler_bridge.inventory.services import inventory_sync
+from scheduler_bridge.tasks import inventory_sync as inventory_sync_task
+from tests.bridge.conftest import FakeCluster, fast_gateway, seed_gpu_nodes
+from tests.kube_fake.server import FakeKubeApi
+
+pytestmark = pytest.mark.django_db
+
+
+def test_nodes_and_flavours_come_from_labels_and_allocatable(fake_cluster: FakeCluster) -> None:
+    flavours = {
+        f.name: (f.resource_name, f.capacity, str(f.gpu_equivalent))
+        for f in Flavour.objects.filter(cluster=fake_cluster.cluster)
+    }
+    assert flavours == {
+        "h100-80gb": ("nvidia.com/gpu", 16, "1.0000"),
+        "a100-sxm4-40gb-mig-1g.5gb": ("nvidia.com/mig-1g.5gb", 56, "0.1429"),
+    }
+    a100 = Node.objects.get(name="a100-1")
+    assert (a100.product, a100.gpu_count, a100.mig_strategy) == ("A100-SXM4-40GB", 8, "mixed")
+    assert a100.gpu_layouts[0] == [["1g.5gb", i] for i in range(7)]
+    h100 = Node.objects.get(name="h100-1")
+    assert h100.topology_domain == "fabric.1" and h100.gpu_layouts == [None] * 8
+    assert fake_cluster.cluster.status == "ok"
+
+
+def test_running_pods_mark_what_is_busy(fake_cluster: FakeCluster) -> None:
+    fake_cluster.api.add_pod(
+        "vision-train", "trainer", requests={"nvidia.com/gpu": 4}, node_name="h100-1"
+    )
+    fake_cluster.api.add_pod(
+        "vision-train",
+        "done",
+        requests={"nvidia.com/gpu": 4},
+        node_name="h100-2",
+        phase="Succeeded",
+    )
+    inventory_sync(fake_cluster.cluster, fake_cluster.gateway)
+    assert Node.objects.get(name="h100-1").busy == {"nvidia.com/gpu": 4}
+    assert Node.objects.get(name="h100-2").busy == {}
+
+
+def test_a_node_that_disappears_is_marked_absent_and_capacity_drops(
+    fake_cluster: FakeCluster,
+) -> None:
+    fake_cluster.api.delete_object("Node", None, "h100-2")
+    inventory_sync(fake_cluster.cluster, fake_cluster.gateway)
+    assert not Node.objects.get(name="h100-2").present
+    assert Flavour.objects.get(name="h100-80gb").capacity == 8
+
+
+def test_an_unknown_product_is_still_counted_as_whole_gpus(
+    db: None, kube_api: FakeKubeApi, kubeconfig: tuple[Path, str]
+) -> None:
+    kube_api.add_node(
+        "mystery",
+        labels={"nvidia.com/gpu.product": "NVIDIA-Future-X9", "nvidia.com/gpu.count": "4"},
+        allocatable={"cpu": "8", "nvidia.com/gpu": "4"},
+    )
+    cluster = Cluster.objects.create(name="c", kubeconfig_path=str(kubeconfig[0]))
+    inventory_sync(cluster, fast_gateway(*kubeconfig))
+    flavour = Flavour.objects.get(cluster=cluster)
+    assert (flavour.name, flavour.capacity) == ("nvidia-future-x9", 4)
+
+
+@pytest.mark.parametrize(
+    ("settings", "words"),
+    [
+        ({"kubeconfig_path": "/nonexistent/kubeconfig"}, "/nonexistent/kubeconfig"),
+        ({"kube_context": "no-such-context"}, "no-such-context"),
+    ],
+)
+def test_a_broken_kubeconfig_marks_its_cluster_and_spares_the_others(
+    db: None,
+    kube_api: FakeKubeApi,
+    kubeconfig: tuple[Path, str],
+    settings: dict[str, str],
+    words: str,
+) -> None:
+    seed_gpu_nodes(kube_api)
+    path, context = kubeconfig
+    good = Cluster.objects.create(name="good", kubeconfig_path=str(path), kube_context=context)
+    broken = Cluster.objects.create(
+        name="broken", **({"kubeconfig_path": str(path), "kube_context": context} | settings)
+    )
+    with pytest.raises(GatewayConfigError):
+        inventory_sync(broken)
+    assert inventory_sync_task(broken.pk) is None  # the task records it and does not crash
+    assert inventory_sync_task(good.pk) == {"nodes": 3, "gpus": 24, "flavours": 2}
+    broken.refresh_from_db()
+    good.refresh_from_db()
+    assert broken.status == "error" and words in broken.status_message
+    assert good.status == "ok"

@@ -1,0 +1,75 @@
+"""Portal pages of the bridge: cluster pages and the quota panel, scoped like the API."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from scheduler_bridge.quotas.models import QuotaRequest
+from tests.bridge.conftest import FakeCluster
+from tests.conftest import ROLE_NAMES, Cast
+from tests.tenants.test_portal import logged_in
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.mark.parametrize("role", ROLE_NAMES)
+def test_cluster_page_shows_capacity_chart_flavours_and_nodes(
+    fake_cluster: FakeCluster, cast: Cast, role: str
+) -> None:
+    response = logged_in(cast.user(role)).get("/clusters/gpu-east/")
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert 'id="capacity-chart"' in page and "tidegate/vendor/plotly.min.js" in page
+    assert "a100-sxm4-40gb-mig-1g.5gb" in page and "h100-2" in page
+
+
+def test_a_cluster_none_of_my_tenants_uses_is_404(fake_cluster: FakeCluster, cast: Cast) -> None:
+    from tests.factories import MembershipFactory, TenantFactory, UserFactory
+
+    stranger = UserFactory(username="stranger")
+    MembershipFactory(user=stranger, tenant=TenantFactory(slug="initech"), role="lead")
+    client = logged_in(stranger)
+    assert client.get("/clusters/gpu-east/").status_code == 404
+    assert "gpu-east" not in client.get("/clusters/").content.decode()
+
+
+def test_plotly_is_served_from_our_own_static_files(client: Client) -> None:
+    response = client.get("/static/tidegate/vendor/plotly.min.js")
+    assert response.status_code == 200
+
+
+def test_tenant_page_shows_quotas_and_lets_a_lead_ask_for_more(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    client = logged_in(cast.lead)
+    page = client.get("/tenants/vision/").content.decode()
+    assert 'id="quotas"' in page and "h100-80gb" in page and "Ask for this quota" in page
+    response = client.post(
+        "/tenants/vision/quota-requests/add/",
+        {"flavour": fake_cluster.h100.pk, "guaranteed": 8, "justification": "bigger model"},
+    )
+    assert response.status_code == 302
+    request = QuotaRequest.objects.get()
+    assert (request.tenant, request.guaranteed, request.requested_by) == (cast.team_a, 8, cast.lead)
+    member_page = logged_in(cast.member).get("/tenants/vision/").content.decode()
+    assert "Ask for this quota" not in member_page
+
+
+def test_a_department_admin_approves_in_the_portal(fake_cluster: FakeCluster, cast: Cast) -> None:
+    request = QuotaRequest.objects.create(
+        tenant=cast.team_a,
+        flavour=fake_cluster.h100,
+        guaranteed=7,
+        justification="x",
+        requested_by=cast.lead,
+    )
+    assert logged_in(cast.lead).post(f"/quota-requests/{request.pk}/approve/").status_code == 302
+    request.refresh_from_db()
+    assert request.state == "pending"  # the lead may not approve their own request
+    assert (
+        logged_in(cast.outsider).post(f"/quota-requests/{request.pk}/approve/").status_code == 404
+    )
+    logged_in(cast.dept_admin).post(f"/quota-requests/{request.pk}/approve/")
+    request.refresh_from_db()
+    assert request.state == "approved"

@@ -1,0 +1,117 @@
+"""ResourceQuota sync: the rule, idempotency, drift repair, missing namespaces, faults."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduler_bridge.gateways import ClusterUnreachable
+from scheduler_bridge.quotas.resource_quota import TenantNamespaces, desired_hard_limits
+from scheduler_bridge.quotas.sync import quota_sync
+from tenants.models import AuditEvent, NamespaceBinding
+from tests.bridge.conftest import FakeCluster
+from tests.kube_fake.schema import assert_valid_kubernetes
+
+pytestmark = pytest.mark.django_db
+
+
+def hard(api: object, namespace: str) -> dict[str, str]:
+    quota = api.get_object("ResourceQuota", namespace, "tidegate-gpu")  # type: ignore[attr-defined]
+    assert quota is not None, f"no quota in {namespace}"
+    return dict(quota["spec"]["hard"])
+
+
+def test_a_tenants_namespaces_share_its_guarantee_and_add_up_to_it(
+    fake_cluster: FakeCluster,
+) -> None:
+    result = quota_sync(fake_cluster.cluster, fake_cluster.gateway)
+    assert (result.created, result.namespaces) == (4, 4)
+    api = fake_cluster.api
+    # vision: 6 H100 and 14 1g.5gb over two namespaces, first in name order takes the rest
+    assert hard(api, "vision-dev") == {
+        "requests.nvidia.com/gpu": "3",
+        "requests.nvidia.com/mig-1g.5gb": "7",
+    }
+    assert hard(api, "vision-train") == {
+        "requests.nvidia.com/gpu": "3",
+        "requests.nvidia.com/mig-1g.5gb": "7",
+    }
+    # speech has no MIG guarantee: 0, so pods cannot take MIG slices outside the queue
+    assert hard(api, "speech-train") == {
+        "requests.nvidia.com/gpu": "2",
+        "requests.nvidia.com/mig-1g.5gb": "0",
+    }
+    for namespace in ("vision-dev", "speech-train", "globex-train"):
+        quota = api.get_object("ResourceQuota", namespace, "tidegate-gpu")
+        assert quota is not None
+        assert quota["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "tidegate"
+        assert_valid_kubernetes(quota)
+
+
+def test_usage_stays_within_the_namespace_that_has_it() -> None:
+    tenants = [TenantNamespaces("vision", ("a", "b", "c"), {"nvidia.com/gpu": 9})]
+    used = {"b": {"nvidia.com/gpu": 5}}
+    limits = desired_hard_limits(tenants, used, ["nvidia.com/gpu"])
+    values = {ns: int(h["requests.nvidia.com/gpu"]) for ns, h in limits.items()}
+    assert values == {"a": 2, "b": 6, "c": 1}
+    assert sum(values.values()) == 9  # headroom 4 split 2/1/1, a first in name order
+    over = desired_hard_limits(tenants, {"a": {"nvidia.com/gpu": 10}}, ["nvidia.com/gpu"])
+    assert {ns: h["requests.nvidia.com/gpu"] for ns, h in over.items()} == {
+        "a": "10",
+        "b": "0",
+        "c": "0",
+    }
+
+
+def test_a_second_sync_with_nothing_changed_writes_nothing(fake_cluster: FakeCluster) -> None:
+    quota_sync(fake_cluster.cluster, fake_cluster.gateway)
+    fake_cluster.api.reset_counts()
+    result = quota_sync(fake_cluster.cluster, fake_cluster.gateway)
+    assert (result.writes, result.unchanged) == (0, 4)
+    assert fake_cluster.api.write_count() == 0
+
+
+def test_hand_edits_and_deletions_are_restored_and_recorded(fake_cluster: FakeCluster) -> None:
+    quota_sync(fake_cluster.cluster, fake_cluster.gateway)
+    api = fake_cluster.api
+
+    def raise_limit(obj: dict) -> None:
+        obj["spec"]["hard"]["requests.nvidia.com/gpu"] = "64"
+
+    api.edit_object("ResourceQuota", "vision-dev", "tidegate-gpu", raise_limit)
+    api.delete_object("ResourceQuota", "speech-train", "tidegate-gpu")
+    result = quota_sync(fake_cluster.cluster, fake_cluster.gateway)
+    assert result.drift_repaired == 2
+    assert hard(api, "vision-dev")["requests.nvidia.com/gpu"] == "3"
+    assert hard(api, "speech-train")["requests.nvidia.com/gpu"] == "2"
+    messages = list(
+        AuditEvent.objects.filter(source="system", action="action").values_list(
+            "message", flat=True
+        )
+    )
+    assert len(messages) == 2
+    assert any("vision-dev/tidegate-gpu" in m and "64" in m for m in messages)
+    assert any("speech-train/tidegate-gpu" in m for m in messages)
+
+
+def test_a_missing_namespace_marks_its_binding_and_the_run_goes_on(
+    fake_cluster: FakeCluster,
+) -> None:
+    fake_cluster.api.delete_object("Namespace", None, "speech-train")
+    result = quota_sync(fake_cluster.cluster, fake_cluster.gateway)
+    assert result.missing == ["speech-train"]
+    assert result.created == 3
+    binding = NamespaceBinding.objects.get(namespace="speech-train")
+    assert binding.sync_state == "namespace_missing"
+    assert "does not exist" in binding.sync_message
+
+
+def test_server_errors_are_retried_until_the_write_lands(fake_cluster: FakeCluster) -> None:
+    fake_cluster.api.fail_next(2, status=500, method="PATCH")
+    result = quota_sync(fake_cluster.cluster, fake_cluster.gateway)
+    assert result.created == 4 and not result.errors
+
+
+def test_an_unreachable_cluster_fails_the_run_for_a_later_retry(fake_cluster: FakeCluster) -> None:
+    fake_cluster.api.fail_next(50, status=503)
+    with pytest.raises(ClusterUnreachable):
+        quota_sync(fake_cluster.cluster, fake_cluster.gateway)

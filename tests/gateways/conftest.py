@@ -1,0 +1,153 @@
+"""Fixtures for the gateway tests: the fake API server, and one test-facing view over
+either gateway so behavioural tests run against both."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scheduler_bridge.gateways import simulated
+from scheduler_bridge.gateways.base import ClusterGateway
+from scheduler_bridge.gateways.kubernetes import KubernetesGateway, RetryPolicy
+from scheduler_bridge.gateways.simulated import SimulatedCluster, SimulatedGateway
+from tests.kube_fake import FakeKubeApi
+from tests.kube_fake.fixtures import kube_api, kubeconfig, write_kubeconfig  # noqa: F401
+
+# Fast retries: the behaviour is the same, the suite is not.
+FAST_RETRY = RetryPolicy(attempts=3, base_delay=0.0, max_delay=0.0)
+
+
+def kubernetes_gateway(api: FakeKubeApi, tmp_path: Path, **settings: Any) -> KubernetesGateway:
+    path, context = write_kubeconfig(tmp_path, api.url)
+    settings.setdefault("retry", FAST_RETRY)
+    return KubernetesGateway.from_kubeconfig(path, context, **settings)
+
+
+@dataclass
+class Backend:
+    """A cluster seen by a test: the gateway under test plus ways to seed, inspect and
+    tamper with the cluster behind it (the fake API server or the simulated cluster)."""
+
+    kind: str
+    gateway: ClusterGateway
+    store: FakeKubeApi | SimulatedCluster
+
+    def writes(self) -> int:
+        if isinstance(self.store, FakeKubeApi):
+            return self.store.write_count()
+        return self.store.write_count
+
+    def get(self, kind: str, namespace: str | None, name: str) -> Any:
+        """The stored object (a dict), or None."""
+        return self.store.get_object(kind, namespace, name)
+
+    def edit(
+        self, kind: str, namespace: str | None, name: str, change: Callable[[dict], Any]
+    ) -> None:
+        self.store.edit_object(kind, namespace, name, change)
+
+    def delete(self, kind: str, namespace: str | None, name: str) -> None:
+        assert self.store.delete_object(kind, namespace, name)
+
+    def add_namespace(self, name: str) -> None:
+        self.store.add_namespace(name)
+
+    def add_gpu_node(self, name: str, labels: Mapping[str, str] | None = None) -> None:
+        if isinstance(self.store, FakeKubeApi):
+            self.store.add_node(
+                name, labels=labels, allocatable={"cpu": "64", "nvidia.com/gpu": "8"}
+            )
+        else:
+            self.store.add_node(name, labels=labels)
+
+    def add_job(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        requests: Mapping[str, int],
+        parallelism: int = 1,
+        node_selector: Mapping[str, str] | None = None,
+        tolerations: Sequence[Mapping[str, str]] = (),
+        labels: Mapping[str, str] | None = None,
+        suspended: bool = True,
+    ) -> None:
+        if isinstance(self.store, SimulatedCluster):
+            self.store.add_job(
+                namespace,
+                name,
+                requests=requests,
+                parallelism=parallelism,
+                node_selector=node_selector,
+                tolerations=tolerations,
+                labels=labels,
+                suspended=suspended,
+            )
+            return
+        amounts = {k: str(v) for k, v in requests.items()}
+        pod_spec: dict[str, Any] = {
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "train",
+                    "image": "registry.example/train:1",
+                    "resources": {"requests": amounts, "limits": amounts},
+                }
+            ],
+        }
+        if node_selector:
+            pod_spec["nodeSelector"] = dict(node_selector)
+        if tolerations:
+            pod_spec["tolerations"] = [dict(t) for t in tolerations]
+        job = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": name, "namespace": namespace, "labels": dict(labels or {})},
+            "spec": {
+                "parallelism": parallelism,
+                "completions": parallelism,
+                "suspend": suspended,
+                "template": {"spec": pod_spec},
+            },
+        }
+        self.store.create_object(job)
+
+    def pods_of(self, namespace: str, job: str) -> list[dict[str, Any]]:
+        """Pods the Job controller runs for ``job`` (the fake starts them on request,
+        the simulated cluster by itself)."""
+        if isinstance(self.store, FakeKubeApi):
+            live = self.store.get_object("Job", namespace, job)
+            if live and not live["spec"].get("suspend") and not self.store.store.owned_pods(live):
+                self.store.run_job(namespace, job)
+        uid = self.get("Job", namespace, job)["metadata"]["uid"]
+        return [
+            p
+            for p in self.store.objects("Pod", namespace)
+            if any(o["uid"] == uid for o in p["metadata"].get("ownerReferences") or [])
+            and p["status"]["phase"] in ("Pending", "Running")
+        ]
+
+
+@pytest.fixture
+def sim_cluster() -> Iterator[SimulatedCluster]:
+    simulated.reset()
+    cluster = simulated.register(SimulatedCluster("test"))
+    yield cluster
+    simulated.reset()
+
+
+@pytest.fixture(params=["kubernetes", "simulated"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    """Each behavioural test runs once per gateway."""
+    if request.param == "kubernetes":
+        api: FakeKubeApi = request.getfixturevalue("kube_api")
+        gateway = kubernetes_gateway(api, tmp_path)
+        with gateway:
+            yield Backend("kubernetes", gateway, api)
+    else:
+        cluster = request.getfixturevalue("sim_cluster")
+        yield Backend("simulated", SimulatedGateway(cluster), cluster)

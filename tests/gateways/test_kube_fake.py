@@ -1,0 +1,238 @@
+"""The fake API server answers the real client the way a Kubernetes API server does."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from tests.kube_fake import FakeKubeApi
+from tests.kube_fake.schema import assert_valid_kubernetes
+
+
+@pytest.fixture
+def api_client(kube_api: FakeKubeApi, kubeconfig: tuple[Path, str]):
+    path, context = kubeconfig
+    configuration = client.Configuration()
+    config.load_kube_config(str(path), context, client_configuration=configuration)
+    kube_api.add_namespace("team-a")
+    with client.ApiClient(configuration) as api:
+        yield api
+
+
+@pytest.fixture
+def core(api_client) -> client.CoreV1Api:
+    return client.CoreV1Api(api_client)
+
+
+def quota(name: str = "q", gpus: str = "8") -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": name, "namespace": "team-a"},
+        "spec": {"hard": {"requests.nvidia.com/gpu": gpus}},
+    }
+
+
+def status_of(exc: ApiException) -> dict:
+    return json.loads(exc.body or "{}")
+
+
+def test_create_fills_server_fields_and_rejects_duplicates(core) -> None:
+    created = core.create_namespaced_resource_quota("team-a", quota())
+
+    meta = created.metadata
+    assert meta.uid and meta.resource_version and meta.creation_timestamp
+    assert meta.generation == 1
+    with pytest.raises(ApiException) as caught:
+        core.create_namespaced_resource_quota("team-a", quota())
+    assert caught.value.status == 409 and status_of(caught.value)["reason"] == "AlreadyExists"
+
+
+def test_resource_version_is_one_counter_that_moves_on_every_write(core) -> None:
+    first = core.create_namespaced_config_map(
+        "team-a", {"metadata": {"name": "a"}, "data": {"k": "v"}}
+    )
+    second = core.create_namespaced_resource_quota("team-a", quota())
+    patched = core.patch_namespaced_config_map("a", "team-a", {"data": {"k": "w"}})
+
+    versions = [int(o.metadata.resource_version) for o in (first, second, patched)]
+    assert versions == sorted(versions) and len(set(versions)) == 3
+
+
+def test_a_namespaced_create_in_a_missing_namespace_is_not_found(core) -> None:
+    with pytest.raises(ApiException) as caught:
+        core.create_namespaced_config_map("ghost", {"metadata": {"name": "a"}})
+
+    status = status_of(caught.value)
+    assert caught.value.status == 404
+    assert status["details"] == {"name": "ghost", "kind": "namespaces"}
+
+
+def test_update_with_a_stale_resource_version_conflicts(core) -> None:
+    created = core.create_namespaced_resource_quota("team-a", quota())
+    fresh = core.read_namespaced_resource_quota("q", "team-a")
+    fresh.spec.hard = {"requests.nvidia.com/gpu": "4"}
+    updated = core.replace_namespaced_resource_quota("q", "team-a", fresh)
+
+    assert updated.metadata.generation == 2
+    stale = created
+    stale.spec.hard = {"requests.nvidia.com/gpu": "2"}
+    with pytest.raises(ApiException) as caught:
+        core.replace_namespaced_resource_quota("q", "team-a", stale)
+    assert caught.value.status == 409 and status_of(caught.value)["reason"] == "Conflict"
+
+
+def test_a_quota_that_is_not_a_quantity_is_invalid(core) -> None:
+    with pytest.raises(ApiException) as caught:
+        core.create_namespaced_resource_quota("team-a", quota(gpus="lots"))
+
+    status = status_of(caught.value)
+    assert caught.value.status == 422 and status["reason"] == "Invalid"
+    assert status["details"]["causes"][0]["field"] == "spec.hard[requests.nvidia.com/gpu]"
+
+
+def test_server_side_apply_needs_a_field_manager_and_respects_ownership(core) -> None:
+    apply = {"_content_type": "application/apply-patch+yaml"}
+    with pytest.raises(ApiException) as caught:
+        core.patch_namespaced_resource_quota("q", "team-a", quota(), **apply)
+    assert caught.value.status == 422
+
+    created = core.patch_namespaced_resource_quota(
+        "q", "team-a", quota(), field_manager="a", **apply
+    )
+    with pytest.raises(ApiException) as caught:
+        core.patch_namespaced_resource_quota(
+            "q", "team-a", quota(gpus="2"), field_manager="b", **apply
+        )
+    assert caught.value.status == 409 and 'conflict with "a"' in status_of(caught.value)["message"]
+
+    forced = core.patch_namespaced_resource_quota(
+        "q", "team-a", quota(gpus="2"), field_manager="b", force=True, **apply
+    )
+    assert forced.spec.hard == {"requests.nvidia.com/gpu": "2"}
+    assert [e.manager for e in forced.metadata.managed_fields] == ["b"]
+    same = core.patch_namespaced_resource_quota(
+        "q", "team-a", quota(gpus="2"), field_manager="b", **apply
+    )
+    assert same.metadata.resource_version == forced.metadata.resource_version
+    assert created.metadata.uid == same.metadata.uid
+
+
+def test_merge_patch_null_removes_a_key(core) -> None:
+    core.create_namespaced_config_map(
+        "team-a", {"metadata": {"name": "a"}, "data": {"x": "1", "y": "2"}}
+    )
+
+    patched = core.patch_namespaced_config_map(
+        "a", "team-a", {"data": {"x": None}}, _content_type="application/merge-patch+json"
+    )
+
+    assert patched.data == {"y": "2"}
+
+
+def test_lists_filter_by_label_and_field_selectors(kube_api, core) -> None:
+    kube_api.add_pod("team-a", "p1", node_name="gpu-1", labels={"app": "train"})
+    kube_api.add_pod("team-a", "p2", node_name="gpu-2", labels={"app": "serve"})
+
+    def names(**selectors) -> list[str]:
+        return [p.metadata.name for p in core.list_pod_for_all_namespaces(**selectors).items]
+
+    assert names(label_selector="app=train") == ["p1"]
+    assert names(label_selector="app!=train") == ["p2"]
+    assert names(label_selector="app in (serve,batch)") == ["p2"]
+    assert names(field_selector="spec.nodeName=gpu-2") == ["p2"]
+    assert names(field_selector="metadata.name=p1") == ["p1"]
+
+
+def test_delete_removes_and_a_second_delete_is_not_found(core) -> None:
+    core.create_namespaced_resource_quota("team-a", quota())
+
+    deleted = core.delete_namespaced_resource_quota("q", "team-a")
+
+    assert deleted.metadata.name == "q"
+    with pytest.raises(ApiException) as caught:
+        core.delete_namespaced_resource_quota("q", "team-a")
+    assert caught.value.status == 404
+
+
+def test_deleting_a_namespace_deletes_what_is_in_it(kube_api, core) -> None:
+    core.create_namespaced_resource_quota("team-a", quota())
+
+    core.delete_namespace("team-a")
+
+    assert kube_api.objects("ResourceQuota") == []
+    assert kube_api.objects("Namespace") == []
+
+
+def test_version_and_discovery(api_client) -> None:
+    from kubernetes.dynamic import DynamicClient
+
+    assert client.VersionApi(api_client).get_code().git_version.startswith("v1.33")
+    assert client.CoreApi(api_client).get_api_versions().versions == ["v1"]
+    dynamic = DynamicClient(api_client)
+    jobs = dynamic.resources.get(api_version="batch/v1", kind="Job")
+    assert jobs.namespaced and jobs.name == "jobs"
+
+
+def test_jobs_follow_suspension_like_the_job_controller(kube_api, api_client) -> None:
+    batch = client.BatchV1Api(api_client)
+    kube_api.add_node("gpu-1", labels={"pool": "h100"})
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "train", "namespace": "team-a"},
+        "spec": {
+            "suspend": True,
+            "parallelism": 2,
+            "template": {
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "i"}]}
+            },
+        },
+    }
+    body = client.V1Job.from_dict(job)
+    assert body is not None
+    created = batch.create_namespaced_job("team-a", body)
+    assert created.spec and created.spec.selector and created.status
+    assert created.spec.selector.match_labels  # defaulted by the server
+    assert (created.status.conditions or [])[0].type == "Suspended"
+
+    # While suspended and never started, scheduling directives may change...
+    batch.patch_namespaced_job(
+        "train",
+        "team-a",
+        {"spec": {"suspend": False, "template": {"spec": {"nodeSelector": {"pool": "h100"}}}}},
+    )
+    pods = kube_api.run_job("team-a", "train")
+    assert [p["spec"]["nodeName"] for p in pods] == ["gpu-1", "gpu-1"]
+    # ... but not once it runs, and the rest of the template never.
+    for change in (
+        {"nodeSelector": {"pool": "a100"}},
+        {"containers": [{"name": "c", "image": "j"}]},
+    ):
+        with pytest.raises(ApiException) as caught:
+            batch.patch_namespaced_job("train", "team-a", {"spec": {"template": {"spec": change}}})
+        assert caught.value.status == 422
+
+    batch.patch_namespaced_job("train", "team-a", {"spec": {"suspend": True}})
+    assert kube_api.objects("Pod") == []
+    assert "startTime" not in kube_api.get_object("Job", "team-a", "train")["status"]
+
+    batch.patch_namespaced_job("train", "team-a", {"spec": {"suspend": False}})
+    kube_api.run_job("team-a", "train")
+    finished = kube_api.complete_job("team-a", "train")
+    assert finished["status"]["conditions"][0]["type"] == "Complete"
+    assert {p["status"]["phase"] for p in kube_api.objects("Pod")} == {"Succeeded"}
+    for obj in [*kube_api.objects("Job"), *kube_api.objects("Pod")]:
+        assert_valid_kubernetes(obj)
+
+
+def test_requests_need_the_kubeconfig_token(kube_api) -> None:
+    configuration = client.Configuration()
+    configuration.host = kube_api.url
+    with client.ApiClient(configuration) as anonymous, pytest.raises(ApiException) as caught:
+        client.CoreV1Api(anonymous).list_namespace()
+    assert caught.value.status == 401

@@ -1,0 +1,110 @@
+"""URL routing and discovery documents of the fake API server."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .store import RESOURCES, ApiError, Resource
+
+_APPLY_TYPE = "application/apply-patch+yaml"
+_MERGE_TYPES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
+
+
+@dataclass
+class Route:
+    verb: str
+    resource: Resource | None = None
+    namespace: str | None = None
+    name: str | None = None
+    subresource: str = ""
+    discovery: Any = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def route_request(method: str, path: str, query: dict[str, str], content_type: str) -> Route:
+    path = path.rstrip("/") or "/"  # the client asks for "/version/"
+    if path in _DISCOVERY:
+        return Route("discovery", discovery=_DISCOVERY[path])
+    parts = [p for p in path.split("/") if p]
+    if parts[:2] == ["api", "v1"]:
+        group_version, rest = "v1", parts[2:]
+    elif parts[:3] == ["apis", "batch", "v1"]:
+        group_version, rest = "batch/v1", parts[3:]
+    else:
+        raise ApiError(404, "NotFound", "the server could not find the requested resource")
+    namespace = None
+    if len(rest) >= 3 and rest[0] == "namespaces" and rest[2] in RESOURCES:
+        namespace, rest = rest[1], rest[2:]
+    if not rest or rest[0] not in RESOURCES or RESOURCES[rest[0]].group_version != group_version:
+        raise ApiError(404, "NotFound", "the server could not find the requested resource")
+    resource = RESOURCES[rest[0]]
+    if resource.namespaced != (namespace is not None) and len(rest) > 1:
+        raise ApiError(404, "NotFound", "the server could not find the requested resource")
+    name = rest[1] if len(rest) > 1 else None
+    subresource = rest[2] if len(rest) > 2 else ""
+    if subresource not in ("", "status") or len(rest) > 3:
+        raise ApiError(404, "NotFound", f"subresource {subresource!r} is not served by the fake")
+    if name is None:
+        verb = {
+            "GET": "watch" if query.get("watch") in ("true", "1") else "list",
+            "POST": "create",
+            "DELETE": "deletecollection",
+        }.get(method, "unsupported")
+    elif method == "PATCH":
+        verb = "apply" if content_type.split(";")[0].strip() == _APPLY_TYPE else "patch"
+        if verb == "patch" and content_type.split(";")[0].strip() not in _MERGE_TYPES:
+            verb = "unsupported-patch"
+    else:
+        verb = {"GET": "get", "PUT": "update", "DELETE": "delete"}.get(method, "unsupported")
+    return Route(verb, resource, namespace, name, subresource)
+
+
+def _resource_list(group_version: str) -> dict[str, Any]:
+    verbs = ["create", "delete", "get", "list", "patch", "update"]
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": group_version,
+        "resources": [
+            {
+                "name": r.plural,
+                "singularName": r.kind.lower(),
+                "namespaced": r.namespaced,
+                "kind": r.kind,
+                "verbs": verbs,
+            }
+            for r in RESOURCES.values()
+            if r.group_version == group_version
+        ],
+    }
+
+
+_BATCH = {
+    "name": "batch",
+    "versions": [{"groupVersion": "batch/v1", "version": "v1"}],
+    "preferredVersion": {"groupVersion": "batch/v1", "version": "v1"},
+}
+_DISCOVERY: dict[str, Callable[[str], Any]] = {
+    "/version": lambda address: {
+        "major": "1",
+        "minor": "33",
+        "gitVersion": "v1.33.0-tidegate-fake",
+        "gitCommit": "0000000000000000000000000000000000000000",
+        "gitTreeState": "clean",
+        "buildDate": "2026-01-01T00:00:00Z",
+        "goVersion": "go1.24.0",
+        "compiler": "gc",
+        "platform": "linux/amd64",
+    },
+    "/api": lambda address: {
+        "kind": "APIVersions",
+        "versions": ["v1"],
+        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": address}],
+    },
+    "/apis": lambda address: {"kind": "APIGroupList", "apiVersion": "v1", "groups": [_BATCH]},
+    "/apis/batch": lambda address: {"kind": "APIGroup", "apiVersion": "v1", **_BATCH},
+    "/api/v1": lambda address: _resource_list("v1"),
+    "/apis/batch/v1": lambda address: _resource_list("batch/v1"),
+}

@@ -1,0 +1,576 @@
+"""Object storage and API semantics of the fake Kubernetes API server.
+
+Holds objects in their JSON form, keyed by (resource, namespace, name), with one global
+resourceVersion counter that moves on every write. Errors are raised as ApiError and
+turned into ``Status`` objects by the HTTP layer.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import re
+import threading
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes.utils.quantity import parse_quantity
+
+from . import fieldmanager, validation
+
+
+@dataclass(frozen=True)
+class Resource:
+    plural: str
+    kind: str
+    group_version: str
+    namespaced: bool
+    has_status: bool = True
+
+    @property
+    def list_kind(self) -> str:
+        return f"{self.kind}List"
+
+
+RESOURCES = {
+    r.plural: r
+    for r in (
+        Resource("namespaces", "Namespace", "v1", False),
+        Resource("nodes", "Node", "v1", False),
+        Resource("pods", "Pod", "v1", True),
+        Resource("configmaps", "ConfigMap", "v1", True, has_status=False),
+        Resource("resourcequotas", "ResourceQuota", "v1", True),
+        Resource("jobs", "Job", "batch/v1", True),
+    )
+}
+BY_KIND = {r.kind: r for r in RESOURCES.values()}
+
+
+class ApiError(Exception):
+    def __init__(
+        self, code: int, reason: str, message: str, details: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message, self.details = code, reason, message, details
+
+    def status(self) -> dict[str, Any]:
+        body = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        }
+        if self.details:
+            body["details"] = self.details
+        return body
+
+
+def now_stamp() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def not_found(resource: Resource | str, name: str) -> ApiError:
+    plural = resource if isinstance(resource, str) else resource.plural
+    return ApiError(404, "NotFound", f'{plural} "{name}" not found', {"name": name, "kind": plural})
+
+
+def _matches_labels(selector: str, labels: dict[str, str]) -> bool:
+    parts = [p.strip() for p in re.split(r",(?![^(]*\))", selector) if p.strip()]
+    for part in parts:
+        if m := re.fullmatch(r"(\S+)\s+(in|notin)\s+\((.*)\)", part):
+            values = {v.strip() for v in m.group(3).split(",")}
+            if (labels.get(m.group(1)) in values) != (m.group(2) == "in"):
+                return False
+        elif m := re.fullmatch(r"([^!=\s]+)\s*(!=|==|=)\s*(\S*)", part):
+            key, op, value = m.groups()
+            if (labels.get(key) == value) != (op != "!="):
+                return False
+        elif m := re.fullmatch(r"(!?)([^!=\s]+)", part):
+            if (m.group(2) in labels) == bool(m.group(1)):
+                return False
+        else:
+            raise ApiError(400, "BadRequest", f"unable to parse requirement: {part!r}")
+    return True
+
+
+_FIELDS = {
+    "metadata.name": lambda o: o["metadata"].get("name"),
+    "metadata.namespace": lambda o: o["metadata"].get("namespace"),
+    "spec.nodeName": lambda o: (o.get("spec") or {}).get("nodeName", ""),
+    "status.phase": lambda o: (o.get("status") or {}).get("phase", ""),
+}
+
+
+def _matches_fields(selector: str, obj: dict[str, Any]) -> bool:
+    for part in filter(None, (p.strip() for p in selector.split(","))):
+        m = re.fullmatch(r"([^!=]+)(!=|==|=)(.*)", part)
+        if not m or m.group(1) not in _FIELDS:
+            raise ApiError(400, "BadRequest", f'field label not supported: "{part}"')
+        key, op, value = m.groups()
+        if (str(_FIELDS[key](obj) or "") == value) != (op != "!="):
+            return False
+    return True
+
+
+class Store:
+    """Thread-safe object store with Kubernetes write semantics."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self.version = 0
+
+    # --- helpers ---------------------------------------------------------------------
+
+    def key(self, resource: Resource, namespace: str | None, name: str) -> tuple[str, str, str]:
+        return (resource.plural, namespace or "" if resource.namespaced else "", name)
+
+    def _bump(self) -> str:
+        self.version += 1
+        return str(self.version)
+
+    def _require_namespace(self, resource: Resource, namespace: str | None) -> None:
+        if (
+            resource.namespaced
+            and (RESOURCES["namespaces"].plural, "", namespace) not in self.objects
+        ):
+            raise not_found("namespaces", namespace or "")
+
+    def _invalid(self, resource: Resource, name: str, found: list[tuple[str, str]]) -> ApiError:
+        message = f'{resource.kind} "{name}" is invalid: ' + ", ".join(
+            f"{f}: {m}" for f, m in found
+        )
+        causes = [{"reason": "FieldValueInvalid", "message": m, "field": f} for f, m in found]
+        details = {"name": name, "kind": resource.kind, "causes": causes}
+        return ApiError(422, "Invalid", message, details)
+
+    def _validate(
+        self, resource: Resource, obj: dict[str, Any], old: dict[str, Any] | None
+    ) -> None:
+        found = validation.problems(resource.kind, obj, old)
+        if found:
+            raise self._invalid(resource, obj["metadata"].get("name", ""), found)
+
+    # --- reads -----------------------------------------------------------------------
+
+    def get(self, resource: Resource, namespace: str | None, name: str) -> dict[str, Any]:
+        with self.lock:
+            obj = self.objects.get(self.key(resource, namespace, name))
+            if obj is None:
+                raise not_found(resource, name)
+            return copy.deepcopy(obj)
+
+    def list_objects(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        label_selector: str = "",
+        field_selector: str = "",
+        limit: int = 0,
+        token: str = "",
+    ) -> dict[str, Any]:
+        with self.lock:
+            items = [
+                obj
+                for (plural, ns, _), obj in sorted(self.objects.items())
+                if plural == resource.plural
+                and (namespace is None or ns == namespace)
+                and _matches_labels(label_selector, obj["metadata"].get("labels") or {})
+                and _matches_fields(field_selector, obj)
+            ]
+            version = str(self.version)
+        start = 0
+        if token:
+            try:
+                start = json.loads(base64.urlsafe_b64decode(token))["start"]
+            except (ValueError, KeyError) as exc:
+                raise ApiError(400, "BadRequest", "invalid continue token") from exc
+        end = start + limit if limit else len(items)
+        page = [copy.deepcopy(o) for o in items[start:end]]
+        for obj in page:  # list items do not repeat kind and apiVersion
+            obj.pop("kind", None)
+            obj.pop("apiVersion", None)
+        meta: dict[str, Any] = {"resourceVersion": version}
+        if end < len(items):
+            meta["continue"] = base64.urlsafe_b64encode(
+                json.dumps({"start": end}).encode()
+            ).decode()
+            meta["remainingItemCount"] = len(items) - end
+        return {
+            "kind": resource.list_kind,
+            "apiVersion": resource.group_version,
+            "metadata": meta,
+            "items": page,
+        }
+
+    # --- writes ----------------------------------------------------------------------
+
+    def create(
+        self, resource: Resource, namespace: str | None, body: dict[str, Any], manager: str
+    ) -> dict[str, Any]:
+        with self.lock:
+            obj = copy.deepcopy(body)
+            meta = obj.setdefault("metadata", {})
+            if not meta.get("name") and meta.get("generateName"):
+                meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
+            name = meta.get("name") or ""
+            if resource.namespaced:
+                if meta.get("namespace") not in (None, namespace):
+                    raise ApiError(
+                        400,
+                        "BadRequest",
+                        "the namespace of the object does not match the namespace on the request",
+                    )
+                self._require_namespace(resource, namespace)
+            if self.key(resource, namespace, name) in self.objects:
+                raise ApiError(
+                    409,
+                    "AlreadyExists",
+                    f'{resource.plural} "{name}" already exists',
+                    {"name": name, "kind": resource.plural},
+                )
+            for field in (
+                "uid",
+                "resourceVersion",
+                "creationTimestamp",
+                "managedFields",
+                "generation",
+            ):
+                meta.pop(field, None)
+            return self._store(resource, namespace, None, obj, manager, "")
+
+    def update(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        name: str,
+        body: dict[str, Any],
+        manager: str,
+        subresource: str = "",
+    ) -> dict[str, Any]:
+        with self.lock:
+            old = self.get(resource, namespace, name)
+            wanted = body.get("metadata", {}).get("resourceVersion")
+            if wanted and wanted != old["metadata"]["resourceVersion"]:
+                raise self.conflict(resource, name)
+            obj = copy.deepcopy(body)
+            obj.setdefault("metadata", {})["name"] = name
+            return self._store(resource, namespace, old, obj, manager, subresource)
+
+    def conflict(self, resource: Resource, name: str) -> ApiError:
+        return ApiError(
+            409,
+            "Conflict",
+            f'Operation cannot be fulfilled on {resource.plural} "{name}": the object has been '
+            "modified; please apply your changes to the latest version and try again",
+            {"name": name, "kind": resource.plural},
+        )
+
+    def patch(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        name: str,
+        patch: dict[str, Any],
+        manager: str,
+        subresource: str = "",
+    ) -> dict[str, Any]:
+        with self.lock:
+            old = self.get(resource, namespace, name)
+            wanted = (patch.get("metadata") or {}).get("resourceVersion")
+            if wanted and wanted != old["metadata"]["resourceVersion"]:
+                raise self.conflict(resource, name)
+            obj = fieldmanager.merge_patch(old, patch)
+            return self._store(resource, namespace, old, obj, manager, subresource)
+
+    def apply(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        name: str,
+        config: dict[str, Any],
+        manager: str,
+        force: bool,
+    ) -> tuple[dict[str, Any], bool]:
+        """Server-side apply; returns (object, created)."""
+        with self.lock:
+            meta = config.get("metadata") or {}
+            if (
+                config.get("kind") != resource.kind
+                or config.get("apiVersion") != resource.group_version
+            ):
+                raise ApiError(
+                    400,
+                    "BadRequest",
+                    f"apply body must be a {resource.group_version} {resource.kind}",
+                )
+            if meta.get("name") != name:
+                raise ApiError(
+                    400, "BadRequest", "the name of the object does not match the name on the URL"
+                )
+            key = self.key(resource, namespace, name)
+            live = copy.deepcopy(self.objects.get(key))
+            if live is None:
+                self._require_namespace(resource, namespace)
+            wanted = meta.get("resourceVersion")
+            if live is not None and wanted and wanted != live["metadata"]["resourceVersion"]:
+                raise self.conflict(resource, name)
+            try:
+                result = fieldmanager.server_side_apply(live, config, manager, force, now_stamp())
+            except fieldmanager.ApplyConflict as exc:
+                lines = [f'conflict with "{m}": .{".".join(p)}' for m, p in exc.conflicts]
+                causes = [
+                    {
+                        "reason": "FieldManagerConflict",
+                        "message": f'conflict with "{m}"',
+                        "field": "." + ".".join(p),
+                    }
+                    for m, p in exc.conflicts
+                ]
+                raise ApiError(
+                    409,
+                    "Conflict",
+                    f"Apply failed with {len(lines)} conflict(s): " + "; ".join(lines),
+                    {"name": name, "kind": resource.plural, "causes": causes},
+                ) from exc
+            result["metadata"]["name"] = name
+            if resource.namespaced:
+                result["metadata"]["namespace"] = namespace
+            if live is not None and _content(result) == _content(live):
+                return live, False  # a no-op apply does not write (resourceVersion stays)
+            return self._store(resource, namespace, live, result, None, ""), live is None
+
+    def delete(
+        self, resource: Resource, namespace: str | None, name: str, propagation: str | None = None
+    ) -> dict[str, Any]:
+        with self.lock:
+            obj = self.get(resource, namespace, name)
+            del self.objects[self.key(resource, namespace, name)]
+            self._bump()
+            if resource.plural == "namespaces":
+                for key in [k for k in self.objects if k[1] == name]:
+                    del self.objects[key]
+            if resource.plural == "jobs" and propagation in ("Background", "Foreground"):
+                for pod in self.owned_pods(obj):
+                    self.objects.pop(
+                        self.key(RESOURCES["pods"], namespace, pod["metadata"]["name"]), None
+                    )
+            if resource.plural in ("pods", "resourcequotas"):
+                return obj  # these kinds answer with the deleted object
+            return {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Success",
+                "details": {"name": name, "kind": resource.plural, "uid": obj["metadata"]["uid"]},
+            }
+
+    def _store(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        old: dict[str, Any] | None,
+        obj: dict[str, Any],
+        manager: str | None,
+        subresource: str,
+    ) -> dict[str, Any]:
+        """Fill server-owned fields, validate, run controllers, save; ``manager`` None
+        means ownership was already computed (apply)."""
+        meta = obj.setdefault("metadata", {})
+        obj["kind"], obj["apiVersion"] = resource.kind, resource.group_version
+        if resource.namespaced:
+            meta["namespace"] = namespace
+        else:
+            meta.pop("namespace", None)
+        if old is not None:
+            if subresource == "status":
+                status = obj.get("status")
+                obj = copy.deepcopy(old)
+                obj["status"] = status
+                meta = obj["metadata"]
+            elif resource.has_status:
+                obj["status"] = copy.deepcopy(old.get("status"))  # status is the controllers'
+                if obj["status"] is None:
+                    obj.pop("status")
+            for field in ("uid", "creationTimestamp"):
+                meta[field] = old["metadata"][field]
+            spec_changed = _spec(obj) != _spec(old)
+            meta["generation"] = old["metadata"].get("generation", 1) + int(spec_changed)
+        else:
+            meta["uid"] = str(uuid.uuid4())
+            meta["creationTimestamp"] = now_stamp()
+            meta["generation"] = 1
+            self._defaults(resource, obj)
+        self._validate(resource, obj, old)
+        if manager is not None:
+            meta.pop("managedFields", None)
+            if old is not None:
+                meta["managedFields"] = copy.deepcopy(old["metadata"].get("managedFields"))
+                if meta["managedFields"] is None:
+                    meta.pop("managedFields")
+            fieldmanager.record_update(old, obj, manager, subresource, now_stamp())
+        if (
+            old is not None
+            and _content(obj) == _content(old)
+            and meta.get("managedFields") == old["metadata"].get("managedFields")
+        ):
+            return old  # nothing changed: no write, resourceVersion stays
+        self._react(resource, old, obj)
+        meta["resourceVersion"] = self._bump()
+        self.objects[self.key(resource, namespace, meta["name"])] = obj
+        if resource.kind in ("Pod", "ResourceQuota"):
+            self.refresh_quota_status(namespace or "")
+        return copy.deepcopy(self.objects[self.key(resource, namespace, meta["name"])])
+
+    def put_raw(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Store ``obj`` "by hand": no validation, no managedFields, no controllers; only
+        server-owned identity fields are filled in and resourceVersion moves."""
+        with self.lock:
+            obj = copy.deepcopy(obj)
+            resource = BY_KIND[obj["kind"]]
+            obj["apiVersion"] = resource.group_version
+            meta = obj.setdefault("metadata", {})
+            key = self.key(resource, meta.get("namespace"), meta["name"])
+            old = self.objects.get(key)
+            if not resource.namespaced:
+                meta.pop("namespace", None)
+            meta.setdefault("uid", old["metadata"]["uid"] if old else str(uuid.uuid4()))
+            meta.setdefault(
+                "creationTimestamp", old["metadata"]["creationTimestamp"] if old else now_stamp()
+            )
+            meta.setdefault("generation", 1)
+            meta["resourceVersion"] = self._bump()
+            self.objects[key] = obj
+            if resource.kind in ("Pod", "ResourceQuota"):
+                self.refresh_quota_status(meta.get("namespace", ""))
+            return copy.deepcopy(obj)
+
+    def remove_raw(self, kind: str, namespace: str | None, name: str) -> bool:
+        with self.lock:
+            resource = BY_KIND[kind]
+            if self.objects.pop(self.key(resource, namespace, name), None) is None:
+                return False
+            self._bump()
+            return True
+
+    # --- defaults and controllers ----------------------------------------------------
+
+    def _defaults(self, resource: Resource, obj: dict[str, Any]) -> None:
+        meta, spec = obj["metadata"], obj.setdefault("spec", {}) if resource.has_status else {}
+        if resource.kind == "Namespace":
+            meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = meta["name"]
+            spec.setdefault("finalizers", ["kubernetes"])
+            obj["status"] = {"phase": "Active"}
+        elif resource.kind == "Pod":
+            obj.setdefault("status", {}).setdefault("phase", "Pending")
+        elif resource.kind == "Job":
+            spec.setdefault("parallelism", 1)
+            if "completions" not in spec and spec["parallelism"] == 1:
+                spec["completions"] = 1
+            spec.setdefault("backoffLimit", 6)
+            spec.setdefault("suspend", False)
+            spec.setdefault("completionMode", "NonIndexed")
+            uid, name = meta["uid"], meta["name"]
+            spec.setdefault(
+                "selector", {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
+            )
+            template_meta = spec.setdefault("template", {}).setdefault("metadata", {})
+            template_meta.setdefault("labels", {}).update(
+                {
+                    "batch.kubernetes.io/controller-uid": uid,
+                    "batch.kubernetes.io/job-name": name,
+                    "controller-uid": uid,
+                    "job-name": name,
+                }
+            )
+            obj["status"] = {}
+        elif resource.kind == "ResourceQuota":
+            obj["status"] = {}
+        elif resource.kind == "Node":
+            obj.setdefault("status", {})
+
+    def _react(self, resource: Resource, old: dict[str, Any] | None, obj: dict[str, Any]) -> None:
+        """The Job controller's part that Tidegate depends on, done synchronously."""
+        if resource.kind != "Job":
+            return
+        suspended = bool(obj["spec"].get("suspend"))
+        was = bool(old["spec"].get("suspend")) if old else None
+        status = obj.setdefault("status", {})
+        if suspended and was is not True:
+            for pod in self.owned_pods(obj):
+                if (pod.get("status") or {}).get("phase") in ("Pending", "Running"):
+                    del self.objects[
+                        self.key(
+                            RESOURCES["pods"], pod["metadata"]["namespace"], pod["metadata"]["name"]
+                        )
+                    ]
+            status.pop("startTime", None)
+            status["active"] = 0
+            status["conditions"] = [_condition("Suspended", "True", "JobSuspended")]
+        elif not suspended and was is not False:
+            status["startTime"] = now_stamp()
+            if old is not None:
+                status["conditions"] = [_condition("Suspended", "False", "JobResumed")]
+
+    def owned_pods(self, job: dict[str, Any]) -> list[dict[str, Any]]:
+        uid = job["metadata"]["uid"]
+        return [
+            obj
+            for (plural, _, _), obj in self.objects.items()
+            if plural == "pods"
+            and any(o.get("uid") == uid for o in obj["metadata"].get("ownerReferences") or [])
+        ]
+
+    def refresh_quota_status(self, namespace: str) -> None:
+        """status.hard mirrors spec.hard; status.used sums the requests of live pods."""
+        pods = [
+            o
+            for (p, ns, _), o in self.objects.items()
+            if p == "pods"
+            and ns == namespace
+            and o.get("status", {}).get("phase") in ("Pending", "Running")
+        ]
+        for (plural, ns, _), quota in self.objects.items():
+            if plural != "resourcequotas" or ns != namespace:
+                continue
+            hard = (quota.get("spec") or {}).get("hard") or {}
+            used = {}
+            for key in hard:
+                resource = key.removeprefix("requests.")
+                total = sum(
+                    parse_quantity(
+                        ((c.get("resources") or {}).get("requests") or {}).get(resource, 0)
+                    )
+                    for pod in pods
+                    for c in pod["spec"].get("containers", [])
+                )
+                used[key] = str(int(total)) if total == int(total) else str(total)
+            quota["status"] = {"hard": dict(hard), "used": used}
+
+
+def _condition(kind: str, status: str, reason: str) -> dict[str, str]:
+    stamp = now_stamp()
+    return {
+        "type": kind,
+        "status": status,
+        "reason": reason,
+        "lastProbeTime": stamp,
+        "lastTransitionTime": stamp,
+    }
+
+
+def _spec(obj: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in obj.items() if k not in ("metadata", "status", "kind", "apiVersion")}
+
+
+def _content(obj: dict[str, Any]) -> Any:
+    meta = {
+        k: v for k, v in obj["metadata"].items() if k not in ("managedFields", "resourceVersion")
+    }
+    return ({**obj, "metadata": meta}, obj["metadata"].get("managedFields"))

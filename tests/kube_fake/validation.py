@@ -1,0 +1,152 @@
+"""The 422 checks of the fake API server (an independent re-statement of the API
+server's rules, deliberately not sharing code with Tidegate's simulated cluster)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from kubernetes.utils.quantity import parse_quantity
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_NAME_PART = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_CONFIG_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+# Pod-template fields Kubernetes lets you change on a Job that is suspended and has not
+# started yet ("mutable scheduling directives").
+_MUTABLE_TEMPLATE = (
+    ("spec", "nodeSelector"),
+    ("spec", "tolerations"),
+    ("spec", "affinity"),
+    ("spec", "schedulingGates"),
+    ("metadata", "labels"),
+    ("metadata", "annotations"),
+)
+
+
+def _qualified(key: str) -> bool:
+    prefix, slash, name = key.rpartition("/")
+    if slash and (len(prefix) > 253 or not _SUBDOMAIN.match(prefix)):
+        return False
+    return len(name) <= 63 and bool(_NAME_PART.match(name))
+
+
+def _label_value(value: Any) -> bool:
+    return isinstance(value, str) and (
+        value == "" or (len(value) <= 63 and bool(_NAME_PART.match(value)))
+    )
+
+
+def _quantity(value: Any) -> bool:
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        return False
+    try:
+        return parse_quantity(value) >= 0
+    except ValueError:
+        return False
+
+
+def _without_mutable(template: dict[str, Any]) -> dict[str, Any]:
+    stripped = {k: dict(v) if isinstance(v, dict) else v for k, v in template.items()}
+    for section, key in _MUTABLE_TEMPLATE:
+        if isinstance(stripped.get(section), dict):
+            stripped[section].pop(key, None)
+    return stripped
+
+
+def problems(kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """(field, message) for every rule ``obj`` breaks; ``old`` is the stored object on
+    updates."""
+    found: list[tuple[str, str]] = []
+    meta = obj.get("metadata") or {}
+    name = meta.get("name") or ""
+    max_name = 63 if kind in ("Namespace", "Job") else 253
+    pattern = _DNS_LABEL if kind in ("Namespace", "Job") else _SUBDOMAIN
+    if len(name) > max_name or not pattern.match(name):
+        found.append(
+            ("metadata.name", f'Invalid value: "{name}": must be a lowercase RFC 1123 name')
+        )
+    for key, value in (meta.get("labels") or {}).items():
+        if not _qualified(key):
+            found.append(
+                (
+                    "metadata.labels",
+                    f'Invalid value: "{key}": name part must consist of alphanumeric characters',
+                )
+            )
+        if not _label_value(value):
+            found.append(
+                (
+                    "metadata.labels",
+                    f'Invalid value: "{value}": a valid label must be 63 characters or less',
+                )
+            )
+    annotations = meta.get("annotations") or {}
+    for key in annotations:
+        if not _qualified(key):
+            found.append(("metadata.annotations", f'Invalid value: "{key}": not a qualified name'))
+    if sum(len(k) + len(str(v)) for k, v in annotations.items()) > 256 * 1024:
+        found.append(("metadata.annotations", "Too long: must have at most 262144 bytes"))
+    spec = obj.get("spec") or {}
+    if kind == "ResourceQuota":
+        for key, value in (spec.get("hard") or {}).items():
+            if not _quantity(value):
+                found.append(
+                    (
+                        f"spec.hard[{key}]",
+                        f'Invalid value: "{value}": must be a non-negative quantity',
+                    )
+                )
+    elif kind == "ConfigMap":
+        for key, value in (obj.get("data") or {}).items():
+            if len(key) > 253 or not _CONFIG_KEY.match(key):
+                found.append(
+                    (
+                        f"data[{key}]",
+                        f'Invalid value: "{key}": a valid config key must consist of alphanumeric characters, "-", "_" or "."',
+                    )
+                )
+            if not isinstance(value, str):
+                found.append((f"data[{key}]", "Invalid value: must be a string"))
+    elif kind == "Pod":
+        if not spec.get("containers"):
+            found.append(("spec.containers", "Required value"))
+    elif kind == "Job":
+        found += _job_problems(obj, old)
+    return found
+
+
+def _job_problems(job: dict[str, Any], old: dict[str, Any] | None) -> list[tuple[str, str]]:
+    found: list[tuple[str, str]] = []
+    template = (job.get("spec") or {}).get("template") or {}
+    pod_spec = template.get("spec") or {}
+    if not pod_spec.get("containers"):
+        found.append(("spec.template.spec.containers", "Required value"))
+    if pod_spec.get("restartPolicy") not in ("Never", "OnFailure"):
+        found.append(
+            (
+                "spec.template.spec.restartPolicy",
+                'Unsupported value: supported values: "OnFailure", "Never"',
+            )
+        )
+    if old is None:
+        return found
+    old_spec, new_spec = old.get("spec") or {}, job.get("spec") or {}
+    if old_spec.get("selector") != new_spec.get("selector"):
+        found.append(("spec.selector", "Invalid value: field is immutable"))
+    old_template = old_spec.get("template") or {}
+    if _without_mutable(old_template) != _without_mutable(template):
+        found.append(("spec.template", "Invalid value: field is immutable"))
+    elif old_template != template:
+        # Scheduling directives may change only while the Job is suspended and has not
+        # started (the Job controller clears status.startTime when it suspends).
+        suspended = bool(old_spec.get("suspend"))
+        started = bool((old.get("status") or {}).get("startTime"))
+        if not suspended or started:
+            found.append(
+                (
+                    "spec.template",
+                    "Invalid value: field is immutable: only a suspended Job that has not started may change scheduling directives",
+                )
+            )
+    return found
