@@ -107,6 +107,12 @@ class Node(models.Model):
     def __str__(self) -> str:
         return f"{self.cluster.name}/{self.name}"
 
+    @property
+    def topology_short(self) -> str:
+        """GFD cliques read '<fabric uuid>.<clique id>'; the clique id tells nodes apart."""
+        fabric, _, clique = self.topology_domain.rpartition(".")
+        return f"…{fabric[-4:]}.{clique}" if fabric else self.topology_domain
+
 
 class Flavour(models.Model):
     """A schedulable GPU resource on a cluster: a whole GPU of a product, or a MIG profile."""
