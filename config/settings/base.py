@@ -154,6 +154,18 @@ CELERY_TIMEZONE = "UTC"
 CELERY_TASK_DEFAULT_QUEUE = env("CELERY_TASK_DEFAULT_QUEUE", default="celery")
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "heartbeat": {"task": "tenants.tasks.heartbeat", "schedule": timedelta(minutes=10)},
+    "inventory-sync": {
+        "task": "scheduler_bridge.tasks.inventory_sync_all",
+        "schedule": timedelta(minutes=5),
+    },
+    "quota-sync": {
+        "task": "scheduler_bridge.tasks.quota_sync_all",
+        "schedule": timedelta(minutes=2),
+    },
+    "mig-reconcile": {
+        "task": "scheduler_bridge.tasks.mig_reconcile_all",
+        "schedule": timedelta(minutes=5),
+    },
 }
 
 LOGGING = {
