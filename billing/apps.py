@@ -1,5 +1,53 @@
+from __future__ import annotations
+
+import logging
+
 from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
+
+logger = logging.getLogger(__name__)
 
 
 class BillingConfig(AppConfig):
     name = "billing"
+    verbose_name = _("Metering, budgets and chargeback")
+
+    def ready(self) -> None:
+        # Lower apps ask; billing answers through their registries (see DESIGN.md).
+        from billing import demo, portal
+        from billing.gate import budget_gate_for_cluster
+        from scheduler_bridge.workloads.budget_gate import register_budget_gate
+        from tenants.deletion import register_deletion_blocker
+        from tenants.demo import register_demo_seeder
+        from tenants.portal.views import register_tenant_panel
+
+        register_budget_gate(budget_gate_for_cluster)
+        register_deletion_blocker(demo.billing_deletion_blocker)
+        register_demo_seeder(demo.seed_demo_billing)
+        # The panel checks at render time that the billing pages are routed.
+        register_tenant_panel(portal.budget_panel)
+        if _portal_routed():
+            register_nav_entry()
+
+
+def register_nav_entry() -> None:
+    """Put "Billing" in the navigation of everyone who reads money."""
+    from tenants import access
+    from tenants.context_processors import register_nav_entry as register
+
+    register("billing-home", _("Billing"), access.BILLING_READ_ROLES)
+
+
+def _portal_routed() -> bool:
+    """Whether the project's URLconf routes the billing pages (config.urls includes
+    billing.portal). Until it does, a navigation entry would break every page."""
+    from django.urls import NoReverseMatch, reverse
+
+    try:
+        reverse("billing-home")
+    except NoReverseMatch:
+        return False
+    except Exception:  # a URLconf that cannot load yet must not break start-up
+        logger.debug("billing: URLconf not loadable at start-up", exc_info=True)
+        return False
+    return True

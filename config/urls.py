@@ -6,6 +6,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
+from billing.api import urls as billing_api
 from scheduler_bridge.api import urls as scheduler_api
 from tenants.api import urls as tenants_api
 from tenants.api.views import MeView
@@ -13,10 +14,13 @@ from tenants.api.views import MeView
 api_router = DefaultRouter()
 api_router.registry.extend(tenants_api.router.registry)
 api_router.registry.extend(scheduler_api.router.registry)
+api_router.registry.extend(billing_api.router.registry)
 
 urlpatterns = [
     path("", include("tenants.portal.urls")),
     path("", include("scheduler_bridge.portal")),
+    path("", include("scheduler_bridge.workloads.portal")),
+    path("", include("billing.portal")),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("i18n/", include("django.conf.urls.i18n")),

@@ -9,6 +9,7 @@ class SchedulerBridgeConfig(AppConfig):
     def ready(self) -> None:
         # Lower apps ask; this app answers through their registries (see DESIGN.md).
         from scheduler_bridge import demo, portal
+        from scheduler_bridge.workloads import portal as queue_portal
         from tenants.context_processors import register_nav_entry
         from tenants.deletion import register_deletion_blocker
         from tenants.demo import register_demo_seeder
@@ -17,4 +18,6 @@ class SchedulerBridgeConfig(AppConfig):
         register_deletion_blocker(portal.quota_deletion_blocker)
         register_demo_seeder(demo.seed_demo_cluster)
         register_tenant_panel(portal.quota_panel)
+        register_tenant_panel(queue_portal.queue_panel)
+        register_deletion_blocker(queue_portal.workload_deletion_blocker)
         register_nav_entry("portal-clusters", _("Clusters"), None)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from django.contrib.auth import get_user_model
 
 from scheduler_bridge.inventory.models import Cluster, Flavour
@@ -9,6 +11,7 @@ from scheduler_bridge.inventory.services import inventory_sync
 from scheduler_bridge.quotas.models import Quota
 from scheduler_bridge.quotas.services import quota_set
 from scheduler_bridge.quotas.sync import quota_sync
+from scheduler_bridge.workloads.models import PriorityClass
 from tenants.demo import DEMO_CLUSTER, DemoResult
 from tenants.models import Tenant
 
@@ -29,6 +32,7 @@ def seed_demo_cluster(result: DemoResult) -> None:
     if Quota.objects.filter(flavour__cluster=cluster).exists():
         quota_sync(cluster)
         return
+    _seed_priority_classes()
     admin = get_user_model().objects.get(username="admin")
     org = Tenant.objects.get(slug="acme")
     for flavour in Flavour.objects.filter(cluster=cluster, capacity__gt=0).order_by("name"):
@@ -63,4 +67,56 @@ def seed_demo_cluster(result: DemoResult) -> None:
                     message="demo data",
                 )
     quota_sync(cluster)
+    _seed_queue(cluster)
     result.created += int(created)
+
+
+def _seed_priority_classes() -> None:
+    for name, value, preemptible, multiplier, default, text in [
+        ("spot", -10, True, "0.5", False, "cheapest; first to be preempted"),
+        ("batch", 0, True, "1", True, "default for training runs"),
+        ("prod", 100, False, "1.5", False, "serving and deadlines; never preempted"),
+    ]:
+        PriorityClass.objects.get_or_create(
+            name=name,
+            defaults={
+                "value": value,
+                "preemptible": preemptible,
+                "price_multiplier": Decimal(multiplier),
+                "is_default": default,
+                "description": text,
+            },
+        )
+
+
+# (team, name, pod sets as (count, gpus per pod, flavour), topology, priority class)
+DEMO_WORKLOADS = [
+    ("vision", "resnet-sweep", [(4, 1, "h100-80gb")], "none", "batch"),
+    ("vision", "vit-huge", [(2, 8, "h100-80gb")], "domain", "batch"),
+    ("nlp", "llm-finetune", [(1, 8, "h100-80gb")], "node", "prod"),
+    ("nlp", "tokenizer-eval", [(6, 1, "h100-80gb-mig-1g.10gb")], "none", "spot"),
+    ("speech", "asr-train", [(2, 4, "a100-sxm4-80gb")], "none", "batch"),
+    ("search", "ranker", [(4, 2, "a100-sxm4-80gb")], "none", "batch"),
+    ("recsys", "two-tower", [(1, 8, "a100-sxm4-80gb")], "node", "batch"),
+    ("ads", "ctr-daily", [(8, 1, "a100-sxm4-80gb-mig-1g.10gb")], "none", "prod"),
+    ("infra", "nccl-burn-in", [(3, 8, "h100-80gb")], "domain", "spot"),
+    ("data", "embedding-backfill", [(4, 1, "a100-sxm4-80gb-mig-3g.40gb")], "none", "spot"),
+]
+
+
+def _seed_queue(cluster: Cluster) -> None:
+    from scheduler_bridge.workloads.cycle import admission_cycle
+    from scheduler_bridge.workloads.services import PodSetSpec, workload_submit
+
+    for slug, name, pod_sets, topology, pclass in DEMO_WORKLOADS:
+        workload_submit(
+            actor=None,
+            cluster=cluster,
+            tenant=Tenant.objects.get(slug=slug),
+            name=name,
+            pod_sets=[PodSetSpec(count=c, gpus_per_pod=g, flavour=f) for c, g, f in pod_sets],
+            topology=topology,
+            priority_class=pclass,
+            audit_source="system",
+        )
+    admission_cycle(cluster)

@@ -25,7 +25,7 @@ def cluster_manifests(cluster: Cluster) -> dict[str, dict[str, Any]]:
         NamespaceBinding.objects.filter(cluster_name=cluster.name).select_related("tenant")
     )
     with gateway_for_cluster(cluster) as gateway:
-        used = used_by_namespace(gateway)
+        used = used_by_namespace(cluster, gateway)
     desired = desired_quotas(cluster, bindings, used)
     files: dict[str, dict[str, Any]] = {}
     for binding in sorted(bindings, key=lambda b: b.namespace):

@@ -113,3 +113,72 @@ def mig_reconcile_all() -> int:
     for cluster_id in ids:
         mig_reconcile.delay(cluster_id)
     return len(ids)
+
+
+@retrying_task
+def admission_cycle(cluster_id: int) -> dict[str, int] | None:
+    """One admission cycle of a cluster (decide, persist, apply)."""
+    from scheduler_bridge.workloads.cycle import admission_cycle as cycle
+
+    cluster = _cluster(cluster_id)
+    if cluster is None:
+        return None
+    try:
+        outcome = cycle(cluster)
+    except ClusterUnreachable:
+        raise
+    except GatewayError as error:  # decisions are saved; applying waits for a fixed cluster
+        logger.warning("admission cycle of %s could not apply: %s", cluster.name, error)
+        return None
+    return {
+        "admitted": len(outcome.admitted),
+        "preempted": len(outcome.preempted),
+        "pending": outcome.pending,
+        "apply_errors": len(outcome.apply_errors),
+    }
+
+
+@retrying_task
+def jobs_sync(cluster_id: int) -> dict[str, int] | None:
+    """Pick up queue-labelled Jobs and close workloads whose Job ended; then a cycle."""
+    from scheduler_bridge.workloads.jobs import jobs_sync as sync
+
+    cluster = _cluster(cluster_id)
+    if cluster is None:
+        return None
+    try:
+        result = sync(cluster)
+    except ClusterUnreachable:
+        raise
+    except GatewayError as error:
+        logger.warning("Job sync of %s failed: %s", cluster.name, error)
+        return None
+    admission_cycle.delay(cluster_id)
+    return {
+        "created": len(result.created),
+        "rejected": len(result.rejected),
+        "finished": len(result.finished),
+    }
+
+
+@shared_task
+def queue_tick_all() -> int:
+    """The short period: Job sync and an admission cycle for every cluster."""
+    ids = list(Cluster.objects.values_list("pk", flat=True))
+    for cluster_id in ids:
+        jobs_sync.delay(cluster_id)
+    return len(ids)
+
+
+@retrying_task
+def job_stop(workload_id: int) -> bool:
+    """Suspend the Job of a cancelled workload (its pods stop, its template is restored)."""
+    from scheduler_bridge.inventory.connection import gateway_for_cluster
+    from scheduler_bridge.workloads.models import Workload
+
+    workload = Workload.objects.select_related("cluster").filter(pk=workload_id).first()
+    if workload is None or not workload.job_name:
+        return False
+    with gateway_for_cluster(workload.cluster) as gateway:
+        gateway.suspend_job(workload.namespace, workload.job_name)
+    return True

@@ -87,7 +87,7 @@ def celery_worker(transactional_db: Any, tmp_path: Path) -> Iterator[Worker]:
 
 
 def _wait_until_ready(log_path: Path, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         text = log_path.read_text(errors="replace") if log_path.exists() else ""
         if "ready." in text:
@@ -95,7 +95,7 @@ def _wait_until_ready(log_path: Path, process: subprocess.Popen[bytes]) -> None:
         if process.poll() is not None:
             raise RuntimeError(f"celery worker exited early:\n{text}")
         time.sleep(0.2)
-    raise RuntimeError("celery worker did not become ready within 60 s")
+    raise RuntimeError("celery worker did not become ready within 180 s")
 
 
 def wait_for(predicate: Any, timeout: float = 30.0) -> bool:

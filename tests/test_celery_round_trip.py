@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.celery_worker, pytest.mark.xdist_group("celery")]
 
 
 def test_a_task_round_trips_through_redis_and_a_worker(celery_worker: Worker) -> None:
-    assert heartbeat.apply_async(queue=celery_worker.queue).get(timeout=30) == "ok"
+    assert heartbeat.apply_async(queue=celery_worker.queue).get(timeout=120) == "ok"
 
 
 def test_adding_a_member_emails_them_from_the_worker_after_commit(celery_worker: Worker) -> None:
@@ -27,7 +27,7 @@ def test_adding_a_member_emails_them_from_the_worker_after_commit(celery_worker:
     def mailed() -> bool:
         return celery_worker.mail_dir.exists() and any(celery_worker.mail_dir.iterdir())
 
-    assert wait_for(mailed), "the worker sent no mail"
+    assert wait_for(mailed, timeout=120), "the worker sent no mail"
     mail = next(celery_worker.mail_dir.iterdir()).read_text()
     assert "To: newcomer@example.com" in mail
     assert "you are now Lead of Vision" in mail

@@ -162,6 +162,19 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
         "task": "scheduler_bridge.tasks.quota_sync_all",
         "schedule": timedelta(minutes=2),
     },
+    "queue-tick": {
+        "task": "scheduler_bridge.tasks.queue_tick_all",
+        "schedule": timedelta(seconds=30),
+    },
+    "billing-collect-usage": {
+        "task": "billing.tasks.usage_collect_all",
+        "schedule": timedelta(minutes=15),
+    },
+    "billing-evaluate-budgets": {
+        "task": "billing.tasks.budgets_evaluate",
+        "schedule": timedelta(minutes=15),
+    },
+    "billing-roll-periods": {"task": "billing.tasks.periods_roll", "schedule": timedelta(hours=1)},
     "mig-reconcile": {
         "task": "scheduler_bridge.tasks.mig_reconcile_all",
         "schedule": timedelta(minutes=5),

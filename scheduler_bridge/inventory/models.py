@@ -83,8 +83,10 @@ class Node(models.Model):
     mig_config_state = models.CharField(max_length=32, blank=True)
     # One entry per GPU index: a list of MIG profile names, or null for a whole GPU.
     gpu_layouts = models.JSONField(default=list)
-    # GPU and MIG resources requested by pods running on the node.
+    # GPU and MIG resources requested by pods running on the node, and the part of it
+    # that pods outside Tidegate's queue hold (the queue accounts for its own work).
     busy = models.JSONField(default=dict)
+    busy_foreign = models.JSONField(default=dict)
     topology_domain = models.CharField(max_length=200, blank=True)
     unschedulable = models.BooleanField(default=False)
     # An admin pin: the layout the MIG planner must keep (same shape as gpu_layouts).
@@ -125,6 +127,8 @@ class Flavour(models.Model):
     gpu_equivalent = models.DecimalField(max_digits=6, decimal_places=4, default=Decimal("1"))
     capacity = models.PositiveIntegerField(default=0)
     node_selector = models.JSONField(default=dict)
+    # Tolerations for the taints of the nodes offering it (admission injects them).
+    tolerations = models.JSONField(default=list)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -103,13 +103,30 @@ def _int(value: str | None) -> int | None:
         return None
 
 
-def _busy_by_node(pods: list[PodInfo]) -> dict[str, dict[str, int]]:
+def _busy_by_node(
+    pods: list[PodInfo], exclude_jobs: set[tuple[str, str]] | None = None
+) -> dict[str, dict[str, int]]:
+    """GPU resources requested by live pods per node, without the pods of `exclude_jobs`
+    ((namespace, job name) pairs)."""
     busy: dict[str, dict[str, int]] = defaultdict(dict)
     for pod in pods:
-        if pod.node_name and pod.phase in ("Pending", "Running"):
-            for resource, amount in pod.gpu_requests.items():
-                busy[pod.node_name][resource] = busy[pod.node_name].get(resource, 0) + amount
+        if not pod.node_name or pod.phase not in ("Pending", "Running"):
+            continue
+        if exclude_jobs and pod.job_name and (pod.namespace, pod.job_name) in exclude_jobs:
+            continue
+        for resource, amount in pod.gpu_requests.items():
+            busy[pod.node_name][resource] = busy[pod.node_name].get(resource, 0) + amount
     return busy
+
+
+def _queue_jobs(cluster: Cluster) -> set[tuple[str, str]]:
+    """Jobs whose pods the admission queue already accounts for."""
+    from scheduler_bridge.workloads.models import Workload
+
+    rows = Workload.objects.filter(
+        cluster=cluster, source=Workload.Source.JOB, state__in=Workload.ACTIVE_STATES
+    ).values_list("namespace", "job_name")
+    return set(rows)
 
 
 def _node_layouts(existing: Node | None, info: NodeInfo, product: GpuProduct, count: int) -> list:
@@ -143,7 +160,9 @@ def inventory_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> I
     now = timezone.now()
     result = InventoryResult()
     busy = _busy_by_node(pods)
+    busy_foreign = _busy_by_node(pods, _queue_jobs(cluster))
     flavour_totals: dict[FlavourSpec, int] = {}
+    flavours_on_node: dict[str, set[str]] = {}
     with transaction.atomic():
         existing = {n.name: n for n in Node.objects.select_for_update().filter(cluster=cluster)}
         for info in infos:
@@ -165,6 +184,7 @@ def inventory_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> I
                 _node_layouts(existing.get(info.name), info, product, count) if product else []
             )
             node.busy = busy.get(info.name, {})
+            node.busy_foreign = busy_foreign.get(info.name, {})
             node.topology_domain = info.labels.get(cluster.topology_label, "")
             node.unschedulable = info.unschedulable
             node.present = True
@@ -174,18 +194,43 @@ def inventory_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> I
             result.gpus += count
             for spec, amount in flavours_of_node(info).items():
                 flavour_totals[spec] = flavour_totals.get(spec, 0) + amount
+                flavours_on_node.setdefault(info.name, set()).add(spec.name)
         gone = [n for name, n in existing.items() if name not in {i.name for i in infos}]
         for node in gone:
             if node.present:
                 node.present = False
                 node.save(update_fields=["present"])
                 result.removed_nodes += 1
-        result.flavours = _store_flavours(cluster, flavour_totals)
+        result.flavours = _store_flavours(
+            cluster, flavour_totals, _tolerations(infos, flavours_on_node)
+        )
         _mark_cluster(cluster, Cluster.Status.OK, f"{result.nodes} nodes, {result.gpus} GPUs")
     return result
 
 
-def _store_flavours(cluster: Cluster, totals: dict[FlavourSpec, int]) -> int:
+def _tolerations(
+    infos: list[NodeInfo], flavour_names: dict[str, set[str]]
+) -> dict[str, list[dict[str, str]]]:
+    """Per flavour, a toleration for every scheduling taint of the nodes offering it."""
+    found: dict[str, dict[tuple[str, str, str], dict[str, str]]] = defaultdict(dict)
+    for info in infos:
+        for name in flavour_names.get(info.name, set()):
+            for taint in info.taints:
+                if taint.effect not in ("NoSchedule", "NoExecute"):
+                    continue
+                toleration = {"key": taint.key, "effect": taint.effect}
+                toleration |= (
+                    {"operator": "Equal", "value": taint.value}
+                    if taint.value
+                    else {"operator": "Exists"}
+                )
+                found[name][(taint.key, taint.value, taint.effect)] = toleration
+    return {name: [t for _, t in sorted(items.items())] for name, items in found.items()}
+
+
+def _store_flavours(
+    cluster: Cluster, totals: dict[FlavourSpec, int], tolerations: dict[str, list[dict[str, str]]]
+) -> int:
     by_name: dict[str, tuple[FlavourSpec, int]] = {}
     for spec, amount in totals.items():
         known = by_name.get(spec.name)
@@ -202,6 +247,7 @@ def _store_flavours(cluster: Cluster, totals: dict[FlavourSpec, int]) -> int:
                 "gpu_equivalent": spec.gpu_equivalent,
                 "capacity": amount,
                 "node_selector": dict(spec.node_selector),
+                "tolerations": tolerations.get(name, []),
             },
         )
         seen.add(name)

@@ -132,7 +132,7 @@ def quota_set(
             source=source,
             message=message,
         )
-    _queue_quota_sync(flavour.cluster_id)
+    queue_quota_sync(flavour.cluster_id)
     return quota
 
 
@@ -159,7 +159,7 @@ def quota_delete(*, actor: Any, quota: Quota, source: str = "api") -> None:
             source=source,
         )
         quota.delete()
-    _queue_quota_sync(quota.flavour.cluster_id)
+    queue_quota_sync(quota.flavour.cluster_id)
 
 
 class _QueueQuotaSync:
@@ -181,7 +181,8 @@ class _QueueQuotaSync:
         quota_sync.delay(self.cluster_id)
 
 
-def _queue_quota_sync(cluster_id: int) -> None:
+def queue_quota_sync(cluster_id: int) -> None:
+    """Sync the cluster's ResourceQuotas after the current transaction commits (once)."""
     callback = _QueueQuotaSync(cluster_id)
     # Django keeps pending on-commit callbacks on the connection (and drops them on
     # rollback), so looking there dedupes without state of our own that could go stale.

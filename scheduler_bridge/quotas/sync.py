@@ -87,12 +87,29 @@ def desired_quotas(
     return desired_hard_limits(tenants, used, resources)
 
 
-def used_by_namespace(gateway: ClusterGateway) -> dict[str, dict[str, int]]:
+def used_by_namespace(cluster: Cluster, gateway: ClusterGateway) -> dict[str, dict[str, int]]:
+    """GPUs in use per namespace: pods outside the queue as Kubernetes reports them, and
+    every Job the queue admitted at its full size, whether its pods exist yet or not
+    (so a Job is never refused by its namespace's quota while it starts)."""
+    from scheduler_bridge.workloads.models import Workload
+
+    admitted = Workload.objects.filter(
+        cluster=cluster, source=Workload.Source.JOB, state__in=Workload.ACTIVE_STATES
+    ).select_related("flavour")
+    queue_jobs = set()
     used: dict[str, dict[str, int]] = defaultdict(dict)
+    for workload in admitted:
+        queue_jobs.add((workload.namespace, workload.job_name))
+        if workload.flavour is not None:
+            resource = workload.flavour.resource_name
+            used[workload.namespace][resource] = (
+                used[workload.namespace].get(resource, 0) + workload.gpus
+            )
     for pod in gateway.list_gpu_pods():
-        if pod.phase in ("Pending", "Running"):
-            for resource, amount in pod.gpu_requests.items():
-                used[pod.namespace][resource] = used[pod.namespace].get(resource, 0) + amount
+        if pod.phase not in ("Pending", "Running") or (pod.namespace, pod.job_name) in queue_jobs:
+            continue
+        for resource, amount in pod.gpu_requests.items():
+            used[pod.namespace][resource] = used[pod.namespace].get(resource, 0) + amount
     return used
 
 
@@ -111,7 +128,7 @@ def quota_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> Quota
         .select_related("tenant")
         .order_by("namespace")
     )
-    desired = desired_quotas(cluster, bindings, used_by_namespace(gateway))
+    desired = desired_quotas(cluster, bindings, used_by_namespace(cluster, gateway))
     result = QuotaSyncResult(namespaces=len(bindings))
     now = timezone.now()
     for binding in bindings:

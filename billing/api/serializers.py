@@ -1,0 +1,338 @@
+"""Input and output shapes of the billing API. Field checks live here; rules that span
+rows (overlaps, currencies, frozen periods) live in the services."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from billing.models import (
+    Adjustment,
+    BillingPeriod,
+    BillingPolicy,
+    Budget,
+    BudgetAlert,
+    BudgetStatus,
+    RateCard,
+    Statement,
+    StatementLine,
+    TenantBillingSettings,
+    UsageRecord,
+)
+from billing.selectors import billing_tenants, statements_visible_to
+from scheduler_bridge import selectors as bridge_selectors
+from tenants.models import Tenant
+
+
+@extend_schema_field(OpenApiTypes.STR)
+class BillingTenantField(serializers.SlugRelatedField):  # type: ignore[type-arg]
+    """A tenant named by slug, among those whose money the caller reads."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("slug_field", "slug")
+        super().__init__(**kwargs)
+
+    def get_queryset(self) -> Any:
+        request = self.context.get("request")
+        return billing_tenants(request.user if request else None)
+
+
+@extend_schema_field(OpenApiTypes.STR)
+class VisibleClusterField(serializers.SlugRelatedField):  # type: ignore[type-arg]
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("slug_field", "name")
+        super().__init__(**kwargs)
+
+    def get_queryset(self) -> Any:
+        request = self.context.get("request")
+        return bridge_selectors.clusters_visible_to(request.user if request else None)
+
+
+class VisibleFlavourField(serializers.PrimaryKeyRelatedField):  # type: ignore[type-arg]
+    def get_queryset(self) -> Any:
+        request = self.context.get("request")
+        return bridge_selectors.flavours_visible_to(request.user if request else None)
+
+
+class RateCardSerializer(serializers.ModelSerializer[RateCard]):
+    cluster = VisibleClusterField(required=False, allow_null=True)
+    flavour = VisibleFlavourField(required=False, allow_null=True)
+    flavour_name = serializers.CharField(source="flavour.name", read_only=True, default=None)
+    scope = serializers.CharField(source="scope_label", read_only=True)
+    # Negative prices are the service's to refuse, with a message naming the field.
+    reserved_price = serializers.DecimalField(max_digits=12, decimal_places=4)
+    on_demand_price = serializers.DecimalField(max_digits=12, decimal_places=4)
+
+    class Meta:
+        model = RateCard
+        fields = [
+            "id",
+            "name",
+            "scope",
+            "cluster",
+            "flavour",
+            "flavour_name",
+            "product",
+            "mig_profile",
+            "currency",
+            "reserved_price",
+            "on_demand_price",
+            "priority_multipliers",
+            "valid_from",
+            "valid_to",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = ["id", "scope", "flavour_name", "created_at", "updated_at"]
+
+
+class BillingPolicySerializer(serializers.ModelSerializer[BillingPolicy]):
+    class Meta:
+        model = BillingPolicy
+        fields = ["idle_mode", "default_currency", "updated_at"]
+        read_only_fields = ["updated_at"]
+
+
+class TenantBillingSettingsSerializer(serializers.ModelSerializer[TenantBillingSettings]):
+    tenant = BillingTenantField()
+
+    class Meta:
+        model = TenantBillingSettings
+        fields = ["tenant", "mode", "charge_reserved", "updated_at"]
+        read_only_fields = ["updated_at"]
+        validators: list[Any] = []
+
+
+class UsageRecordSerializer(serializers.ModelSerializer[UsageRecord]):
+    tenant = serializers.CharField(source="tenant.slug")
+    cluster = serializers.CharField(source="cluster.name")
+    flavour = serializers.CharField(source="flavour.name")
+    period = serializers.CharField(source="period.name")
+
+    class Meta:
+        model = UsageRecord
+        fields = [
+            "id",
+            "tenant",
+            "cluster",
+            "flavour",
+            "period",
+            "namespace",
+            "pod_uid",
+            "pod_name",
+            "workload",
+            "job_name",
+            "priority_class",
+            "source",
+            "interval_start",
+            "interval_end",
+            "devices",
+            "gpu_seconds_allocated",
+            "gpu_seconds_busy",
+            "gpu_seconds_borrowed",
+            "created_at",
+        ]
+        read_only_fields = fields
+
+
+class BillingPeriodSerializer(serializers.ModelSerializer[BillingPeriod]):
+    class Meta:
+        model = BillingPeriod
+        fields = ["name", "start", "end", "state", "revision", "closed_at", "created_at"]
+        read_only_fields = fields
+
+
+class ReopenSerializer(serializers.Serializer[Any]):
+    reason = serializers.CharField(max_length=500)
+
+
+class StatementLineSerializer(serializers.ModelSerializer[StatementLine]):
+    corrects = serializers.SerializerMethodField()
+
+    class Meta:
+        model = StatementLine
+        fields = [
+            "id",
+            "kind",
+            "cluster_name",
+            "flavour_name",
+            "priority_class",
+            "gpu_hours",
+            "gpu_hours_busy",
+            "rate",
+            "multiplier",
+            "amount",
+            "currency",
+            "rate_card",
+            "usage_period",
+            "corrects",
+            "adjustment",
+            "note",
+        ]
+        read_only_fields = fields
+
+    def get_corrects(self, line: StatementLine) -> int | None:
+        return line.corrects_id
+
+
+class StatementSerializer(serializers.ModelSerializer[Statement]):
+    period = serializers.CharField(source="period.name")
+    tenant = serializers.CharField(source="tenant_slug")
+    number = serializers.CharField()
+    lines = StatementLineSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = Statement
+        fields = [
+            "id",
+            "number",
+            "period",
+            "revision",
+            "tenant",
+            "tenant_name",
+            "cost_center",
+            "mode",
+            "currency",
+            "total",
+            "gpu_hours",
+            "gpu_hours_busy",
+            "warnings",
+            "created_at",
+            "lines",
+        ]
+        read_only_fields = fields
+
+
+class StatementSummarySerializer(StatementSerializer):
+    class Meta(StatementSerializer.Meta):
+        fields = [f for f in StatementSerializer.Meta.fields if f != "lines"]
+        read_only_fields = fields
+
+
+class AdjustmentSerializer(serializers.ModelSerializer[Adjustment]):
+    tenant = BillingTenantField()
+    period = serializers.SlugRelatedField(slug_field="name", queryset=BillingPeriod.objects.all())
+    corrects: serializers.PrimaryKeyRelatedField[Statement] = serializers.PrimaryKeyRelatedField(
+        queryset=Statement.objects.none(), required=False, allow_null=True
+    )
+    created_by = serializers.CharField(source="created_by.username", read_only=True, default=None)
+
+    class Meta:
+        model = Adjustment
+        fields = [
+            "id",
+            "tenant",
+            "period",
+            "amount",
+            "currency",
+            "reason",
+            "corrects",
+            "created_by",
+            "created_at",
+        ]
+        read_only_fields = ["id", "created_by", "created_at"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        request = self.context.get("request")
+        field = self.fields["corrects"]
+        assert isinstance(field, serializers.PrimaryKeyRelatedField)
+        field.queryset = statements_visible_to(request.user if request else None)
+
+
+class BudgetStatusSerializer(serializers.ModelSerializer[BudgetStatus]):
+    exhausted = serializers.BooleanField(read_only=True)
+
+    class Meta:
+        model = BudgetStatus
+        fields = [
+            "period_name",
+            "window_start",
+            "window_end",
+            "spent",
+            "burn_per_hour",
+            "running_per_hour",
+            "forecast_exhausted_at",
+            "exhausted",
+            "evaluated_at",
+        ]
+        read_only_fields = fields
+
+
+class BudgetSerializer(serializers.ModelSerializer[Budget]):
+    tenant = BillingTenantField()
+    amount = serializers.DecimalField(max_digits=14, decimal_places=2)
+    thresholds = serializers.ListField(child=serializers.IntegerField(), required=False)
+    status = BudgetStatusSerializer(read_only=True, allow_null=True)
+
+    class Meta:
+        model = Budget
+        fields = [
+            "id",
+            "tenant",
+            "cadence",
+            "amount",
+            "currency",
+            "thresholds",
+            "enforcement",
+            "is_active",
+            "status",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = ["id", "status", "created_at", "updated_at"]
+        validators: list[Any] = []  # one budget per tenant and cadence: the service says so
+
+    def to_representation(self, instance: Budget) -> dict[str, Any]:
+        data = super().to_representation(instance)
+        if not hasattr(instance, "status"):
+            data["status"] = None
+        return data
+
+
+class BudgetAlertSerializer(serializers.ModelSerializer[BudgetAlert]):
+    tenant = serializers.CharField(source="budget.tenant.slug")
+    cadence = serializers.CharField(source="budget.cadence")
+    enforcement = serializers.CharField(source="budget.enforcement")
+
+    class Meta:
+        model = BudgetAlert
+        fields = [
+            "id",
+            "tenant",
+            "cadence",
+            "enforcement",
+            "period_name",
+            "threshold",
+            "spent",
+            "amount",
+            "currency",
+            "fired_at",
+            "emailed_at",
+        ]
+        read_only_fields = fields
+
+
+class ReportQuerySerializer(serializers.Serializer[Any]):
+    period = serializers.CharField(required=False)
+    tenant = serializers.CharField(required=False)
+    group_by = serializers.ChoiceField(
+        choices=["line", "tenant", "cost_center", "flavor", "kind", "child"],
+        required=False,
+        default="line",
+    )
+
+
+def tenant_of_slug(user: Any, slug: str | None) -> Tenant | None:
+    """The visible (money-reading) tenant called ``slug``; None for no slug."""
+    if not slug:
+        return None
+    from django.http import Http404
+
+    tenant = billing_tenants(user).filter(slug=slug).first()
+    if tenant is None:
+        raise Http404
+    return tenant

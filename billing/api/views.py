@@ -1,0 +1,512 @@
+"""REST API v1 of billing: rate cards, the ledger, periods and statements, adjustments,
+budgets and alerts, finance reports and exports.
+
+Scoping happens once, in `get_queryset`, through `billing.selectors` (which ask
+`tenants.access`): what the caller may not read is a 404. Writes go through services,
+whose domain errors the API's exception handler maps to 400/403/409.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import django_filters
+from django.http import Http404, HttpResponse
+from django.shortcuts import get_object_or_404
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from billing import budgets as budget_services
+from billing import exports, periods, rates, reports, selectors
+from billing.api import serializers as s
+from billing.errors import PeriodNotFound, StatementFrozen
+from billing.models import (
+    Adjustment,
+    BillingPeriod,
+    BillingPolicy,
+    Budget,
+    BudgetAlert,
+    RateCard,
+    Statement,
+    TenantBillingSettings,
+    UsageRecord,
+)
+from billing.months import parse_month
+from billing.permissions import can_read_any_billing
+from tenants.errors import ValidationFailed
+
+
+def period_named(name: str | None) -> BillingPeriod:
+    """The period called ``name``, or a 400 that says what periods look like."""
+    if not name:
+        raise PeriodNotFound("Name the period, e.g. period=2026-02.", field="period")
+    if parse_month(name) is None:
+        raise PeriodNotFound(f"'{name}' is not a period; periods are months named YYYY-MM.")
+    period = BillingPeriod.objects.filter(name=name).first()
+    if period is None:
+        raise PeriodNotFound(
+            f"There is no billing period {name}: nothing was metered in it yet. Periods exist "
+            "from the first usage of their month."
+        )
+    return period
+
+
+def _require_billing_reader(request: Request) -> None:
+    if not can_read_any_billing(request.user):
+        raise Http404
+
+
+def _since(request: Request, name: str, default: datetime) -> datetime:
+    raw = request.query_params.get(name)
+    if not raw:
+        return default
+    moment = parse_datetime(raw)
+    if moment is None:
+        raise ValidationFailed(f"{name} must be an ISO 8601 date-time.", field=name)
+    return moment if timezone.is_aware(moment) else timezone.make_aware(moment)
+
+
+class RateCardViewSet(viewsets.ModelViewSet[RateCard]):
+    """Prices per GPU-hour. Everyone who reads money reads them; platform billing writes."""
+
+    queryset = RateCard.objects.none()  # the model, for the schema; rows: get_queryset
+    serializer_class = s.RateCardSerializer
+    filterset_fields = {"currency": ["exact"], "product": ["exact"], "cluster__name": ["exact"]}
+    ordering_fields = ["valid_from", "name"]
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
+
+    def get_queryset(self) -> Any:
+        if getattr(self, "swagger_fake_view", False):  # schema generation: no user, no DB
+            return self.queryset
+        return selectors.rate_cards_visible_to(self.request.user)
+
+    def perform_create(self, serializer: Any) -> None:
+        serializer.instance = rates.rate_card_create(
+            actor=self.request.user, source="api", **serializer.validated_data
+        )
+
+    def perform_update(self, serializer: Any) -> None:
+        serializer.instance = rates.rate_card_update(
+            actor=self.request.user,
+            card=serializer.instance,
+            source="api",
+            **serializer.validated_data,
+        )
+
+    def perform_destroy(self, instance: RateCard) -> None:
+        rates.rate_card_delete(actor=self.request.user, card=instance, source="api")
+
+
+class BillingPolicyViewSet(viewsets.GenericViewSet[BillingPolicy]):
+    """The platform-wide billing policy: GET reads it, POST changes it."""
+
+    queryset = BillingPolicy.objects.none()  # the model, for the schema; rows: get_queryset
+    serializer_class = s.BillingPolicySerializer
+
+    def get_queryset(self) -> Any:
+        if getattr(self, "swagger_fake_view", False):  # schema generation: no user, no DB
+            return self.queryset
+        return BillingPolicy.objects.all()
+
+    def list(self, request: Request) -> Response:
+        _require_billing_reader(request)
+        return Response(s.BillingPolicySerializer(BillingPolicy.current()).data)
+
+    def create(self, request: Request) -> Response:
+        _require_billing_reader(request)
+        body = s.BillingPolicySerializer(BillingPolicy.current(), data=request.data, partial=True)
+        body.is_valid(raise_exception=True)
+        policy = rates.policy_update(actor=request.user, source="api", **body.validated_data)
+        return Response(s.BillingPolicySerializer(policy).data)
+
+
+class TenantBillingSettingsViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    viewsets.GenericViewSet[TenantBillingSettings],
+):
+    """Chargeback or showback, and reserved charging, per tenant (inherited down the tree).
+    POST sets a tenant's settings (creating or replacing them)."""
+
+    queryset = TenantBillingSettings.objects.none()  # the model, for the schema; rows: get_queryset
+    serializer_class = s.TenantBillingSettingsSerializer
+    lookup_field = "tenant__slug"
+    lookup_url_kwarg = "tenant"
+
+    def get_queryset(self) -> Any:
+        if getattr(self, "swagger_fake_view", False):  # schema generation: no user, no DB
+            return self.queryset
+        return selectors.tenant_settings_visible_to(self.request.user)
+
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        body = self.get_serializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        row = rates.tenant_settings_set(
+            actor=request.user,
+            tenant=body.validated_data["tenant"],
+            mode=body.validated_data.get("mode", TenantBillingSettings.Mode.CHARGEBACK),
+            charge_reserved=body.validated_data.get("charge_reserved", False),
+            source="api",
+        )
+        return Response(self.get_serializer(row).data, status=status.HTTP_201_CREATED)
+
+
+class UsageFilter(django_filters.FilterSet):
+    period = django_filters.CharFilter(field_name="period__name")
+    tenant = django_filters.CharFilter(field_name="tenant__slug")
+    cluster = django_filters.CharFilter(field_name="cluster__name")
+    flavour = django_filters.CharFilter(field_name="flavour__name")
+    since = django_filters.IsoDateTimeFilter(field_name="interval_start", lookup_expr="gte")
+    until = django_filters.IsoDateTimeFilter(field_name="interval_start", lookup_expr="lt")
+
+    class Meta:
+        model = UsageRecord
+        fields = ["period", "tenant", "cluster", "flavour", "namespace", "workload", "source"]
+
+
+class UsageRecordViewSet(viewsets.ReadOnlyModelViewSet[UsageRecord]):
+    """The append-only usage ledger (hourly rows), for the caller's subtrees."""
+
+    queryset = UsageRecord.objects.none()  # the model, for the schema; rows: get_queryset
+    serializer_class = s.UsageRecordSerializer
+    filterset_class = UsageFilter
+    ordering_fields = ["interval_start", "gpu_seconds_allocated"]
+    ordering = ["-interval_start", "id"]
+
+    def get_queryset(self) -> Any:
+        if getattr(self, "swagger_fake_view", False):  # schema generation: no user, no DB
+            return self.queryset
+        return selectors.usage_visible_to(self.request.user).select_related(
+            "tenant", "cluster", "flavour", "period"
+        )
+
+
+class BillingPeriodViewSet(viewsets.ReadOnlyModelViewSet[BillingPeriod]):
+    """Monthly billing periods. `close` freezes statements; `reopen` is an audited admin
+    action."""
+
+    queryset = BillingPeriod.objects.none()  # the model, for the schema; rows: get_queryset
+    serializer_class = s.BillingPeriodSerializer
+    lookup_field = "name"
+    lookup_value_regex = r"\d{4}-\d{2}"
+    filterset_fields = ["state"]
+    ordering = ["-start"]
+
+    def get_queryset(self) -> Any:
+        if getattr(self, "swagger_fake_view", False):  # schema generation: no user, no DB
+            return self.queryset
+        return selectors.periods_visible_to(self.request.user)
+
+    @extend_schema(request=None, responses=s.BillingPeriodSerializer)
+    @action(detail=True, methods=["post"])
+    def close(self, request: Request, name: str | None = None) -> Response:
+        """Close the period now (409 if already closed, not ended or being closed)."""
+        period = periods.period_close(actor=request.user, period=self.get_object(), source="api")
+        return Response(s.BillingPeriodSerializer(period).data)
+
+    @extend_schema(request=s.ReopenSerializer, responses=s.BillingPeriodSerializer)
+    @action(detail=True, methods=["post"])
+    def reopen(self, request: Request, name: str | None = None) -> Response:
+        """Re-open the latest closed period (platform admins), saying why."""
+        body = s.ReopenSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        period = periods.period_reopen(
+            actor=request.user,
+            period=self.get_object(),
+            reason=body.validated_data["reason"],
+            source="api",
+        )
+        return Response(s.BillingPeriodSerializer(period).data)
+
+
+class StatementFilter(django_filters.FilterSet):
+    period = django_filters.CharFilter(field_name="period__name")
+    tenant = django_filters.CharFilter(field_name="tenant_slug")
+
+    class Meta:
+        model = Statement
+        fields = ["period", "tenant", "mode", "cost_center"]
+
+
+class StatementViewSet(viewsets.ModelViewSet[Statement]):
+    """Statements of closed periods, with their lines. They are frozen: PATCH, PUT and
+    DELETE answer 409 (corrections are adjustments in an open period)."""
+
+    queryset = Statement.objects.none()  # the model, for the schema; rows: get_queryset
+    filterset_class = StatementFilter
+    ordering_fields = ["total", "tenant_slug", "created_at"]
+    ordering = ["-period__start", "tenant_slug"]
+    http_method_names = ["get", "put", "patch", "delete", "head", "options"]
+
+    def get_queryset(self) -> Any:
+        if getattr(self, "swagger_fake_view", False):  # schema generation: no user, no DB
+            return self.queryset
+        statements = selectors.statements_visible_to(
+            self.request.user,
+            current_only=self.request.query_params.get("superseded") != "true",
+        )
+        if self.action == "retrieve":
+            statements = statements.prefetch_related("lines")
+        return statements
+
+    def get_serializer_class(self) -> Any:
+        return s.StatementSerializer if self.action == "retrieve" else s.StatementSummarySerializer
+
+    def _frozen(self) -> StatementFrozen:
+        statement = self.get_object()
+        return StatementFrozen(
+            f"Statement {statement.number} is frozen ({statement.period.name} is "
+            f"{statement.period.state}); record an adjustment in an open period instead."
+        )
+
+    def update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        raise self._frozen()
+
+    def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        raise self._frozen()
+
+    @extend_schema(responses=None)
+    @action(detail=True, methods=["get"])
+    def workloads(self, request: Request, pk: str | None = None) -> Response:
+        """Drill-down: the statement's usage per workload, with estimated cost."""
+        statement = self.get_object()
+        if statement.tenant is None:
+            return Response([])
+        rows = reports.workload_breakdown(
+            request.user, statement.period, tenant=statement.tenant, subtree=False
+        )
+        return Response([_plain(row) for row in rows])
+
+
+class AdjustmentViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    mixins.DestroyModelMixin,
+    viewsets.GenericViewSet[Adjustment],
+):
+    """Hand-made corrections, billed when their (open) period closes."""
+
+    queryset = Adjustment.objects.none()  # the model, for the schema; rows: get_queryset
+    serializer_class = s.AdjustmentSerializer
+    filterset_fields = {"tenant__slug": ["exact"], "period__name": ["exact"]}
+
+    def get_queryset(self) -> Any:
+        if getattr(self, "swagger_fake_view", False):  # schema generation: no user, no DB
+            return self.queryset
+        return selectors.adjustments_visible_to(self.request.user)
+
+    def perform_create(self, serializer: Any) -> None:
+        serializer.instance = periods.adjustment_create(
+            actor=self.request.user, source="api", **serializer.validated_data
+        )
+
+    def perform_destroy(self, instance: Adjustment) -> None:
+        periods.adjustment_delete(actor=self.request.user, adjustment=instance, source="api")
+
+
+class BudgetViewSet(viewsets.ModelViewSet[Budget]):
+    """Budgets per tenant subtree (monthly or quarterly, soft or hard) and their status."""
+
+    queryset = Budget.objects.none()  # the model, for the schema; rows: get_queryset
+    serializer_class = s.BudgetSerializer
+    filterset_fields = {"tenant__slug": ["exact"], "cadence": ["exact"], "enforcement": ["exact"]}
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
+
+    def get_queryset(self) -> Any:
+        if getattr(self, "swagger_fake_view", False):  # schema generation: no user, no DB
+            return self.queryset
+        return selectors.budgets_visible_to(self.request.user)
+
+    def perform_create(self, serializer: Any) -> None:
+        data = dict(serializer.validated_data)
+        serializer.instance = budget_services.budget_create(
+            actor=self.request.user, tenant=data.pop("tenant"), source="api", **data
+        )
+
+    def perform_update(self, serializer: Any) -> None:
+        data = dict(serializer.validated_data)
+        data.pop("tenant", None)
+        serializer.instance = budget_services.budget_update(
+            actor=self.request.user, budget=serializer.instance, source="api", **data
+        )
+
+    def perform_destroy(self, instance: Budget) -> None:
+        budget_services.budget_delete(actor=self.request.user, budget=instance, source="api")
+
+
+class BudgetAlertViewSet(viewsets.ReadOnlyModelViewSet[BudgetAlert]):
+    """Budget thresholds crossed, once each per budget period."""
+
+    queryset = BudgetAlert.objects.none()  # the model, for the schema; rows: get_queryset
+    serializer_class = s.BudgetAlertSerializer
+    filterset_fields = {"budget__tenant__slug": ["exact"], "period_name": ["exact"]}
+
+    def get_queryset(self) -> Any:
+        if getattr(self, "swagger_fake_view", False):  # schema generation: no user, no DB
+            return self.queryset
+        return selectors.budget_alerts_visible_to(self.request.user)
+
+
+def _plain(row: dict[str, Any]) -> dict[str, Any]:
+    """JSON-friendly values: Decimals as strings (money never goes through float)."""
+    out: dict[str, Any] = {}
+    for key, value in row.items():
+        if isinstance(value, datetime):
+            out[key] = value.isoformat()
+        elif value is None or isinstance(value, bool | int | str):
+            out[key] = value
+        else:
+            out[key] = str(value)
+    return out
+
+
+class SpendReportViewSet(viewsets.ViewSet):
+    """Charges of a period by line, tenant, cost centre, flavour, kind, or the children of
+    `tenant`. An open period is priced on the fly (`provisional: true`)."""
+
+    @extend_schema(parameters=[s.ReportQuerySerializer], responses=None)
+    def list(self, request: Request) -> Response:
+        _require_billing_reader(request)
+        query = s.ReportQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        period = period_named(query.validated_data.get("period"))
+        tenant = s.tenant_of_slug(request.user, query.validated_data.get("tenant"))
+        report = reports.period_report(request.user, period, subtree=tenant)
+        group_by = query.validated_data["group_by"]
+        if group_by == "line":
+            rows = [_plain(row.__dict__) for row in report.rows]
+        elif group_by == "child":
+            if tenant is None:
+                raise ValidationFailed("group_by=child needs tenant=<slug>.", field="tenant")
+            rows = [_plain(row) for row in reports.roll_up_to_children(report, tenant)]
+        else:
+            rows = [_plain(row) for row in report.grouped(group_by)]
+        return Response(
+            {
+                "period": period.name,
+                "state": period.state,
+                "provisional": report.provisional,
+                "currency": report.currency,
+                "total": str(report.total),
+                "group_by": group_by,
+                "rows": rows,
+            }
+        )
+
+
+class EfficiencyReportViewSet(viewsets.ViewSet):
+    """Busy / allocated GPU time per tenant (`since`, `until`, `tenant`; default 30 days)."""
+
+    @extend_schema(responses=None)
+    def list(self, request: Request) -> Response:
+        _require_billing_reader(request)
+        now = timezone.now()
+        start = _since(request, "since", now - timedelta(days=30))
+        end = _since(request, "until", now)
+        tenant = s.tenant_of_slug(request.user, request.query_params.get("tenant"))
+        rows = reports.efficiency_by_tenant(request.user, start=start, end=end, subtree=tenant)
+        return Response(
+            {
+                "since": start.isoformat(),
+                "until": end.isoformat(),
+                "rows": [_plain(r) for r in rows],
+            }
+        )
+
+
+class IdleReportViewSet(viewsets.ViewSet):
+    """Idle-GPU findings: allocations under the activity threshold for an hour or more."""
+
+    @extend_schema(responses=None)
+    def list(self, request: Request) -> Response:
+        _require_billing_reader(request)
+        since = _since(request, "since", timezone.now() - timedelta(days=7))
+        tenant = s.tenant_of_slug(request.user, request.query_params.get("tenant"))
+        rows = reports.idle_findings(request.user, since=since, subtree=tenant)
+        return Response({"since": since.isoformat(), "rows": [_plain(r) for r in rows]})
+
+
+class WorkloadReportViewSet(viewsets.ViewSet):
+    """Drill-down: a period's usage per workload with estimated cost (`period`, `tenant`)."""
+
+    @extend_schema(responses=None)
+    def list(self, request: Request) -> Response:
+        _require_billing_reader(request)
+        period = period_named(request.query_params.get("period"))
+        tenant = s.tenant_of_slug(request.user, request.query_params.get("tenant"))
+        rows = reports.workload_breakdown(request.user, period, tenant=tenant)
+        return Response({"period": period.name, "rows": [_plain(r) for r in rows]})
+
+
+class ExportViewSet(viewsets.ViewSet):
+    """Chargeback export of a period: `?period=YYYY-MM&as=csv|xlsx|pdf[&tenant=slug]`.
+    An open period's export is provisional (file name and `X-Tidegate-Provisional`)."""
+
+    @extend_schema(responses=None)
+    def list(self, request: Request) -> HttpResponse:
+        _require_billing_reader(request)
+        fmt = request.query_params.get("as", "csv")
+        if fmt not in exports.CONTENT_TYPES:
+            raise ValidationFailed(
+                f"Unknown export type '{fmt}'; use as=csv, as=xlsx or as=pdf.", field="as"
+            )
+        period = period_named(request.query_params.get("period"))
+        tenant = s.tenant_of_slug(request.user, request.query_params.get("tenant"))
+        report = reports.period_report(request.user, period, subtree=tenant)
+        return export_response(report, fmt)
+
+
+def export_response(report: reports.PeriodReport, fmt: str) -> HttpResponse:
+    response = HttpResponse(exports.export(report, fmt), content_type=exports.CONTENT_TYPES[fmt])
+    response["Content-Disposition"] = f'attachment; filename="{exports.filename(report, fmt)}"'
+    response["X-Tidegate-Provisional"] = "true" if report.provisional else "false"
+    return response
+
+
+class CollectionViewSet(viewsets.ViewSet):
+    """Usage collection per cluster: watermarks (platform admins); POST {"cluster": name}
+    queues a collection now."""
+
+    @extend_schema(responses=None)
+    def list(self, request: Request) -> Response:
+        from billing.models import CollectorWatermark
+        from tenants import access
+
+        if not access.is_platform_admin(request.user):
+            raise Http404
+        rows = [
+            {
+                "cluster": mark.cluster.name,
+                "collected_until": mark.collected_until.isoformat(),
+                "last_run_at": mark.last_run_at.isoformat() if mark.last_run_at else None,
+                "last_rows": mark.last_rows,
+                "last_error": mark.last_error,
+            }
+            for mark in CollectorWatermark.objects.select_related("cluster")
+        ]
+        return Response(rows)
+
+    @extend_schema(request=None, responses=None)
+    def create(self, request: Request) -> Response:
+        from django.db import transaction
+
+        from billing.tasks import usage_collect
+        from scheduler_bridge.inventory.models import Cluster
+        from tenants import access
+
+        if not access.is_platform_admin(request.user):
+            raise Http404
+        cluster = get_object_or_404(Cluster, name=request.data.get("cluster", ""))
+        transaction.on_commit(lambda: usage_collect.delay(cluster.pk))
+        return Response(
+            {"detail": f"usage collection of {cluster.name} queued"},
+            status=status.HTTP_202_ACCEPTED,
+        )

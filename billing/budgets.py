@@ -1,0 +1,325 @@
+"""Budgets: writes, evaluation (spend, burn, forecast), and alerts that fire once.
+
+A budget covers its tenant's whole subtree. Evaluation prices the subtree's ledger rows of
+the current month or quarter with the same code as statements, adds reserved capacity
+accrued so far, and stores the result in BudgetStatus, which the admission gate reads.
+The forecast projects exhaustion from the recent burn (FORECAST_WINDOW_HOURS of metered
+spend), but never slower than what the work running now costs per hour.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal, InvalidOperation
+from functools import partial
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from billing import pricing
+from billing.charges import PricingContext, price_window
+from billing.conf import billing_setting
+from billing.errors import CurrencyMismatch
+from billing.models import Budget, BudgetAlert, BudgetStatus
+from billing.months import month_window, quarter_window
+from billing.permissions import can_write_billing
+from scheduler_bridge.workloads.models import Workload
+from tenants.audit import audit_record, snapshot
+from tenants.errors import PermissionDenied, ValidationFailed
+from tenants.models import Tenant
+
+logger = logging.getLogger(__name__)
+BUDGET_FIELDS = ("cadence", "amount", "currency", "thresholds", "enforcement", "is_active")
+CENT = Decimal("0.01")
+
+
+def budget_window(cadence: str, now: datetime) -> tuple[str, datetime, datetime]:
+    """(name, start, end) of the budget period containing ``now``."""
+    return quarter_window(now) if cadence == Budget.Cadence.QUARTER else month_window(now)
+
+
+def _clean_thresholds(raw: Any) -> list[int]:
+    if raw is None:
+        return [50, 80, 100]
+    if not isinstance(raw, list | tuple) or not raw:
+        raise ValidationFailed(
+            "thresholds is a list of percentages, e.g. [50, 80, 100].", field="thresholds"
+        )
+    try:
+        values = sorted({int(v) for v in raw})
+    except (TypeError, ValueError) as error:
+        raise ValidationFailed(
+            "Thresholds must be whole percentages.", field="thresholds"
+        ) from error
+    if values[0] < 1 or values[-1] > 1000:
+        raise ValidationFailed("Thresholds must be between 1 and 1000 %.", field="thresholds")
+    return values
+
+
+def _validate(budget: Budget, now: datetime) -> None:
+    try:
+        amount = Decimal(budget.amount)
+    except (InvalidOperation, TypeError) as error:
+        raise ValidationFailed("amount must be a decimal number.", field="amount") from error
+    if amount <= 0 or amount != amount.quantize(CENT):
+        raise ValidationFailed(
+            f"A budget amount must be positive and in cents (got {budget.amount}).",
+            field="amount",
+        )
+    budget.amount = amount
+    if budget.cadence not in Budget.Cadence.values:
+        raise ValidationFailed("cadence is month or quarter.", field="cadence")
+    if budget.enforcement not in Budget.Enforcement.values:
+        raise ValidationFailed("enforcement is soft or hard.", field="enforcement")
+    budget.thresholds = _clean_thresholds(budget.thresholds)
+    _name, start, _end = budget_window(budget.cadence, now)
+    expected = PricingContext.load().currency_at(max(start, now))
+    if budget.currency != expected:
+        raise CurrencyMismatch(
+            f"The rate cards price GPU-hours in {expected}; a budget in {budget.currency} could "
+            f"not be compared with the spend. Use {expected}."
+        )
+
+
+def budget_create(
+    *, actor: Any, tenant: Tenant, source: str = "api", now: datetime | None = None, **fields: Any
+) -> Budget:
+    """A budget for ``tenant``'s subtree. Raises PermissionDenied (needs admin or finance
+    on the tenant), ValidationFailed or CurrencyMismatch (400: nothing is written)."""
+    if not can_write_billing(actor, tenant):
+        raise PermissionDenied(f"Budgets of {tenant.slug} need admin or finance on it.")
+    unknown = set(fields) - set(BUDGET_FIELDS)
+    if unknown:
+        raise ValidationFailed(f"Unknown field(s): {', '.join(sorted(unknown))}.")
+    budget = Budget(tenant=tenant, **fields)
+    _validate(budget, now or timezone.now())
+    with transaction.atomic():
+        if Budget.objects.filter(tenant=tenant, cadence=budget.cadence).exists():
+            raise ValidationFailed(
+                f"{tenant.slug} already has a {budget.cadence}ly budget; change that one.",
+                field="cadence",
+            )
+        try:
+            with transaction.atomic():
+                budget.save()
+        except IntegrityError as error:
+            raise ValidationFailed(
+                f"{tenant.slug} already has a {budget.cadence}ly budget; change that one.",
+                field="cadence",
+            ) from error
+        audit_record(
+            actor=actor,
+            action="create",
+            instance=budget,
+            before=None,
+            after=snapshot(budget),
+            source=source,
+        )
+    return budget
+
+
+def budget_update(
+    *, actor: Any, budget: Budget, source: str = "api", now: datetime | None = None, **changes: Any
+) -> Budget:
+    if not can_write_billing(actor, budget.tenant):
+        raise PermissionDenied(f"Budgets of {budget.tenant.slug} need admin or finance on it.")
+    unknown = set(changes) - set(BUDGET_FIELDS)
+    if unknown:
+        raise ValidationFailed(f"Unknown field(s): {', '.join(sorted(unknown))}.")
+    with transaction.atomic():
+        budget = Budget.objects.select_for_update().select_related("tenant").get(pk=budget.pk)
+        before = snapshot(budget)
+        for field, value in changes.items():
+            setattr(budget, field, value)
+        _validate(budget, now or timezone.now())
+        try:
+            with transaction.atomic():
+                budget.save()
+        except IntegrityError as error:
+            raise ValidationFailed(
+                f"{budget.tenant.slug} already has a {budget.cadence}ly budget.", field="cadence"
+            ) from error
+        audit_record(
+            actor=actor,
+            action="update",
+            instance=budget,
+            before=before,
+            after=snapshot(budget),
+            source=source,
+        )
+    return budget
+
+
+def budget_delete(*, actor: Any, budget: Budget, source: str = "api") -> None:
+    if not can_write_billing(actor, budget.tenant):
+        raise PermissionDenied(f"Budgets of {budget.tenant.slug} need admin or finance on it.")
+    with transaction.atomic():
+        audit_record(
+            actor=actor,
+            action="delete",
+            instance=budget,
+            before=snapshot(budget),
+            after=None,
+            source=source,
+        )
+        budget.delete()
+
+
+@dataclass
+class EvaluationResult:
+    budgets: int = 0
+    alerts_fired: int = 0
+
+
+def _subtrees(budgets: Iterable[Budget], paths: dict[int, str]) -> dict[int, set[int]]:
+    """Budget id -> ids of every tenant in its tenant's subtree."""
+    out = {}
+    for budget in budgets:
+        prefix = paths[budget.tenant_id]
+        out[budget.pk] = {pk for pk, path in paths.items() if path.startswith(prefix)}
+    return out
+
+
+def running_cost_per_hour(
+    tenant_ids: set[int], now: datetime, context: PricingContext
+) -> dict[int, Decimal]:
+    """What the work admitted and running now costs per hour, per tenant."""
+    usage = []
+    for workload in Workload.objects.filter(
+        tenant_id__in=tenant_ids, state__in=Workload.ACTIVE_STATES, flavour__isnull=False
+    ).select_related("priority_class", "flavour"):
+        assert workload.flavour is not None
+        devices = int(workload.gpus or 0)
+        if devices <= 0:
+            continue
+        borrowed = workload.borrowed or {}
+        lent = borrowed.get(workload.flavour.name, borrowed.get(workload.flavour.resource_name, 0))
+        usage.append(
+            pricing.Usage(
+                tenant_id=workload.tenant_id,
+                flavour_id=workload.flavour_id or 0,
+                segment_start=now,
+                device_seconds=devices * 3600,
+                borrowed_device_seconds=min(devices, int(lent or 0)) * 3600,
+                priority_class=workload.priority_class.name if workload.priority_class else "",
+            )
+        )
+    if not usage:
+        return {}
+    priced = pricing.price(
+        pricing.PricingInput(
+            start=now,
+            end=now + timedelta(hours=1),
+            flavours=context.flavours,
+            cards=context.cards,
+            usage=usage,
+            default_multipliers=context.multipliers,
+        )
+    )
+    return {k: v for k, v in priced.totals().items() if k is not None}
+
+
+def forecast_exhaustion(
+    *, amount: Decimal, spent: Decimal, per_hour: Decimal, now: datetime, window_end: datetime
+) -> datetime | None:
+    """When the budget runs out at ``per_hour``: now if spent, None if not before the
+    budget period ends (or nothing is burning)."""
+    if spent >= amount:
+        return now
+    if per_hour <= 0:
+        return None
+    hours = (amount - spent) / per_hour
+    moment = now + timedelta(seconds=int(hours * 3600))
+    return moment if moment < window_end else None
+
+
+def budgets_evaluate(*, now: datetime | None = None) -> EvaluationResult:
+    """Recompute every active budget's spend, burn and forecast; fire crossed thresholds.
+
+    Each threshold fires once per budget period: the alert row is unique, so a second
+    worker evaluating at the same time inserts nothing and sends nothing.
+    """
+    now = now or timezone.now()
+    result = EvaluationResult()
+    budgets = list(Budget.objects.filter(is_active=True).select_related("tenant"))
+    if not budgets:
+        return result
+    context = PricingContext.load()
+    paths = dict(Tenant.objects.values_list("pk", "path"))
+    subtrees = _subtrees(budgets, paths)
+    everyone = set().union(*subtrees.values())
+    running = running_cost_per_hour(everyone, now, context)
+    window_hours = int(billing_setting("FORECAST_WINDOW_HOURS"))
+    recent = price_window(
+        tenant_ids=everyone,
+        start=now - timedelta(hours=window_hours),
+        end=now,
+        as_of=now,
+        context=context,
+    ).totals()
+    by_cadence: dict[str, list[Budget]] = defaultdict(list)
+    for budget in budgets:
+        by_cadence[budget.cadence].append(budget)
+    for cadence, group in by_cadence.items():
+        name, start, end = budget_window(cadence, now)
+        ids = set().union(*(subtrees[b.pk] for b in group))
+        spent_by_tenant = price_window(
+            tenant_ids=ids, start=start, end=end, as_of=now, context=context
+        ).totals()
+        for budget in group:
+            members = subtrees[budget.pk]
+            spent = sum((spent_by_tenant.get(t, Decimal(0)) for t in members), Decimal("0.00"))
+            burn = sum((recent.get(t, Decimal(0)) for t in members), Decimal(0)) / window_hours
+            now_rate = sum((running.get(t, Decimal(0)) for t in members), Decimal(0))
+            BudgetStatus.objects.update_or_create(
+                budget=budget,
+                defaults={
+                    "period_name": name,
+                    "window_start": start,
+                    "window_end": end,
+                    "spent": spent,
+                    "burn_per_hour": burn.quantize(Decimal("0.0001")),
+                    "running_per_hour": now_rate.quantize(Decimal("0.0001")),
+                    "forecast_exhausted_at": forecast_exhaustion(
+                        amount=budget.amount,
+                        spent=spent,
+                        per_hour=max(burn, now_rate),
+                        now=now,
+                        window_end=end,
+                    ),
+                    "evaluated_at": now,
+                },
+            )
+            result.budgets += 1
+            result.alerts_fired += _fire_alerts(budget, name, spent)
+    return result
+
+
+def _fire_alerts(budget: Budget, period_name: str, spent: Decimal) -> int:
+    fired = 0
+    for threshold in budget.thresholds:
+        if spent * 100 < budget.amount * int(threshold):
+            continue
+        try:
+            with transaction.atomic():
+                alert = BudgetAlert.objects.create(
+                    budget=budget,
+                    period_name=period_name,
+                    threshold=int(threshold),
+                    spent=spent,
+                    amount=budget.amount,
+                    currency=budget.currency,
+                )
+        except IntegrityError:
+            continue  # fired before (or by another worker just now)
+        fired += 1
+        logger.info("budget alert: %s", alert)
+        from billing.tasks import budget_alert_notify
+
+        transaction.on_commit(partial(budget_alert_notify.delay, alert.pk))
+    return fired

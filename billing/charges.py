@@ -1,0 +1,275 @@
+"""Pricing glue: load rate cards, flavours, tenants' billing settings and guarantees, sum
+ledger rows in SQL (GROUP BY tenant x flavour x priority class x price segment x month),
+and hand them to the pure :mod:`billing.pricing` core.
+
+The same path prices a period at close, an open period provisionally (reports, exports
+marked provisional) and a budget window (spend so far).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from django.db.models import Case, Count, IntegerField, QuerySet, Sum, Value, When
+from django.db.models.functions import TruncMonth
+
+from billing import pricing
+from billing.models import (
+    Adjustment,
+    BillingPeriod,
+    BillingPolicy,
+    RateCard,
+    TenantBillingSettings,
+    UsageRecord,
+)
+from billing.months import month_name, to_datetime
+from scheduler_bridge.inventory.models import Cluster, Flavour
+from scheduler_bridge.quotas.models import Quota
+from scheduler_bridge.workloads.models import PriorityClass
+from tenants.models import Tenant
+
+
+def pricing_card(card: RateCard) -> pricing.RateCard:
+    return pricing.RateCard(
+        id=card.pk,
+        currency=card.currency,
+        reserved_price=card.reserved_price,
+        on_demand_price=card.on_demand_price,
+        valid_from=to_datetime(card.valid_from),
+        valid_to=to_datetime(card.valid_to) if card.valid_to else None,
+        cluster_id=card.cluster_id,
+        flavour_id=card.flavour_id,
+        product=card.product,
+        mig_profile=card.mig_profile,
+        multipliers={k: Decimal(str(v)) for k, v in (card.priority_multipliers or {}).items()},
+    )
+
+
+def load_cards() -> list[pricing.RateCard]:
+    return [pricing_card(card) for card in RateCard.objects.all()]
+
+
+def load_flavours() -> dict[int, pricing.Flavour]:
+    return {
+        f.pk: pricing.Flavour(
+            id=f.pk,
+            name=f.name,
+            product=f.product,
+            mig_profile=f.mig_profile,
+            gpu_equivalent=f.gpu_equivalent,
+            capacity=f.capacity,
+            cluster_id=f.cluster_id,
+        )
+        for f in Flavour.objects.all()
+    }
+
+
+def default_multipliers() -> dict[str, Decimal]:
+    return dict(PriorityClass.objects.values_list("name", "price_multiplier"))
+
+
+@dataclass(frozen=True)
+class TenantBilling:
+    mode: str
+    charge_reserved: bool
+
+
+def tenant_billing() -> dict[int, TenantBilling]:
+    """Each tenant's billing mode: its own settings, else its nearest ancestor's."""
+    own = {
+        s.tenant_id: TenantBilling(s.mode, s.charge_reserved)
+        for s in TenantBillingSettings.objects.all()
+    }
+    default = TenantBilling(TenantBillingSettings.Mode.CHARGEBACK, False)
+    resolved: dict[int, TenantBilling] = {}
+    for pk, path in Tenant.objects.values_list("pk", "path"):
+        chain = [int(part) for part in path.strip("/").split("/") if part]
+        resolved[pk] = next((own[a] for a in reversed(chain) if a in own), default)
+    return resolved
+
+
+def net_guarantees() -> dict[tuple[int, int], int]:
+    """Per (tenant, flavour): the guarantee a tenant keeps for itself, i.e. its own minus
+    what its children hold (a parent's guarantee contains its children's)."""
+    parents = dict(Tenant.objects.values_list("pk", "parent_id"))
+    own: dict[tuple[int, int], int] = defaultdict(int)
+    for tenant_id, flavour_id, guaranteed in Quota.objects.values_list(
+        "tenant_id", "flavour_id", "guaranteed"
+    ):
+        own[(tenant_id, flavour_id)] += guaranteed
+        parent = parents.get(tenant_id)
+        if parent is not None:
+            own[(parent, flavour_id)] -= guaranteed
+    return {key: units for key, units in own.items() if units > 0}
+
+
+def usage_aggregates(
+    rows: QuerySet[UsageRecord], bounds: list[datetime], own_month: str | None
+) -> list[pricing.Usage]:
+    """Ledger rows summed in SQL per tenant, flavour, priority class, price segment and
+    month; months other than ``own_month`` are late usage (None: no month is late)."""
+    return [usage for _extra, usage in grouped_usage(rows, bounds, own_month)]
+
+
+def grouped_usage(
+    rows: QuerySet[UsageRecord],
+    bounds: list[datetime],
+    own_month: str | None,
+    by: tuple[str, ...] = (),
+) -> list[tuple[dict[str, Any], pricing.Usage]]:
+    """Like :func:`usage_aggregates`, also grouped by the ``by`` fields (returned as a dict
+    next to each sum), in one GROUP BY query."""
+    segment: Any = Value(0, output_field=IntegerField())
+    if bounds:
+        segment = Case(
+            *[When(interval_start__lt=b, then=Value(i)) for i, b in enumerate(bounds)],
+            default=Value(len(bounds)),
+            output_field=IntegerField(),
+        )
+    grouped = (
+        rows.order_by()
+        .annotate(segment=segment, month=TruncMonth("interval_start"))
+        .values("tenant_id", "flavour_id", "priority_class", "segment", "month", *by)
+        .annotate(
+            allocated=Sum("gpu_seconds_allocated"),
+            borrowed=Sum("gpu_seconds_borrowed"),
+            busy=Sum("gpu_seconds_busy"),
+            with_busy=Count("gpu_seconds_busy"),
+        )
+    )
+    out = []
+    for row in grouped:
+        month = row["month"]
+        index = row["segment"]
+        start = bounds[index - 1] if index > 0 else month
+        name = month_name(month)
+        usage = pricing.Usage(
+            tenant_id=row["tenant_id"],
+            flavour_id=row["flavour_id"],
+            segment_start=max(start, month),
+            device_seconds=int(row["allocated"] or 0),
+            borrowed_device_seconds=int(row["borrowed"] or 0),
+            busy_device_seconds=row["busy"] if row["with_busy"] else None,
+            priority_class=row["priority_class"],
+            usage_period=None if own_month is None or name == own_month else name,
+        )
+        out.append(({field: row[field] for field in by}, usage))
+    return out
+
+
+def _reservations(
+    billing: dict[int, TenantBilling],
+    guarantees: dict[tuple[int, int], int],
+    tenant_ids: set[int] | None,
+) -> list[pricing.Reservation]:
+    return [
+        pricing.Reservation(tenant_id=tenant, flavour_id=flavour, devices=units)
+        for (tenant, flavour), units in sorted(guarantees.items())
+        if billing.get(tenant)
+        and billing[tenant].charge_reserved
+        and (tenant_ids is None or tenant in tenant_ids)
+    ]
+
+
+@dataclass
+class PricingContext:
+    """Everything the pricing of any window needs, loaded once."""
+
+    cards: list[pricing.RateCard]
+    flavours: dict[int, pricing.Flavour]
+    multipliers: dict[str, Decimal]
+    billing: dict[int, TenantBilling]
+    guarantees: dict[tuple[int, int], int]
+    policy: BillingPolicy
+    cluster_names: dict[int, str]
+
+    @classmethod
+    def load(cls) -> PricingContext:
+        return cls(
+            cards=load_cards(),
+            flavours=load_flavours(),
+            multipliers=default_multipliers(),
+            billing=tenant_billing(),
+            guarantees=net_guarantees(),
+            policy=BillingPolicy.current(),
+            cluster_names=dict(Cluster.objects.values_list("pk", "name")),
+        )
+
+    @property
+    def currency(self) -> str:
+        return self.policy.default_currency
+
+    def currency_at(self, moment: datetime) -> str:
+        """The currency of the cards valid at ``moment`` (the policy's if none are)."""
+        for card in self.cards:
+            if card.covers(moment):
+                return card.currency
+        return self.policy.default_currency
+
+
+def price_period(
+    period: BillingPeriod, *, as_of: datetime | None = None, context: PricingContext | None = None
+) -> pricing.PricedPeriod:
+    """Every tenant's charges for ``period``: its ledger rows (late ones included),
+    reservations, idle capacity per the policy, and its adjustments."""
+    context = context or PricingContext.load()
+    bounds = pricing.boundaries(context.cards)
+    rows = UsageRecord.objects.filter(period=period)
+    adjustments = [
+        pricing.ManualAdjustment(
+            id=a.pk, tenant_id=a.tenant_id, amount=a.amount, currency=a.currency, note=a.reason
+        )
+        for a in Adjustment.objects.filter(period=period).order_by("pk")
+    ]
+    return pricing.price(
+        pricing.PricingInput(
+            start=period.start,
+            end=period.end,
+            flavours=context.flavours,
+            cards=context.cards,
+            usage=usage_aggregates(rows, bounds, period.name),
+            reservations=_reservations(context.billing, context.guarantees, None),
+            adjustments=adjustments,
+            default_multipliers=context.multipliers,
+            idle_mode=pricing.IdleMode(context.policy.idle_mode),
+            guarantees=context.guarantees,
+            as_of=as_of,
+            default_currency=context.currency_at(period.start),
+        )
+    )
+
+
+def price_window(
+    *,
+    tenant_ids: Iterable[int],
+    start: datetime,
+    end: datetime,
+    as_of: datetime,
+    context: PricingContext | None = None,
+) -> pricing.PricedPeriod:
+    """Charges of ``tenant_ids`` for usage in [start, as_of): what a budget has spent.
+    Idle capacity and adjustments are left out (they are settled at close)."""
+    context = context or PricingContext.load()
+    ids = set(tenant_ids)
+    bounds = pricing.boundaries(context.cards)
+    rows = UsageRecord.objects.filter(
+        tenant_id__in=ids, interval_start__gte=start, interval_start__lt=min(end, as_of)
+    )
+    return pricing.price(
+        pricing.PricingInput(
+            start=start,
+            end=end,
+            flavours=context.flavours,
+            cards=context.cards,
+            usage=usage_aggregates(rows, bounds, None),
+            reservations=_reservations(context.billing, context.guarantees, ids),
+            default_multipliers=context.multipliers,
+            as_of=as_of,
+            default_currency=context.currency_at(start),
+        )
+    )

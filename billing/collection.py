@@ -1,0 +1,254 @@
+"""Usage collection: one cluster's completed hours, from pods (and admitted workloads) and
+Prometheus, into the ledger.
+
+Each run collects the whole hours between the cluster's watermark and now (minus a delay
+for scrape lag), at most MAX_HOURS_PER_RUN of them; the task re-queues itself while more
+are due, so a collector that was down for a day catches up. Rows and the watermark are
+written in one transaction, and the ledger skips keys it already has, so a run repeated
+after a crash writes nothing twice. When Prometheus does not answer, nothing is written
+and the run is retried later (no partial hour); after PROMETHEUS_GIVE_UP_HOURS, hours
+that old are written without busy data so that allocation and budgets do not stall.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from billing import metering
+from billing.conf import billing_setting
+from billing.ledger import LedgerRow, ledger_append
+from billing.models import CollectorWatermark, UsageRecord
+from billing.prometheus import PrometheusClient, PrometheusError, hourly_busy
+from scheduler_bridge.gateways.base import PodInfo
+from scheduler_bridge.inventory.models import Cluster, Flavour, Node
+from scheduler_bridge.workloads.models import Workload
+from tenants.models import NamespaceBinding
+
+logger = logging.getLogger(__name__)
+
+
+class PodSource(Protocol):
+    """What collection needs from a cluster gateway."""
+
+    def list_gpu_pods(self) -> list[PodInfo]: ...
+
+
+@dataclass
+class CollectResult:
+    hours: int = 0
+    rows: int = 0
+    inserted: int = 0
+    collected_until: datetime | None = None
+    more_due: bool = False
+    unbound_namespaces: set[str] = field(default_factory=set)
+    problems: list[str] = field(default_factory=list)
+    without_busy_data: bool = False
+
+
+def _hours_due(cluster: Cluster, now: datetime, max_hours: int) -> tuple[list[datetime], bool]:
+    mark = CollectorWatermark.objects.filter(cluster=cluster).first()
+    end = metering.floor_hour(now - timedelta(minutes=billing_setting("COLLECT_DELAY_MINUTES")))
+    if mark is None:
+        start = end - timedelta(hours=int(billing_setting("INITIAL_LOOKBACK_HOURS")))
+    else:
+        start = mark.collected_until
+    hours = metering.hour_starts(start, end)
+    return hours[:max_hours], len(hours) > max_hours
+
+
+def _flavour_map(cluster: Cluster) -> metering.FlavourMap:
+    flavours = [
+        metering.FlavourRef(f.pk, f.name, f.product, f.resource_name, f.mig_profile)
+        for f in Flavour.objects.filter(cluster=cluster)
+    ]
+    nodes = [
+        metering.NodeRef(n.name, n.product, (n.labels or {}).get(metering.GPU_PRODUCT_LABEL, ""))
+        for n in Node.objects.filter(cluster=cluster)
+    ]
+    return metering.FlavourMap(flavours, nodes)
+
+
+def _workloads(cluster: Cluster, start: datetime, end: datetime) -> list[metering.WorkloadRef]:
+    """Workloads admitted on ``cluster`` that may have held GPUs in [start, end)."""
+    rows = (
+        Workload.objects.filter(cluster=cluster, admitted_at__isnull=False, admitted_at__lt=end)
+        .filter(Q(finished_at__isnull=True) | Q(finished_at__gt=start))
+        .select_related("priority_class")
+    )
+    refs = []
+    for workload in rows:
+        assert workload.admitted_at is not None
+        still_holding = workload.state in Workload.ACTIVE_STATES
+        end_at = workload.finished_at
+        if end_at is None and not still_holding:
+            continue  # stopped without a recorded end: nothing we can measure
+        placements = tuple(
+            (str(p.get("node", "")), str(p.get("flavour", "")), int(p.get("gpus", 0)))
+            for p in workload.placements or []
+            if isinstance(p, dict)
+        )
+        refs.append(
+            metering.WorkloadRef(
+                id=workload.pk,
+                tenant_id=workload.tenant_id,
+                namespace=workload.namespace,
+                job_name=workload.job_name,
+                priority_class=workload.priority_class.name if workload.priority_class else "",
+                admitted_at=workload.admitted_at,
+                end=end_at,
+                placements=placements,
+                borrowed={str(k): int(v) for k, v in (workload.borrowed or {}).items()},
+            )
+        )
+    return refs
+
+
+def _prometheus_down_too_long(cluster: Cluster, now: datetime) -> bool:
+    mark = CollectorWatermark.objects.filter(cluster=cluster).first()
+    if mark is None or mark.prometheus_down_since is None:
+        return False
+    give_up = timedelta(hours=int(billing_setting("PROMETHEUS_GIVE_UP_HOURS")))
+    return now - mark.prometheus_down_since >= give_up
+
+
+def _note_prometheus_down(
+    cluster: Cluster, start: datetime, now: datetime, error: PrometheusError
+) -> None:
+    mark, _created = CollectorWatermark.objects.get_or_create(
+        cluster=cluster, defaults={"collected_until": start}
+    )
+    CollectorWatermark.objects.filter(pk=mark.pk, prometheus_down_since__isnull=True).update(
+        prometheus_down_since=now
+    )
+    CollectorWatermark.objects.filter(pk=mark.pk).update(last_error=error.message[:2000])
+
+
+def usage_collect(
+    *,
+    cluster: Cluster,
+    gateway: PodSource | None = None,
+    prometheus: PrometheusClient | None = None,
+    now: datetime | None = None,
+    max_hours: int | None = None,
+) -> CollectResult:
+    """Collect the completed hours of ``cluster`` that are not in the ledger yet.
+
+    Raises ClusterUnreachable (gateway) or PrometheusUnavailable when a source is down;
+    then nothing was written and the watermark did not move, so a retry is safe.
+    """
+    now = now or timezone.now()
+    max_hours = max_hours or int(billing_setting("MAX_HOURS_PER_RUN"))
+    result = CollectResult()
+    hours, result.more_due = _hours_due(cluster, now, max_hours)
+    if not hours:
+        return result
+    if gateway is None:
+        from scheduler_bridge.inventory.connection import gateway_for_cluster
+
+        gateway = gateway_for_cluster(cluster)
+    pods = gateway.list_gpu_pods()
+    flavours = _flavour_map(cluster)
+    window_end = hours[-1] + metering.HOUR
+    workloads = _workloads(cluster, hours[0], window_end)
+    by_job = {(w.namespace, w.job_name): w for w in workloads if w.job_name}
+    metered = metering.pod_allocations(pods, hours, flavours, by_job)
+    covered = {(a.workload_id, a.interval_start) for a in metered.allocations if a.workload_id}
+    covered |= set(
+        UsageRecord.objects.filter(
+            cluster=cluster,
+            source=UsageRecord.Source.POD,
+            workload__isnull=False,
+            interval_start__gte=hours[0],
+            interval_start__lt=window_end,
+        ).values_list("workload_id", "interval_start")
+    )
+    fallback = metering.workload_allocations(workloads, hours, flavours.by_name, covered)
+    allocations = metered.allocations + fallback.allocations
+    result.problems = metered.problems + fallback.problems
+
+    if cluster.prometheus_url:
+        client = prometheus or PrometheusClient(
+            cluster.prometheus_url, timeout_s=float(billing_setting("PROMETHEUS_TIMEOUT_S"))
+        )
+        try:
+            busy, util = hourly_busy(
+                client,
+                hours,
+                pod_label=billing_setting("POD_LABEL"),
+                namespace_label=billing_setting("NAMESPACE_LABEL"),
+            )
+        except PrometheusError as error:
+            _note_prometheus_down(cluster, hours[0], now, error)
+            if not error.retryable or not _prometheus_down_too_long(cluster, now):
+                raise
+            logger.warning("%s: writing hours without busy data: %s", cluster.name, error)
+            busy, util = {}, {}
+            result.without_busy_data = True
+        allocations = metering.attach_busy(allocations, busy, util)
+
+    tenants = dict(
+        NamespaceBinding.objects.filter(cluster_name=cluster.name).values_list(
+            "namespace", "tenant_id"
+        )
+    )
+    rows = _ledger_rows(cluster, allocations, tenants, result)
+    with transaction.atomic():
+        result.inserted = ledger_append(rows)
+        CollectorWatermark.objects.update_or_create(
+            cluster=cluster,
+            defaults={
+                "collected_until": window_end,
+                "last_run_at": now,
+                "last_rows": result.inserted,
+                "last_error": "",
+                **({} if result.without_busy_data else {"prometheus_down_since": None}),
+            },
+        )
+    result.hours = len(hours)
+    result.rows = len(rows)
+    result.collected_until = window_end
+    return result
+
+
+def _ledger_rows(
+    cluster: Cluster,
+    allocations: Sequence[metering.Allocation],
+    tenants: dict[str, int],
+    result: CollectResult,
+) -> list[LedgerRow]:
+    rows = []
+    for allocation in allocations:
+        tenant_id = tenants.get(allocation.namespace)
+        if tenant_id is None:
+            # No tenant owns the namespace: nobody to bill. It still counts as held
+            # capacity nowhere, so it shows up as idle; admins see the namespace here.
+            result.unbound_namespaces.add(allocation.namespace)
+            continue
+        rows.append(
+            LedgerRow(
+                tenant_id=tenant_id,
+                cluster_id=cluster.pk,
+                flavour_id=allocation.flavour.id,
+                namespace=allocation.namespace,
+                pod_uid=allocation.key,
+                pod_name=allocation.pod_name,
+                workload_id=allocation.workload_id,
+                job_name=allocation.job_name,
+                priority_class=allocation.priority_class,
+                source=allocation.source,
+                interval_start=allocation.interval_start,
+                devices=allocation.devices,
+                gpu_seconds_allocated=allocation.device_seconds,
+                gpu_seconds_busy=allocation.busy_seconds,
+                gpu_seconds_borrowed=allocation.borrowed_seconds,
+            )
+        )
+    return rows

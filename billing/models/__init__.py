@@ -1,0 +1,21 @@
+"""Models of billing, defined per concern in this package."""
+
+from billing.models.budgets import Budget, BudgetAlert, BudgetStatus
+from billing.models.ledger import CollectorWatermark, UsageRecord
+from billing.models.periods import Adjustment, BillingPeriod, Statement, StatementLine
+from billing.models.rates import BillingPolicy, RateCard, TenantBillingSettings
+
+__all__ = [
+    "Adjustment",
+    "BillingPeriod",
+    "BillingPolicy",
+    "Budget",
+    "BudgetAlert",
+    "BudgetStatus",
+    "CollectorWatermark",
+    "RateCard",
+    "Statement",
+    "StatementLine",
+    "TenantBillingSettings",
+    "UsageRecord",
+]

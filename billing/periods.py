@@ -1,0 +1,434 @@
+"""Closing and re-opening billing periods; adjustments that correct closed statements.
+
+Closing writes one frozen Statement (with its lines) per tenant, plus the platform's
+``__idle__`` statement when idle capacity is shown as a line. It is:
+
+* claimed with a conditional UPDATE (open -> closing, with a token), so two closes at once
+  make one set of statements: the second is told the period is being closed;
+* chunked: tenants are written a chunk per transaction, each re-checking the claim, so a
+  crash loses at most one chunk's work and a later call resumes where it stopped (a claim
+  whose worker stopped reporting for STALE_CLOSE_MINUTES may be taken over);
+* aggregated in SQL (one GROUP BY over the period's ledger rows) and priced in
+  :mod:`billing.pricing`.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections import defaultdict
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from billing import pricing
+from billing.charges import PricingContext, price_period
+from billing.conf import billing_setting
+from billing.errors import CurrencyMismatch, PeriodBusy, PeriodClosed
+from billing.ledger import period_create
+from billing.models import Adjustment, BillingPeriod, Statement, StatementLine
+from billing.months import month_name
+from billing.permissions import can_manage_platform_billing, can_reopen_periods, can_write_billing
+from tenants.audit import audit_record, snapshot
+from tenants.errors import PermissionDenied, ValidationFailed
+from tenants.models import Tenant
+
+logger = logging.getLogger(__name__)
+State = BillingPeriod.State
+
+
+def period_current(now: datetime | None = None) -> BillingPeriod:
+    """The period of the current month (created open if needed)."""
+    return period_create(now or timezone.now())
+
+
+def period_close(
+    *, actor: Any, period: BillingPeriod, source: str = "api", now: datetime | None = None
+) -> BillingPeriod:
+    """Close ``period``: price it, write and freeze one statement per tenant.
+
+    Raises PermissionDenied without the right to close periods, PeriodClosed (409) if it
+    is already closed or has not ended yet, PeriodBusy (409) while another worker is
+    closing it. A close interrupted by a crash is resumed by calling this again once its
+    claim went stale (or at once by the worker that held it).
+    """
+    if actor is not None and not can_manage_platform_billing(actor):
+        raise PermissionDenied(
+            "Closing a billing period needs the platform admin role, or finance on every "
+            "top-level tenant."
+        )
+    now = now or timezone.now()
+    token = str(uuid.uuid4())
+    with transaction.atomic():
+        period = BillingPeriod.objects.select_for_update().get(pk=period.pk)
+        if period.state == State.CLOSED:
+            raise PeriodClosed(
+                f"Billing period {period.name} is already closed "
+                f"(on {period.closed_at:%Y-%m-%d %H:%M} UTC); its statements are frozen. "
+                "Record corrections as adjustments in an open period."
+            )
+        if period.end > now:
+            raise PeriodClosed(
+                f"Billing period {period.name} runs until {period.end:%Y-%m-%d}; it can be "
+                "closed once it has ended."
+            )
+        stale_before = now - timedelta(minutes=billing_setting("STALE_CLOSE_MINUTES"))
+        if (
+            period.state == State.CLOSING
+            and period.close_heartbeat_at is not None
+            and period.close_heartbeat_at > stale_before
+        ):
+            raise PeriodBusy(
+                f"Billing period {period.name} is being closed by another worker (last "
+                f"report {period.close_heartbeat_at:%H:%M:%S} UTC); try again in a minute."
+            )
+        before = snapshot(period)
+        resumed = period.state == State.CLOSING
+        period.state = State.CLOSING
+        period.close_token = token
+        period.close_heartbeat_at = now
+        period.save(update_fields=["state", "close_token", "close_heartbeat_at"])
+        audit_record(
+            actor=actor,
+            action="action",
+            instance=period,
+            before=before,
+            after=snapshot(period),
+            source=source,
+            message=f"close {'resumed' if resumed else 'started'}",
+        )
+    _write_statements(period, token)
+    return _finish_close(period, token, actor, source)
+
+
+def _heartbeat(period: BillingPeriod, token: str) -> None:
+    """Renew the claim inside the current transaction; lost claim -> PeriodBusy.
+
+    The conditional UPDATE locks the period row until commit, so a worker that took the
+    claim over cannot write the same tenants at the same time.
+    """
+    renewed = BillingPeriod.objects.filter(
+        pk=period.pk, state=State.CLOSING, close_token=token
+    ).update(close_heartbeat_at=timezone.now())
+    if not renewed:
+        raise PeriodBusy(f"Another worker took over closing {period.name}; stopping here.")
+
+
+def _write_statements(period: BillingPeriod, token: str) -> None:
+    context = PricingContext.load()
+    priced = price_period(period, context=context)
+    lines_by_tenant: dict[int | None, list[pricing.ChargeLine]] = defaultdict(list)
+    for line in priced.lines:
+        lines_by_tenant[line.tenant_id].append(line)
+    currency = next((line.currency for line in priced.lines), context.currency_at(period.start))
+    tenants = {
+        t.pk: t
+        for t in Tenant.objects.filter(is_active=True)
+        | Tenant.objects.filter(pk__in=[k for k in lines_by_tenant if k is not None])
+    }
+    order: list[int | None] = [pk for pk in sorted(tenants, key=lambda pk: tenants[pk].path)]
+    if None in lines_by_tenant:
+        order.append(None)
+    corrections = _statements_corrected(period, priced.lines)
+    chunk = int(billing_setting("CLOSE_CHUNK"))
+    for i in range(0, len(order), chunk):
+        ids = order[i : i + chunk]
+        with transaction.atomic():
+            _heartbeat(period, token)
+            done: set[int | None] = set(
+                Statement.objects.filter(period=period, revision=period.revision)
+                .filter(tenant_id__in=[t for t in ids if t is not None])
+                .values_list("tenant_id", flat=True)
+            )
+            if (
+                None in ids
+                and Statement.objects.filter(
+                    period=period, revision=period.revision, tenant__isnull=True
+                ).exists()
+            ):
+                done.add(None)
+            todo = [t for t in ids if t not in done]
+            _insert_statements(
+                period, todo, tenants, lines_by_tenant, context, currency, priced, corrections
+            )
+
+
+def _statements_corrected(
+    period: BillingPeriod, lines: list[pricing.ChargeLine]
+) -> dict[tuple[int | None, str], int]:
+    """(tenant, period name) -> the current statement that late usage corrects."""
+    names = {line.usage_period for line in lines if line.usage_period}
+    found = Statement.objects.filter(period__name__in=names).order_by("revision")
+    return {(s.tenant_id, s.period.name): s.pk for s in found.select_related("period")}
+
+
+def _insert_statements(
+    period: BillingPeriod,
+    tenant_ids: list[int | None],
+    tenants: dict[int, Tenant],
+    lines_by_tenant: dict[int | None, list[pricing.ChargeLine]],
+    context: PricingContext,
+    currency: str,
+    priced: pricing.PricedPeriod,
+    corrections: dict[tuple[int | None, str], int],
+) -> None:
+    if not tenant_ids:
+        return
+    adjustments = {
+        a.pk: a for a in Adjustment.objects.filter(period=period).only("pk", "corrects_id")
+    }
+    statements = []
+    for tenant_id in tenant_ids:
+        lines = lines_by_tenant.get(tenant_id, [])
+        tenant = tenants.get(tenant_id) if tenant_id is not None else None
+        mode = context.billing[tenant_id].mode if tenant_id in context.billing else "chargeback"
+        statements.append(
+            Statement(
+                period=period,
+                revision=period.revision,
+                tenant=tenant,
+                tenant_slug=tenant.slug if tenant else pricing.IDLE_TENANT,
+                tenant_name=tenant.name if tenant else "Idle capacity",
+                cost_center=tenant.cost_center if tenant else "",
+                mode=mode,
+                currency=currency,
+                total=sum((line.amount for line in lines), Decimal("0.00")),
+                gpu_hours=sum((line.gpu_hours for line in lines if _is_usage(line)), Decimal(0)),
+                gpu_hours_busy=sum(
+                    (line.gpu_hours_busy or Decimal(0) for line in lines), Decimal(0)
+                ),
+                warnings=sorted(
+                    {
+                        f"no rate card covers {context.flavours[line.flavour_id].name}; "
+                        "its usage is shown at a rate of 0"
+                        for line in lines
+                        if line.rate_card_id is None and line.flavour_id in context.flavours
+                    }
+                ),
+            )
+        )
+    try:
+        with transaction.atomic():
+            created = Statement.objects.bulk_create(statements)
+    except IntegrityError as error:  # the unique key caught a duplicate: one set only
+        raise PeriodBusy(f"Statements of {period.name} were written by another worker") from error
+    rows = []
+    for statement in created:
+        for line in lines_by_tenant.get(statement.tenant_id, []):
+            flavour = context.flavours.get(line.flavour_id) if line.flavour_id else None
+            corrects = None
+            if line.adjustment_id is not None and line.adjustment_id in adjustments:
+                corrects = adjustments[line.adjustment_id].corrects_id
+            elif line.usage_period:
+                corrects = corrections.get((statement.tenant_id, line.usage_period))
+            rows.append(
+                StatementLine(
+                    statement=statement,
+                    kind=line.kind.value,
+                    flavour_id=line.flavour_id,
+                    flavour_name=flavour.name if flavour else "",
+                    cluster_name=context.cluster_names.get(flavour.cluster_id or 0, "")
+                    if flavour
+                    else "",
+                    priority_class=line.priority_class,
+                    gpu_hours=line.gpu_hours,
+                    gpu_hours_busy=line.gpu_hours_busy,
+                    rate=line.rate,
+                    multiplier=line.multiplier,
+                    amount=line.amount,
+                    currency=line.currency,
+                    rate_card_id=line.rate_card_id,
+                    usage_period=line.usage_period or "",
+                    corrects_id=corrects,
+                    adjustment_id=line.adjustment_id,
+                    note=line.note[:300],
+                )
+            )
+    StatementLine.objects.bulk_create(rows, batch_size=1000)
+
+
+def _is_usage(line: pricing.ChargeLine) -> bool:
+    return line.kind in (
+        pricing.Kind.USAGE,
+        pricing.Kind.ON_DEMAND,
+        pricing.Kind.LATE_USAGE,
+        pricing.Kind.LATE_ON_DEMAND,
+        pricing.Kind.RESERVED_CAPACITY,
+    )
+
+
+def _finish_close(period: BillingPeriod, token: str, actor: Any, source: str) -> BillingPeriod:
+    with transaction.atomic():
+        _heartbeat(period, token)
+        period = BillingPeriod.objects.select_for_update().get(pk=period.pk)
+        before = snapshot(period)
+        period.state = State.CLOSED
+        period.closed_at = timezone.now()
+        period.closed_by = actor if getattr(actor, "is_authenticated", False) else None
+        period.close_token = ""
+        period.save(update_fields=["state", "closed_at", "closed_by", "close_token"])
+        count = Statement.objects.filter(period=period, revision=period.revision).count()
+        audit_record(
+            actor=actor,
+            action="action",
+            instance=period,
+            before=before,
+            after=snapshot(period),
+            source=source,
+            message=f"closed: {count} statement(s), revision {period.revision}",
+        )
+    logger.info("billing period %s closed (%s statements)", period.name, count)
+    return period
+
+
+def period_reopen(
+    *, actor: Any, period: BillingPeriod, reason: str, source: str = "api"
+) -> BillingPeriod:
+    """Re-open the latest closed period (platform admins; audited with ``reason``).
+
+    Its statements stay as they were, superseded: the next close writes revision + 1.
+    Raises PermissionDenied, ValidationFailed without a reason, PeriodClosed (409) if
+    the period is not closed or a later period is already closed.
+    """
+    if not can_reopen_periods(actor):
+        raise PermissionDenied("Re-opening a billing period is for platform administrators.")
+    if not reason.strip():
+        raise ValidationFailed("Say why the period is re-opened (it is audited).", field="reason")
+    with transaction.atomic():
+        period = BillingPeriod.objects.select_for_update().get(pk=period.pk)
+        if period.state != State.CLOSED:
+            raise PeriodClosed(f"Billing period {period.name} is {period.state}, not closed.")
+        later = BillingPeriod.objects.filter(start__gt=period.start, state=State.CLOSED).first()
+        if later is not None:
+            raise PeriodClosed(
+                f"Billing period {later.name} after {period.name} is closed; re-open "
+                "the latest closed period only."
+            )
+        before = snapshot(period)
+        period.state = State.OPEN
+        period.revision += 1
+        period.closed_at = None
+        period.save(update_fields=["state", "revision", "closed_at"])
+        audit_record(
+            actor=actor,
+            action="action",
+            instance=period,
+            before=before,
+            after=snapshot(period),
+            source=source,
+            message=f"re-opened: {reason.strip()}",
+        )
+    return period
+
+
+def adjustment_create(
+    *,
+    actor: Any,
+    tenant: Tenant,
+    period: BillingPeriod,
+    amount: Decimal,
+    currency: str,
+    reason: str,
+    corrects: Statement | None = None,
+    source: str = "api",
+) -> Adjustment:
+    """A correction billed in the open ``period``, pointing at the statement it corrects.
+
+    Raises PermissionDenied without admin or finance on the tenant, ValidationFailed for
+    a zero amount, a mismatched currency or a statement of another tenant, PeriodClosed
+    (409) when ``period`` is not open.
+    """
+    if not can_write_billing(actor, tenant):
+        raise PermissionDenied(f"Adjusting {tenant.slug}'s bill needs admin or finance on it.")
+    amount = Decimal(amount)
+    if amount == 0 or amount != amount.quantize(Decimal("0.01")):
+        raise ValidationFailed(
+            "The adjustment amount must be non-zero, in cents (e.g. -12.50).", field="amount"
+        )
+    if corrects is not None and corrects.tenant_id != tenant.pk:
+        raise ValidationFailed(
+            f"Statement {corrects.number} is not {tenant.slug}'s.", field="corrects"
+        )
+    with transaction.atomic():
+        period = BillingPeriod.objects.select_for_update().get(pk=period.pk)
+        if not period.is_open:
+            raise PeriodClosed(
+                f"Billing period {period.name} is {period.state}; adjustments go into an open "
+                f"period (e.g. {month_name(timezone.now())})."
+            )
+        expected = PricingContext.load().currency_at(period.start)
+        if currency != expected:
+            raise CurrencyMismatch(
+                f"Period {period.name} is billed in {expected}; the adjustment is in {currency}."
+            )
+        adjustment = Adjustment.objects.create(
+            tenant=tenant,
+            period=period,
+            amount=amount,
+            currency=currency,
+            reason=reason.strip()[:300],
+            corrects=corrects,
+            created_by=actor if getattr(actor, "is_authenticated", False) else None,
+        )
+        audit_record(
+            actor=actor,
+            action="create",
+            instance=adjustment,
+            before=None,
+            after=snapshot(adjustment),
+            source=source,
+        )
+    return adjustment
+
+
+def adjustment_delete(*, actor: Any, adjustment: Adjustment, source: str = "api") -> None:
+    """Withdraw an adjustment not billed yet (its period still open); else PeriodClosed."""
+    if not can_write_billing(actor, adjustment.tenant):
+        raise PermissionDenied(
+            f"Adjusting {adjustment.tenant.slug}'s bill needs admin or finance on it."
+        )
+    with transaction.atomic():
+        period = BillingPeriod.objects.select_for_update().get(pk=adjustment.period_id)
+        if not period.is_open:
+            raise PeriodClosed(
+                f"This adjustment was billed when {period.name} closed; it can no longer be "
+                "withdrawn. Record a counter-adjustment instead."
+            )
+        audit_record(
+            actor=actor,
+            action="delete",
+            instance=adjustment,
+            before=snapshot(adjustment),
+            after=None,
+            source=source,
+        )
+        adjustment.delete()
+
+
+def periods_roll(now: datetime | None = None) -> list[str]:
+    """Housekeeping: make sure this month's period exists, resume closes whose worker
+    died, and close ended months if AUTO_CLOSE_AFTER_DAYS says so. Returns what it did."""
+    now = now or timezone.now()
+    done = [f"open {period_current(now).name}"]
+    stale_before = now - timedelta(minutes=billing_setting("STALE_CLOSE_MINUTES"))
+    due: list[BillingPeriod] = list(
+        BillingPeriod.objects.filter(state=State.CLOSING, close_heartbeat_at__lt=stale_before)
+    )
+    days = billing_setting("AUTO_CLOSE_AFTER_DAYS")
+    if days is not None:
+        due += list(
+            BillingPeriod.objects.filter(
+                state=State.OPEN, end__lte=now - timedelta(days=int(days))
+            ).order_by("start")
+        )
+    for period in due:
+        try:
+            period_close(actor=None, period=period, source="system", now=now)
+        except (PeriodBusy, PeriodClosed) as error:
+            logger.info("period %s not closed: %s", period.name, error)
+            continue
+        done.append(f"closed {period.name}")
+    return done

@@ -1,0 +1,572 @@
+"""Pricing: metered usage x rate cards -> charge lines. Pure Python: no Django, no float.
+
+Arithmetic is exact (``fractions.Fraction``) until one final rounding per line, half-even to
+cents; a statement's total is the exact sum of its rounded lines. A MIG instance counts as
+its compute fraction of a GPU (``1g`` = 1/7; REFERENCE.md section 6: there is no public
+standard, so we say what we do), unless a rate card prices that profile itself, per
+instance-hour.
+
+Quantities on lines are GPU-hours in whole-GPU equivalents (a 1g.10gb instance held for
+7 hours is one GPU-hour), so hours of different flavours add up. ``rate`` is the effective
+price of one such GPU-hour on that line, after the priority multiplier.
+
+Charge kinds:
+* ``usage``: held GPUs within the tenant's quota, at the reserved price x multiplier;
+* ``on_demand``: GPUs borrowed from other tenants' guarantees, at the on-demand price;
+* ``reserved_capacity``: with reserved charging, the tenant's own guarantee (net of what
+  it hands down to sub-tenants) for the whole period, used or not; its non-borrowed usage
+  of that flavour is then covered and not charged again;
+* ``idle`` / ``idle_share``: capacity nobody held (nor paid a reservation for), as one
+  ``__idle__`` line or spread over tenants by their guarantee;
+* ``late_usage`` / ``late_on_demand``: usage of an already closed period that arrived
+  late, billed in this one and pointing at what it corrects;
+* ``adjustment``: a correction finance entered by hand.
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_right
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from enum import StrEnum
+from fractions import Fraction
+
+from billing.money import round_half_even, split_exactly
+
+HOUR_S = 3600
+MIG_COMPUTE_SLICES = 7
+IDLE_TENANT = "__idle__"
+HOURS_PLACES = 4
+RATE_PLACES = 6
+
+
+class Kind(StrEnum):
+    USAGE = "usage"
+    ON_DEMAND = "on_demand"
+    RESERVED_CAPACITY = "reserved_capacity"
+    IDLE = "idle"
+    IDLE_SHARE = "idle_share"
+    LATE_USAGE = "late_usage"
+    LATE_ON_DEMAND = "late_on_demand"
+    ADJUSTMENT = "adjustment"
+
+
+class IdleMode(StrEnum):
+    HIDDEN = "hidden"
+    LINE = "line"
+    SPREAD = "spread"
+
+
+_PROFILE_SLICES = re.compile(r"^(\d+)g\.")
+
+
+@dataclass(frozen=True, slots=True)
+class Flavour:
+    id: int
+    name: str
+    product: str
+    mig_profile: str = ""
+    gpu_equivalent: Decimal = Decimal(1)
+    capacity: int = 0
+    cluster_id: int | None = None
+
+    @property
+    def fraction(self) -> Fraction:
+        """Share of a whole GPU: compute slices / 7 for MIG, else the GPU equivalent."""
+        match = _PROFILE_SLICES.match(self.mig_profile)
+        if match:
+            return Fraction(int(match.group(1)), MIG_COMPUTE_SLICES)
+        return Fraction(self.gpu_equivalent)
+
+
+@dataclass(frozen=True, slots=True)
+class RateCard:
+    """Prices of one GPU-hour (or one instance-hour, for a card that names a MIG profile or
+    a MIG flavour) valid on [valid_from, valid_to)."""
+
+    id: int
+    currency: str
+    reserved_price: Decimal
+    on_demand_price: Decimal
+    valid_from: datetime
+    valid_to: datetime | None = None
+    cluster_id: int | None = None
+    flavour_id: int | None = None
+    product: str = ""
+    mig_profile: str = ""
+    multipliers: Mapping[str, Decimal] = field(default_factory=dict)
+
+    def covers(self, at: datetime) -> bool:
+        return self.valid_from <= at and (self.valid_to is None or at < self.valid_to)
+
+    def specificity(self, flavour: Flavour) -> int | None:
+        """How closely this card matches ``flavour`` (higher wins), None: not at all."""
+        if self.cluster_id is not None and self.cluster_id != flavour.cluster_id:
+            return None
+        scoped = 0 if self.cluster_id is None else 1
+        if self.flavour_id is not None:
+            return 30 + scoped if self.flavour_id == flavour.id else None
+        if self.product and self.product.lower() != flavour.product.lower():
+            return None
+        if self.mig_profile:
+            return 20 + scoped if self.mig_profile == flavour.mig_profile else None
+        return (10 if self.product else 0) + scoped
+
+    def per_instance(self, flavour: Flavour) -> bool:
+        """A card naming a MIG profile prices whole instances, not compute fractions."""
+        return bool(flavour.mig_profile) and (bool(self.mig_profile) or self.flavour_id is not None)
+
+
+def resolve_card(cards: Iterable[RateCard], flavour: Flavour, at: datetime) -> RateCard | None:
+    """The most specific card for ``flavour`` valid at ``at`` (ties: the newest card)."""
+    best: tuple[int, datetime, int] | None = None
+    chosen = None
+    for card in cards:
+        score = card.specificity(flavour)
+        if score is None or not card.covers(at):
+            continue
+        key = (score, card.valid_from, card.id)
+        if best is None or key > best:
+            best, chosen = key, card
+    return chosen
+
+
+def boundaries(cards: Iterable[RateCard]) -> list[datetime]:
+    """Instants where some card starts or ends: between two of them, prices are constant."""
+    points = set()
+    for card in cards:
+        points.add(card.valid_from)
+        if card.valid_to is not None:
+            points.add(card.valid_to)
+    return sorted(points)
+
+
+def segment_of(at: datetime, bounds: Sequence[datetime]) -> int:
+    return bisect_right(bounds, at)
+
+
+def segments_within(
+    start: datetime, end: datetime, bounds: Sequence[datetime]
+) -> list[tuple[int, datetime, datetime]]:
+    """(segment index, start, end) of the constant-price pieces of [start, end)."""
+    pieces = []
+    cuts = [start, *[b for b in bounds if start < b < end], end]
+    for lo, hi in zip(cuts, cuts[1:], strict=False):
+        if hi > lo:
+            pieces.append((segment_of(lo, bounds), lo, hi))
+    return pieces
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Ledger rows summed in SQL: one tenant, flavour, priority class, price segment."""
+
+    tenant_id: int
+    flavour_id: int
+    segment_start: datetime  # any instant of the price segment the rows fall in
+    device_seconds: int
+    borrowed_device_seconds: int = 0
+    busy_device_seconds: Decimal | None = None
+    priority_class: str = ""
+    usage_period: str | None = None  # set for late usage of another (closed) period
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """Devices of a flavour a reserved-charged tenant pays for whether used or not."""
+
+    tenant_id: int
+    flavour_id: int
+    devices: int
+
+
+@dataclass(frozen=True, slots=True)
+class ManualAdjustment:
+    id: int
+    tenant_id: int
+    amount: Decimal
+    currency: str
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ChargeLine:
+    tenant_id: int | None  # None: the __idle__ line
+    kind: Kind
+    flavour_id: int | None
+    currency: str
+    gpu_hours: Decimal
+    gpu_hours_busy: Decimal | None
+    rate: Decimal
+    multiplier: Decimal
+    amount: Decimal
+    priority_class: str = ""
+    rate_card_id: int | None = None
+    usage_period: str | None = None
+    adjustment_id: int | None = None
+    note: str = ""
+
+
+@dataclass
+class PricingInput:
+    """Everything needed to price one tenant set over [start, end) (``as_of`` <= end caps
+    time-based charges: reservations and idle accrue only up to it)."""
+
+    start: datetime
+    end: datetime
+    flavours: Mapping[int, Flavour]
+    cards: Sequence[RateCard]
+    usage: Sequence[Usage]
+    reservations: Sequence[Reservation] = ()
+    adjustments: Sequence[ManualAdjustment] = ()
+    default_multipliers: Mapping[str, Decimal] = field(default_factory=dict)
+    idle_mode: IdleMode = IdleMode.HIDDEN
+    # Net guarantee per (tenant, flavour): the weights idle is spread by.
+    guarantees: Mapping[tuple[int, int], int] = field(default_factory=dict)
+    as_of: datetime | None = None
+    default_currency: str = "USD"
+
+
+@dataclass
+class PricedPeriod:
+    lines: list[ChargeLine]
+    warnings: list[str]
+
+    def totals(self) -> dict[int | None, Decimal]:
+        """Exact sum of line amounts per tenant (None: the __idle__ line)."""
+        sums: dict[int | None, Decimal] = defaultdict(lambda: Decimal("0.00"))
+        for line in self.lines:
+            sums[line.tenant_id] += line.amount
+        return dict(sums)
+
+
+@dataclass
+class _Acc:
+    currency: str
+    gpu_hours: Fraction = Fraction(0)
+    amount: Fraction = Fraction(0)
+    busy_hours: Fraction | None = None
+    multiplier: Fraction = Fraction(1)
+    unit_price: Fraction = Fraction(0)  # per GPU-hour, before the multiplier
+
+    def add(self, gpu_hours: Fraction, amount: Fraction, busy: Fraction | None) -> None:
+        self.gpu_hours += gpu_hours
+        self.amount += amount
+        if busy is not None:
+            self.busy_hours = (self.busy_hours or Fraction(0)) + busy
+
+
+LineKey = tuple[int | None, Kind, int | None, str, int | None, str | None]
+
+
+class _Lines:
+    def __init__(self) -> None:
+        self.acc: dict[LineKey, _Acc] = {}
+
+    def add(
+        self,
+        key: LineKey,
+        currency: str,
+        unit_price: Fraction,
+        multiplier: Fraction,
+        gpu_hours: Fraction,
+        amount: Fraction,
+        busy: Fraction | None,
+    ) -> None:
+        acc = self.acc.get(key)
+        if acc is None:
+            acc = self.acc[key] = _Acc(currency, multiplier=multiplier, unit_price=unit_price)
+        acc.add(gpu_hours, amount, busy)
+
+    def lines(self) -> list[ChargeLine]:
+        out = []
+        for (tenant, kind, flavour, priority, card, period), acc in self.acc.items():
+            if acc.gpu_hours > 0:
+                rate = round_half_even(acc.amount / acc.gpu_hours, RATE_PLACES)
+            else:
+                rate = round_half_even(acc.unit_price * acc.multiplier, RATE_PLACES)
+            out.append(
+                ChargeLine(
+                    tenant_id=tenant,
+                    kind=kind,
+                    flavour_id=flavour,
+                    currency=acc.currency,
+                    gpu_hours=round_half_even(acc.gpu_hours, HOURS_PLACES),
+                    gpu_hours_busy=(
+                        round_half_even(acc.busy_hours, HOURS_PLACES)
+                        if acc.busy_hours is not None
+                        else None
+                    ),
+                    rate=rate,
+                    multiplier=round_half_even(acc.multiplier, 3),
+                    amount=round_half_even(acc.amount),
+                    priority_class=priority,
+                    rate_card_id=card,
+                    usage_period=period,
+                )
+            )
+        return out
+
+
+def _unit_price(card: RateCard, flavour: Flavour, price: Decimal) -> tuple[Fraction, Fraction]:
+    """(price of one device-second, price of one GPU-hour) for ``card`` on ``flavour``."""
+    if card.per_instance(flavour):
+        per_device_second = Fraction(price) / HOUR_S
+        per_gpu_hour = Fraction(price) / flavour.fraction if flavour.fraction else Fraction(0)
+    else:
+        per_device_second = Fraction(price) * flavour.fraction / HOUR_S
+        per_gpu_hour = Fraction(price)
+    return per_device_second, per_gpu_hour
+
+
+def _gpu_hours(device_seconds: int | Fraction, flavour: Flavour) -> Fraction:
+    return Fraction(device_seconds) * flavour.fraction / HOUR_S
+
+
+def price(data: PricingInput) -> PricedPeriod:
+    """Charge lines for ``data``: usage, reservations, idle capacity and adjustments.
+
+    Raises ValueError when the cards in use do not share one currency (the rate card
+    service prevents that) or usage names a flavour that is not in ``data.flavours``.
+    """
+    return _Pricing(data).run()
+
+
+class _Pricing:
+    """One pricing run. Usage goes first: reservations need to know how much of them was
+    used, and idle capacity how much was held or reserved."""
+
+    def __init__(self, data: PricingInput) -> None:
+        self.data = data
+        self.end = min(data.as_of, data.end) if data.as_of is not None else data.end
+        self.bounds = boundaries(data.cards)
+        self.segments = (
+            segments_within(data.start, self.end, self.bounds) if self.end > data.start else []
+        )
+        self.reserved = {(r.tenant_id, r.flavour_id) for r in data.reservations if r.devices > 0}
+        self.lines = _Lines()
+        self.currencies: set[str] = set()
+        self.unpriced: set[str] = set()
+        # Device-seconds held per (flavour, price segment) in this period's own hours;
+        # non-borrowed use of reserved capacity per (tenant, flavour, segment).
+        self.held: dict[tuple[int, int], int] = defaultdict(int)
+        self.covered: dict[tuple[int, int, int], int] = defaultdict(int)
+        self.covered_busy: dict[tuple[int, int, int], Fraction] = {}
+        self.unused_reserved: dict[tuple[int, int], int] = defaultdict(int)
+
+    def run(self) -> PricedPeriod:
+        for usage in self.data.usage:
+            self._usage(usage)
+        for reservation in self.data.reservations:
+            self._reservation(reservation)
+        idle = self._idle() if self.data.idle_mode != IdleMode.HIDDEN else []
+        self.currencies |= {a.currency for a in self.data.adjustments}
+        if len(self.currencies) > 1:
+            raise ValueError(
+                f"charges in several currencies ({', '.join(sorted(self.currencies))}); one "
+                "period must be priced in one currency"
+            )
+        out = self.lines.lines() + idle + [_adjustment_line(a) for a in self.data.adjustments]
+        out.sort(key=_line_order)
+        warnings = [
+            f"no rate card covers {name}; its usage is shown at a rate of 0"
+            for name in sorted(self.unpriced)
+        ]
+        return PricedPeriod(lines=out, warnings=warnings)
+
+    def _card(self, flavour: Flavour, at: datetime) -> RateCard | None:
+        card = resolve_card(self.data.cards, flavour, at)
+        if card is None:
+            self.unpriced.add(flavour.name)
+        else:
+            self.currencies.add(card.currency)
+        return card
+
+    def _usage(self, usage: Usage) -> None:
+        flavour = self.data.flavours.get(usage.flavour_id)
+        if flavour is None:
+            raise ValueError(f"usage names flavour {usage.flavour_id}, which is not loaded")
+        card = self._card(flavour, usage.segment_start)
+        segment = segment_of(usage.segment_start, self.bounds)
+        late = usage.usage_period is not None
+        if not late:
+            self.held[(flavour.id, segment)] += usage.device_seconds
+        borrowed = min(usage.borrowed_device_seconds, usage.device_seconds)
+        for is_borrowed, seconds in ((False, usage.device_seconds - borrowed), (True, borrowed)):
+            if seconds <= 0:
+                continue
+            busy = _busy_share(usage, seconds, flavour)
+            if not is_borrowed and (usage.tenant_id, flavour.id) in self.reserved:
+                # Covered by the tenant's reserved capacity (already paid for).
+                if not late:
+                    key = (usage.tenant_id, flavour.id, segment)
+                    self.covered[key] += seconds
+                    if busy is not None:
+                        self.covered_busy[key] = self.covered_busy.get(key, Fraction(0)) + busy
+                continue
+            key6 = (
+                usage.tenant_id,
+                _usage_kind(is_borrowed, late),
+                flavour.id,
+                usage.priority_class,
+                card.id if card else None,
+                usage.usage_period,
+            )
+            if card is None:
+                currency = self.data.default_currency
+                self.lines.add(
+                    key6,
+                    currency,
+                    Fraction(0),
+                    Fraction(1),
+                    _gpu_hours(seconds, flavour),
+                    Fraction(0),
+                    busy,
+                )
+                continue
+            base = card.on_demand_price if is_borrowed else card.reserved_price
+            per_second, per_gpu_hour = _unit_price(card, flavour, base)
+            multiplier = _multiplier(card, usage.priority_class, self.data.default_multipliers)
+            amount = per_second * seconds * multiplier
+            self.lines.add(
+                key6,
+                card.currency,
+                per_gpu_hour,
+                multiplier,
+                _gpu_hours(seconds, flavour),
+                amount,
+                busy,
+            )
+
+    def _reservation(self, reservation: Reservation) -> None:
+        flavour = self.data.flavours.get(reservation.flavour_id)
+        if flavour is None or reservation.devices <= 0:
+            return
+        for index, lo, hi in self.segments:
+            seconds = reservation.devices * int((hi - lo).total_seconds())
+            key = (reservation.tenant_id, flavour.id, index)
+            self.unused_reserved[(flavour.id, index)] += max(0, seconds - self.covered.get(key, 0))
+            card = self._card(flavour, lo)
+            if card is None:
+                continue
+            per_second, per_gpu_hour = _unit_price(card, flavour, card.reserved_price)
+            self.lines.add(
+                (reservation.tenant_id, Kind.RESERVED_CAPACITY, flavour.id, "", card.id, None),
+                card.currency,
+                per_gpu_hour,
+                Fraction(1),
+                _gpu_hours(seconds, flavour),
+                per_second * seconds,
+                self.covered_busy.get(key),
+            )
+
+    def _idle(self) -> list[ChargeLine]:
+        """Idle capacity per flavour and card: what nobody held nor paid a reservation for."""
+        idle = _Lines()
+        for flavour in sorted(self.data.flavours.values(), key=lambda f: f.id):
+            if flavour.capacity <= 0:
+                continue
+            for index, lo, hi in self.segments:
+                capacity = flavour.capacity * int((hi - lo).total_seconds())
+                key = (flavour.id, index)
+                seconds = capacity - self.held.get(key, 0) - self.unused_reserved.get(key, 0)
+                card = self._card(flavour, lo) if seconds > 0 else None
+                if card is None:
+                    continue
+                per_second, per_gpu_hour = _unit_price(card, flavour, card.reserved_price)
+                idle.add(
+                    (None, Kind.IDLE, flavour.id, "", card.id, None),
+                    card.currency,
+                    per_gpu_hour,
+                    Fraction(1),
+                    _gpu_hours(seconds, flavour),
+                    per_second * seconds,
+                    None,
+                )
+        lines = idle.lines()
+        if self.data.idle_mode != IdleMode.SPREAD:
+            return lines
+        return [share for line in lines for share in _spread(line, self.data.guarantees)]
+
+
+def _spread(line: ChargeLine, guarantees: Mapping[tuple[int, int], int]) -> list[ChargeLine]:
+    """An idle line split over the tenants holding a guarantee of its flavour, to the cent;
+    kept whole (the platform's) when nobody holds one."""
+    holders = sorted(
+        (tenant, units)
+        for (tenant, flavour_id), units in guarantees.items()
+        if flavour_id == line.flavour_id and units > 0
+    )
+    if not holders:
+        return [line]
+    weights = [Fraction(units) for _tenant, units in holders]
+    amounts = split_exactly(line.amount, weights)
+    hours = split_exactly(line.gpu_hours, weights, HOURS_PLACES)
+    return [
+        ChargeLine(
+            tenant_id=tenant,
+            kind=Kind.IDLE_SHARE,
+            flavour_id=line.flavour_id,
+            currency=line.currency,
+            gpu_hours=share_hours,
+            gpu_hours_busy=None,
+            rate=line.rate,
+            multiplier=line.multiplier,
+            amount=amount,
+            rate_card_id=line.rate_card_id,
+            note=f"idle capacity shared by guarantee ({units} of {sum(weights)})",
+        )
+        for (tenant, units), amount, share_hours in zip(holders, amounts, hours, strict=True)
+    ]
+
+
+def _adjustment_line(adjustment: ManualAdjustment) -> ChargeLine:
+    return ChargeLine(
+        tenant_id=adjustment.tenant_id,
+        kind=Kind.ADJUSTMENT,
+        flavour_id=None,
+        currency=adjustment.currency,
+        gpu_hours=Decimal("0.0000"),
+        gpu_hours_busy=None,
+        rate=Decimal("0.000000"),
+        multiplier=Decimal("1.000"),
+        amount=round_half_even(Fraction(adjustment.amount)),
+        adjustment_id=adjustment.id,
+        note=adjustment.note,
+    )
+
+
+def _usage_kind(borrowed: bool, late: bool) -> Kind:
+    if late:
+        return Kind.LATE_ON_DEMAND if borrowed else Kind.LATE_USAGE
+    return Kind.ON_DEMAND if borrowed else Kind.USAGE
+
+
+def _busy_share(usage: Usage, seconds: int, flavour: Flavour) -> Fraction | None:
+    if usage.busy_device_seconds is None or usage.device_seconds <= 0:
+        return None
+    share = Fraction(usage.busy_device_seconds) * seconds / usage.device_seconds
+    return _gpu_hours(share, flavour)
+
+
+def _multiplier(card: RateCard, priority_class: str, defaults: Mapping[str, Decimal]) -> Fraction:
+    if priority_class in card.multipliers:
+        return Fraction(card.multipliers[priority_class])
+    if priority_class in defaults:
+        return Fraction(defaults[priority_class])
+    return Fraction(1)
+
+
+def _line_order(line: ChargeLine) -> tuple[int, int, str, int, str, str]:
+    return (
+        line.tenant_id if line.tenant_id is not None else -1,
+        line.flavour_id if line.flavour_id is not None else 1 << 62,
+        line.kind.value,
+        line.rate_card_id or 0,
+        line.priority_class,
+        line.usage_period or "",
+    )

@@ -1,0 +1,221 @@
+"""Reading GPU activity from Prometheus (DCGM exporter metrics). Pure Python, no Django.
+
+Engine activity comes from ``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` (a ratio 0..1 per GPU or MIG
+instance, labelled with the pod and namespace using it, and on MIG with ``GPU_I_PROFILE``
+and ``GPU_I_ID``). On full GPUs whose profiling metrics are off, ``DCGM_FI_DEV_GPU_UTIL``
+(percent; not valid on MIG) divided by 100 stands in. Source: NVIDIA dcgm-exporter
+``etc/default-counters.csv`` (REFERENCE.md section 4).
+
+One ``query_range`` per metric covers any number of whole hours: evaluated at each hour's
+end with step 1h, ``avg_over_time(...[1h])`` is the average over that hour's samples.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
+MIG_PROFILE_LABEL = "GPU_I_PROFILE"
+HOUR_S = 3600
+
+BusyMap = dict[tuple[str, str, str, datetime], Decimal]
+
+
+class PrometheusError(Exception):
+    """Prometheus could not answer a query. ``retryable``: trying later may help."""
+
+    retryable = True
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class PrometheusUnavailable(PrometheusError):
+    """Down, unreachable, too slow, or answering 5xx/503 (e.g. still starting)."""
+
+
+class PrometheusQueryRejected(PrometheusError):
+    """Prometheus refused the query (HTTP 400/422): a bug or a bad URL, not worth retrying."""
+
+    retryable = False
+
+
+@dataclass(frozen=True)
+class Series:
+    labels: dict[str, str]
+    values: list[tuple[float, str]]
+
+
+class PrometheusClient:
+    """A minimal client of the Prometheus HTTP API (``/api/v1/query_range``)."""
+
+    def __init__(self, base_url: str, *, timeout_s: float = 10.0) -> None:
+        if not base_url.startswith(("http://", "https://")):
+            raise PrometheusQueryRejected(f"Prometheus URL {base_url!r} is not http(s)")
+        self.base_url = base_url.rstrip("/")
+        self.timeout_s = timeout_s
+
+    def query_range(
+        self, query: str, start: datetime, end: datetime, step_s: int = HOUR_S
+    ) -> list[Series]:
+        """Series of a range query; raises PrometheusUnavailable or PrometheusQueryRejected."""
+        params = {
+            "query": query,
+            "start": f"{start.timestamp():.3f}",
+            "end": f"{end.timestamp():.3f}",
+            "step": str(step_s),
+        }
+        body = self._get("/api/v1/query_range", params)
+        data = body.get("data") or {}
+        if data.get("resultType") != "matrix":
+            raise PrometheusQueryRejected(f"unexpected result type {data.get('resultType')!r}")
+        return [
+            Series(
+                labels=dict(item.get("metric") or {}),
+                values=[(float(t), str(v)) for t, v in item.get("values") or []],
+            )
+            for item in data.get("result") or []
+        ]
+
+    def _get(self, path: str, params: dict[str, str]) -> dict[str, Any]:
+        url = f"{self.base_url}{path}?{urllib.parse.urlencode(params)}"
+        request = urllib.request.Request(url, headers={"Accept": "application/json"})  # noqa: S310
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:  # noqa: S310
+                payload = response.read()
+        except urllib.error.HTTPError as error:
+            detail = _error_detail(error)
+            if error.code in (400, 422):
+                raise PrometheusQueryRejected(
+                    f"Prometheus at {self.base_url} rejected the query: {detail}"
+                ) from error
+            raise PrometheusUnavailable(
+                f"Prometheus at {self.base_url} answered HTTP {error.code}: {detail}"
+            ) from error
+        except (urllib.error.URLError, TimeoutError, OSError) as error:
+            raise PrometheusUnavailable(
+                f"Prometheus at {self.base_url} did not answer within {self.timeout_s:g} s: "
+                f"{getattr(error, 'reason', error)}"
+            ) from error
+        try:
+            body: dict[str, Any] = json.loads(payload)
+        except ValueError as error:
+            raise PrometheusUnavailable(
+                f"Prometheus at {self.base_url} sent a body that is not JSON"
+            ) from error
+        if body.get("status") != "success":
+            raise PrometheusUnavailable(
+                f"Prometheus at {self.base_url} failed the query: {body.get('error', body)}"
+            )
+        return body
+
+
+def _error_detail(error: urllib.error.HTTPError) -> str:
+    try:
+        body = json.loads(error.read() or b"{}")
+    except ValueError:
+        return error.reason or ""
+    return str(body.get("error") or error.reason or "")
+
+
+def _selector(namespaces: Sequence[str] | None, namespace_label: str, extra: str = "") -> str:
+    matchers = [f'{namespace_label}!=""']
+    if namespaces:
+        escaped = "|".join(sorted(n.replace("\\", "\\\\").replace('"', '\\"') for n in namespaces))
+        matchers = [f'{namespace_label}=~"{escaped}"']
+    if extra:
+        matchers.append(extra)
+    return "{" + ",".join(matchers) + "}"
+
+
+def engine_active_query(
+    namespaces: Sequence[str] | None = None,
+    *,
+    pod_label: str = "pod",
+    namespace_label: str = "namespace",
+) -> str:
+    """Per pod and MIG profile: the sum over its devices of their hourly average activity."""
+    selector = _selector(namespaces, namespace_label)
+    return (
+        f"sum by ({namespace_label}, {pod_label}, {MIG_PROFILE_LABEL}) "
+        f"(avg_over_time({ENGINE_ACTIVE}{selector}[1h]))"
+    )
+
+
+def gpu_util_query(
+    namespaces: Sequence[str] | None = None,
+    *,
+    pod_label: str = "pod",
+    namespace_label: str = "namespace",
+) -> str:
+    """The fallback for full GPUs: GPU_UTIL percent over 100, MIG series left out."""
+    selector = _selector(namespaces, namespace_label, f'{MIG_PROFILE_LABEL}=""')
+    return (
+        f"sum by ({namespace_label}, {pod_label}) (avg_over_time({GPU_UTIL}{selector}[1h])) / 100"
+    )
+
+
+def _to_busy_map(
+    series: list[Series], pod_label: str, namespace_label: str, *, with_profile: bool
+) -> BusyMap:
+    busy: BusyMap = {}
+    for item in series:
+        namespace = item.labels.get(namespace_label, "")
+        pod = item.labels.get(pod_label, "")
+        if not namespace or not pod:
+            continue
+        profile = item.labels.get(MIG_PROFILE_LABEL, "") if with_profile else ""
+        for timestamp, raw in item.values:
+            try:
+                value = Decimal(raw)
+            except InvalidOperation:
+                continue
+            if not value.is_finite():
+                continue
+            hour = datetime.fromtimestamp(round(timestamp), tz=UTC) - timedelta(hours=1)
+            busy[(namespace, pod, profile, hour)] = value
+    return busy
+
+
+def hourly_busy(
+    client: PrometheusClient,
+    hours: Sequence[datetime],
+    namespaces: Sequence[str] | None = None,
+    *,
+    pod_label: str = "pod",
+    namespace_label: str = "namespace",
+) -> tuple[BusyMap, BusyMap]:
+    """(engine activity, GPU_UTIL fallback) per (namespace, pod, MIG profile, hour start).
+
+    ``hours`` are consecutive hour starts. Raises PrometheusError; on error nothing is
+    returned, so the caller writes no partial hour.
+    """
+    if not hours:
+        return {}, {}
+    first_end = min(hours) + timedelta(hours=1)
+    last_end = max(hours) + timedelta(hours=1)
+    labels = {"pod_label": pod_label, "namespace_label": namespace_label}
+    active = client.query_range(engine_active_query(namespaces, **labels), first_end, last_end)
+    util = client.query_range(gpu_util_query(namespaces, **labels), first_end, last_end)
+    wanted = set(hours)
+    busy = {
+        k: v
+        for k, v in _to_busy_map(active, pod_label, namespace_label, with_profile=True).items()
+        if k[3] in wanted
+    }
+    fallback = {
+        k: v
+        for k, v in _to_busy_map(util, pod_label, namespace_label, with_profile=False).items()
+        if k[3] in wanted
+    }
+    return busy, fallback

@@ -1,0 +1,376 @@
+"""Finance reports: charges by period x tenant subtree x cost centre x flavour, drill-down to
+workloads, efficiency (busy / allocated) and idle-GPU findings. Every function takes the
+caller and only reads what `tenants.access` lets them see.
+
+A closed period reads its frozen statements (GROUP BY in SQL); an open one is priced on the
+fly from the ledger with the code that will close it, and is marked provisional.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any
+
+from django.db.models import Count, F, Max, Min, Q, Sum
+from django.utils import timezone
+
+from billing import pricing
+from billing.charges import PricingContext, grouped_usage, price_period
+from billing.conf import billing_setting
+from billing.models import BillingPeriod, StatementLine
+from billing.permissions import can_manage_platform_billing
+from billing.selectors import billing_tenants, statements_visible_to, usage_visible_to
+from tenants.models import Tenant
+
+ZERO = Decimal("0.00")
+
+
+@dataclass(frozen=True)
+class ReportRow:
+    """One charge line as finance sees it (the CSV's columns, plus what drill-down needs)."""
+
+    period: str
+    tenant_id: int | None
+    tenant: str
+    tenant_name: str
+    cost_center: str
+    flavor: str
+    kind: str
+    gpu_hours_allocated: Decimal
+    gpu_hours_busy: Decimal | None
+    rate: Decimal
+    amount: Decimal
+    currency: str
+    mode: str = "chargeback"
+    note: str = ""
+
+
+@dataclass
+class PeriodReport:
+    period: BillingPeriod
+    provisional: bool
+    rows: list[ReportRow]
+    currency: str
+
+    @property
+    def total(self) -> Decimal:
+        return sum((row.amount for row in self.rows), ZERO)
+
+    def grouped(self, key: str) -> list[dict[str, Any]]:
+        """Rows summed by ``key`` (tenant, cost_center, flavor or kind), largest first."""
+        groups: dict[str, dict[str, Any]] = {}
+        for row in self.rows:
+            name = str(getattr(row, key)) or "—"
+            group = groups.setdefault(
+                name,
+                {
+                    "key": name,
+                    "gpu_hours_allocated": Decimal(0),
+                    "gpu_hours_busy": Decimal(0),
+                    "amount": ZERO,
+                    "chargeback": ZERO,
+                    "showback": ZERO,
+                },
+            )
+            group["gpu_hours_allocated"] += row.gpu_hours_allocated
+            group["gpu_hours_busy"] += row.gpu_hours_busy or 0
+            group["amount"] += row.amount
+            group["showback" if row.mode == "showback" else "chargeback"] += row.amount
+        return sorted(groups.values(), key=lambda g: (-g["amount"], g["key"]))
+
+
+def visible_tenant_ids(user: Any, subtree: Tenant | None = None) -> set[int] | None:
+    """Ids of the tenants whose money ``user`` reads (within ``subtree``); None: all."""
+    tenants = billing_tenants(user)
+    if subtree is not None:
+        tenants = tenants.filter(path__startswith=subtree.path)
+    elif (
+        can_manage_platform_billing(user)
+        and not Tenant.objects.exclude(pk__in=tenants.values("pk")).exists()
+    ):
+        return None
+    return set(tenants.values_list("pk", flat=True))
+
+
+def period_report(
+    user: Any, period: BillingPeriod, *, subtree: Tenant | None = None, now: datetime | None = None
+) -> PeriodReport:
+    """Every charge line of ``period`` the caller may see (one subtree if given)."""
+    ids = visible_tenant_ids(user, subtree)
+    show_idle = subtree is None and can_manage_platform_billing(user)
+    if period.state == BillingPeriod.State.CLOSED:
+        return _closed_report(user, period, ids, show_idle)
+    return _provisional_report(period, ids, show_idle, now or timezone.now())
+
+
+def _closed_report(
+    user: Any, period: BillingPeriod, ids: set[int] | None, show_idle: bool
+) -> PeriodReport:
+    statements = statements_visible_to(user).filter(period=period)
+    if ids is not None:
+        statements = statements.filter(Q(tenant_id__in=ids) | Q(tenant__isnull=True))
+    if not show_idle:
+        statements = statements.filter(tenant__isnull=False)
+    lines = StatementLine.objects.filter(statement__in=statements).select_related("statement")
+    rows = [
+        ReportRow(
+            period=period.name,
+            tenant_id=line.statement.tenant_id,
+            tenant=line.statement.tenant_slug,
+            tenant_name=line.statement.tenant_name,
+            cost_center=line.statement.cost_center,
+            flavor=line.flavour_name or line.kind,
+            kind=line.kind,
+            gpu_hours_allocated=line.gpu_hours,
+            gpu_hours_busy=line.gpu_hours_busy,
+            rate=line.rate,
+            amount=line.amount,
+            currency=line.currency,
+            mode=line.statement.mode,
+            note=line.note,
+        )
+        for line in lines.order_by("statement__tenant_slug", "flavour_name", "kind", "id")
+    ]
+    currency = rows[0].currency if rows else PricingContext.load().currency_at(period.start)
+    return PeriodReport(period, False, rows, currency)
+
+
+def _provisional_report(
+    period: BillingPeriod, ids: set[int] | None, show_idle: bool, now: datetime
+) -> PeriodReport:
+    context = PricingContext.load()
+    priced = price_period(period, as_of=min(now, period.end), context=context)
+    tenants = {t.pk: t for t in Tenant.objects.all()}
+    rows = []
+    for line in priced.lines:
+        if line.tenant_id is None and not show_idle:
+            continue
+        if line.tenant_id is not None and ids is not None and line.tenant_id not in ids:
+            continue
+        tenant = tenants.get(line.tenant_id) if line.tenant_id is not None else None
+        flavour = context.flavours.get(line.flavour_id) if line.flavour_id else None
+        billing = context.billing.get(line.tenant_id) if line.tenant_id is not None else None
+        rows.append(
+            ReportRow(
+                period=period.name,
+                tenant_id=line.tenant_id,
+                tenant=tenant.slug if tenant else pricing.IDLE_TENANT,
+                tenant_name=tenant.name if tenant else "Idle capacity",
+                cost_center=tenant.cost_center if tenant else "",
+                flavor=flavour.name if flavour else line.kind.value,
+                kind=line.kind.value,
+                gpu_hours_allocated=line.gpu_hours,
+                gpu_hours_busy=line.gpu_hours_busy,
+                rate=line.rate,
+                amount=line.amount,
+                currency=line.currency,
+                mode=billing.mode if billing else "chargeback",
+                note=line.note,
+            )
+        )
+    rows.sort(key=lambda r: (r.tenant, r.flavor, r.kind))
+    currency = rows[0].currency if rows else context.currency_at(period.start)
+    return PeriodReport(period, True, rows, currency)
+
+
+def roll_up_to_children(report: PeriodReport, parent: Tenant) -> list[dict[str, Any]]:
+    """The report summed per direct child of ``parent`` (and ``parent`` itself)."""
+    paths = dict(Tenant.objects.filter(path__startswith=parent.path).values_list("pk", "path"))
+    children = {c.pk: c for c in parent.children.all()}
+    prefix = {child.path: child for child in children.values()}
+    totals: dict[str, Decimal] = defaultdict(lambda: ZERO)
+    for row in report.rows:
+        path = paths.get(row.tenant_id or 0, "")
+        owner = next((c.slug for p, c in prefix.items() if path.startswith(p)), parent.slug)
+        totals[owner] += row.amount
+    return [{"key": k, "amount": v} for k, v in sorted(totals.items(), key=lambda kv: -kv[1])]
+
+
+def workload_breakdown(
+    user: Any,
+    period: BillingPeriod,
+    *,
+    tenant: Tenant | None = None,
+    subtree: bool = True,
+    limit: int = 200,
+) -> list[dict[str, Any]]:
+    """Usage of ``period`` per workload (per Job, or per pod when it has neither), with
+    an estimated cost: each workload priced alone with the period's cards, so its cents
+    may differ from the statement's by rounding. One GROUP BY query."""
+    rows = usage_visible_to(user).filter(period=period)
+    if tenant is not None and subtree:
+        rows = rows.filter(tenant__path__startswith=tenant.path)
+    elif tenant is not None:
+        rows = rows.filter(tenant=tenant)
+    context = PricingContext.load()
+    bounds = pricing.boundaries(context.cards)
+    by = ("namespace", "job_name", "workload_id", "pod_name")
+    groups: dict[tuple[Any, ...], dict[str, Any]] = {}
+    usage = []
+    for extra, item in grouped_usage(rows, bounds, period.name, by):
+        pod = "" if extra["job_name"] or extra["workload_id"] else extra["pod_name"]
+        key = (
+            item.tenant_id,
+            extra["namespace"],
+            extra["job_name"],
+            extra["workload_id"],
+            pod,
+            item.flavour_id,
+        )
+        group = groups.setdefault(
+            key,
+            {
+                "index": len(groups),
+                "allocated": 0,
+                "busy": None,
+                "extra": extra,
+                "pod": pod,
+                "usage": item,
+            },
+        )
+        group["allocated"] += item.device_seconds
+        if item.busy_device_seconds is not None:
+            group["busy"] = (group["busy"] or Decimal(0)) + item.busy_device_seconds
+        usage.append(_as_tenant(item, group["index"]))
+    if not groups:
+        return []
+    priced = pricing.price(
+        pricing.PricingInput(
+            start=period.start,
+            end=period.end,
+            flavours=context.flavours,
+            cards=context.cards,
+            usage=usage,
+            default_multipliers=context.multipliers,
+        )
+    )
+    cost = priced.totals()
+    slugs = dict(Tenant.objects.values_list("pk", "slug"))
+    out = []
+    top = sorted(groups.items(), key=lambda kv: -kv[1]["allocated"])[:limit]
+    for (tenant_id, namespace, job_name, workload_id, pod, flavour_id), group in top:
+        flavour = context.flavours.get(flavour_id)
+        fraction = flavour.fraction if flavour else Fraction(1)
+        allocated = Fraction(int(group["allocated"])) * fraction / 3600
+        busy = Fraction(group["busy"]) * fraction / 3600 if group["busy"] is not None else None
+        out.append(
+            {
+                "tenant": slugs.get(tenant_id, ""),
+                "namespace": namespace,
+                "job_name": job_name or pod or "—",
+                "workload_id": workload_id,
+                "flavor": flavour.name if flavour else "",
+                "gpu_hours_allocated": pricing.round_half_even(allocated, 4),
+                "gpu_hours_busy": pricing.round_half_even(busy, 4) if busy is not None else None,
+                "efficiency": _ratio(busy, allocated),
+                "estimated_amount": cost.get(group["index"], ZERO),
+            }
+        )
+    return out
+
+
+def _as_tenant(usage: pricing.Usage, index: int) -> pricing.Usage:
+    return pricing.Usage(
+        tenant_id=index,
+        flavour_id=usage.flavour_id,
+        segment_start=usage.segment_start,
+        device_seconds=usage.device_seconds,
+        borrowed_device_seconds=usage.borrowed_device_seconds,
+        busy_device_seconds=usage.busy_device_seconds,
+        priority_class=usage.priority_class,
+        usage_period=usage.usage_period,
+    )
+
+
+def _ratio(busy: Fraction | None, allocated: Fraction) -> Decimal | None:
+    if busy is None or allocated <= 0:
+        return None
+    return pricing.round_half_even(busy / allocated, 4)
+
+
+def efficiency_by_tenant(
+    user: Any, *, start: datetime, end: datetime, subtree: Tenant | None = None
+) -> list[dict[str, Any]]:
+    """Busy / allocated device-seconds per tenant over [start, end), from rows with busy data
+    (rows without it count as allocated but are left out of the ratio)."""
+    rows = usage_visible_to(user).filter(interval_start__gte=start, interval_start__lt=end)
+    if subtree is not None:
+        rows = rows.filter(tenant__path__startswith=subtree.path)
+    grouped = (
+        rows.order_by()
+        .values("tenant_id", "tenant__slug", "tenant__name")
+        .annotate(
+            allocated=Sum("gpu_seconds_allocated"),
+            measured=Sum("gpu_seconds_allocated", filter=Q(gpu_seconds_busy__isnull=False)),
+            busy=Sum("gpu_seconds_busy"),
+        )
+        .order_by("tenant__slug")
+    )
+    out = []
+    for group in grouped:
+        measured = Fraction(int(group["measured"] or 0))
+        busy = Fraction(group["busy"]) if group["busy"] is not None else None
+        out.append(
+            {
+                "tenant": group["tenant__slug"],
+                "tenant_name": group["tenant__name"],
+                "device_hours_allocated": pricing.round_half_even(
+                    Fraction(int(group["allocated"] or 0), 3600), 2
+                ),
+                "device_hours_measured": pricing.round_half_even(measured / 3600, 2),
+                "device_hours_busy": (
+                    pricing.round_half_even(busy / 3600, 2) if busy is not None else None
+                ),
+                "efficiency": _ratio(busy, measured),
+            }
+        )
+    return out
+
+
+def idle_findings(
+    user: Any, *, since: datetime | None = None, subtree: Tenant | None = None, limit: int = 100
+) -> list[dict[str, Any]]:
+    """Allocations whose engine activity stayed under IDLE_THRESHOLD for a whole hour or
+    more, per tenant x namespace x pod (or job), most idle hours first."""
+    since = since or timezone.now() - timedelta(days=7)
+    threshold = Decimal(str(billing_setting("IDLE_THRESHOLD")))
+    rows = (
+        usage_visible_to(user)
+        .filter(interval_start__gte=since, gpu_seconds_busy__isnull=False)
+        .filter(gpu_seconds_allocated__gte=F("devices") * 3600)
+        .filter(gpu_seconds_busy__lt=F("gpu_seconds_allocated") * threshold)
+    )
+    if subtree is not None:
+        rows = rows.filter(tenant__path__startswith=subtree.path)
+    grouped = (
+        rows.order_by()
+        .values("tenant__slug", "namespace", "pod_name", "job_name", "flavour__name")
+        .annotate(
+            hours=Count("id"),
+            devices=Max("devices"),
+            allocated=Sum("gpu_seconds_allocated"),
+            busy=Sum("gpu_seconds_busy"),
+            first=Min("interval_start"),
+            last=Max("interval_end"),
+        )
+        .order_by("-hours", "tenant__slug", "namespace", "pod_name")[:limit]
+    )
+    return [
+        {
+            "tenant": g["tenant__slug"],
+            "namespace": g["namespace"],
+            "pod": g["pod_name"] or g["job_name"],
+            "job_name": g["job_name"],
+            "flavor": g["flavour__name"],
+            "devices": g["devices"],
+            "idle_hours": g["hours"],
+            "activity": _ratio(Fraction(g["busy"] or 0), Fraction(int(g["allocated"] or 0))),
+            "first": g["first"],
+            "last": g["last"],
+        }
+        for g in grouped
+    ]

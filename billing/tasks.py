@@ -1,0 +1,133 @@
+"""Celery tasks of billing: thin, take ids, idempotent, retry on transient errors.
+
+Periodic (Celery beat): ``usage_collect_all`` and ``budgets_evaluate`` every 15 minutes,
+``periods_roll`` hourly.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+from django.core.mail import send_mail
+from django.db import transaction
+from django.utils import timezone
+
+from billing.prometheus import PrometheusUnavailable
+from scheduler_bridge.gateways import ClusterUnreachable, GatewayError
+from scheduler_bridge.inventory.models import Cluster
+
+logger = logging.getLogger(__name__)
+
+retrying_task = shared_task(
+    autoretry_for=(ClusterUnreachable, PrometheusUnavailable),
+    retry_backoff=30,
+    retry_backoff_max=900,
+    retry_jitter=True,
+    max_retries=8,
+)
+
+
+@retrying_task
+def usage_collect(cluster_id: int) -> dict[str, int] | None:
+    """Collect one cluster's completed hours into the ledger; re-queue while more are due
+    (catching up after downtime). Retries with backoff while the cluster or Prometheus
+    does not answer; nothing is written by a failed run."""
+    from billing.collection import usage_collect as collect
+
+    cluster = Cluster.objects.filter(pk=cluster_id).first()
+    if cluster is None:
+        return None
+    try:
+        result = collect(cluster=cluster)
+    except (ClusterUnreachable, PrometheusUnavailable):
+        raise
+    except GatewayError as error:  # bad settings: an admin must fix the cluster first
+        logger.warning("usage collection of %s failed: %s", cluster.name, error)
+        return None
+    for problem in result.problems[:20]:
+        logger.warning("usage collection of %s: %s", cluster.name, problem)
+    if result.unbound_namespaces:
+        logger.warning(
+            "usage collection of %s: GPU pods in namespaces bound to no tenant (not billed): %s",
+            cluster.name,
+            ", ".join(sorted(result.unbound_namespaces)),
+        )
+    if result.more_due:
+        transaction.on_commit(lambda: usage_collect.delay(cluster_id))
+    return {"hours": result.hours, "rows": result.rows, "inserted": result.inserted}
+
+
+@shared_task
+def usage_collect_all() -> int:
+    """Queue a collection per cluster, so one broken cluster never stops the others."""
+    ids = list(Cluster.objects.values_list("pk", flat=True))
+    for cluster_id in ids:
+        usage_collect.delay(cluster_id)
+    return len(ids)
+
+
+@shared_task
+def budgets_evaluate() -> dict[str, int]:
+    """Recompute budgets' spend and forecast; fire crossed thresholds (once each)."""
+    from billing.budgets import budgets_evaluate as evaluate
+
+    result = evaluate()
+    return {"budgets": result.budgets, "alerts_fired": result.alerts_fired}
+
+
+@shared_task(autoretry_for=(OSError,), retry_backoff=60, max_retries=5)
+def budget_alert_notify(alert_id: int) -> int:
+    """E-mail a fired budget alert to the leads, finance and admins over its tenant.
+
+    Claimed with a conditional UPDATE, so a redelivered task sends nothing twice; a
+    failed send releases the claim and is retried.
+    """
+    from billing.models import BudgetAlert
+    from billing.notifications import alert_mail, alert_recipients
+
+    claimed = BudgetAlert.objects.filter(pk=alert_id, emailed_at__isnull=True).update(
+        emailed_at=timezone.now()
+    )
+    if not claimed:
+        return 0
+    alert = BudgetAlert.objects.select_related("budget", "budget__tenant").get(pk=alert_id)
+    recipients = alert_recipients(alert)
+    if not recipients:
+        return 0
+    subject, body = alert_mail(alert)
+    try:
+        send_mail(subject, body, None, recipients)
+    except OSError:
+        BudgetAlert.objects.filter(pk=alert_id).update(emailed_at=None)
+        raise
+    return len(recipients)
+
+
+@shared_task
+def periods_roll() -> list[str]:
+    """Open this month's period, resume closes whose worker died, auto-close if set."""
+    from billing.periods import periods_roll as roll
+
+    return roll()
+
+
+@shared_task
+def period_close(period_id: int, actor_id: int | None = None) -> str:
+    """Close one period in the background (e.g. from the portal). Idempotent: a closed
+    period is left alone."""
+    from django.contrib.auth import get_user_model
+
+    from billing.errors import PeriodBusy, PeriodClosed
+    from billing.models import BillingPeriod
+    from billing.periods import period_close as close
+
+    period = BillingPeriod.objects.filter(pk=period_id).first()
+    if period is None:
+        return "missing"
+    actor = get_user_model().objects.filter(pk=actor_id).first() if actor_id else None
+    try:
+        close(actor=actor, period=period, source="system")
+    except (PeriodBusy, PeriodClosed) as error:
+        return error.message
+    return "closed"

@@ -1,0 +1,592 @@
+"""The admission cycle: who starts now, who is preempted, why everyone else waits.
+
+One cycle, in order:
+
+1. compile the snapshot: quota usage per tenant-tree node, free GPUs per node, shares;
+   pending workloads grouped by (tenant, shape);
+2. reservations for starving large gangs (reservation.py);
+3. the main pass: a heap of tenants keyed by their best pending workload's
+   (guarantee class, -priority, share, submit time, id). Pop, try that workload, push
+   the tenant back with its next workload and its new share, so a tenant that just got
+   a lot sinks. Every workload that fits is admitted, any number per tenant (no head
+   of line blocking). A failure fails the rest of its (tenant, shape) group at once;
+   a workload within its guarantee that does not fit may preempt (preemption.py);
+4. positions and reasons for whatever is still pending (explain.py).
+
+Across cycles ``AdmissionEngine`` remembers which groups failed and a fingerprint of
+everything their failure depended on (free GPUs of their flavours, usage and running
+work of their tenant tree); a group whose fingerprint is unchanged is not tried again.
+This never changes a decision - skipped groups would fail anyway - it only saves work,
+and tests check that the incremental engine and a fresh one agree.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass
+from time import perf_counter
+
+from . import reasons
+from .budget import AllowAllBudgetGate, BudgetGate
+from .explain import Explainer, Outcome
+from .model import (
+    Admission,
+    AdmitCode,
+    ClusterSnapshot,
+    CycleResult,
+    CycleStats,
+    EngineConfig,
+    PendingWorkload,
+    Placement,
+    Preemption,
+    PreemptionCode,
+    ReasonCode,
+    Reservation,
+)
+from .pending import Group, Item, Option, RawShape, TenantQueue, group_items
+from .placement import Plan
+from .preemption import PreemptionPlan, Preemptor
+from .reservation import backfill_overlay, consume, release, reserve_for_starving
+from .state import CycleState, ReservationEntry, Run, Static, node_layout
+
+Fingerprint = tuple[tuple[int, int, object], ...]
+_DECIDED = "decided"
+_FAILED = "failed"
+_DEFERRED = "deferred"
+
+
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    fingerprint: Fingerprint
+    max_priority: int
+
+
+class AdmissionEngine:
+    """Runs admission cycles and remembers what it may skip next time.
+
+    ``run_cycle(snapshot)`` is a pure function of the snapshot, the config and the budget
+    gate: the same snapshot gives the same decisions with a fresh engine or a warm one
+    (whose only memory is a cache). Keep one engine per cluster in a long-lived worker to
+    benefit from the cache; a new engine per cycle is correct, only slower.
+    """
+
+    def __init__(
+        self, config: EngineConfig | None = None, budget_gate: BudgetGate | None = None
+    ) -> None:
+        self.config = config or EngineConfig()
+        self.budget_gate: BudgetGate = budget_gate or AllowAllBudgetGate()
+        self._static: Static | None = None
+        self._nodes_seen: tuple[object, object] | None = None
+        self._items: dict[str, Item] = {}
+        self._failures: dict[tuple[int, RawShape], _Failure] = {}
+
+    def run_cycle(self, snapshot: ClusterSnapshot, *, explain_pending: bool = True) -> CycleResult:
+        """Decide one cycle. Raises ValueError for inconsistent input (duplicate ids, an
+        unknown parent, a cycle in the tenant tree)."""
+        started = perf_counter()
+        static = self._static_for(snapshot)
+        items = self._compile(snapshot.pending, static)
+        cycle = _Cycle(static, snapshot, self.config, self.budget_gate, items, self._failures)
+        result = cycle.run(explain_pending)
+        self._failures = cycle.failures_out
+        stats = CycleStats(
+            pending=len(items) - len(result.admissions),
+            groups_evaluated=cycle.groups_evaluated,
+            groups_skipped=cycle.groups_skipped,
+            workloads_skipped=cycle.workloads_skipped,
+            duration_s=perf_counter() - started,
+        )
+        return CycleResult(
+            now=result.now,
+            admissions=result.admissions,
+            preemptions=result.preemptions,
+            pending=result.pending,
+            reservations=result.reservations,
+            stats=stats,
+        )
+
+    def _static_for(self, snapshot: ClusterSnapshot) -> Static:
+        if self._nodes_seen is not None and self._nodes_seen[0] is snapshot.nodes:
+            layout = self._nodes_seen[1]
+        else:
+            layout = node_layout(snapshot.nodes)
+            self._nodes_seen = (snapshot.nodes, layout)
+        key = (snapshot.tenants, snapshot.quotas, snapshot.flavours, layout)
+        if self._static is None or self._static.key != key:
+            self._static = Static(snapshot.tenants, snapshot.quotas, snapshot.flavours, layout)  # type: ignore[arg-type]
+            self._items = {}
+            self._failures = {}
+        return self._static
+
+    def _compile(self, pending: Sequence[PendingWorkload], static: Static) -> list[Item]:
+        cache = self._items
+        fresh: dict[str, Item] = {}
+        tree = static.tree
+        for wl in pending:
+            item = cache.get(wl.id)
+            if item is None or (item.wl is not wl and item.wl != wl):
+                tenant = tree.tenant_index.get(wl.tenant_id)
+                node = tree.workload_node[tenant] if tenant is not None else -1
+                raw = (
+                    wl.topology,
+                    tuple((ps.count, ps.gpus_per_pod, ps.flavours) for ps in wl.pod_sets),
+                )
+                item = Item(wl, node, static.shape(raw))
+            else:
+                item.individual = False
+            if wl.id in fresh:
+                raise ValueError(f"duplicate pending workload id {wl.id}")
+            fresh[wl.id] = item
+        self._items = fresh
+        return list(fresh.values())
+
+
+def run_cycle(
+    snapshot: ClusterSnapshot,
+    config: EngineConfig | None = None,
+    budget_gate: BudgetGate | None = None,
+    *,
+    explain_pending: bool = True,
+) -> CycleResult:
+    """One admission cycle with a fresh engine (see AdmissionEngine.run_cycle)."""
+    return AdmissionEngine(config, budget_gate).run_cycle(snapshot, explain_pending=explain_pending)
+
+
+class _Cycle:
+    """One cycle's work; see the module docstring for the steps."""
+
+    def __init__(
+        self,
+        static: Static,
+        snapshot: ClusterSnapshot,
+        config: EngineConfig,
+        gate: BudgetGate,
+        items: list[Item],
+        failures_in: dict[tuple[int, RawShape], _Failure],
+    ) -> None:
+        self.state = CycleState(static, snapshot, config)
+        self.names = static.flavour_names
+        self.items = items
+        self.gate = gate
+        self.failures_in = failures_in
+        self.failures_out: dict[tuple[int, RawShape], _Failure] = {}
+        self.preemptor = Preemptor(self.state)
+        self.admissions: list[Admission] = []
+        self.preemptions: list[Preemption] = []
+        self.outcomes: dict[str, Outcome] = {}
+        self.admitted: set[str] = set()
+        self.admitted_priority: dict[int, int] = {}
+        self.quota_memo: dict[tuple[int, int], int] = {}
+        self.node_memo: dict[tuple[int, object, int], int] = {}
+        self.preempt_memo: set[tuple[int, RawShape]] = set()
+        self.groups: list[tuple[int, Group]] = []
+        self.failed_priority: dict[int, int] = {}
+        self.groups_evaluated = 0
+        self.groups_skipped = 0
+        self.workloads_skipped = 0
+
+    # ------------------------------------------------------------------ driver
+    def run(self, explain: bool) -> CycleResult:
+        st = self.state
+        queues = self._build_queues()
+        reserve_for_starving(st, self.items, self._start_order)
+        if st.reservations:
+            for item in self.items:
+                if item.wl.max_run_time_s is not None:
+                    item.individual = True
+        self._mark_skips(queues)
+        start_caps = st.pool.caps(range(len(self.names))) if explain else {}
+        self._main_pass(queues)
+        self._record_failures()
+        pending: tuple = ()
+        if explain:
+            left = [item for item in self.items if item.wl.id not in self.admitted]
+            explainer = Explainer(st, start_caps, self.admitted_priority, self.outcomes)
+            pending = explainer.decisions(left)
+        return CycleResult(
+            now=st.now,
+            admissions=tuple(self.admissions),
+            preemptions=tuple(self.preemptions),
+            pending=pending,
+            reservations=tuple(self._reservation(e) for e in st.reservations),
+        )
+
+    def _build_queues(self) -> dict[int, TenantQueue]:
+        st = self.state
+        known: list[Item] = []
+        for item in self.items:
+            if item.node < 0:
+                self.outcomes[item.wl.id] = (
+                    ReasonCode.UNKNOWN_TENANT,
+                    reasons.unknown_tenant(item.wl.tenant_id),
+                    None,
+                )
+            elif not item.shape.options:
+                self.outcomes[item.wl.id] = (
+                    ReasonCode.UNKNOWN_FLAVOUR,
+                    reasons.unknown_flavour(item.shape.unknown),
+                    None,
+                )
+            else:
+                known.append(item)
+        queues: dict[int, TenantQueue] = {}
+        for node, shapes in group_items(known).items():
+            groups = [Group(items[0].shape, items) for items in shapes.values()]
+            queues[node] = TenantQueue(node, groups, st.share(node))
+            self.groups.extend((node, g) for g in groups)
+        return queues
+
+    def _start_order(self, item: Item) -> tuple[object, ...]:
+        st = self.state
+        order = item.order
+        cls = st.guarantee_class(item.node, item.shape)
+        return (cls, order[0], st.share(item.node), order[1], order[2])
+
+    # -------------------------------------------------------- cross-cycle skip
+    def _fingerprint(self, node: int, flavours: Sequence[int], memo: dict) -> Fingerprint:
+        st = self.state
+        root = st.tree.root[node]
+        parts = []
+        for f in flavours:
+            key = (root, f)
+            value = memo.get(key)
+            if value is None:
+                # The running-work token is always the one from the start of the cycle:
+                # work admitted during a cycle was no preemption candidate in it, but
+                # is one in the next, so any admission in the tree must invalidate.
+                usage, tokens = st.quota_fingerprint(f, root)
+                value = memo[key] = (st.node_fingerprint(f), usage, tokens)
+            parts.append((f, *value))
+        return tuple(parts)  # type: ignore[return-value]
+
+    def _mark_skips(self, queues: dict[int, TenantQueue]) -> None:
+        if not self.failures_in:
+            return
+        memo: dict = {}
+        check_priority = self.state.config.priority_preemption
+        for node, queue in queues.items():
+            for group in queue.groups:
+                failure = self.failures_in.get((node, group.shape.key))
+                if failure is None:
+                    continue
+                if check_priority and group.max_priority > failure.max_priority:
+                    continue
+                if failure.fingerprint == self._fingerprint(node, group.shape.flavours, memo):
+                    group.skip = True
+
+    def _record_failures(self) -> None:
+        memo: dict = {}
+        for node, group in self.groups:
+            if group.failed:
+                fingerprint = self._fingerprint(node, group.shape.flavours, memo)
+                priority = self.failed_priority[id(group)]
+                self.failures_out[(node, group.shape.key)] = _Failure(fingerprint, priority)
+
+    # --------------------------------------------------------------- main pass
+    def _main_pass(self, queues: dict[int, TenantQueue]) -> None:
+        heap = []
+        for queue in queues.values():
+            key = self._head(queue)
+            if key is not None:
+                heap.append(key)
+        heapq.heapify(heap)
+        while heap:
+            queue = queues[heapq.heappop(heap)[-1]]
+            self._visit(queue)
+            key = self._head(queue)
+            if key is not None:
+                heapq.heappush(heap, key)
+
+    def _head(self, queue: TenantQueue) -> tuple | None:
+        """The tenant's next workload and its heap key. Within a tenant priority comes
+        first (the tenant's own choice; a higher-priority job that preempted its own
+        lower-priority work must not lose the GPUs to it again); across tenants work
+        inside its guarantee comes first, then priority, share, submit time, id."""
+        best = None
+        best_group = None
+        st = self.state
+        for group in queue.groups:
+            if group.pos >= len(group.items):
+                continue
+            order = group.items[group.pos].order
+            cls = 1 if group.borrows else st.guarantee_class(queue.node, group.shape)
+            key = (order[0], cls, order[1], order[2])
+            if best is None or key < best:
+                best, best_group = key, group
+        queue.head = best_group
+        if best is None:
+            queue.groups = []
+            return None
+        return (best[1], best[0], queue.share, best[2], best[3], queue.node)
+
+    def _visit(self, queue: TenantQueue) -> None:
+        group = queue.head
+        assert group is not None
+        item = group.items[group.pos]
+        if group.skip and not item.individual:
+            self._fail_group(group, item, skipped=True)
+            return
+        self.groups_evaluated += 1
+        verdict = self._evaluate(queue, group, item)
+        if verdict is _DECIDED:
+            group.pos += 1
+        elif verdict is _FAILED:
+            self._fail_group(group, item, skipped=False)
+        # _DEFERRED: the group goes back to the heap as borrowing work
+
+    def _fail_group(self, group: Group, item: Item, skipped: bool) -> None:
+        """``item`` failed; so does every later member that cannot use more capacity
+        than it could (capacity only shrinks within a cycle)."""
+        rest = group.items[group.pos + 1 :]
+        keep = [i for i in rest if i.individual]
+        failed = 1 + len(rest) - len(keep)
+        priority = max([item.wl.priority] + [i.wl.priority for i in rest if not i.individual])
+        self.failed_priority[id(group)] = max(
+            self.failed_priority.get(id(group), priority), priority
+        )
+        group.items = keep
+        group.pos = 0
+        group.failed = True
+        if skipped:
+            self.groups_skipped += 1
+            self.workloads_skipped += failed
+
+    # -------------------------------------------------------------- evaluation
+    def _evaluate(self, queue: TenantQueue, group: Group, item: Item) -> object:
+        """Try to admit (or preempt for) ``item``: _DECIDED when it was decided on its own
+        (admitted, preempting, refused by budget), _FAILED when it does not fit, and
+        _DEFERRED when it queued as work within its guarantee but would borrow."""
+        for option in item.shape.options:
+            if not self._quota_ok(item.node, option):
+                continue
+            placed = self._place(item, option)
+            if placed is None:
+                continue
+            if (
+                not group.borrows
+                and self._borrows(item.node, option)
+                and self.state.guarantee_class(item.node, item.shape) == 0
+            ):
+                group.borrows = True
+                return _DEFERRED
+            if not self._budget_ok(item):
+                return _DECIDED
+            self._admit(queue, item, option, *placed)
+            return _DECIDED
+        config = self.state.config
+        key = (item.node, item.shape.key)
+        if (config.reclaim or config.priority_preemption) and key not in self.preempt_memo:
+            for option in item.shape.options:
+                found = self.preemptor.plan(item, option)
+                if found is not None:
+                    if self._budget_ok(item):
+                        self._nominate(queue, item, option, found)
+                    return _DECIDED
+            self.preempt_memo.add(key)
+        return _FAILED
+
+    def _borrows(self, node: int, option: Option) -> bool:
+        usage = self.state.usage
+        guaranteed = self.state.tree.guaranteed
+        return any(usage[f][node] + need > guaranteed[f][node] for f, need in option.totals)
+
+    def _quota_ok(self, node: int, option: Option) -> bool:
+        st = self.state
+        tree = st.tree
+        memo = self.quota_memo
+        for f, need in option.totals:
+            failed_at = memo.get((node, f))
+            if failed_at is not None and need >= failed_at:
+                return False
+            if not tree.access[f][node] or tree.available(f, node, st.usage[f]) < need:
+                memo[(node, f)] = need if failed_at is None else min(failed_at, need)
+                return False
+        return True
+
+    def _place(
+        self, item: Item, option: Option
+    ) -> tuple[Plan, AdmitCode | None, list[ReservationEntry]] | None:
+        """Where the pods go: the fast bucket path for one pod set, the generic planner
+        otherwise, and a second try on reserved GPUs for the reservation's owner and for
+        backfill. Returns the plan, AdmitCode.BACKFILL when it stands on someone else's
+        reserved GPUs (None otherwise), and the reservations whose GPUs it may use."""
+        st = self.state
+        pool = st.pool
+        shape = item.shape
+        own = st.reservation_of.get(item.wl.id)
+        flavours = [f for f, _ in option.totals]
+        if own is None or not own.blocked:
+            if shape.simple:
+                f, count, per_pod = option.needs[0]
+                key = (f, shape.topology, per_pod)
+                failed_at = self.node_memo.get(key)
+                if failed_at is None or count < failed_at:
+                    local = pool.flavours[f].plan(count, per_pod, shape.topology)
+                    if local is not None:
+                        return [(f, j, gpus) for j, gpus in local], None, []
+                    self.node_memo[key] = count if failed_at is None else min(failed_at, count)
+            else:
+                plan = pool.plan_generic(option.needs, shape.topology, pool.caps(flavours))
+                if plan is not None:
+                    return plan, None, []
+            if not st.reservations or (own is None and item.wl.max_run_time_s is None):
+                return None
+        extra, sources = backfill_overlay(st, item)
+        if not sources:
+            return None
+        caps = pool.caps(flavours)
+        for (f, j), gpus in extra.items():
+            if f in caps:
+                caps[f][j] += gpus
+        plan = pool.plan_generic(option.needs, shape.topology, caps)
+        if plan is None:
+            return None
+        return plan, (None if own is not None else AdmitCode.BACKFILL), sources
+
+    def _budget_ok(self, item: Item) -> bool:
+        allowed, why = self.gate.may_start(item.wl.tenant_id, item.wl)
+        if not allowed:
+            flavour = self.names[item.shape.options[0].totals[0][0]]
+            self.outcomes[item.wl.id] = (ReasonCode.BUDGET, reasons.budget(why), flavour)
+        return allowed
+
+    # --------------------------------------------------------------- decisions
+    def _admit(
+        self,
+        queue: TenantQueue,
+        item: Item,
+        option: Option,
+        plan: Plan,
+        via: AdmitCode | None,
+        sources: list[ReservationEntry],
+    ) -> None:
+        st = self.state
+        tree = st.tree
+        node = item.node
+        borrowed: dict[str, int] = {}
+        for f, need in option.totals:
+            amount = tree.borrowed(f, node, need, st.usage[f])
+            if amount:
+                borrowed[self.names[f]] = amount
+        st.add_usage(node, option.totals)
+        own = st.reservation_of.get(item.wl.id)
+        if sources:
+            consume(st, plan, sources)
+        else:
+            for f, j, gpus in plan:
+                fn = st.pool.flavours[f]
+                fn.set_avail(j, fn.avail[j] - gpus)
+        if own is not None:
+            release(st, own)
+        queue.share = st.share(node)
+        code, message = self._admit_words(item, option, borrowed, via, sources)
+        if own is not None:
+            message += "; " + reasons.admitted_reservation()
+        self.admissions.append(
+            Admission(
+                workload_id=item.wl.id,
+                tenant_id=item.wl.tenant_id,
+                flavours=tuple(self.names[f] for f in option.flavours),
+                placements=self._placements(plan),
+                borrowed=borrowed,
+                code=code,
+                message=message,
+            )
+        )
+        self.admitted.add(item.wl.id)
+        for f, _ in option.totals:
+            if item.wl.priority > self.admitted_priority.get(f, item.wl.priority - 1):
+                self.admitted_priority[f] = item.wl.priority
+
+    def _admit_words(
+        self,
+        item: Item,
+        option: Option,
+        borrowed: dict[str, int],
+        via: AdmitCode | None,
+        sources: list[ReservationEntry],
+    ) -> tuple[AdmitCode, str]:
+        if via is AdmitCode.BACKFILL:
+            owner = next((s.workload_id for s in sources), "?")
+            return via, reasons.admitted_backfill(owner)
+        st = self.state
+        node = item.node
+        f, _ = option.totals[0]
+        used = st.usage[f][node]
+        guaranteed = st.tree.guaranteed[f][node]
+        if borrowed:
+            root = st.tree.label[st.tree.root[node]]
+            name = next(iter(borrowed))
+            return AdmitCode.BORROWING, reasons.admitted_borrowing(
+                name, borrowed[name], used, guaranteed, root
+            )
+        return AdmitCode.WITHIN_GUARANTEE, reasons.admitted_within(self.names[f], used, guaranteed)
+
+    def _nominate(
+        self, queue: TenantQueue, item: Item, option: Option, found: PreemptionPlan
+    ) -> None:
+        """Victims are told to stop; the preemptor keeps its claim on quota and on the
+        free part of its placement for the rest of this cycle, and starts in a later
+        cycle, once the victims are gone."""
+        st = self.state
+        node = item.node
+        st.add_usage(node, option.totals)
+        for f, j, gpus in found.plan:
+            fn = st.pool.flavours[f]
+            take = min(fn.avail[j], gpus)
+            if take:
+                fn.set_avail(j, fn.avail[j] - take)
+        queue.share = st.share(node)
+        f0 = option.totals[0][0]
+        fresh = [v for v in found.victims if not v.wl.evicting]
+        for victim in found.victims:
+            victim.claimed = True
+            st.claimed.append(victim)
+        for victim in fresh:
+            self.preemptions.append(self._preemption(item, victim, f0))
+        tenants = sorted({v.wl.tenant_id for v in found.victims})
+        message = reasons.preempting(len(fresh), tenants, self.names[f0], found.reclaim)
+        self.outcomes[item.wl.id] = (ReasonCode.PREEMPTING, message, self.names[f0])
+
+    def _preemption(self, item: Item, victim: Run, f: int) -> Preemption:
+        st = self.state
+        wl = victim.wl
+        if victim.node != item.node:
+            borrowed = st.usage[f][victim.node] - st.tree.guaranteed[f][victim.node]
+            message = reasons.preempted_reclaim(
+                item.wl.id, item.wl.tenant_id, wl.tenant_id, self.names[f], max(0, borrowed)
+            )
+            code = PreemptionCode.RECLAIM
+        else:
+            message = reasons.preempted_priority(item.wl.id, item.wl.priority, wl.priority)
+            code = PreemptionCode.PRIORITY
+        return Preemption(
+            victim_id=wl.id,
+            victim_tenant_id=wl.tenant_id,
+            preemptor_id=item.wl.id,
+            preemptor_tenant_id=item.wl.tenant_id,
+            code=code,
+            message=message,
+        )
+
+    # ----------------------------------------------------------------- output
+    def _placements(self, plan: Plan) -> tuple[Placement, ...]:
+        pool = self.state.pool
+        out = [
+            Placement(pool.names[pool.flavours[f].members[j]], self.names[f], gpus)
+            for f, j, gpus in plan
+            if gpus
+        ]
+        out.sort(key=lambda p: (p.node, p.flavour))
+        return tuple(out)
+
+    def _reservation(self, entry: ReservationEntry) -> Reservation:
+        blocked = [(f, j, gpus) for (f, j), gpus in entry.blocked.items() if gpus]
+        return Reservation(
+            workload_id=entry.workload_id,
+            tenant_id=entry.tenant_id,
+            placements=self._placements(entry.plan),
+            blocked=self._placements(blocked),
+            expected_start=entry.expected_start,
+        )

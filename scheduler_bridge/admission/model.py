@@ -1,0 +1,343 @@
+"""Plain data in and out of the admission engine.
+
+Everything here is a frozen dataclass without behaviour beyond validation and a few
+conveniences, so that services can build snapshots from the ORM, tests can build them
+by hand, and the simulator can build them from a trace, all in the same way.
+
+Units: GPU counts are integers of the flavour's own unit (a whole GPU for
+``nvidia.com/gpu``, one MIG device for ``nvidia.com/mig-1g.10gb``); ``gpu_equivalent``
+converts a unit to whole GPUs for fair share. Times are seconds since the Unix epoch (UTC)
+as floats: the engine does arithmetic on them millions of times per cycle, and services
+convert from timezone-aware datetimes at the boundary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+DAY_S = 86_400.0
+
+
+class Topology(StrEnum):
+    """Where the pods of one workload must land together."""
+
+    NONE = "none"
+    ONE_NODE = "node"
+    ONE_DOMAIN = "domain"
+
+
+class ReasonCode(StrEnum):
+    """Structured reason why a workload is still pending (stable: stored and filtered on)."""
+
+    UNKNOWN_TENANT = "unknown_tenant"
+    UNKNOWN_FLAVOUR = "unknown_flavour"
+    NO_QUOTA = "no_quota"
+    QUOTA_LIMIT = "quota_limit"
+    COHORT_LIMIT = "cohort_limit"
+    COHORT_EXHAUSTED = "cohort_exhausted"
+    NODE_CAPACITY = "node_capacity"
+    TOPOLOGY = "topology"
+    NEVER_FITS = "never_fits"
+    WAITING_PRIORITY = "waiting_priority"
+    WAITING_FAIR_SHARE = "waiting_fair_share"
+    RESERVED = "reserved"
+    RESERVATION_HELD = "reservation_held"
+    PREEMPTING = "preempting"
+    BUDGET = "budget"
+
+
+class AdmitCode(StrEnum):
+    """How a workload got in."""
+
+    WITHIN_GUARANTEE = "within_guarantee"
+    BORROWING = "borrowing"
+    BACKFILL = "backfill"
+
+
+class PreemptionCode(StrEnum):
+    """Why a running workload is being stopped."""
+
+    RECLAIM = "reclaim"
+    PRIORITY = "priority"
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    """A node of the tenant tree. Tenants without a parent are cohort roots: trees never
+    lend to each other."""
+
+    id: str
+    parent_id: str | None = None
+    weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.weight > 0:
+            raise ValueError(f"tenant {self.id}: weight must be positive, got {self.weight}")
+
+
+@dataclass(frozen=True, slots=True)
+class Flavour:
+    """A schedulable GPU resource and its weight in whole-GPU equivalents."""
+
+    name: str
+    gpu_equivalent: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """Quota of one tenant for one flavour.
+
+    ``guaranteed`` is nominal quota. A parent's guarantee contains its children's; what is
+    left over is a pool its subtree shares. ``borrow_limit`` caps usage at
+    guaranteed + borrow_limit (None: as far as the cohort allows). ``lend_limit`` caps how
+    much of the guarantee others may use (None: all of it while unused).
+    """
+
+    tenant_id: str
+    flavour: str
+    guaranteed: int
+    borrow_limit: int | None = None
+    lend_limit: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("guaranteed", "borrow_limit", "lend_limit"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"quota {self.tenant_id}/{self.flavour}: {name} is negative")
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A node's GPUs per flavour. ``free`` None means: total minus what the running
+    workloads of the snapshot hold there (the simulator's way); a gateway that sees
+    foreign pods passes what is really free."""
+
+    name: str
+    capacity: Mapping[str, int]
+    free: Mapping[str, int] | None = None
+    domain: str | None = None  # NVLink clique / topology block; None: the node alone
+
+
+@dataclass(frozen=True, slots=True)
+class PodSet:
+    """``count`` pods of ``gpus_per_pod`` GPUs of the first acceptable flavour that fits."""
+
+    count: int
+    gpus_per_pod: int
+    flavours: tuple[str, ...]
+    name: str = "main"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.flavours, str):
+            object.__setattr__(self, "flavours", (self.flavours,))
+        if self.count < 1 or self.gpus_per_pod < 1 or not self.flavours:
+            raise ValueError(f"pod set {self.name}: needs count >= 1, gpus >= 1, a flavour")
+
+    @property
+    def gpus(self) -> int:
+        return self.count * self.gpus_per_pod
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PendingWorkload:
+    """A job asking for GPUs. It is admitted whole (every pod set) or not at all; ``gang``
+    marks pods that must start together and is what makes a workload eligible for a
+    reservation. ``max_run_time_s`` (if declared) allows backfill on reserved GPUs."""
+
+    id: str
+    tenant_id: str
+    pod_sets: tuple[PodSet, ...]
+    priority: int = 0
+    submitted_at: float = 0.0
+    gang: bool = True
+    topology: Topology = Topology.NONE
+    max_run_time_s: float | None = None
+    preemptible: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.pod_sets:
+            raise ValueError(f"workload {self.id}: no pod sets")
+
+    @property
+    def gpus(self) -> int:
+        return sum(ps.gpus for ps in self.pod_sets)
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """``gpus`` GPUs of ``flavour`` on ``node``."""
+
+    node: str
+    flavour: str
+    gpus: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunningWorkload:
+    """An admitted workload. ``borrowed`` is what it borrowed when admitted (for
+    chargeback); reclaim does not trust it, because a workload that borrowed then may sit
+    inside its tenant's guarantee now that older work has finished: the engine judges
+    borrowing from the tenant's current usage, as Kueue does. ``evicting`` marks a victim
+    that was told to stop but still holds its GPUs."""
+
+    id: str
+    tenant_id: str
+    placements: tuple[Placement, ...]
+    priority: int = 0
+    admitted_at: float = 0.0
+    borrowed: Mapping[str, int] = field(default_factory=dict)
+    preemptible: bool = True
+    max_run_time_s: float | None = None
+    evicting: bool = False
+    request: PendingWorkload | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def flavour(self) -> str:
+        return self.placements[0].flavour if self.placements else ""
+
+    @property
+    def gpus(self) -> int:
+        return sum(p.gpus for p in self.placements)
+
+    @classmethod
+    def from_admission(
+        cls, workload: PendingWorkload, admission: Admission, admitted_at: float
+    ) -> RunningWorkload:
+        """The running form of an admitted workload, ready for the next snapshot."""
+        return cls(
+            id=workload.id,
+            tenant_id=workload.tenant_id,
+            placements=admission.placements,
+            priority=workload.priority,
+            admitted_at=admitted_at,
+            borrowed=admission.borrowed,
+            preemptible=workload.preemptible,
+            max_run_time_s=workload.max_run_time_s,
+            request=workload,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineConfig:
+    """Knobs of the admission cycle; defaults follow DESIGN.md and the reference systems."""
+
+    reclaim: bool = True
+    priority_preemption: bool = False
+    reservation_wait_s: float = 3600.0
+    reservation_min_gpus: int = 8
+    max_reservations: int = 8
+    # Running work without a declared max run time is assumed to end this long after
+    # admission when a reservation estimates its start (Slurm uses the partition limit).
+    assumed_run_time_s: float = DAY_S
+    # Share = (1 - usage_blend) x current holding + usage_blend x decayed history.
+    usage_blend: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.usage_blend <= 1.0:
+            raise ValueError("usage_blend must be within 0..1")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterSnapshot:
+    """Everything one admission cycle looks at. ``usage_history`` is each tenant's decayed
+    usage in GPU-equivalent hours (see fairshare.decay_usage)."""
+
+    now: float
+    tenants: tuple[Tenant, ...]
+    flavours: tuple[Flavour, ...]
+    quotas: tuple[Quota, ...]
+    nodes: tuple[Node, ...]
+    running: tuple[RunningWorkload, ...] = ()
+    pending: tuple[PendingWorkload, ...] = ()
+    usage_history: Mapping[str, float] = field(default_factory=dict)
+    usage_half_life_s: float = 7 * DAY_S
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Admission:
+    """Start ``workload_id`` with these placements. ``flavours`` has one entry per pod set;
+    ``borrowed`` is GPUs above the tenant's guarantee per flavour (non-zero only)."""
+
+    workload_id: str
+    tenant_id: str
+    flavours: tuple[str, ...]
+    placements: tuple[Placement, ...]
+    borrowed: Mapping[str, int]
+    code: AdmitCode
+    message: str
+
+    @property
+    def flavour(self) -> str:
+        return self.flavours[0]
+
+    @property
+    def gpus(self) -> int:
+        return sum(p.gpus for p in self.placements)
+
+    @property
+    def borrowed_gpus(self) -> int:
+        return sum(self.borrowed.values())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Preemption:
+    """Stop ``victim_id`` so that ``preemptor_id`` can start."""
+
+    victim_id: str
+    victim_tenant_id: str
+    preemptor_id: str
+    preemptor_tenant_id: str
+    code: PreemptionCode
+    message: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PendingDecision:
+    """Why ``workload_id`` waits and where it stands: ``position`` is 1-based in the whole
+    queue (the order the next cycle will try), ``tenant_position`` within its tenant."""
+
+    workload_id: str
+    tenant_id: str
+    position: int
+    tenant_position: int
+    code: ReasonCode
+    message: str
+    flavour: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reservation:
+    """GPUs held for a starving workload. ``blocked`` are the GPUs kept idle now;
+    ``expected_start`` is when the rest should be released (None if unknown)."""
+
+    workload_id: str
+    tenant_id: str
+    placements: tuple[Placement, ...]
+    blocked: tuple[Placement, ...]
+    expected_start: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CycleStats:
+    """Counters for benchmarks and logs (not part of the decisions)."""
+
+    pending: int
+    groups_evaluated: int
+    groups_skipped: int
+    workloads_skipped: int
+    duration_s: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CycleResult:
+    """Decisions of one cycle. ``pending`` is empty when the cycle ran with
+    ``explain_pending=False`` (the simulator's fast path)."""
+
+    now: float
+    admissions: tuple[Admission, ...]
+    preemptions: tuple[Preemption, ...]
+    pending: tuple[PendingDecision, ...]
+    reservations: tuple[Reservation, ...]
+    stats: CycleStats | None = field(default=None, compare=False)

@@ -1,0 +1,165 @@
+"""Reservations for starving large gangs, and the backfill rule around them.
+
+Without reservations a gang of 32 GPUs can wait forever in a stream of 1-GPU jobs: each
+time a GPU frees up, a small job takes it. Slurm's backfill scheduler answers with a
+reservation for the top job at its earliest possible start and lets other jobs run in
+the hole only if they end before that start. Tidegate does the same for any gang of at
+least ``reservation_min_gpus`` that has waited ``reservation_wait_s``:
+
+* at the start of each cycle, before anything is admitted, starving gangs (in queue
+  order, at most ``max_reservations``) get the placement that becomes possible earliest,
+  judging from when running work should end (its declared max run time, else
+  ``assumed_run_time_s``); the GPUs of that placement that are free now are blocked;
+* blocked GPUs may be used by the gang itself, or by work whose declared max run time
+  ends before the reservation's expected start (backfill); nothing else sees them.
+
+Reservations are recomputed every cycle from the snapshot, so they need no storage and
+follow the cluster as it changes; a reservation whose start is unknown blocks without
+allowing backfill.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from .pending import Item, Option
+from .placement import Plan
+from .state import CycleState, ReservationEntry
+
+
+def reserve_for_starving(
+    state: CycleState, items: Sequence[Item], order: Callable[[Item], tuple[object, ...]]
+) -> None:
+    """Give starving gangs their reservations (see the module docstring)."""
+    config = state.config
+    starving = [
+        item
+        for item in items
+        if item.node >= 0
+        and item.shape.options
+        and item.wl.gang
+        and item.shape.gpus >= config.reservation_min_gpus
+        and state.now - item.wl.submitted_at >= config.reservation_wait_s
+    ]
+    starving.sort(key=order)
+    excluded: set[tuple[int, int]] = set()
+    for item in starving[: config.max_reservations]:
+        for option in item.shape.options:
+            if not state.quota_fits(item.node, option.totals):
+                continue
+            found = _earliest(state, item, option, excluded)
+            if found is None:
+                continue
+            plan, start = found
+            entry = ReservationEntry(item.wl.id, item.wl.tenant_id, option.index, plan, start)
+            for f, j, gpus in plan:
+                fn = state.pool.flavours[f]
+                blocked = min(fn.avail[j], gpus)
+                if blocked > 0:
+                    fn.set_avail(j, fn.avail[j] - blocked)
+                    entry.blocked[(f, j)] = blocked
+                # one reservation per node: a second would count the same releases twice
+                excluded.add((f, j))
+            state.reservations.append(entry)
+            state.reservation_of[item.wl.id] = entry
+            item.individual = True
+            break
+
+
+def _earliest(
+    state: CycleState, item: Item, option: Option, excluded: set[tuple[int, int]]
+) -> tuple[Plan, float] | None:
+    """Placement at the earliest time it becomes possible, by binary search over the
+    sorted expected ends of running work (possible-ness only grows with time)."""
+    pool = state.pool
+    flavours = [f for f, _ in option.totals]
+    base: dict[int, list[int]] = {}
+    for f in flavours:
+        arr = list(pool.flavours[f].avail)
+        for ef, j in excluded:
+            if ef == f:
+                arr[j] = 0
+        base[f] = arr
+    topology = item.shape.topology
+    plan = pool.plan_generic(option.needs, topology, base)
+    if plan is not None:
+        return plan, state.now
+    releases = sorted(
+        (run.end, run.wl.id, f, j, gpus)
+        for f in flavours
+        for run in state.runs_by_flavour.get(f, ())
+        if not run.claimed
+        for rf, j, gpus in run.parts
+        if rf == f and (f, j) not in excluded
+    )
+
+    def plan_at(k: int) -> Plan | None:
+        caps = {f: list(arr) for f, arr in base.items()}
+        for _, _, f, j, gpus in releases[:k]:
+            caps[f][j] += gpus
+        return pool.plan_generic(option.needs, topology, caps)
+
+    if not releases or plan_at(len(releases)) is None:
+        return None
+    low, high = 1, len(releases)
+    while low < high:
+        middle = (low + high) // 2
+        if plan_at(middle) is None:
+            low = middle + 1
+        else:
+            high = middle
+    found = plan_at(low)
+    assert found is not None
+    return found, releases[low - 1][0]
+
+
+def backfill_overlay(
+    state: CycleState, item: Item
+) -> tuple[dict[tuple[int, int], int], list[ReservationEntry]]:
+    """Blocked GPUs ``item`` may use: its own reservation's, plus those of reservations
+    it would finish before (declared max run time only)."""
+    extra: dict[tuple[int, int], int] = {}
+    sources: list[ReservationEntry] = []
+    own = state.reservation_of.get(item.wl.id)
+    runtime = item.wl.max_run_time_s
+    for entry in state.reservations:
+        usable = entry is own or (
+            runtime is not None
+            and entry.expected_start is not None
+            and state.now + runtime <= entry.expected_start
+        )
+        if usable and entry.blocked:
+            sources.append(entry)
+            for key, gpus in entry.blocked.items():
+                extra[key] = extra.get(key, 0) + gpus
+    return extra, sources
+
+
+def consume(state: CycleState, plan: Plan, sources: Sequence[ReservationEntry]) -> None:
+    """Commit a plan made with an overlay: free GPUs first, then blocked ones."""
+    pool = state.pool
+    for f, j, gpus in plan:
+        fn = pool.flavours[f]
+        from_free = min(fn.avail[j], gpus)
+        fn.set_avail(j, fn.avail[j] - from_free)
+        left = gpus - from_free
+        for entry in sources:
+            if left == 0:
+                break
+            held = entry.blocked.get((f, j), 0)
+            used = min(held, left)
+            if used:
+                entry.blocked[(f, j)] = held - used
+                left -= used
+
+
+def release(state: CycleState, entry: ReservationEntry) -> None:
+    """Drop a reservation (its gang started): unused blocked GPUs become free again."""
+    pool = state.pool
+    for (f, j), gpus in entry.blocked.items():
+        if gpus:
+            fn = pool.flavours[f]
+            fn.set_avail(j, fn.avail[j] + gpus)
+    entry.blocked.clear()
+    state.reservations.remove(entry)
+    state.reservation_of.pop(entry.workload_id, None)

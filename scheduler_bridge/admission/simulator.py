@@ -1,0 +1,365 @@
+"""A virtual-time cluster that runs the admission engine forward.
+
+Jobs arrive at their submit time; the engine runs a cycle whenever something changed
+(an arrival, a finish, a preemption), at most once every ``cycle_interval_s``, the way
+a periodic admission task with event triggers would; admitted jobs run for their run
+time and leave; preempted jobs are stopped at once and queued again with their
+original submit time (their progress is lost, as when a Kubernetes Job is suspended).
+Usage history decays with the snapshot's half-life and feeds fair share.
+
+Used by tests (fair-share convergence, no preemption loops), by benchmarks/admission.py
+and, later, by trace replay. Everything is deterministic: no wall clock enters a
+decision, only the engine's own timing counters.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from time import perf_counter
+
+from .engine import AdmissionEngine
+from .fairshare import decay_usage
+from .model import (
+    DAY_S,
+    ClusterSnapshot,
+    CycleResult,
+    Flavour,
+    Node,
+    PendingWorkload,
+    Quota,
+    RunningWorkload,
+    Tenant,
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimJob:
+    """A job of the simulation: ``workload.submitted_at`` is its arrival time."""
+
+    workload: PendingWorkload
+    run_time_s: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobOutcome:
+    id: str
+    tenant_id: str
+    gpus: int
+    submitted_at: float
+    started_at: float | None  # first admission
+    finished_at: float | None
+    preemptions: int
+
+    @property
+    def wait_s(self) -> float | None:
+        return None if self.started_at is None else self.started_at - self.submitted_at
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CycleSample:
+    """The cluster right after a cycle's decisions were applied."""
+
+    time: float
+    utilization: float  # GPU-equivalents held / GPU-equivalents installed
+    pending: int
+    admitted: int
+    preempted: int
+    engine_s: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimulationResult:
+    jobs: tuple[JobOutcome, ...]
+    samples: tuple[CycleSample, ...]
+    cycles: int
+    engine_s: float
+    decisions: int
+    admissions: int
+    preemptions: int
+    start_time: float
+    end_time: float
+    capacity_gpu_equivalents: float
+    held_gpu_seconds: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def mean_utilization(self) -> float:
+        """Time-weighted utilisation over the whole run."""
+        span = (self.end_time - self.start_time) * self.capacity_gpu_equivalents
+        return sum(self.held_gpu_seconds.values()) / span if span > 0 else 0.0
+
+
+class Simulator:
+    """Runs jobs through the engine in virtual time (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        tenants: Sequence[Tenant],
+        flavours: Sequence[Flavour],
+        quotas: Sequence[Quota],
+        nodes: Sequence[Node],
+        jobs: Sequence[SimJob],
+        engine: AdmissionEngine | None = None,
+        cycle_interval_s: float = 0.0,
+        usage_half_life_s: float = 7 * DAY_S,
+        explain_pending: bool = False,
+        on_cycle: Callable[[ClusterSnapshot, CycleResult], None] | None = None,
+    ) -> None:
+        self.tenants = tuple(tenants)
+        self.flavours = tuple(flavours)
+        self.quotas = tuple(quotas)
+        # the simulator's nodes only carry capacity: free GPUs follow from running work
+        self.nodes = tuple(replace(n, free=None) for n in nodes)
+        self.jobs = {job.workload.id: job for job in jobs}
+        if len(self.jobs) != len(jobs):
+            raise ValueError("duplicate job ids")
+        self.engine = engine or AdmissionEngine()
+        self.interval = cycle_interval_s
+        self.half_life = usage_half_life_s
+        self.explain = explain_pending
+        self.on_cycle = on_cycle
+        self.equivalent = {f.name: f.gpu_equivalent for f in self.flavours}
+        self.capacity = sum(
+            gpus * self.equivalent.get(name, 0.0)
+            for node in self.nodes
+            for name, gpus in node.capacity.items()
+        )
+
+    def run(self, until: float | None = None) -> SimulationResult:
+        """Run until every job finished (or virtual time ``until``)."""
+        run = _Run(self)
+        return run.go(math.inf if until is None else until)
+
+
+class _Run:
+    """State of one simulation run."""
+
+    def __init__(self, sim: Simulator) -> None:
+        self.sim = sim
+        self.arrivals = sorted(
+            sim.jobs.values(), key=lambda j: (j.workload.submitted_at, j.workload.id)
+        )
+        self.next_arrival = 0
+        self.pending: dict[str, PendingWorkload] = {}
+        self.running: dict[str, RunningWorkload] = {}
+        self.finishes: list[tuple[float, str, int]] = []
+        self.generation: dict[str, int] = {}
+        self.started: dict[str, float] = {}
+        self.finished: dict[str, float] = {}
+        self.preempted: dict[str, int] = {}
+        self.history: dict[str, float] = {}
+        self.held: dict[str, float] = {}
+        self.held_seconds: dict[str, float] = {}
+        self.updated: dict[str, float] = {}
+        self.samples: list[CycleSample] = []
+        self.engine_s = 0.0
+        self.decisions = 0
+        self.admissions = 0
+        self.preemptions = 0
+        self.cycles = 0
+
+    def go(self, until: float) -> SimulationResult:
+        start = self.arrivals[0].workload.submitted_at if self.arrivals else 0.0
+        now = start
+        last_cycle = -math.inf
+        dirty = False
+        while True:
+            upcoming = min(self._next_arrival_time(), self._next_finish_time())
+            if dirty:
+                upcoming = min(upcoming, max(now, last_cycle + self.sim.interval))
+            if upcoming == math.inf or upcoming > until:
+                break
+            now = upcoming
+            dirty |= self._finish_until(now)
+            dirty |= self._arrive_until(now)
+            if dirty and now >= last_cycle + self.sim.interval:
+                dirty = self._cycle(now)
+                last_cycle = now
+        end = now if until == math.inf else until
+        for tenant in list(self.held):
+            self._account(tenant, end)
+        return self._result(start, end)
+
+    # ----------------------------------------------------------------- events
+    def _next_arrival_time(self) -> float:
+        if self.next_arrival < len(self.arrivals):
+            return self.arrivals[self.next_arrival].workload.submitted_at
+        return math.inf
+
+    def _next_finish_time(self) -> float:
+        while self.finishes:
+            at, wid, generation = self.finishes[0]
+            if self.generation.get(wid) == generation and wid in self.running:
+                return at
+            heapq.heappop(self.finishes)
+        return math.inf
+
+    def _finish_until(self, now: float) -> bool:
+        changed = False
+        while self._next_finish_time() <= now:
+            at, wid, _ = heapq.heappop(self.finishes)
+            self._stop(self.running.pop(wid), at)
+            self.finished[wid] = at
+            changed = True
+        return changed
+
+    def _arrive_until(self, now: float) -> bool:
+        changed = False
+        while self._next_arrival_time() <= now:
+            job = self.arrivals[self.next_arrival]
+            self.next_arrival += 1
+            self.pending[job.workload.id] = job.workload
+            changed = True
+        return changed
+
+    # ------------------------------------------------------------ accounting
+    def _gpu_equivalents(self, wl: RunningWorkload) -> float:
+        return sum(p.gpus * self.sim.equivalent.get(p.flavour, 0.0) for p in wl.placements)
+
+    def _account(self, tenant: str, now: float) -> None:
+        """Bring a tenant's decayed usage and held-seconds integral up to ``now``."""
+        last = self.updated.get(tenant, now)
+        held = self.held.get(tenant, 0.0)
+        if now > last:
+            self.history[tenant] = decay_usage(
+                self.history.get(tenant, 0.0), held, now - last, self.sim.half_life
+            )
+            self.held_seconds[tenant] = self.held_seconds.get(tenant, 0.0) + held * (now - last)
+        self.updated[tenant] = now
+
+    def _start(self, wl: RunningWorkload, now: float) -> None:
+        self._account(wl.tenant_id, now)
+        self.held[wl.tenant_id] = self.held.get(wl.tenant_id, 0.0) + self._gpu_equivalents(wl)
+
+    def _stop(self, wl: RunningWorkload, now: float) -> None:
+        self._account(wl.tenant_id, now)
+        self.held[wl.tenant_id] = self.held.get(wl.tenant_id, 0.0) - self._gpu_equivalents(wl)
+
+    # ----------------------------------------------------------------- cycles
+    def _snapshot(self, now: float) -> ClusterSnapshot:
+        for tenant in self.held:
+            self._account(tenant, now)
+        sim = self.sim
+        return ClusterSnapshot(
+            now=now,
+            tenants=sim.tenants,
+            flavours=sim.flavours,
+            quotas=sim.quotas,
+            nodes=sim.nodes,
+            running=tuple(self.running.values()),
+            pending=tuple(self.pending.values()),
+            usage_history=dict(self.history),
+            usage_half_life_s=sim.half_life,
+        )
+
+    def _cycle(self, now: float) -> bool:
+        """Run one cycle and apply it; True if another cycle is due (after preemptions)."""
+        snapshot = self._snapshot(now)
+        started = perf_counter()
+        result = self.sim.engine.run_cycle(snapshot, explain_pending=self.sim.explain)
+        spent = perf_counter() - started
+        self.engine_s += spent
+        self.cycles += 1
+        for preemption in result.preemptions:
+            victim = self.running.pop(preemption.victim_id)
+            self._stop(victim, now)
+            self.preempted[victim.id] = self.preempted.get(victim.id, 0) + 1
+            if victim.request is not None:
+                self.pending[victim.id] = victim.request
+        for admission in result.admissions:
+            workload = self.pending.pop(admission.workload_id)
+            running = RunningWorkload.from_admission(workload, admission, now)
+            self.running[workload.id] = running
+            self._start(running, now)
+            self.started.setdefault(workload.id, now)
+            generation = self.generation.get(workload.id, 0) + 1
+            self.generation[workload.id] = generation
+            end = now + self.sim.jobs[workload.id].run_time_s
+            heapq.heappush(self.finishes, (end, workload.id, generation))
+        self.admissions += len(result.admissions)
+        self.preemptions += len(result.preemptions)
+        self.decisions += len(result.admissions) + len(result.preemptions) + len(result.pending)
+        used = sum(self.held.values())
+        self.samples.append(
+            CycleSample(
+                time=now,
+                utilization=used / self.sim.capacity if self.sim.capacity else 0.0,
+                pending=len(self.pending),
+                admitted=len(result.admissions),
+                preempted=len(result.preemptions),
+                engine_s=spent,
+            )
+        )
+        if self.sim.on_cycle is not None:
+            self.sim.on_cycle(snapshot, result)
+        return bool(result.preemptions)
+
+    def _result(self, start: float, end: float) -> SimulationResult:
+        jobs = tuple(
+            JobOutcome(
+                id=job.workload.id,
+                tenant_id=job.workload.tenant_id,
+                gpus=job.workload.gpus,
+                submitted_at=job.workload.submitted_at,
+                started_at=self.started.get(job.workload.id),
+                finished_at=self.finished.get(job.workload.id),
+                preemptions=self.preempted.get(job.workload.id, 0),
+            )
+            for job in self.arrivals
+        )
+        return SimulationResult(
+            jobs=jobs,
+            samples=tuple(self.samples),
+            cycles=self.cycles,
+            engine_s=self.engine_s,
+            decisions=self.decisions,
+            admissions=self.admissions,
+            preemptions=self.preemptions,
+            start_time=start,
+            end_time=end,
+            capacity_gpu_equivalents=self.sim.capacity,
+            held_gpu_seconds=dict(self.held_seconds),
+        )
+
+
+def apply_result(
+    snapshot: ClusterSnapshot, result: CycleResult, *, evict: bool = False, requeue: bool = True
+) -> ClusterSnapshot:
+    """The snapshot after the caller carried out ``result``: admitted workloads run,
+    victims are gone and (with ``requeue``) queued again with their original submit
+    time, or, with ``evict``, still running but marked evicting, as between "suspend"
+    and the pods really stopping. Explicit ``free`` figures on nodes are adjusted;
+    derived ones follow by themselves."""
+    pending = {wl.id: wl for wl in snapshot.pending}
+    running = {wl.id: wl for wl in snapshot.running}
+    delta: dict[tuple[str, str], int] = {}
+    for preemption in result.preemptions:
+        victim = running.pop(preemption.victim_id)
+        if evict:
+            running[victim.id] = replace(victim, evicting=True)
+            continue
+        for p in victim.placements:
+            delta[(p.node, p.flavour)] = delta.get((p.node, p.flavour), 0) + p.gpus
+        if requeue and victim.request is not None:
+            pending[victim.id] = victim.request
+    for admission in result.admissions:
+        workload = pending.pop(admission.workload_id)
+        running[workload.id] = RunningWorkload.from_admission(workload, admission, snapshot.now)
+        for p in admission.placements:
+            delta[(p.node, p.flavour)] = delta.get((p.node, p.flavour), 0) - p.gpus
+    nodes = tuple(_adjust(node, delta) for node in snapshot.nodes)
+    return replace(
+        snapshot, running=tuple(running.values()), pending=tuple(pending.values()), nodes=nodes
+    )
+
+
+def _adjust(node: Node, delta: Mapping[tuple[str, str], int]) -> Node:
+    if node.free is None:
+        return node
+    free = dict(node.free)
+    for flavour in node.capacity:
+        free[flavour] = free.get(flavour, 0) + delta.get((node.name, flavour), 0)
+    return replace(node, free=free)

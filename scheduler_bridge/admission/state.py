@@ -1,0 +1,197 @@
+"""What one admission cycle knows: quota usage, free GPUs, running work and reservations.
+
+Built from a snapshot at the start of a cycle and changed only by the cycle itself.
+Within a cycle capacity only ever shrinks: admissions take GPUs and quota; a preemption
+charges its preemptor's quota and GPUs at once but releases its victims only when the
+caller has stopped them (next cycle). That monotony is what lets the engine stop trying
+a (tenant, shape) group, or a shape on the nodes, after its first failure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from .fairshare import ShareCalculator
+from .model import ClusterSnapshot, EngineConfig, Flavour, Node, Quota, RunningWorkload, Tenant
+from .pending import RawShape, Shape, build_shape
+from .placement import NodePool
+from .quota import QuotaTree
+
+
+class Static:
+    """Compiled tenants, quotas, flavours and node layout; rebuilt only when they change."""
+
+    def __init__(
+        self,
+        tenants: tuple[Tenant, ...],
+        quotas: tuple[Quota, ...],
+        flavours: tuple[Flavour, ...],
+        layout: tuple[tuple[str, tuple[tuple[str, int], ...], str | None], ...],
+    ) -> None:
+        self.key = (tenants, quotas, flavours, layout)
+        ordered = sorted(flavours, key=lambda f: f.name)
+        self.flavour_names = [f.name for f in ordered]
+        self.flavour_index = {name: i for i, name in enumerate(self.flavour_names)}
+        self.gpu_equivalent = [f.gpu_equivalent for f in ordered]
+        self.tree = QuotaTree(tenants, quotas, self.flavour_names)
+        self.node_names = [name for name, _, _ in layout]
+        self.node_index = {name: i for i, name in enumerate(self.node_names)}
+        if len(self.node_index) != len(self.node_names):
+            raise ValueError("duplicate node names")
+        self.shapes: dict[RawShape, Shape] = {}
+
+    def shape(self, raw: RawShape) -> Shape:
+        shape = self.shapes.get(raw)
+        if shape is None:
+            shape = self.shapes[raw] = build_shape(raw, self.flavour_index)
+        return shape
+
+
+def node_layout(
+    nodes: Sequence[Node],
+) -> tuple[tuple[str, tuple[tuple[str, int], ...], str | None], ...]:
+    """The parts of the nodes that change rarely (names, capacity, domain), sorted by name."""
+    return tuple(sorted((n.name, tuple(sorted(n.capacity.items())), n.domain) for n in nodes))
+
+
+class Run:
+    """A compiled running workload."""
+
+    __slots__ = ("claimed", "end", "node", "order", "parts", "root", "token", "totals", "wl")
+
+    def __init__(self, wl: RunningWorkload, node: int, root: int) -> None:
+        self.wl = wl
+        self.node = node  # workload node in the quota tree, -1 for an unknown tenant
+        self.root = root
+        self.parts: list[tuple[int, int, int]] = []  # (flavour, local node, GPUs)
+        self.totals: dict[int, int] = {}
+        # victims go lowest priority first, then most recently admitted
+        self.order = (wl.priority, -wl.admitted_at, wl.id)
+        self.claimed = False
+        self.end = 0.0
+        self.token = hash((wl.id, wl.priority, wl.preemptible, wl.evicting))
+
+
+@dataclass(slots=True)
+class ReservationEntry:
+    """GPUs held for a starving workload during this cycle."""
+
+    workload_id: str
+    tenant_id: str
+    option: int
+    plan: list[tuple[int, int, int]]
+    expected_start: float | None
+    blocked: dict[tuple[int, int], int] = field(default_factory=dict)
+
+
+class CycleState:
+    """Mutable state of one cycle (see the module docstring)."""
+
+    def __init__(self, static: Static, snapshot: ClusterSnapshot, config: EngineConfig) -> None:
+        self.static = static
+        self.tree = static.tree
+        self.config = config
+        self.now = snapshot.now
+        nflavours = len(static.flavour_names)
+        self.usage: list[list[int]] = [[0] * self.tree.size for _ in range(nflavours)]
+        nodes = sorted(snapshot.nodes, key=lambda n: n.name)
+        held = self._compile_running(snapshot.running, static)
+        self.pool = NodePool(nodes, static.flavour_names, held)
+        self._localise_runs()
+        self.shares = ShareCalculator(
+            self.tree,
+            static.gpu_equivalent,
+            snapshot.usage_history,
+            snapshot.usage_half_life_s,
+            config.usage_blend,
+        )
+        self.claimed: list[Run] = []  # victims chosen this cycle
+        self.reservations: list[ReservationEntry] = []
+        self.reservation_of: dict[str, ReservationEntry] = {}
+
+    def _compile_running(
+        self, running: Sequence[RunningWorkload], static: Static
+    ) -> dict[tuple[int, int], int]:
+        tree = self.tree
+        held: dict[tuple[int, int], int] = {}
+        self.runs: list[Run] = []
+        self._global_parts: list[list[tuple[int, int, int]]] = []
+        self.run_tokens: dict[tuple[int, int], int] = {}
+        assumed = self.config.assumed_run_time_s
+        for wl in sorted(running, key=lambda r: r.id):
+            tenant = tree.tenant_index.get(wl.tenant_id)
+            node = tree.workload_node[tenant] if tenant is not None else -1
+            run = Run(wl, node, tree.root[node] if node >= 0 else -1)
+            limit = wl.max_run_time_s if wl.max_run_time_s is not None else assumed
+            run.end = self.now if wl.evicting else max(self.now, wl.admitted_at + limit)
+            parts: list[tuple[int, int, int]] = []
+            for placement in wl.placements:
+                f = static.flavour_index.get(placement.flavour)
+                n = static.node_index.get(placement.node)
+                if f is None or placement.gpus <= 0:
+                    continue
+                run.totals[f] = run.totals.get(f, 0) + placement.gpus
+                if n is not None:
+                    held[(n, f)] = held.get((n, f), 0) + placement.gpus
+                    parts.append((f, n, placement.gpus))
+            if node >= 0:
+                for f, gpus in run.totals.items():
+                    tree.add(f, node, gpus, self.usage[f])
+                    key = (run.root, f)
+                    self.run_tokens[key] = self.run_tokens.get(key, 0) + run.token
+            self.runs.append(run)
+            self._global_parts.append(parts)
+        return held
+
+    def _localise_runs(self) -> None:
+        """Running parts by local node index, and indexes for victim search."""
+        self.runs_by_root: dict[tuple[int, int], list[Run]] = {}
+        self.runs_by_node: dict[tuple[int, int], list[Run]] = {}
+        self.runs_by_flavour: dict[int, list[Run]] = {}
+        for run, parts in zip(self.runs, self._global_parts, strict=True):
+            for f, n, gpus in parts:
+                j = self.pool.local[f][n]
+                if j >= 0:
+                    run.parts.append((f, j, gpus))
+            for f in run.totals:
+                self.runs_by_flavour.setdefault(f, []).append(run)
+                if run.node >= 0:
+                    self.runs_by_root.setdefault((run.root, f), []).append(run)
+                    self.runs_by_node.setdefault((run.node, f), []).append(run)
+        del self._global_parts
+
+    # ------------------------------------------------------------------ quota
+    def quota_fits(self, node: int, totals: Sequence[tuple[int, int]]) -> bool:
+        tree = self.tree
+        for f, need in totals:
+            if not tree.access[f][node] or tree.available(f, node, self.usage[f]) < need:
+                return False
+        return True
+
+    def add_usage(self, node: int, totals: Sequence[tuple[int, int]], sign: int = 1) -> None:
+        for f, gpus in totals:
+            self.tree.add(f, node, sign * gpus, self.usage[f])
+
+    def share(self, node: int) -> float:
+        return self.shares.share(node, self.usage)
+
+    def guarantee_class(self, node: int, shape: Shape) -> int:
+        """0 if some flavour option fits inside the tenant's unused guarantee, else 1.
+
+        Work inside its guarantee goes before borrowing work whatever its priority (Kueue
+        sorts "does not borrow" first too): otherwise a higher-priority borrower could
+        take GPUs just reclaimed for their owner, and reclaim would start over."""
+        guaranteed = self.tree.guaranteed
+        usage = self.usage
+        for option in shape.options:
+            if all(usage[f][node] + need <= guaranteed[f][node] for f, need in option.totals):
+                return 0
+        return 1
+
+    # ------------------------------------------------------------ fingerprints
+    def node_fingerprint(self, f: int) -> int:
+        return self.pool.fingerprint(f)
+
+    def quota_fingerprint(self, f: int, root: int) -> tuple[tuple[int, ...], int]:
+        return self.tree.fingerprint(f, root, self.usage[f]), self.run_tokens.get((root, f), 0)

@@ -1,0 +1,174 @@
+"""REST API for workloads (submit, list with position and reason, cancel, finish) and
+priority classes (read for everyone, written by platform admins)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from scheduler_bridge import selectors
+from scheduler_bridge.api.views import PlatformAdminWrites
+from scheduler_bridge.workloads import services
+from scheduler_bridge.workloads.models import PriorityClass, Workload
+from scheduler_bridge.workloads.selectors import workloads_visible_to
+from tenants.api.serializers import VisibleTenantField
+
+
+class PodSetInput(serializers.Serializer[Any]):
+    name = serializers.CharField(required=False, default="main", max_length=63)
+    count = serializers.IntegerField(min_value=1, default=1)
+    gpus_per_pod = serializers.IntegerField(min_value=1)
+    flavour = serializers.CharField(required=False, allow_null=True, default=None)
+    product = serializers.CharField(required=False, allow_null=True, default=None)
+    mig_profile = serializers.CharField(required=False, allow_null=True, default=None)
+
+
+class WorkloadSubmitSerializer(serializers.Serializer[Workload]):
+    cluster = serializers.SlugField()
+    tenant = VisibleTenantField()
+    name = serializers.CharField(max_length=253)
+    pod_sets = PodSetInput(many=True)
+    gang = serializers.BooleanField(default=True)
+    topology = serializers.ChoiceField(choices=Workload.Topology.choices, default="none")
+    priority_class = serializers.CharField(required=False, allow_null=True, default=None)
+    max_run_time_s = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+
+    def validate_cluster(self, value: str) -> Any:
+        request = self.context["request"]
+        cluster = selectors.clusters_visible_to(request.user).filter(name=value).first()
+        if cluster is None:
+            raise serializers.ValidationError(f"No cluster {value!r} that you may use.")
+        return cluster
+
+
+class WorkloadSerializer(serializers.ModelSerializer[Workload]):
+    cluster = serializers.CharField(source="cluster.name", read_only=True)
+    tenant = serializers.CharField(source="tenant.slug", read_only=True)
+    flavour = serializers.CharField(source="flavour.name", read_only=True, allow_null=True)
+    priority_class = serializers.CharField(
+        source="priority_class.name", read_only=True, allow_null=True
+    )
+    submitted_by = serializers.CharField(
+        source="submitted_by.username", read_only=True, allow_null=True
+    )
+
+    class Meta:
+        model = Workload
+        fields = [
+            "id",
+            "cluster",
+            "tenant",
+            "name",
+            "source",
+            "namespace",
+            "job_name",
+            "state",
+            "queue_position",
+            "reason_code",
+            "reason",
+            "pod_sets",
+            "gang",
+            "topology",
+            "priority_class",
+            "priority",
+            "preemptible",
+            "max_run_time_s",
+            "flavour",
+            "placements",
+            "borrowed",
+            "gpus",
+            "preemptions",
+            "submitted_by",
+            "submitted_at",
+            "admitted_at",
+            "finished_at",
+        ]
+        read_only_fields = fields
+
+
+class WorkloadViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[Workload]
+):
+    """The queue. Pending work carries its position and the precise reason it waits."""
+
+    serializer_class = WorkloadSerializer
+    filterset_fields = {
+        "cluster__name": ["exact"],
+        "tenant__slug": ["exact"],
+        "state": ["exact", "in"],
+        "source": ["exact"],
+        "reason_code": ["exact"],
+    }
+    search_fields = ["name", "job_name", "namespace"]
+    ordering_fields = ["queue_position", "submitted_at", "admitted_at", "priority"]
+
+    def get_queryset(self) -> Any:
+        return workloads_visible_to(self.request.user)
+
+    @extend_schema(request=WorkloadSubmitSerializer, responses={201: WorkloadSerializer})
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        body = WorkloadSubmitSerializer(data=request.data, context={"request": request})
+        body.is_valid(raise_exception=True)
+        data = dict(body.validated_data)
+        data["pod_sets"] = [services.PodSetSpec(**ps) for ps in data["pod_sets"]]
+        workload = services.workload_submit(actor=request.user, **data)
+        return Response(WorkloadSerializer(workload).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses=WorkloadSerializer)
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str | None = None) -> Response:
+        """Withdraw pending or running work."""
+        workload = services.workload_cancel(actor=request.user, workload=self.get_object())
+        return Response(WorkloadSerializer(workload).data)
+
+    @extend_schema(request=None, responses=WorkloadSerializer)
+    @action(detail=True, methods=["post"])
+    def finish(self, request: Request, pk: str | None = None) -> Response:
+        """Report that running work ended, freeing its GPUs."""
+        workload = services.workload_finish(actor=request.user, workload=self.get_object())
+        return Response(WorkloadSerializer(workload).data)
+
+
+class PriorityClassSerializer(serializers.ModelSerializer[PriorityClass]):
+    class Meta:
+        model = PriorityClass
+        fields = [
+            "id",
+            "name",
+            "value",
+            "preemptible",
+            "price_multiplier",
+            "description",
+            "is_default",
+        ]
+
+
+class PriorityClassViewSet(viewsets.ModelViewSet[PriorityClass]):
+    """Priority classes: value, preemptible flag, price multiplier."""
+
+    serializer_class = PriorityClassSerializer
+    permission_classes = [PlatformAdminWrites]
+    lookup_field = "name"
+    queryset = PriorityClass.objects.all()
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
+
+    def perform_create(self, serializer: Any) -> None:
+        serializer.instance = services.priority_class_save(
+            actor=self.request.user, instance=PriorityClass(**serializer.validated_data)
+        )
+
+    def perform_update(self, serializer: Any) -> None:
+        instance = serializer.instance
+        for key, value in serializer.validated_data.items():
+            setattr(instance, key, value)
+        serializer.instance = services.priority_class_save(
+            actor=self.request.user, instance=instance
+        )
+
+    def perform_destroy(self, instance: PriorityClass) -> None:
+        services.priority_class_delete(actor=self.request.user, instance=instance)

@@ -1,0 +1,189 @@
+"""One admission cycle of a cluster: decide with the engine, persist, then apply.
+
+Only one cycle runs per cluster at a time: the cycle locks the cluster's row for its whole
+read-decide-persist transaction, so a second cycle waits and then sees the first one's
+admissions (two workers can never admit against the same free GPUs). Decisions are saved
+in that one transaction; applying them to Kubernetes (unsuspending or suspending Jobs)
+happens after commit, and a Job that cannot be started goes back to pending with the
+error as its reason.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from django.db import transaction
+from django.utils import timezone
+
+from scheduler_bridge import admission as engine
+from scheduler_bridge.gateways import ClusterGateway, GatewayError
+from scheduler_bridge.inventory.connection import gateway_for_cluster
+from scheduler_bridge.inventory.models import Cluster, Flavour
+from scheduler_bridge.workloads.budget_gate import budget_gate_for
+from scheduler_bridge.workloads.models import Workload
+from scheduler_bridge.workloads.persist import COLUMN_TYPES, update_workloads
+from scheduler_bridge.workloads.snapshot import build_snapshot
+from tenants.audit import audit_record
+
+logger = logging.getLogger(__name__)
+
+# Engines keep a cache of what they may skip next time; one per cluster per process.
+_engines: dict[int, engine.AdmissionEngine] = {}
+
+
+@dataclass
+class CycleOutcome:
+    admitted: list[int] = field(default_factory=list)
+    preempted: list[int] = field(default_factory=list)
+    pending: int = 0
+    apply_errors: dict[int, str] = field(default_factory=dict)
+
+
+def engine_for(cluster: Cluster) -> engine.AdmissionEngine:
+    gate = budget_gate_for(cluster)
+    current = _engines.get(cluster.pk)
+    if current is None or current.budget_gate.__class__ is not gate.__class__:
+        current = engine.AdmissionEngine(engine.EngineConfig(), gate)
+        _engines[cluster.pk] = current
+    current.budget_gate = gate
+    return current
+
+
+def decide_and_persist(cluster: Cluster) -> tuple[CycleOutcome, engine.CycleResult]:
+    """Lock the cluster, decide one cycle and save every decision, in one transaction."""
+    outcome = CycleOutcome()
+    with transaction.atomic():
+        Cluster.objects.select_for_update().get(pk=cluster.pk)
+        now = timezone.now()
+        snapshot = build_snapshot(cluster, now)
+        result = engine_for(cluster).run_cycle(snapshot)
+        flavours = {f.name: f for f in Flavour.objects.filter(cluster=cluster)}
+        changed = {int(a.workload_id) for a in result.admissions}
+        changed |= {int(p.victim_id) for p in result.preemptions}
+        workloads = Workload.objects.select_for_update().in_bulk(changed)
+        for admission in result.admissions:
+            workload = workloads[int(admission.workload_id)]
+            workload.state = Workload.State.ADMITTED
+            workload.admitted_at = now
+            workload.flavour = flavours[admission.flavour]
+            workload.placements = [
+                {"node": p.node, "flavour": p.flavour, "gpus": p.gpus} for p in admission.placements
+            ]
+            workload.borrowed = {
+                flavours[name].resource_name: amount for name, amount in admission.borrowed.items()
+            }
+            workload.gpus = admission.gpus
+            workload.queue_position = None
+            workload.reason_code = admission.code.value
+            workload.reason = admission.message
+            outcome.admitted.append(workload.pk)
+        for preemption in result.preemptions:
+            victim = workloads[int(preemption.victim_id)]
+            requeue(victim, f"preempted: {preemption.message}", "preempted")
+            victim.preemptions += 1
+            outcome.preempted.append(victim.pk)
+            audit_record(
+                actor=None,
+                action="action",
+                instance=victim,
+                before=None,
+                after={"preempted_by": preemption.preemptor_id},
+                message=preemption.message,
+            )
+        update_workloads(
+            [
+                {
+                    "id": w.pk,
+                    "state": w.state,
+                    "admitted_at": w.admitted_at,
+                    "flavour_id": w.flavour_id,
+                    "placements": w.placements,
+                    "borrowed": w.borrowed,
+                    "gpus": w.gpus,
+                    "queue_position": w.queue_position,
+                    "reason_code": w.reason_code,
+                    "reason": w.reason,
+                    "preemptions": w.preemptions,
+                }
+                for w in workloads.values()
+            ],
+            list(COLUMN_TYPES),
+        )
+        # Waiting work only changes its place and its reason.
+        update_workloads(
+            [
+                {
+                    "id": int(d.workload_id),
+                    "queue_position": d.position,
+                    "reason_code": d.code.value,
+                    "reason": d.message,
+                }
+                for d in result.pending
+            ],
+            ["queue_position", "reason_code", "reason"],
+        )
+        outcome.pending = len(result.pending)
+    return outcome, result
+
+
+def requeue(workload: Workload, reason: str, code: str) -> None:
+    """Back to the queue, keeping its submit time (and so its place among equals)."""
+    workload.state = Workload.State.PENDING
+    workload.admitted_at = None
+    workload.flavour = None
+    workload.placements = []
+    workload.borrowed = {}
+    workload.gpus = 0
+    workload.reason_code = code
+    workload.reason = reason
+
+
+def admission_cycle(cluster: Cluster, gateway: ClusterGateway | None = None) -> CycleOutcome:
+    """Decide, persist, then apply: quota first raised for new work, Jobs started or
+    suspended, quota lowered again for what stopped."""
+    from scheduler_bridge.quotas.sync import quota_sync
+
+    outcome, _ = decide_and_persist(cluster)
+    jobs_admitted = Workload.objects.filter(pk__in=outcome.admitted, source=Workload.Source.JOB)
+    jobs_preempted = Workload.objects.filter(pk__in=outcome.preempted, source=Workload.Source.JOB)
+    if not (outcome.admitted or outcome.preempted):
+        return outcome
+    gateway = gateway or gateway_for_cluster(cluster)
+    for workload in jobs_preempted:
+        try:
+            gateway.suspend_job(workload.namespace, workload.job_name)
+        except GatewayError as error:
+            logger.warning(
+                "could not suspend %s/%s: %s", workload.namespace, workload.job_name, error
+            )
+    # Raise ResourceQuotas before any Job starts, so its pods are never refused.
+    quota_sync(cluster, gateway)
+    for workload in jobs_admitted.select_related("flavour"):
+        try:
+            start_job(gateway, workload)
+        except GatewayError as error:
+            outcome.apply_errors[workload.pk] = str(error)
+            with transaction.atomic():
+                locked = Workload.objects.select_for_update().get(pk=workload.pk)
+                if locked.state == Workload.State.ADMITTED:
+                    requeue(locked, f"could not start the Job: {error}", "apply_failed")
+                    locked.save()
+    if outcome.apply_errors or outcome.preempted:
+        quota_sync(cluster, gateway)
+    return outcome
+
+
+def start_job(gateway: ClusterGateway, workload: Workload) -> None:
+    flavour = workload.flavour
+    assert flavour is not None
+    nodes = None
+    if workload.topology != Workload.Topology.NONE:
+        nodes = sorted({p["node"] for p in workload.placements})
+    gateway.admit_job(
+        workload.namespace,
+        workload.job_name,
+        dict(flavour.node_selector),
+        list(flavour.tolerations),
+        nodes,
+    )

@@ -1,0 +1,359 @@
+"""Writes to workloads and priority classes: submission with "can it ever run?" checks,
+cancel, finish; every change audited, then an admission cycle queued after commit."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from scheduler_bridge.inventory.catalogue import (
+    UnknownGpuProduct,
+    UnknownMigProfile,
+    product_by_name,
+    profile_by_name,
+)
+from scheduler_bridge.inventory.models import Cluster, Flavour, Node
+from scheduler_bridge.quotas.services import queue_quota_sync
+from scheduler_bridge.workloads.models import PriorityClass, Workload
+from scheduler_bridge.workloads.snapshot import flavour_index, node_flavours
+from tenants import access
+from tenants.audit import audit_record, snapshot
+from tenants.errors import Conflict, PermissionDenied, ValidationFailed
+from tenants.models import Role, Tenant
+
+SUBMIT_ROLES = (Role.MEMBER, Role.LEAD, Role.ADMIN)
+MANAGE_ROLES = (Role.LEAD, Role.ADMIN)
+
+
+@dataclass(frozen=True)
+class PodSetSpec:
+    """One pod set as a user asks for it: a flavour by name, or a product, or a MIG
+    profile (optionally of a product); nothing means any whole-GPU flavour."""
+
+    count: int
+    gpus_per_pod: int
+    name: str = "main"
+    flavour: str | None = None
+    product: str | None = None
+    mig_profile: str | None = None
+
+
+@dataclass(frozen=True)
+class ClusterShape:
+    """What a cluster can ever offer per flavour: in all, on one node, in one domain."""
+
+    total: dict[str, int]
+    largest_node: dict[str, int]
+    largest_domain: dict[str, int]
+
+
+def cluster_shape(cluster: Cluster) -> ClusterShape:
+    by_key = flavour_index(cluster)
+    total: dict[str, int] = defaultdict(int)
+    largest_node: dict[str, int] = defaultdict(int)
+    domains: dict[tuple[str, str], int] = defaultdict(int)
+    for node in Node.objects.filter(cluster=cluster, present=True):
+        for name, amount in node_flavours(node, by_key).items():
+            total[name] += amount
+            largest_node[name] = max(largest_node[name], amount)
+            domains[(name, node.topology_domain or f"node:{node.name}")] += amount
+    largest_domain: dict[str, int] = defaultdict(int)
+    for (name, _), amount in domains.items():
+        largest_domain[name] = max(largest_domain[name], amount)
+    return ClusterShape(dict(total), dict(largest_node), dict(largest_domain))
+
+
+def resolve_flavours(cluster: Cluster, spec: PodSetSpec) -> list[str]:
+    """Acceptable flavours of a pod set, best first; ValidationFailed naming the valid ones."""
+    flavours = list(Flavour.objects.filter(cluster=cluster, capacity__gt=0).order_by("name"))
+    names = [f.name for f in flavours]
+    if spec.flavour:
+        if spec.flavour not in names:
+            raise ValidationFailed(
+                f"Unknown flavour {spec.flavour!r} on {cluster.name}; "
+                f"available: {', '.join(names) or 'none'}.",
+                field="pod_sets",
+            )
+        return [spec.flavour]
+    candidates = flavours
+    if spec.product:
+        candidates = [f for f in candidates if f.product.lower() == spec.product.lower()]
+        if not candidates:
+            products = sorted({f.product for f in flavours})
+            raise ValidationFailed(
+                f"No {spec.product} on {cluster.name}; products there: {', '.join(products)}.",
+                field="pod_sets",
+            )
+    if spec.mig_profile:
+        for product_name in sorted({f.product for f in candidates}):
+            try:
+                profile_by_name(product_by_name(product_name), spec.mig_profile)
+            except UnknownMigProfile as error:
+                if spec.product:
+                    raise ValidationFailed(str(error), field="pod_sets") from error
+            except UnknownGpuProduct:
+                continue
+        mig = [f for f in candidates if f.mig_profile == spec.mig_profile]
+        if not mig:
+            offered = sorted({f.mig_profile for f in candidates if f.mig_profile})
+            raise ValidationFailed(
+                f"No MIG profile {spec.mig_profile} on {cluster.name}; "
+                f"profiles there: {', '.join(offered) or 'none'}.",
+                field="pod_sets",
+            )
+        return [f.name for f in mig]
+    whole = [f.name for f in candidates if not f.mig_profile]
+    if not whole:
+        raise ValidationFailed(f"No whole-GPU flavour on {cluster.name}.", field="pod_sets")
+    return whole
+
+
+def check_can_ever_run(shape: ClusterShape, pod_sets: list[dict[str, Any]], topology: str) -> None:
+    """ValidationFailed when no state of the cluster could ever run this workload."""
+    for ps in pod_sets:
+        needed = ps["count"] * ps["gpus_per_pod"]
+        fits = [f for f in ps["flavours"] if shape.total.get(f, 0) >= needed]
+        best = max(ps["flavours"], key=lambda f: shape.total.get(f, 0))
+        if not fits:
+            raise ValidationFailed(
+                f"Pod set {ps['name']} needs {needed} GPUs of {'/'.join(ps['flavours'])}; "
+                f"the cluster has {shape.total.get(best, 0)} {best} in all.",
+                field="pod_sets",
+            )
+        if not any(shape.largest_node.get(f, 0) >= ps["gpus_per_pod"] for f in ps["flavours"]):
+            raise ValidationFailed(
+                f"A pod of {ps['name']} needs {ps['gpus_per_pod']} GPUs on one node; the "
+                f"largest node offers {shape.largest_node.get(best, 0)} {best}.",
+                field="pod_sets",
+            )
+        if topology == Workload.Topology.ONE_NODE and not any(
+            shape.largest_node.get(f, 0) >= needed for f in ps["flavours"]
+        ):
+            raise ValidationFailed(
+                f"Needs {needed} GPUs on one node; the largest node has "
+                f"{shape.largest_node.get(best, 0)} {best}.",
+                field="topology",
+            )
+        if topology == Workload.Topology.ONE_DOMAIN and not any(
+            shape.largest_domain.get(f, 0) >= needed for f in ps["flavours"]
+        ):
+            raise ValidationFailed(
+                f"Needs {needed} GPUs in one NVLink domain; the largest domain has "
+                f"{shape.largest_domain.get(best, 0)} {best}.",
+                field="topology",
+            )
+
+
+def priority_class_named(name: str | None) -> PriorityClass | None:
+    if not name:
+        return PriorityClass.objects.filter(is_default=True).first()
+    found = PriorityClass.objects.filter(name=name).first()
+    if found is None:
+        known = ", ".join(PriorityClass.objects.values_list("name", flat=True)) or "none defined"
+        raise ValidationFailed(
+            f"Unknown priority class {name!r}; use one of: {known}.", field="priority_class"
+        )
+    return found
+
+
+def workload_submit(
+    *,
+    actor: Any,
+    cluster: Cluster,
+    tenant: Tenant,
+    name: str,
+    pod_sets: list[PodSetSpec],
+    gang: bool = True,
+    topology: str = Workload.Topology.NONE,
+    priority_class: str | None = None,
+    max_run_time_s: int | None = None,
+    source: str = Workload.Source.API,
+    namespace: str = "",
+    job_name: str = "",
+    job_uid: str = "",
+    audit_source: str = "api",
+) -> Workload:
+    """Queue a workload for admission. Raises PermissionDenied for users who may not run
+    work for `tenant`, ValidationFailed when the workload could never run on `cluster`."""
+    if actor is not None and not access.has_role(actor, tenant, SUBMIT_ROLES):
+        raise PermissionDenied(f"Submitting work for {tenant.slug} needs a member role on it.")
+    if not pod_sets:
+        raise ValidationFailed("Give at least one pod set.", field="pod_sets")
+    if topology not in Workload.Topology.values:
+        raise ValidationFailed(
+            f"Unknown topology {topology!r}; use one of {', '.join(Workload.Topology.values)}.",
+            field="topology",
+        )
+    stored = []
+    for index, spec in enumerate(pod_sets):
+        if spec.count < 1 or spec.gpus_per_pod < 1:
+            raise ValidationFailed(
+                f"Pod set {index}: count and gpus_per_pod must be at least 1.", field="pod_sets"
+            )
+        stored.append(
+            {
+                "name": spec.name or f"set-{index}",
+                "count": spec.count,
+                "gpus_per_pod": spec.gpus_per_pod,
+                "flavours": resolve_flavours(cluster, spec),
+            }
+        )
+    check_can_ever_run(cluster_shape(cluster), stored, topology)
+    pclass = priority_class_named(priority_class)
+    with transaction.atomic():
+        workload = Workload.objects.create(
+            cluster=cluster,
+            tenant=tenant,
+            name=name,
+            source=source,
+            namespace=namespace,
+            job_name=job_name,
+            job_uid=job_uid,
+            priority_class=pclass,
+            priority=pclass.value if pclass else 0,
+            preemptible=pclass.preemptible if pclass else True,
+            pod_sets=stored,
+            gang=gang,
+            topology=topology,
+            max_run_time_s=max_run_time_s,
+            submitted_by=actor if getattr(actor, "is_authenticated", False) else None,
+            submitted_at=timezone.now(),
+            reason="waiting for the next admission cycle",
+        )
+        audit_record(
+            actor=actor,
+            action="create",
+            instance=workload,
+            before=None,
+            after=snapshot(workload),
+            source=audit_source,
+        )
+        queue_cycle(cluster.pk)
+    return workload
+
+
+def _may_manage(actor: Any, workload: Workload) -> bool:
+    return workload.submitted_by_id == getattr(actor, "pk", None) or access.has_role(
+        actor, workload.tenant, MANAGE_ROLES
+    )
+
+
+def workload_cancel(*, actor: Any, workload: Workload, source: str = "api") -> Workload:
+    """Withdraw pending or admitted work (the submitter, or the tenant's leads/admins)."""
+    if not _may_manage(actor, workload):
+        raise PermissionDenied("Only the submitter or a lead of the tenant may cancel it.")
+    return _close(actor, workload, Workload.State.CANCELLED, "cancelled", source)
+
+
+def workload_finish(*, actor: Any, workload: Workload, source: str = "api") -> Workload:
+    """Report that API-submitted work has ended, freeing its GPUs."""
+    if not _may_manage(actor, workload):
+        raise PermissionDenied("Only the submitter or a lead of the tenant may finish it.")
+    if workload.state not in Workload.ACTIVE_STATES:
+        raise Conflict(f"Workload {workload.pk} is {workload.state}; only running work finishes.")
+    return _close(actor, workload, Workload.State.FINISHED, "finished", source)
+
+
+def _close(actor: Any, workload: Workload, state: str, reason: str, source: str) -> Workload:
+    with transaction.atomic():
+        locked = Workload.objects.select_for_update().get(pk=workload.pk)
+        if locked.state not in Workload.OPEN_STATES:
+            raise Conflict(f"Workload {locked.pk} is already {locked.state}.")
+        before = snapshot(locked)
+        was_active = locked.state in Workload.ACTIVE_STATES
+        locked.state = state
+        locked.finished_at = timezone.now() if was_active else None
+        locked.queue_position = None
+        locked.reason = reason
+        locked.save()
+        audit_record(
+            actor=actor,
+            action="update",
+            instance=locked,
+            before=before,
+            after=snapshot(locked),
+            source=source,
+            message=reason,
+        )
+        queue_cycle(locked.cluster_id)
+        if locked.borrowed:
+            queue_quota_sync(locked.cluster_id)  # lower the ceiling it had raised
+        if was_active and locked.source == Workload.Source.JOB:
+            from scheduler_bridge.tasks import job_stop
+
+            transaction.on_commit(lambda: job_stop.delay(locked.pk))
+    return locked
+
+
+class _QueueCycle:
+    """On-commit callback queuing one admission cycle per cluster per transaction."""
+
+    def __init__(self, cluster_id: int) -> None:
+        self.cluster_id = cluster_id
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _QueueCycle) and other.cluster_id == self.cluster_id
+
+    def __hash__(self) -> int:
+        return hash(self.cluster_id)
+
+    def __call__(self) -> None:
+        from scheduler_bridge.tasks import admission_cycle
+
+        admission_cycle.delay(self.cluster_id)
+
+
+def queue_cycle(cluster_id: int) -> None:
+    """Run an admission cycle of the cluster after the current transaction commits."""
+    callback = _QueueCycle(cluster_id)
+    if any(func == callback for _, func, _ in transaction.get_connection().run_on_commit):
+        return
+    transaction.on_commit(callback)
+
+
+def priority_class_save(
+    *, actor: Any, instance: PriorityClass, source: str = "api"
+) -> PriorityClass:
+    """Create or change a priority class (platform admins); one default at most."""
+    if not access.is_platform_admin(actor):
+        raise PermissionDenied("Only platform administrators manage priority classes.")
+    with transaction.atomic():
+        before = snapshot(PriorityClass.objects.get(pk=instance.pk)) if instance.pk else None
+        if instance.is_default:
+            PriorityClass.objects.exclude(pk=instance.pk).update(is_default=False)
+        instance.save()
+        audit_record(
+            actor=actor,
+            action="update" if before else "create",
+            instance=instance,
+            before=before,
+            after=snapshot(instance),
+            source=source,
+        )
+    return instance
+
+
+def priority_class_delete(*, actor: Any, instance: PriorityClass, source: str = "api") -> None:
+    """Delete a priority class no workload uses (409 otherwise)."""
+    if not access.is_platform_admin(actor):
+        raise PermissionDenied("Only platform administrators manage priority classes.")
+    with transaction.atomic():
+        in_use = Workload.objects.filter(priority_class=instance).count()
+        if in_use:
+            raise Conflict(
+                f"Priority class {instance.name} is used by {in_use} workload(s); "
+                "keep it, or lower its value instead."
+            )
+        audit_record(
+            actor=actor,
+            action="delete",
+            instance=instance,
+            before=snapshot(instance),
+            after=None,
+            source=source,
+        )
+        instance.delete()

@@ -1,0 +1,195 @@
+"""From the database to the engine's ClusterSnapshot (and back to numbers people read).
+
+Engine ids are strings: tenants their slugs (unique, and readable in the reasons the
+engine writes), workloads `str(workload.pk)`, flavours their names (unique per cluster). Free GPUs per node are the node's allocatable amount
+minus what pods outside Tidegate's queue use there minus what admitted workloads hold.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.utils import timezone
+
+from scheduler_bridge import admission as engine
+from scheduler_bridge.admission.fairshare import LN2
+from scheduler_bridge.gateways.base import is_gpu_resource
+from scheduler_bridge.inventory.models import Cluster, Flavour, Node
+from scheduler_bridge.quotas.models import Quota
+from scheduler_bridge.workloads.models import Workload
+from tenants.models import Tenant
+
+DEFAULT_HALF_LIFE_S = 7 * 86_400.0
+
+
+def epoch(moment: datetime | None) -> float:
+    return moment.timestamp() if moment is not None else 0.0
+
+
+def node_flavours(node: Node, flavours_by_key: dict[tuple[str, str], Flavour]) -> dict[str, int]:
+    """Flavour name -> allocatable GPUs of that flavour on `node`."""
+    found: dict[str, int] = {}
+    for resource, amount in node.allocatable.items():
+        if not is_gpu_resource(resource) or amount <= 0:
+            continue
+        flavour = flavours_by_key.get((node.product, resource))
+        if flavour is not None:
+            found[flavour.name] = found.get(flavour.name, 0) + int(amount)
+    return found
+
+
+def flavour_index(cluster: Cluster) -> dict[tuple[str, str], Flavour]:
+    """(product, resource name) -> flavour; under the `single` MIG strategy several
+    flavours share `nvidia.com/gpu`, and the node's product label then decides."""
+    return {(f.product, f.resource_name): f for f in Flavour.objects.filter(cluster=cluster)}
+
+
+def pod_sets_of(workload: Workload) -> tuple[engine.PodSet, ...]:
+    return tuple(
+        engine.PodSet(
+            count=int(ps["count"]),
+            gpus_per_pod=int(ps["gpus_per_pod"]),
+            flavours=tuple(ps["flavours"]),
+            name=str(ps.get("name", "main")),
+        )
+        for ps in workload.pod_sets
+    )
+
+
+def pending_of(workload: Workload) -> engine.PendingWorkload:
+    return engine.PendingWorkload(
+        id=str(workload.pk),
+        tenant_id=workload.tenant.slug,
+        pod_sets=pod_sets_of(workload),
+        priority=workload.priority,
+        submitted_at=epoch(workload.submitted_at),
+        gang=workload.gang,
+        topology=engine.Topology(workload.topology),
+        max_run_time_s=float(workload.max_run_time_s) if workload.max_run_time_s else None,
+        preemptible=workload.preemptible,
+    )
+
+
+def running_of(workload: Workload) -> engine.RunningWorkload:
+    return engine.RunningWorkload(
+        id=str(workload.pk),
+        tenant_id=workload.tenant.slug,
+        placements=tuple(
+            engine.Placement(node=p["node"], flavour=p["flavour"], gpus=int(p["gpus"]))
+            for p in workload.placements
+        ),
+        priority=workload.priority,
+        admitted_at=epoch(workload.admitted_at),
+        borrowed={k: int(v) for k, v in (workload.borrowed or {}).items()},
+        preemptible=workload.preemptible,
+        max_run_time_s=float(workload.max_run_time_s) if workload.max_run_time_s else None,
+        request=pending_of(workload),
+    )
+
+
+def decayed_usage(
+    cluster: Cluster, now: datetime, half_life_s: float = DEFAULT_HALF_LIFE_S
+) -> dict[str, float]:
+    """Each tenant's GPU-equivalent hours on `cluster`, decayed with `half_life_s`.
+
+    The exact integral of gpus x 2^(-(now - t) / half_life) over each workload's run;
+    work that ended more than ten half-lives ago weighs under 0.1 % and is skipped.
+    """
+    horizon = now - timedelta(seconds=10 * half_life_s)
+    rows = (
+        Workload.objects.filter(cluster=cluster, admitted_at__isnull=False)
+        .exclude(finished_at__lt=horizon)
+        .values("tenant__slug", "admitted_at", "finished_at", "gpus", "flavour__gpu_equivalent")
+    )
+    usage: dict[str, float] = defaultdict(float)
+    for row in rows:
+        admitted_at: datetime | None = row["admitted_at"]
+        if admitted_at is None:
+            continue
+        start = (now - admitted_at).total_seconds()
+        end = max((now - (row["finished_at"] or now)).total_seconds(), 0.0)
+        if start <= end:
+            continue
+        weight = float(row["flavour__gpu_equivalent"] or 1) * row["gpus"]
+        seconds = (
+            half_life_s
+            / LN2
+            * (math.pow(2, -end / half_life_s) - math.pow(2, -start / half_life_s))
+        )
+        usage[row["tenant__slug"]] += weight * seconds / 3600.0
+    return dict(usage)
+
+
+def build_snapshot(cluster: Cluster, now: datetime | None = None) -> engine.ClusterSnapshot:
+    """Everything one admission cycle of `cluster` looks at, read in a few queries."""
+    now = now or timezone.now()
+    flavours = list(Flavour.objects.filter(cluster=cluster))
+    by_key = {(f.product, f.resource_name): f for f in flavours}
+    open_workloads = list(
+        Workload.objects.filter(cluster=cluster, state__in=Workload.OPEN_STATES)
+        .select_related("tenant")
+        .order_by("pk")
+    )
+    running = [w for w in open_workloads if w.state in Workload.ACTIVE_STATES]
+    held: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for workload in running:
+        for placement in workload.placements:
+            held[placement["node"]][placement["flavour"]] += int(placement["gpus"])
+    nodes = []
+    for node in Node.objects.filter(cluster=cluster, present=True, unschedulable=False).order_by(
+        "name"
+    ):
+        capacity = node_flavours(node, by_key)
+        if not capacity:
+            continue
+        foreign = _as_flavours(node, node.busy_foreign or {}, by_key)
+        free = {
+            name: max(0, total - foreign.get(name, 0) - held[node.name].get(name, 0))
+            for name, total in capacity.items()
+        }
+        nodes.append(
+            engine.Node(
+                name=node.name, capacity=capacity, free=free, domain=node.topology_domain or None
+            )
+        )
+    tenants = tuple(
+        engine.Tenant(id=slug, parent_id=parent, weight=float(weight))
+        for slug, parent, weight in Tenant.objects.order_by("path").values_list(
+            "slug", "parent__slug", "weight"
+        )
+    )
+    quotas = tuple(
+        engine.Quota(
+            tenant_id=q.tenant.slug,
+            flavour=q.flavour.name,
+            guaranteed=q.guaranteed,
+            borrow_limit=q.borrow_limit,
+            lend_limit=q.lend_limit,
+        )
+        for q in Quota.objects.filter(flavour__cluster=cluster).select_related("flavour", "tenant")
+    )
+    return engine.ClusterSnapshot(
+        now=now.timestamp(),
+        tenants=tenants,
+        flavours=tuple(engine.Flavour(f.name, float(f.gpu_equivalent)) for f in flavours),
+        quotas=quotas,
+        nodes=tuple(nodes),
+        running=tuple(running_of(w) for w in running),
+        pending=tuple(pending_of(w) for w in open_workloads if w.state == Workload.State.PENDING),
+        usage_history=decayed_usage(cluster, now),
+        usage_half_life_s=DEFAULT_HALF_LIFE_S,
+    )
+
+
+def _as_flavours(
+    node: Node, by_resource: dict[str, Any], by_key: dict[tuple[str, str], Flavour]
+) -> dict[str, int]:
+    found: dict[str, int] = {}
+    for resource, amount in by_resource.items():
+        flavour = by_key.get((node.product, resource))
+        if flavour is not None:
+            found[flavour.name] = found.get(flavour.name, 0) + int(amount)
+    return found

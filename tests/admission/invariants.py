@@ -1,0 +1,108 @@
+"""Independent checks of what must always hold after a cycle (DESIGN.md, "Properties").
+
+The quota check is deliberately written differently from the engine's quota.py: it
+walks the tree once and computes, for every node, how much it offers to or asks from
+its parent level ("net"), rather than asking each node's availability along a path. If
+both agree on thousands of random trees the accounting is right.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from scheduler_bridge.admission import ClusterSnapshot, CycleResult, RunningWorkload
+from scheduler_bridge.admission.simulator import apply_result
+
+
+def running_after(snapshot: ClusterSnapshot, result: CycleResult) -> list[RunningWorkload]:
+    """Running work once the admissions start and before the victims have stopped: the
+    moment when both hold GPUs, so the strictest one to check."""
+    admitted = apply_result(snapshot, result, evict=True)
+    return list(admitted.running)
+
+
+def capacity_violations(snapshot: ClusterSnapshot, result: CycleResult) -> list[str]:
+    out = []
+    held: dict[tuple[str, str], int] = {}
+    for wl in running_after(snapshot, result):
+        for p in wl.placements:
+            held[(p.node, p.flavour)] = held.get((p.node, p.flavour), 0) + p.gpus
+    admitted: dict[tuple[str, str], int] = {}
+    for a in result.admissions:
+        for p in a.placements:
+            admitted[(p.node, p.flavour)] = admitted.get((p.node, p.flavour), 0) + p.gpus
+    for node in snapshot.nodes:
+        for flavour, total in node.capacity.items():
+            used = held.get((node.name, flavour), 0)
+            if node.free is None and used > total:
+                out.append(f"{node.name}/{flavour}: {used} > {total}")
+            if node.free is not None and admitted.get((node.name, flavour), 0) > node.free.get(
+                flavour, 0
+            ):
+                out.append(f"{node.name}/{flavour}: admitted more than free")
+    return out
+
+
+def quota_violations(snapshot: ClusterSnapshot, workloads: Iterable[RunningWorkload]) -> list[str]:
+    usage: dict[tuple[str, str], int] = {}
+    for wl in workloads:
+        for p in wl.placements:
+            usage[(wl.tenant_id, p.flavour)] = usage.get((wl.tenant_id, p.flavour), 0) + p.gpus
+    out: list[str] = []
+    for flavour in {f.name for f in snapshot.flavours}:
+        out.extend(_flavour_violations(snapshot, flavour, usage))
+    return out
+
+
+def _flavour_violations(
+    snapshot: ClusterSnapshot, flavour: str, usage: dict[tuple[str, str], int]
+) -> list[str]:
+    rows = {q.tenant_id: q for q in snapshot.quotas if q.flavour == flavour}
+    children: dict[str | None, list[str]] = {}
+    for t in snapshot.tenants:
+        children.setdefault(t.parent_id, []).append(t.id)
+    out: list[str] = []
+
+    def guaranteed(t: str) -> int:
+        own = rows[t].guaranteed if t in rows else 0
+        kids = children.get(t, [])
+        return max(own, sum(guaranteed(c) for c in kids)) if kids else own
+
+    def has_access(t: str, ancestors: tuple[str, ...]) -> bool:
+        return any(a in rows for a in (t, *ancestors))
+
+    def net(t: str, ancestors: tuple[str, ...]) -> int:
+        """What t's subtree offers to (>0) or takes from (<0) its parent level."""
+        row = rows.get(t)
+        kids = children.get(t, [])
+        own_use = usage.get((t, flavour), 0)
+        if own_use and not has_access(t, ancestors):
+            out.append(f"{t} uses {flavour} without any quota on its path")
+        if not kids:
+            value = guaranteed(t) - own_use
+            if row is not None and row.borrow_limit is not None and value + row.borrow_limit < 0:
+                out.append(f"{t}: {own_use} {flavour} above guaranteed + borrow limit")
+        else:
+            pool = guaranteed(t) - sum(guaranteed(c) for c in kids)
+            value = (pool - own_use) + sum(net(c, (t, *ancestors)) for c in kids)
+            if row is not None and row.borrow_limit is not None and value + row.borrow_limit < 0:
+                out.append(f"{t}: subtree above its borrow limit for {flavour}")
+        if row is not None and row.lend_limit is not None:
+            value = min(value, row.lend_limit)
+        return value
+
+    for root in children.get(None, []):
+        if net(root, ()) < 0:
+            out.append(f"tree {root} uses more {flavour} than its lenders allow")
+    return out
+
+
+def check_cycle(snapshot: ClusterSnapshot, result: CycleResult) -> None:
+    """Capacity and quota hold with admissions and victims both still holding GPUs."""
+    problems = capacity_violations(snapshot, result)
+    problems += quota_violations(snapshot, running_after(snapshot, result))
+    assert not problems, problems
+    ids = [a.workload_id for a in result.admissions]
+    assert len(ids) == len(set(ids))
+    pending_ids = {p.workload_id for p in result.pending}
+    assert not pending_ids & set(ids)

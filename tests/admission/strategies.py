@@ -1,0 +1,150 @@
+"""Hypothesis strategies: random tenant trees, quotas, nodes and workloads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hypothesis import strategies as st
+
+from scheduler_bridge.admission import (
+    EngineConfig,
+    Flavour,
+    Node,
+    PendingWorkload,
+    PodSet,
+    Quota,
+    Tenant,
+    Topology,
+)
+from scheduler_bridge.admission.simulator import SimJob
+
+FLAVOURS = (Flavour("H100", 1.0), Flavour("A100", 0.5))
+
+
+@dataclass(frozen=True)
+class World:
+    tenants: tuple[Tenant, ...]
+    quotas: tuple[Quota, ...]
+    nodes: tuple[Node, ...]
+    flavours: tuple[Flavour, ...]
+
+    @property
+    def leaves(self) -> list[str]:
+        parents = {t.parent_id for t in self.tenants}
+        return [t.id for t in self.tenants if t.id not in parents]
+
+
+@st.composite
+def trees(draw: st.DrawFn, max_tenants: int = 9) -> tuple[Tenant, ...]:
+    count = draw(st.integers(2, max_tenants))
+    out: list[Tenant] = []
+    for i in range(count):
+        parent = None
+        if i > 0 and draw(st.integers(0, 4)) > 0:
+            parent = f"t{draw(st.integers(0, i - 1))}"
+        weight = draw(st.sampled_from([1.0, 1.0, 2.0, 3.0]))
+        out.append(Tenant(f"t{i}", parent, weight))
+    return tuple(out)
+
+
+def _optional(limit: int) -> st.SearchStrategy[int | None]:
+    return st.one_of(st.none(), st.integers(0, limit))
+
+
+@st.composite
+def worlds(draw: st.DrawFn, max_tenants: int = 9, backed: bool = False) -> World:
+    """A tree with quotas and nodes. ``backed``: node capacity covers every tree's
+    guarantee (the condition under which reclaim can always succeed) and topologies
+    stay simple."""
+    tenant_list = draw(trees(max_tenants))
+    flavours = FLAVOURS[: draw(st.integers(1, 2))]
+    quotas: list[Quota] = []
+    for tenant in tenant_list:
+        for flavour in flavours:
+            if draw(st.integers(0, 3)) == 0:
+                continue
+            quotas.append(
+                Quota(
+                    tenant.id,
+                    flavour.name,
+                    draw(st.integers(0, 8)),
+                    draw(_optional(8)),
+                    draw(_optional(8)),
+                )
+            )
+    nodes: list[Node] = []
+    for flavour in flavours:
+        needed = _root_guarantees(tenant_list, quotas, flavour.name) if backed else 0
+        count = draw(st.integers(1, 4))
+        size = draw(st.sampled_from([2, 4, 8]))
+        while count * size < needed:
+            count += 1
+        group = draw(st.integers(1, 3))
+        for i in range(count):
+            nodes.append(
+                Node(
+                    f"{flavour.name}-{i}",
+                    {flavour.name: size},
+                    None,
+                    f"{flavour.name}-d{i // group}",
+                )
+            )
+    return World(tuple(tenant_list), tuple(quotas), tuple(nodes), flavours)
+
+
+def _root_guarantees(tenants: tuple[Tenant, ...], quotas: list[Quota], flavour: str) -> int:
+    rows = {q.tenant_id: q.guaranteed for q in quotas if q.flavour == flavour}
+    children: dict[str | None, list[str]] = {}
+    for t in tenants:
+        children.setdefault(t.parent_id, []).append(t.id)
+
+    def g(t: str) -> int:
+        kids = children.get(t, [])
+        own = rows.get(t, 0)
+        return max(own, sum(g(c) for c in kids)) if kids else own
+
+    return sum(g(root) for root in children.get(None, []))
+
+
+@st.composite
+def workloads(
+    draw: st.DrawFn, world: World, wid: str, at: float, simple: bool = False
+) -> PendingWorkload:
+    tenant = draw(st.sampled_from([t.id for t in world.tenants]))
+    names = [f.name for f in world.flavours]
+    flavours = tuple(draw(st.permutations(names))[: draw(st.integers(1, len(names)))])
+    pod_sets = (PodSet(draw(st.integers(1, 3)), draw(st.integers(1, 4)), flavours),)
+    if not simple and draw(st.integers(0, 5)) == 0:
+        pod_sets = (*pod_sets, PodSet(1, 1, flavours, "launcher"))
+    topology = Topology.NONE if simple else draw(st.sampled_from(list(Topology)))
+    return PendingWorkload(
+        id=wid,
+        tenant_id=tenant,
+        pod_sets=pod_sets,
+        priority=draw(st.integers(0, 2)),
+        submitted_at=at,
+        topology=topology,
+        gang=draw(st.booleans()),
+        max_run_time_s=draw(st.one_of(st.none(), st.sampled_from([30.0, 300.0, 3000.0]))),
+        preemptible=draw(st.integers(0, 5)) > 0,
+    )
+
+
+@st.composite
+def job_lists(draw: st.DrawFn, world: World, max_jobs: int = 25) -> list[SimJob]:
+    count = draw(st.integers(1, max_jobs))
+    jobs = []
+    for i in range(count):
+        at = float(draw(st.integers(0, 600)))
+        wl = draw(workloads(world, f"w{i:02d}", at))
+        jobs.append(SimJob(workload=wl, run_time_s=float(draw(st.integers(10, 900)))))
+    return jobs
+
+
+configs = st.builds(
+    EngineConfig,
+    priority_preemption=st.booleans(),
+    reservation_wait_s=st.sampled_from([60.0, 300.0, 1e9]),
+    reservation_min_gpus=st.integers(1, 8),
+    usage_blend=st.sampled_from([0.0, 0.5, 1.0]),
+)

@@ -1,0 +1,171 @@
+"""Properties that must hold for any tree, quotas, nodes and workloads (DESIGN.md)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from scheduler_bridge.admission import (
+    AdmissionEngine,
+    ClusterSnapshot,
+    CycleResult,
+    EngineConfig,
+    PendingWorkload,
+    PodSet,
+    Topology,
+    run_cycle,
+)
+from scheduler_bridge.admission.simulator import Simulator, apply_result
+
+from .invariants import check_cycle
+from .strategies import configs, job_lists, workloads, worlds
+
+PROPERTY = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@PROPERTY
+@given(data=st.data(), config=configs)
+def test_capacity_quota_and_lend_limits_hold_and_incremental_equals_fresh(data, config):
+    """Through a whole simulation: no node above capacity, no tenant above guaranteed +
+    borrow limit, no lender above its lend limit, and the warm engine (which skips
+    groups it knows will fail) decides exactly what a fresh engine decides."""
+    world = data.draw(worlds())
+    jobs = data.draw(job_lists(world))
+
+    def check(snapshot: ClusterSnapshot, result: CycleResult) -> None:
+        check_cycle(snapshot, result)
+        assert result == run_cycle(snapshot, config)
+
+    Simulator(
+        tenants=world.tenants,
+        flavours=world.flavours,
+        quotas=world.quotas,
+        nodes=world.nodes,
+        jobs=jobs,
+        engine=AdmissionEngine(config),
+        cycle_interval_s=30.0,
+        explain_pending=True,
+        on_cycle=check,
+    ).run()
+
+
+@PROPERTY
+@given(data=st.data(), config=configs, seed=st.integers(0, 2**16))
+def test_same_input_same_output_whatever_the_order_of_the_input(data, config, seed):
+    world = data.draw(worlds())
+    pending = [data.draw(workloads(world, f"w{i}", float(i % 5))) for i in range(12)]
+    snap = ClusterSnapshot(
+        now=1000.0,
+        tenants=world.tenants,
+        flavours=world.flavours,
+        quotas=world.quotas,
+        nodes=world.nodes,
+        pending=tuple(pending),
+    )
+    # get some running work in, so that preemption and share have something to chew on
+    snap = apply_result(snap, run_cycle(snap, config))
+    more = [data.draw(workloads(world, f"x{i}", 500.0 + i)) for i in range(8)]
+    snap = replace(snap, pending=(*snap.pending, *more))
+    rng = random.Random(seed)
+    shuffled = replace(
+        snap,
+        tenants=tuple(rng.sample(snap.tenants, len(snap.tenants))),
+        quotas=tuple(rng.sample(snap.quotas, len(snap.quotas))),
+        nodes=tuple(rng.sample(snap.nodes, len(snap.nodes))),
+        running=tuple(rng.sample(snap.running, len(snap.running))),
+        pending=tuple(rng.sample(snap.pending, len(snap.pending))),
+    )
+    first = run_cycle(snap, config)
+    assert first == run_cycle(snap, config)
+    assert first == run_cycle(shuffled, config)
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.data())
+def test_a_guarantee_is_reclaimable_within_one_cycle(data):
+    """Borrowers fill the cluster; then an owner below its guarantee submits work that
+    fits its unused guarantee, at the lowest priority of all. Once the preemptions of
+    one cycle are carried out (the victims stopped), the next cycle admits it."""
+    world = data.draw(worlds(backed=True))
+    rows = {(q.tenant_id, q.flavour): q for q in world.quotas}
+    fillers = [data.draw(workloads(world, f"f{i}", float(i), simple=True)) for i in range(30)]
+    fillers = [replace(w, preemptible=True, max_run_time_s=None) for w in fillers]
+    snap = ClusterSnapshot(
+        now=100.0,
+        tenants=world.tenants,
+        flavours=world.flavours,
+        quotas=world.quotas,
+        nodes=world.nodes,
+        pending=tuple(fillers),
+    )
+    snap = apply_result(snap, run_cycle(snap))
+    snap = apply_result(snap, run_cycle(snap))
+    used: dict[tuple[str, str], int] = {}
+    for wl in snap.running:
+        for p in wl.placements:
+            used[(wl.tenant_id, p.flavour)] = used.get((wl.tenant_id, p.flavour), 0) + p.gpus
+    owners = [
+        (t, f.name, rows[(t, f.name)].guaranteed - used.get((t, f.name), 0))
+        for t in world.leaves
+        for f in world.flavours
+        if (t, f.name) in rows and rows[(t, f.name)].guaranteed > used.get((t, f.name), 0)
+    ]
+    assume(owners)
+    tenant, flavour, room = data.draw(st.sampled_from(owners))
+    gpus = data.draw(st.integers(1, room))
+    owner = PendingWorkload(
+        id="owner",
+        tenant_id=tenant,
+        pod_sets=(PodSet(gpus, 1, (flavour,)),),
+        priority=-1,
+        submitted_at=99.0,
+        topology=Topology.NONE,
+    )
+    snap = replace(snap, pending=(owner,), now=200.0)
+    first = run_cycle(snap)
+    check_cycle(snap, first)
+    if any(a.workload_id == "owner" for a in first.admissions):
+        return
+    assert first.preemptions, first.pending
+    second = run_cycle(apply_result(snap, first, requeue=False))
+    assert [a.workload_id for a in second.admissions] == ["owner"], second.pending
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), priority_preemption=st.booleans())
+def test_no_preemption_loops_across_repeated_cycles(data, priority_preemption):
+    """Nothing arrives and nothing ends: after the first cycles settle, nobody is
+    preempted again, no workload twice, and no tenant ever takes back from the tenant
+    that preempted it."""
+    world = data.draw(worlds())
+    config = EngineConfig(priority_preemption=priority_preemption)
+    first_wave = [data.draw(workloads(world, f"a{i}", float(i))) for i in range(15)]
+    second_wave = [data.draw(workloads(world, f"b{i}", 50.0 + i)) for i in range(15)]
+    snap = ClusterSnapshot(
+        now=100.0,
+        tenants=world.tenants,
+        flavours=world.flavours,
+        quotas=world.quotas,
+        nodes=world.nodes,
+        pending=tuple(first_wave),
+    )
+    engine = AdmissionEngine(config)
+    snap = apply_result(snap, engine.run_cycle(snap))
+    snap = replace(snap, pending=(*snap.pending, *second_wave))
+    events: list[tuple[str, str, str]] = []
+    counts: dict[str, int] = {}
+    quiet = 0
+    for cycle in range(12):
+        result = engine.run_cycle(replace(snap, now=200.0 + cycle))
+        for p in result.preemptions:
+            events.append((p.preemptor_tenant_id, p.victim_tenant_id, p.preemptor_id))
+            counts[p.victim_id] = counts.get(p.victim_id, 0) + 1
+        quiet = quiet + 1 if not result.preemptions else 0
+        snap = apply_result(snap, result)
+    assert quiet >= 4, events
+    assert all(n == 1 for n in counts.values()), counts
+    pairs = {(a, b) for a, b, _ in events if a != b}
+    assert not {(b, a) for a, b in pairs} & pairs, events

@@ -1,0 +1,144 @@
+"""Borrowing and lending within the cohort tree."""
+
+from __future__ import annotations
+
+from scheduler_bridge.admission import AdmitCode, ReasonCode, run_cycle
+
+from .factories import nodes, quota, running, snapshot, tenants, two_teams, workload
+from .invariants import check_cycle
+
+
+def admitted_ids(result):
+    return [a.workload_id for a in result.admissions]
+
+
+def reason_of(result, wid):
+    return next(p for p in result.pending if p.workload_id == wid)
+
+
+def test_team_uses_its_own_guarantee_without_borrowing():
+    tree, quotas = two_teams(a=8, b=8)
+    snap = snapshot(tree, quotas, nodes(2), [workload("a1", "a", 8)])
+    result = run_cycle(snap)
+    assert result.admissions[0].code is AdmitCode.WITHIN_GUARANTEE
+    assert result.admissions[0].borrowed == {}
+
+
+def test_team_borrows_idle_guarantee_of_its_sibling_within_its_borrow_limit():
+    tree, quotas = two_teams(a=8, b=8, a_limit=4)
+    pending = [workload(f"a{i}", "a", 4, submitted=i) for i in range(4)]
+    result = run_cycle(snapshot(tree, quotas, nodes(2), pending))
+    assert admitted_ids(result) == ["a0", "a1", "a2"]
+    assert result.admissions[2].borrowed == {"H100": 4}
+    assert result.admissions[2].code is AdmitCode.BORROWING
+    why = reason_of(result, "a3")
+    assert why.code is ReasonCode.QUOTA_LIMIT
+    assert why.message.startswith("quota of H100 used 12/12 (guaranteed 8, borrowing limit 4)")
+    check_cycle(snapshot(tree, quotas, nodes(2), pending), result)
+
+
+def test_borrowing_limit_zero_reads_like_the_design_example():
+    tree, quotas = two_teams(a=8, b=8, a_limit=0)
+    pending = [workload("a1", "a", 8), workload("a2", "a", 4, submitted=1)]
+    result = run_cycle(snapshot(tree, quotas, nodes(2), pending))
+    assert reason_of(result, "a2").message.startswith(
+        "quota of H100 used 8/8 (guaranteed 8, borrowing limit 0)"
+    )
+
+
+def test_lend_limit_caps_what_others_may_borrow():
+    tree, quotas = two_teams(a=8, b=8, b_lend=2)
+    pending = [workload(f"a{i}", "a", 2, submitted=i) for i in range(8)]
+    snap = snapshot(tree, quotas, nodes(2), pending)
+    result = run_cycle(snap)
+    assert len(result.admissions) == 5  # 8 own + 2 lendable of b
+    check_cycle(snap, result)
+    assert reason_of(result, "a5").code is ReasonCode.COHORT_EXHAUSTED
+
+
+def test_lender_keeps_its_private_part_while_its_lendable_part_is_borrowed():
+    tree, quotas = two_teams(a=8, b=8, b_lend=2)
+    busy = [running("a-big", "a", {"n000": 8, "n001": 2})]
+    snap = snapshot(tree, quotas, nodes(2), [workload("b1", "b", 6)], busy)
+    result = run_cycle(snap)
+    assert admitted_ids(result) == ["b1"]
+
+
+def test_cohort_with_nothing_to_lend_says_so():
+    tree, quotas = two_teams(a=8, b=8)
+    busy = [running("b-all", "b", {"n001": 8}), running("a-all", "a", {"n000": 8})]
+    snap = snapshot(tree, quotas, nodes(3), [workload("a1", "a", 4)], busy)
+    why = reason_of(run_cycle(snap), "a1")
+    assert why.code is ReasonCode.COHORT_EXHAUSTED
+    assert why.message.startswith("cohort org has nothing to lend for H100")
+
+
+def test_parent_pool_is_shared_by_its_children():
+    tree = tenants({"org": None, "dept": "org", "a": "dept", "b": "dept"})
+    quotas = (quota("dept", 16), quota("a", 4, 0), quota("b", 4))
+    pending = [workload("b1", "b", 4, count=3)]
+    result = run_cycle(snapshot(tree, quotas, nodes(2), pending))
+    # b: its own 4, the dept pool of 8, nothing of a beyond... a's 4 are lendable too
+    assert admitted_ids(result) == ["b1"]
+    assert result.admissions[0].borrowed == {"H100": 8}
+
+
+def test_children_without_own_quota_share_the_parent_pool():
+    tree = tenants({"dept": None, "a": "dept", "b": "dept"})
+    quotas = (quota("dept", 8),)
+    pending = [workload("a1", "a", 6), workload("b1", "b", 4, submitted=1)]
+    result = run_cycle(snapshot(tree, quotas, nodes(2), pending))
+    assert admitted_ids(result) == ["a1"]
+    assert reason_of(result, "b1").code is ReasonCode.COHORT_EXHAUSTED
+
+
+def test_tenant_without_any_quota_on_its_path_may_not_use_the_flavour():
+    tree = tenants({"org": None, "a": "org", "other": None})
+    quotas = (quota("a", 8),)
+    result = run_cycle(snapshot(tree, quotas, nodes(2), [workload("x", "other", 1)]))
+    why = reason_of(result, "x")
+    assert why.code is ReasonCode.NO_QUOTA
+
+
+def test_trees_never_lend_to_each_other():
+    tree = tenants({"org1": None, "a": "org1", "org2": None, "b": "org2"})
+    quotas = (quota("a", 8), quota("b", 8))
+    pending = [workload("a1", "a", 8), workload("a2", "a", 8, submitted=1)]
+    result = run_cycle(snapshot(tree, quotas, nodes(4), pending))
+    assert admitted_ids(result) == ["a1"]
+
+
+def test_inner_cohort_borrow_limit_binds_its_whole_subtree():
+    tree = tenants({"org": None, "d1": "org", "a": "d1", "d2": "org", "c": "d2"})
+    quotas = (quota("d1", 8, borrow_limit=2), quota("a", 8), quota("d2", 8), quota("c", 8))
+    pending = [workload("a1", "a", 8), workload("a2", "a", 4, submitted=1)]
+    result = run_cycle(snapshot(tree, quotas, nodes(4), pending))
+    assert admitted_ids(result) == ["a1"]
+    why = reason_of(result, "a2")
+    assert why.code is ReasonCode.COHORT_LIMIT
+    assert "cohort d1 is at its borrowing limit" in why.message
+
+
+def test_deep_tree_borrows_from_nearest_level_up_to_the_root():
+    tree = tenants({"org": None, "d1": "org", "t1": "d1", "t2": "d1", "d2": "org", "t3": "d2"})
+    quotas = (quota("t1", 2), quota("t2", 2), quota("t3", 4), quota("org", 10))
+    pending = [workload("big", "t1", 2, count=5)]
+    snap = snapshot(tree, quotas, nodes(2), pending)
+    result = run_cycle(snap)
+    assert admitted_ids(result) == ["big"]
+    check_cycle(snap, result)
+
+
+def test_workload_larger_than_quota_could_ever_allow_is_marked_never_fits():
+    tree, quotas = two_teams(a=8, b=8, a_limit=4)
+    result = run_cycle(snapshot(tree, quotas, nodes(4), [workload("a1", "a", 16)]))
+    why = reason_of(result, "a1")
+    assert why.code is ReasonCode.NEVER_FITS
+    assert "at most 12" in why.message
+
+
+def test_parent_tenant_may_run_its_own_workloads_from_its_pool():
+    tree = tenants({"dept": None, "a": "dept"})
+    quotas = (quota("dept", 12), quota("a", 8))
+    result = run_cycle(snapshot(tree, quotas, nodes(2), [workload("d1", "dept", 4)]))
+    assert result.admissions[0].code is AdmitCode.WITHIN_GUARANTEE

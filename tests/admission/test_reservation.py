@@ -1,0 +1,101 @@
+"""Reservations for starving gangs and backfill around them."""
+
+from __future__ import annotations
+
+from scheduler_bridge.admission import (
+    AdmissionEngine,
+    AdmitCode,
+    EngineConfig,
+    ReasonCode,
+    run_cycle,
+)
+
+from .factories import nodes, quota, running, snapshot, tenants, workload
+
+TREE = tenants({"org": None, "a": "org", "b": "org"})
+QUOTAS = (quota("a", 16), quota("b", 16))
+CONFIG = EngineConfig(reservation_wait_s=600, reservation_min_gpus=8)
+NOW = 10_000.0
+
+
+def cluster(pending, busy):
+    return snapshot(TREE, QUOTAS, nodes(2), pending, busy, now=NOW)
+
+
+def small_stream(max_run=None):
+    return [workload(f"s{i}", "b", 1, submitted=NOW - 10 + i, max_run=max_run) for i in range(8)]
+
+
+def busy_nodes():
+    # half of each node frees in 10 minutes, the other half in 2 hours
+    return [
+        running("r0", "b", {"n000": 4}, admitted=NOW - 50, max_run=650),
+        running("r1", "b", {"n001": 4}, admitted=NOW - 50, max_run=7250),
+    ]
+
+
+def test_a_young_gang_gets_no_reservation_and_small_jobs_fill_the_gaps():
+    gang = workload("gang", "a", 8, submitted=NOW - 60)
+    result = AdmissionEngine(CONFIG).run_cycle(cluster([gang, *small_stream()], busy_nodes()))
+    assert result.reservations == ()
+    assert len(result.admissions) == 8
+
+
+def test_starving_gang_reserves_the_node_that_frees_first():
+    gang = workload("gang", "a", 8, submitted=NOW - 3600)
+    result = AdmissionEngine(CONFIG).run_cycle(cluster([gang, *small_stream()], busy_nodes()))
+    (reservation,) = result.reservations
+    assert reservation.workload_id == "gang"
+    assert [(p.node, p.gpus) for p in reservation.placements] == [("n000", 8)]
+    assert [(p.node, p.gpus) for p in reservation.blocked] == [("n000", 4)]
+    assert reservation.expected_start == NOW + 600
+    # small jobs without a declared run time only get the other node
+    assert len(result.admissions) == 4
+    assert {p.node for a in result.admissions for p in a.placements} == {"n001"}
+    reasons = {p.workload_id: p for p in result.pending}
+    assert reasons["gang"].code is ReasonCode.RESERVATION_HELD
+    assert reasons["s7"].code is ReasonCode.RESERVED
+    assert reasons["s7"].message.startswith("reserved for job gang (expected start in ~10 min)")
+
+
+def test_backfill_uses_reserved_gpus_only_for_work_that_ends_before_the_reservation():
+    gang = workload("gang", "a", 8, submitted=NOW - 3600)
+    short = [workload(f"short{i}", "b", 1, submitted=NOW - 5, max_run=300) for i in range(2)]
+    long = [workload(f"long{i}", "b", 1, submitted=NOW - 6, max_run=3000) for i in range(6)]
+    busy = [
+        running("r0", "b", {"n000": 4}, admitted=NOW - 50, max_run=650),
+        running("r1", "b", {"n001": 8}, admitted=NOW - 50, max_run=7250),
+    ]
+    result = AdmissionEngine(CONFIG).run_cycle(cluster([gang, *short, *long], busy))
+    codes = {a.workload_id: a.code for a in result.admissions}
+    assert codes["short0"] is AdmitCode.BACKFILL and codes["short1"] is AdmitCode.BACKFILL
+    assert set(codes) == {"short0", "short1"}
+    (reservation,) = result.reservations
+    assert sum(p.gpus for p in reservation.blocked) == 2
+    long_reason = next(p for p in result.pending if p.workload_id == "long0")
+    assert long_reason.code is ReasonCode.RESERVED
+
+
+def test_reservation_owner_starts_on_its_gpus_once_they_are_free():
+    gang = workload("gang", "a", 8, submitted=NOW - 3600)
+    busy = [running("r1", "b", {"n001": 4}, admitted=NOW - 50, max_run=7250)]
+    result = AdmissionEngine(CONFIG).run_cycle(cluster([gang, *small_stream()], busy))
+    first = result.admissions[0]
+    assert first.workload_id == "gang"
+    assert "reserved for it" in first.message
+    assert result.reservations == ()
+
+
+def test_reservations_are_off_for_gangs_below_the_size_threshold():
+    gang = workload("gang", "a", 4, count=1, submitted=NOW - 3600)
+    config = EngineConfig(reservation_wait_s=600, reservation_min_gpus=16)
+    result = AdmissionEngine(config).run_cycle(
+        cluster([gang], busy_nodes() + [running("r2", "b", {"n000": 2, "n001": 2}, admitted=NOW)])
+    )
+    assert result.reservations == ()
+
+
+def test_a_gang_that_does_not_fit_quota_gets_no_reservation():
+    gang = workload("gang", "a", 8, count=3, submitted=NOW - 3600)
+    result = run_cycle(cluster([gang], busy_nodes()), CONFIG)
+    assert result.reservations == ()

@@ -1,0 +1,97 @@
+"""Billing's cast on top of the standing one: a cluster `gpu-east` with whole H100s and
+A100 MIG slices, namespaces bound to the teams, quotas, and a USD rate card."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from decimal import Decimal
+
+import pytest
+
+from billing.models import RateCard
+from scheduler_bridge.inventory.models import Cluster, Flavour, Node
+from scheduler_bridge.quotas.models import Quota
+from tests.conftest import Cast
+from tests.factories import BindingFactory
+
+# February 2026: 28 days, far enough in the past to close.
+FEB = datetime(2026, 2, 1, tzinfo=UTC)
+MAR = datetime(2026, 3, 1, tzinfo=UTC)
+
+
+@dataclass
+class GpuCluster:
+    cluster: Cluster
+    h100: Flavour
+    mig_1g: Flavour
+    mig_3g: Flavour
+    card: RateCard
+
+
+@pytest.fixture
+def gpu(cast: Cast) -> GpuCluster:
+    cluster = Cluster.objects.create(name="gpu-east", gateway="kubernetes")
+    Node.objects.create(
+        cluster=cluster,
+        name="h100-1",
+        product="H100-80GB",
+        gpu_count=8,
+        labels={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+    )
+    Node.objects.create(
+        cluster=cluster,
+        name="a100-1",
+        product="A100-SXM4-40GB",
+        gpu_count=8,
+        labels={"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"},
+    )
+    h100 = Flavour.objects.create(
+        cluster=cluster,
+        name="h100-80gb",
+        product="H100-80GB",
+        resource_name="nvidia.com/gpu",
+        capacity=8,
+    )
+    mig_1g = Flavour.objects.create(
+        cluster=cluster,
+        name="a100-sxm4-40gb-mig-1g.5gb",
+        product="A100-SXM4-40GB",
+        resource_name="nvidia.com/mig-1g.5gb",
+        mig_profile="1g.5gb",
+        gpu_equivalent=Decimal("0.1429"),
+        capacity=14,
+    )
+    mig_3g = Flavour.objects.create(
+        cluster=cluster,
+        name="a100-sxm4-40gb-mig-3g.20gb",
+        product="A100-SXM4-40GB",
+        resource_name="nvidia.com/mig-3g.20gb",
+        mig_profile="3g.20gb",
+        gpu_equivalent=Decimal("0.4286"),
+        capacity=4,
+    )
+    for tenant, namespace in [
+        (cast.team_a, "vision-train"),
+        (cast.team_a, "vision-dev"),
+        (cast.team_b, "speech-train"),
+        (cast.other_org, "globex-train"),
+    ]:
+        BindingFactory(tenant=tenant, cluster_name="gpu-east", namespace=namespace)
+    for tenant, flavour, guaranteed in [
+        (cast.org, h100, 6),
+        (cast.dept, h100, 6),
+        (cast.team_a, h100, 4),
+        (cast.team_b, h100, 2),
+        (cast.other_org, h100, 2),
+    ]:
+        Quota.objects.create(tenant=tenant, flavour=flavour, guaranteed=guaranteed)
+    card = RateCard.objects.create(
+        name="Standard",
+        currency="USD",
+        reserved_price=Decimal("2.0000"),
+        on_demand_price=Decimal("3.0000"),
+        priority_multipliers={"spot": "0.5"},
+        valid_from=date(2026, 1, 1),
+    )
+    return GpuCluster(cluster, h100, mig_1g, mig_3g, card)

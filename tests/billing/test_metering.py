@@ -1,0 +1,92 @@
+"""The pure metering core: pods and workloads split into hourly allocations."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+from billing import metering
+from billing.metering import FlavourMap, FlavourRef, NodeRef, WorkloadRef
+from scheduler_bridge.gateways.base import PodInfo
+
+T0 = datetime(2026, 3, 10, 10, tzinfo=UTC)
+HOURS = [T0 + timedelta(hours=h) for h in range(3)]
+WHOLE = FlavourRef(1, "h100-80gb", "H100-80GB", "nvidia.com/gpu")
+SINGLE_1G = FlavourRef(2, "a100-80gb-mig-1g.10gb", "A100-SXM4-80GB", "nvidia.com/gpu", "1g.10gb")
+SINGLE_3G = FlavourRef(3, "a100-80gb-mig-3g.40gb", "A100-SXM4-80GB", "nvidia.com/gpu", "3g.40gb")
+FLAVOURS = FlavourMap(
+    [WHOLE, SINGLE_1G, SINGLE_3G],
+    [
+        NodeRef("h1", "H100-80GB"),
+        NodeRef("a1", "A100-SXM4-80GB", "NVIDIA-A100-SXM4-80GB-MIG-3g.40gb"),
+    ],
+)
+
+
+def pod(**kw: object) -> PodInfo:
+    defaults: dict[str, object] = {
+        "uid": "u1",
+        "name": "p",
+        "namespace": "ns",
+        "node_name": "h1",
+        "phase": "Running",
+        "gpu_requests": {"nvidia.com/gpu": 2},
+        "started_at": T0 + timedelta(minutes=15),
+    }
+    return PodInfo(**(defaults | kw))  # type: ignore[arg-type]
+
+
+def test_a_running_pod_is_split_into_whole_hours() -> None:
+    result = metering.pod_allocations([pod()], HOURS, FLAVOURS, {})
+    assert [(a.interval_start, a.devices, a.seconds) for a in result.allocations] == [
+        (HOURS[0], 2, 2700),
+        (HOURS[1], 2, 3600),
+        (HOURS[2], 2, 3600),
+    ]
+    assert result.allocations[0].device_seconds == 5400
+
+
+def test_a_finished_pod_stops_counting_at_its_end_and_pending_pods_never_count() -> None:
+    done = pod(phase="Succeeded", finished_at=T0 + timedelta(hours=1, minutes=6))
+    never = pod(uid="u2", phase="Pending", started_at=None)
+    result = metering.pod_allocations([done, never], HOURS, FLAVOURS, {})
+    assert [(a.key, a.seconds) for a in result.allocations] == [("u1", 2700), ("u1", 360)]
+
+
+def test_mig_single_strategy_uses_the_nodes_product_label() -> None:
+    result = metering.pod_allocations([pod(node_name="a1")], HOURS[:1], FLAVOURS, {})
+    assert result.allocations[0].flavour == SINGLE_3G
+
+
+def test_an_unknown_resource_is_reported_not_guessed() -> None:
+    result = metering.pod_allocations([pod(node_name="nowhere")], HOURS, FLAVOURS, {})
+    assert not result.allocations and "no flavour" in result.problems[0]
+
+
+def test_pods_inherit_their_workloads_class_and_borrowed_share() -> None:
+    workload = WorkloadRef(
+        id=7,
+        tenant_id=1,
+        namespace="ns",
+        job_name="train",
+        priority_class="spot",
+        admitted_at=T0,
+        end=None,
+        placements=(("h1", "h100-80gb", 4),),
+        borrowed={"nvidia.com/gpu": 1},
+    )
+    result = metering.pod_allocations(
+        [pod(job_name="train", started_at=T0)], HOURS[:1], FLAVOURS, {("ns", "train"): workload}
+    )
+    (allocation,) = result.allocations
+    # A quarter of the workload's GPUs were borrowed: a quarter of this pod's seconds.
+    assert (allocation.workload_id, allocation.priority_class) == (7, "spot")
+    assert allocation.borrowed_seconds == 1800
+
+
+def test_busy_seconds_come_from_activity_times_time_held_and_never_exceed_it() -> None:
+    allocations = metering.pod_allocations([pod()], HOURS[:2], FLAVOURS, {}).allocations
+    busy = {("ns", "p", "", HOURS[0]): Decimal("1.5"), ("ns", "p", "", HOURS[1]): Decimal("2.5")}
+    out = metering.attach_busy(allocations, busy, {})
+    assert [a.busy_seconds for a in out] == [Decimal("4050.000"), Decimal("7200.000")]
+    assert metering.attach_busy(allocations, {}, {})[0].busy_seconds is None

@@ -1,0 +1,139 @@
+"""Billing pages: the finance overview, statements, exports and close by role; the budget,
+burn and idle-GPU panel on tenant pages for leads (not for plain members)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from billing.budgets import budgets_evaluate
+from billing.metering import floor_hour
+from billing.models import BillingPeriod, Budget, BudgetAlert, Statement
+from billing.periods import period_close
+from tests.billing.conftest import FEB, GpuCluster
+from tests.billing.factories import record_usage
+from tests.conftest import ROLE_NAMES, Cast
+from tests.tenants.test_portal import logged_in
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def closed(cast: Cast, gpu: GpuCluster) -> BillingPeriod:
+    record_usage(cast.team_a, gpu.h100, FEB, hours=2, devices=2)
+    record_usage(cast.other_org, gpu.h100, FEB, hours=1, pod="g", namespace="globex-train")
+    return period_close(actor=None, period=BillingPeriod.objects.get(name="2026-02"))
+
+
+HOME = dict.fromkeys(ROLE_NAMES, 200) | {"member": 404}
+
+
+@pytest.mark.parametrize("role", ROLE_NAMES)
+def test_finance_overview_is_scoped(closed: BillingPeriod, cast: Cast, role: str) -> None:
+    response = logged_in(cast.user(role)).get("/billing/?period=2026-02")
+    assert response.status_code == HOME[role]
+    if response.status_code != 200:
+        return
+    page = response.content.decode()
+    assert 'id="spend-by-cost-centre"' in page and "tidegate/vendor/plotly.min.js" in page
+    assert ("<code>vision</code>" in page) == (role != "outsider")
+    assert ("<code>globex</code>" in page) == (role in ("platform_admin", "outsider"))
+    assert ('id="close-form"' in page) is False  # February is closed already
+
+
+STATEMENT = {
+    "platform_admin": 200,
+    "dept_admin": 200,
+    "finance": 200,
+    "lead": 200,
+    "member": 404,
+    "outsider": 404,
+}
+
+
+@pytest.mark.parametrize("role", ROLE_NAMES)
+def test_statement_page_and_export_download(closed: BillingPeriod, cast: Cast, role: str) -> None:
+    statement = Statement.objects.get(tenant_slug="vision")
+    client = logged_in(cast.user(role))
+    response = client.get(f"/billing/statements/{statement.pk}/")
+    assert response.status_code == STATEMENT[role]
+    if response.status_code == 200:
+        page = response.content.decode()
+        assert "8.00 USD" in page and 'id="workloads"' in page
+    export = client.get("/billing/periods/2026-02/export/csv/")
+    assert export.status_code == HOME[role]
+    if export.status_code == 200:
+        assert ("vision" in export.content.decode()) == (role != "outsider")
+
+
+def test_the_open_period_page_is_provisional(cast: Cast, gpu: GpuCluster) -> None:
+    record_usage(cast.team_a, gpu.h100, floor_hour(timezone.now()) - timedelta(hours=1))
+    page = logged_in(cast.finance).get("/billing/").content.decode()
+    assert 'id="provisional"' in page
+
+
+def test_closing_from_the_portal_needs_the_platform_role(cast: Cast, gpu: GpuCluster) -> None:
+    record_usage(cast.team_a, gpu.h100, FEB)
+    response = logged_in(cast.finance).post("/billing/periods/2026-02/close/")
+    assert response.status_code == 302
+    assert BillingPeriod.objects.get(name="2026-02").state == "open"
+    assert logged_in(cast.member).post("/billing/periods/2026-02/close/").status_code == 404
+    page = logged_in(cast.platform_admin).get("/billing/?period=2026-02").content.decode()
+    assert 'id="close-form"' in page
+    logged_in(cast.platform_admin).post("/billing/periods/2026-02/close/")
+    assert BillingPeriod.objects.get(name="2026-02").state == "closed"
+
+
+PANEL = {"platform_admin": True, "dept_admin": True, "finance": True, "lead": True, "member": False}
+
+
+@pytest.mark.parametrize("role", [r for r in ROLE_NAMES if r != "outsider"])
+def test_tenant_page_shows_budget_burn_and_idle_gpus_to_leads(
+    cast: Cast, gpu: GpuCluster, role: str
+) -> None:
+    now = timezone.now()
+    hour = floor_hour(now) - timedelta(hours=1)
+    record_usage(cast.team_a, gpu.h100, hour, devices=2, busy_ratio="0.01", pod="sleepy-0")
+    Budget.objects.create(
+        tenant=cast.team_a, amount=Decimal("5.00"), currency="USD", enforcement="hard"
+    )
+    budgets_evaluate(now=now)
+    page = logged_in(cast.user(role)).get("/tenants/vision/").content.decode()
+    assert ('id="budget-panel"' in page) == PANEL[role]
+    if PANEL[role]:
+        assert 'id="budget-burn"' in page and "sleepy-0" in page
+        assert "hard: stops admission when spent" in page
+        if hour.month == now.month:
+            assert BudgetAlert.objects.filter(threshold=50).exists()
+            assert "has used 50 % of its budget" in page
+
+
+def test_the_billing_navigation_entry_appears_once_routed(
+    cast: Cast, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from billing.apps import register_nav_entry
+    from tenants import context_processors
+
+    monkeypatch.setattr(context_processors, "NAV_ENTRIES", list(context_processors.NAV_ENTRIES))
+    register_nav_entry()
+    assert 'href="/billing/"' in logged_in(cast.lead).get("/").content.decode()
+    assert 'href="/billing/"' not in logged_in(cast.member).get("/").content.decode()
+
+
+def test_the_panel_stays_away_where_billing_is_not_routed(
+    cast: Cast, gpu: GpuCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django.urls import NoReverseMatch
+
+    from billing import portal
+
+    def unrouted(name: str, *args: Any, **kwargs: Any) -> str:
+        raise NoReverseMatch(name)
+
+    monkeypatch.setattr(portal, "reverse", unrouted)
+    page = logged_in(cast.lead).get("/tenants/vision/")
+    assert page.status_code == 200 and 'id="budget-panel"' not in page.content.decode()

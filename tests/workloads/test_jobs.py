@@ -1,0 +1,161 @@
+"""Kubernetes Jobs through the queue, against the local API server with the real client:
+suspended Job -> workload -> admitted (node selector injected, unsuspended) -> done;
+preemption suspends and restores; bad queue labels are refused, never crash the cycle."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from scheduler_bridge.gateways.simulated_objects import job as job_manifest
+from scheduler_bridge.workloads.cycle import admission_cycle
+from scheduler_bridge.workloads.jobs import jobs_sync
+from scheduler_bridge.workloads.models import Workload
+from tenants.models import AuditEvent
+from tests.conftest import Cast
+from tests.kube_fake.schema import assert_valid_kubernetes
+from tests.workloads.conftest import FakeCluster
+
+pytestmark = pytest.mark.django_db
+
+
+def create_job(
+    fake: FakeCluster, namespace: str, name: str, queue: str, gpus: int, **extra: Any
+) -> dict:
+    manifest = job_manifest(
+        namespace,
+        name,
+        requests={"nvidia.com/gpu": gpus},
+        labels={"tidegate.io/queue": queue},
+        **extra,
+    )
+    manifest["apiVersion"] = "batch/v1"
+    manifest["spec"]["template"]["spec"]["containers"][0]["image"] = "trainer:1"
+    return fake.api.create_object(manifest)
+
+
+def job(fake: FakeCluster, namespace: str, name: str) -> dict:
+    found = fake.api.get_object("Job", namespace, name)
+    assert found is not None
+    return found
+
+
+def test_a_suspended_job_is_admitted_onto_its_flavour_and_finishes(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    create_job(fake_cluster, "vision-train", "resnet", "vision", 4, parallelism=2)
+    synced = jobs_sync(fake_cluster.cluster, fake_cluster.gateway)
+    assert len(synced.created) == 1
+    workload = Workload.objects.get(pk=synced.created[0])
+    assert (workload.source, workload.namespace, workload.job_name) == (
+        "job",
+        "vision-train",
+        "resnet",
+    )
+    assert workload.pod_sets == [
+        {"name": "main", "count": 2, "gpus_per_pod": 4, "flavours": ["h100-80gb"]}
+    ]
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    live = job(fake_cluster, "vision-train", "resnet")
+    assert live["spec"]["suspend"] is False
+    pod_spec = live["spec"]["template"]["spec"]
+    assert pod_spec["nodeSelector"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    assert_valid_kubernetes(live)
+    # The namespace's quota makes room for the admitted Job before it starts.
+    quota = fake_cluster.api.get_object("ResourceQuota", "vision-train", "tidegate-gpu")
+    assert quota is not None and int(quota["spec"]["hard"]["requests.nvidia.com/gpu"]) >= 8
+    fake_cluster.api.run_job("vision-train", "resnet")
+    fake_cluster.api.complete_job("vision-train", "resnet")
+    done = jobs_sync(fake_cluster.cluster, fake_cluster.gateway)
+    workload.refresh_from_db()
+    assert done.finished == [workload.pk]
+    assert workload.state == "finished" and workload.finished_at is not None
+
+
+def test_admission_injects_tolerations_for_the_flavours_node_taints(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    from scheduler_bridge.inventory.services import inventory_sync
+
+    for name in ("h100-1", "h100-2"):
+        fake_cluster.api.edit_object(
+            "Node",
+            None,
+            name,
+            lambda n: n["spec"].update(
+                taints=[{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+            ),
+        )
+    inventory_sync(fake_cluster.cluster, fake_cluster.gateway)
+    create_job(fake_cluster, "vision-train", "tainted", "vision", 1)
+    jobs_sync(fake_cluster.cluster, fake_cluster.gateway)
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    spec = job(fake_cluster, "vision-train", "tainted")["spec"]["template"]["spec"]
+    assert {
+        "key": "nvidia.com/gpu",
+        "operator": "Equal",
+        "value": "present",
+        "effect": "NoSchedule",
+    } in spec["tolerations"]
+
+
+def test_preemption_suspends_the_job_and_restores_its_template(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    create_job(fake_cluster, "speech-train", "big", "speech", 8)
+    jobs_sync(fake_cluster.cluster, fake_cluster.gateway)
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    assert job(fake_cluster, "speech-train", "big")["spec"]["suspend"] is False
+    create_job(fake_cluster, "vision-train", "urgent", "vision", 6)
+    jobs_sync(fake_cluster.cluster, fake_cluster.gateway)
+    outcome = admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    assert len(outcome.preempted) == 1
+    victim = job(fake_cluster, "speech-train", "big")
+    assert victim["spec"]["suspend"] is True
+    assert "nodeSelector" not in victim["spec"]["template"]["spec"]
+    assert "tidegate.io/original-scheduling" not in (victim["metadata"].get("annotations") or {})
+    assert Workload.objects.get(job_name="big").state == "pending"
+
+
+def test_a_queue_label_naming_a_foreign_or_unknown_tenant_is_refused_with_a_reason(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    create_job(fake_cluster, "vision-train", "sneaky", "globex", 1)
+    create_job(fake_cluster, "vision-train", "typo", "visoin", 1)
+    create_job(fake_cluster, "vision-dev", "ok", "vision", 1)
+    result = jobs_sync(fake_cluster.cluster, fake_cluster.gateway)
+    assert len(result.rejected) == 2 and len(result.created) == 1
+    sneaky = Workload.objects.get(job_name="sneaky")
+    assert sneaky.state == "rejected"
+    assert sneaky.reason == "namespace vision-train belongs to vision, not globex"
+    assert "unknown tenant 'visoin'" in Workload.objects.get(job_name="typo").reason
+    assert AuditEvent.objects.filter(message__contains="not admitted").count() == 2
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)  # the cycle goes on
+    assert job(fake_cluster, "vision-train", "sneaky")["spec"]["suspend"] is True
+    assert job(fake_cluster, "vision-dev", "ok")["spec"]["suspend"] is False
+    again = jobs_sync(fake_cluster.cluster, fake_cluster.gateway)
+    assert again.rejected == [] and again.created == []  # decided once
+
+
+def test_a_deleted_job_frees_its_capacity(fake_cluster: FakeCluster, cast: Cast) -> None:
+    create_job(fake_cluster, "vision-train", "gone", "vision", 8)
+    jobs_sync(fake_cluster.cluster, fake_cluster.gateway)
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    fake_cluster.api.delete_object("Job", "vision-train", "gone")
+    result = jobs_sync(fake_cluster.cluster, fake_cluster.gateway)
+    workload = Workload.objects.get(job_name="gone")
+    assert result.finished == [workload.pk] and workload.state == "finished"
+    assert workload.reason == "the Job was deleted"
+
+
+def test_a_job_that_cannot_be_started_goes_back_to_pending_with_the_error(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    create_job(fake_cluster, "vision-train", "flaky", "vision", 2)
+    jobs_sync(fake_cluster.cluster, fake_cluster.gateway)
+    fake_cluster.api.fail_next(10, r"/apis/batch/v1/namespaces/vision-train/jobs/flaky", status=403)
+    outcome = admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    workload = Workload.objects.get(job_name="flaky")
+    assert workload.pk in outcome.apply_errors
+    assert workload.state == "pending" and workload.reason.startswith("could not start the Job")

@@ -1,0 +1,235 @@
+"""The queue through the API and the cycle: admit what fits, explain what waits, reclaim."""
+
+from __future__ import annotations
+
+import threading
+from io import StringIO
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+
+from scheduler_bridge.workloads.cycle import admission_cycle, decide_and_persist
+from scheduler_bridge.workloads.models import Workload
+from tests.conftest import ROLE_NAMES, Cast, client_for
+from tests.workloads.conftest import FakeCluster
+
+pytestmark = pytest.mark.django_db
+
+
+def submit(user: Any, tenant: str, gpus: int, count: int = 1, **extra: Any) -> Any:
+    body = {
+        "cluster": "gpu-east",
+        "tenant": tenant,
+        "name": extra.pop("name", f"job-{tenant}-{gpus}x{count}"),
+        "pod_sets": [
+            {"count": count, "gpus_per_pod": gpus, **extra.pop("pod", {"flavour": "h100-80gb"})}
+        ],
+        **extra,
+    }
+    return client_for(user).post("/api/v1/workloads/", body, format="json")
+
+
+def test_work_within_guarantee_is_admitted_with_placements(
+    fake_cluster: FakeCluster, cast: Cast, priorities: dict
+) -> None:
+    response = submit(cast.member, "vision", 4)
+    assert response.status_code == 201, response.content
+    assert response.json()["state"] == "pending"
+    outcome = admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    workload = Workload.objects.get(pk=response.json()["id"])
+    assert outcome.admitted == [workload.pk]
+    assert workload.state == "admitted" and workload.gpus == 4
+    assert workload.flavour is not None and workload.flavour.name == "h100-80gb"
+    assert sum(p["gpus"] for p in workload.placements) == 4
+    assert workload.borrowed == {}
+    assert workload.priority_class is not None and workload.priority_class.name == "batch"
+
+
+def test_waiting_work_gets_a_position_and_a_precise_reason(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    # speech holds 2 H100 and may borrow at most 1 more
+    from scheduler_bridge.quotas.models import Quota
+
+    Quota.objects.filter(tenant=cast.team_b, flavour=fake_cluster.h100).update(borrow_limit=1)
+    ids = [submit(cast.platform_admin, "speech", 2, name=f"s{i}").json()["id"] for i in range(3)]
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    states = {w.pk: w for w in Workload.objects.filter(pk__in=ids)}
+    assert states[ids[0]].state == "admitted"
+    waiting = [states[i] for i in ids[1:]]
+    assert [w.state for w in waiting] == ["pending", "pending"]
+    assert [w.queue_position for w in waiting] == [1, 2]
+    assert waiting[0].reason_code == "quota_limit"
+    assert "h100-80gb" in waiting[0].reason and "2/" in waiting[0].reason
+
+
+def test_a_borrower_is_preempted_when_the_owner_needs_its_guarantee(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    """vision (guarantee 6) is idle; speech borrows the whole cluster; vision comes back."""
+    borrower = submit(cast.platform_admin, "speech", 8, name="big").json()["id"]
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    big = Workload.objects.get(pk=borrower)
+    assert big.state == "admitted" and sum(big.borrowed.values()) > 0
+    owner = submit(cast.lead, "vision", 6, name="owner").json()["id"]
+    outcome = admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    big.refresh_from_db()
+    assert outcome.preempted == [big.pk]
+    assert big.state == "pending" and big.reason_code == "preempted" and big.preemptions == 1
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    assert Workload.objects.get(pk=owner).state == "admitted"
+
+
+@pytest.mark.parametrize(
+    ("extra", "field", "words"),
+    [
+        (
+            {"count": 3, "pod": {"flavour": "h100-80gb"}, "gpus": 8},
+            "pod_sets",
+            "the cluster has 16",
+        ),
+        (
+            {"pod": {"flavour": "b200"}, "gpus": 1},
+            "pod_sets",
+            "available: a100-sxm4-40gb-mig-1g.5gb, h100-80gb",
+        ),
+        (
+            {"pod": {"product": "A100-SXM4-40GB", "mig_profile": "2g.99gb"}, "gpus": 1},
+            "pod_sets",
+            "1g.5gb",
+        ),
+        ({"count": 2, "gpus": 8, "topology": "node"}, "topology", "largest node has 8"),
+        ({"gpus": 16}, "pod_sets", "largest node offers 8"),
+        ({"gpus": 1, "priority_class": "urgent"}, "priority_class", "use one of"),
+    ],
+)
+def test_work_that_can_never_run_is_refused_at_submission(
+    fake_cluster: FakeCluster, cast: Cast, priorities: dict, extra: dict, field: str, words: str
+) -> None:
+    gpus = extra.pop("gpus")
+    count = extra.pop("count", 1)
+    response = submit(cast.member, "vision", gpus, count=count, **extra)
+    assert response.status_code == 400, response.content
+    assert words in " ".join(response.json()[field])
+    assert not Workload.objects.exists()
+
+
+SUBMIT = {
+    "platform_admin": 201,
+    "dept_admin": 201,
+    "finance": 403,
+    "lead": 201,
+    "member": 201,
+    "outsider": 400,
+}
+
+
+@pytest.mark.parametrize("role", ROLE_NAMES)
+def test_members_submit_and_everyone_sees_only_their_subtrees_work(
+    fake_cluster: FakeCluster, cast: Cast, role: str
+) -> None:
+    assert submit(cast.user(role), "vision", 1).status_code == SUBMIT[role]
+    mine = submit(cast.member, "vision", 1, name="visible").json()["id"]
+    client = client_for(cast.user(role))
+    expected = 404 if role == "outsider" else 200
+    assert client.get(f"/api/v1/workloads/{mine}/").status_code == expected
+    names = {w["name"] for w in client.get("/api/v1/workloads/").json()["results"]}
+    assert ("visible" in names) == (role != "outsider")
+
+
+CANCEL = {
+    "platform_admin": 200,
+    "dept_admin": 200,
+    "finance": 403,
+    "lead": 200,
+    "member": 200,
+    "outsider": 404,
+}
+
+
+@pytest.mark.parametrize("role", ROLE_NAMES)
+def test_the_submitter_and_leads_cancel(fake_cluster: FakeCluster, cast: Cast, role: str) -> None:
+    workload = submit(cast.member, "vision", 1).json()["id"]
+    response = client_for(cast.user(role)).post(f"/api/v1/workloads/{workload}/cancel/")
+    assert response.status_code == CANCEL[role]
+    assert Workload.objects.get(pk=workload).state == (
+        "cancelled" if CANCEL[role] == 200 else "pending"
+    )
+
+
+def test_finishing_api_work_frees_its_gpus(fake_cluster: FakeCluster, cast: Cast) -> None:
+    first = submit(cast.platform_admin, "vision", 8, name="first").json()["id"]
+    second = submit(cast.platform_admin, "vision", 8, name="next").json()["id"]
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    assert Workload.objects.get(pk=second).state == "pending"
+    client = client_for(cast.platform_admin)
+    assert client.post(f"/api/v1/workloads/{first}/finish/").json()["state"] == "finished"
+    assert client.post(f"/api/v1/workloads/{first}/finish/").status_code == 409
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    assert Workload.objects.get(pk=second).state == "admitted"
+
+
+@pytest.mark.parametrize("role", ROLE_NAMES)
+def test_priority_classes_are_read_by_all_and_written_by_platform_admins(
+    cast: Cast, priorities: dict, role: str
+) -> None:
+    client = client_for(cast.user(role))
+    assert client.get("/api/v1/priority-classes/batch/").status_code == 200
+    response = client.post(
+        "/api/v1/priority-classes/",
+        {"name": "urgent", "value": 500, "preemptible": False, "price_multiplier": "2"},
+        format="json",
+    )
+    assert response.status_code == (201 if role == "platform_admin" else 403)
+
+
+def test_a_priority_class_in_use_cannot_be_deleted(
+    fake_cluster: FakeCluster, cast: Cast, priorities: dict
+) -> None:
+    submit(cast.member, "vision", 1, priority_class="prod")
+    response = client_for(cast.platform_admin).delete("/api/v1/priority-classes/prod/")
+    assert response.status_code == 409 and "used by 1 workload" in response.json()["detail"]
+
+
+def test_the_queue_command_prints_positions_and_reasons(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    submit(cast.platform_admin, "vision", 8, name="runs")
+    submit(cast.platform_admin, "vision", 8, name="waits")
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    out = StringIO()
+    call_command("queue", "--cluster", "gpu-east", stdout=out)
+    text = out.getvalue()
+    assert "waits" in text and "pending" in text and "admitted" in text
+    assert "h100-80gb on h100-" in text and "cohort acme can lend only 4 h100-80gb" in text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_cycles_at_once_admit_no_more_than_fits(fake_cluster: FakeCluster, cast: Cast) -> None:
+    """vision may hold acme's 12 H100: three 4-GPU jobs, whichever cycle admits them."""
+    fake = fake_cluster
+    for i in range(6):
+        submit(cast.platform_admin, "vision", 4, name=f"w{i}")
+    barrier = threading.Barrier(2)
+
+    def run() -> None:
+        barrier.wait()
+        try:
+            decide_and_persist(fake.cluster)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    admitted = Workload.objects.filter(state="admitted")
+    assert admitted.count() == 3
+    per_node: dict[str, int] = {}
+    for workload in admitted:
+        for p in workload.placements:
+            per_node[p["node"]] = per_node.get(p["node"], 0) + p["gpus"]
+    assert all(used <= 8 for used in per_node.values())
