@@ -1,0 +1,1 @@
+"""Trace replay: real GPU-cluster traces through the admission engine, per policy."""
