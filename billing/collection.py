@@ -199,8 +199,23 @@ def usage_collect(
             "namespace", "tenant_id"
         )
     )
-    rows = _ledger_rows(cluster, allocations, tenants, result)
+    workload_tenants = {w.id: w.tenant_id for w in workloads}
+    rows = _ledger_rows(cluster, allocations, tenants, workload_tenants, result)
     with transaction.atomic():
+        # Two collectors of one cluster at once (beat, a re-queued run, the API) must not
+        # both write the same hours: the second one finds the watermark moved and stops.
+        Cluster.objects.select_for_update().get(pk=cluster.pk)
+        mark = CollectorWatermark.objects.filter(cluster=cluster).first()
+        if (
+            mark is not None
+            and mark.collected_until is not None
+            and mark.collected_until > hours[0]
+        ):
+            logger.info(
+                "%s: hours from %s already collected by another run", cluster.name, hours[0]
+            )
+            result.rows = 0
+            return result
         result.inserted = ledger_append(rows)
         CollectorWatermark.objects.update_or_create(
             cluster=cluster,
@@ -222,11 +237,15 @@ def _ledger_rows(
     cluster: Cluster,
     allocations: Sequence[metering.Allocation],
     tenants: dict[str, int],
+    workload_tenants: dict[int, int],
     result: CollectResult,
 ) -> list[LedgerRow]:
     rows = []
     for allocation in allocations:
+        # Work submitted through the API has no namespace: its workload names the tenant.
         tenant_id = tenants.get(allocation.namespace)
+        if tenant_id is None and allocation.workload_id is not None:
+            tenant_id = workload_tenants.get(allocation.workload_id)
         if tenant_id is None:
             # No tenant owns the namespace: nobody to bill. It still counts as held
             # capacity nowhere, so it shows up as idle; admins see the namespace here.

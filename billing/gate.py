@@ -105,20 +105,48 @@ def _hourly_prices(cluster: Cluster, now: datetime) -> dict[str, Fraction]:
     return prices
 
 
+def _admitted_since(
+    tenant: Tenant, since: datetime, prices: dict[int, dict[str, Fraction]], now: datetime
+) -> Fraction:
+    """Estimated cost of work of `tenant`'s subtree admitted after `since`."""
+    from scheduler_bridge.workloads.models import Workload
+
+    cost = Fraction(0)
+    recent = Workload.objects.filter(
+        tenant__path__startswith=tenant.path, admitted_at__gt=since, flavour__isnull=False
+    ).select_related("flavour", "cluster")
+    for workload in recent:
+        assert workload.flavour is not None
+        if workload.cluster_id not in prices:
+            prices[workload.cluster_id] = _hourly_prices(workload.cluster, now)
+        price = prices[workload.cluster_id].get(workload.flavour.name, Fraction(0))
+        hours = Fraction(int(workload.max_run_time_s or 3600), 3600)
+        cost += workload.gpus * price * hours
+    return cost
+
+
 def budget_gate_for_cluster(cluster: Cluster, now: datetime | None = None) -> BillingBudgetGate:
     """The gate for one admission cycle on ``cluster``."""
     now = now or timezone.now()
     budgets: dict[int, list[HardBudget]] = {}
     hard = Budget.objects.filter(is_active=True, enforcement=Budget.Enforcement.HARD)
+    prices: dict[int, dict[str, Fraction]] = {}
     for budget in hard.select_related("tenant", "status"):
-        name, _start, _end = budget_window(budget.cadence, now)
+        name, start, _end = budget_window(budget.cadence, now)
         status = getattr(budget, "status", None)
         spent = Decimal(0)
+        since = start
         if status is not None and status.period_name == name:
             hours = Fraction(int(max((now - status.evaluated_at).total_seconds(), 0)), 3600)
             # Work kept running since the last evaluation: count what it cost meanwhile.
             spent_now = Fraction(status.spent) + Fraction(status.running_per_hour) * hours
             spent = Decimal(str(pricing.round_half_even(spent_now)))
+            since = status.evaluated_at
+        # Work admitted since then (by earlier cycles, on any cluster) is promised money
+        # the last evaluation could not see yet.
+        spent += Decimal(
+            str(pricing.round_half_even(_admitted_since(budget.tenant, since, prices, now)))
+        )
         budgets.setdefault(budget.tenant_id, []).append(
             HardBudget(
                 tenant_slug=budget.tenant.slug,

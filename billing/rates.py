@@ -7,7 +7,7 @@ one currency, and budgets must match it).
 
 from __future__ import annotations
 
-from datetime import date
+from datetime import date, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -110,7 +110,7 @@ def _validate(card: RateCard) -> None:
             raise ValidationFailed(
                 f"Multiplier of {name} is not a number: {raw!r}.", field="priority_multipliers"
             ) from error
-        if value < 0 or not value.is_finite():
+        if not value.is_finite() or value < 0:
             raise ValidationFailed(
                 f"Multiplier of {name} may not be negative (got {value}).",
                 field="priority_multipliers",
@@ -141,11 +141,28 @@ def _check_against_others(card: RateCard) -> None:
                 f"{other.valid_from} to {until}; end it before {card.valid_from} or start this "
                 "one after it."
             )
-        if other.currency != card.currency:
+    # A statement prices a whole month in one currency: cards valid in the same calendar
+    # month must agree on it, even when their days do not overlap.
+    first, last = _month_span(card.valid_from, card.valid_to)
+    for other in others:
+        if other.currency == card.currency:
+            continue
+        if _overlaps(first, last, other.valid_from, other.valid_to):
             raise CurrencyMismatch(
-                f"Rate card '{other.name}' is in {other.currency} on overlapping days; all cards "
-                f"valid on the same day share one currency (this one is {card.currency})."
+                f"Rate card '{other.name}' is in {other.currency} in the same month; one month "
+                f"is billed in one currency (this one is {card.currency}). Start the new "
+                "currency on the first day of a month."
             )
+
+
+def _month_span(valid_from: Any, valid_to: Any) -> tuple[Any, Any]:
+    """The calendar months a card touches, as [first day, first day after)."""
+    first = valid_from.replace(day=1)
+    if valid_to is None:
+        return first, None
+    last_day = valid_to - timedelta(days=1)
+    next_month = (last_day.replace(day=28) + timedelta(days=4)).replace(day=1)
+    return first, next_month
 
 
 def rate_card_create(*, actor: Any, source: str = "api", **fields: Any) -> RateCard:

@@ -205,6 +205,10 @@ def inventory_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> I
             cluster, flavour_totals, _tolerations(infos, flavours_on_node)
         )
         _mark_cluster(cluster, Cluster.Status.OK, f"{result.nodes} nodes, {result.gpus} GPUs")
+        # Capacity may have changed: waiting work may fit now (or admitted work not).
+        from scheduler_bridge.workloads.services import queue_cycle
+
+        queue_cycle(cluster.pk)
     return result
 
 

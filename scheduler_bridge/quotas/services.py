@@ -133,7 +133,15 @@ def quota_set(
             message=message,
         )
     queue_quota_sync(flavour.cluster_id)
+    _queue_admission(flavour.cluster_id)
     return quota
+
+
+def _queue_admission(cluster_id: int) -> None:
+    """A changed quota may let waiting work in (or make borrowers reclaimable)."""
+    from scheduler_bridge.workloads.services import queue_cycle
+
+    queue_cycle(cluster_id)
 
 
 def quota_delete(*, actor: Any, quota: Quota, source: str = "api") -> None:

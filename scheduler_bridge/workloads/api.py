@@ -36,7 +36,9 @@ class WorkloadSubmitSerializer(serializers.Serializer[Workload]):
     gang = serializers.BooleanField(default=True)
     topology = serializers.ChoiceField(choices=Workload.Topology.choices, default="none")
     priority_class = serializers.CharField(required=False, allow_null=True, default=None)
-    max_run_time_s = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+    max_run_time_s = serializers.IntegerField(
+        min_value=1, max_value=2**31 - 1, required=False, allow_null=True
+    )
 
     def validate_cluster(self, value: str) -> Any:
         request = self.context["request"]

@@ -143,6 +143,7 @@ def admission_cycle(cluster: Cluster, gateway: ClusterGateway | None = None) -> 
     """Decide, persist, then apply: quota first raised for new work, Jobs started or
     suspended, quota lowered again for what stopped."""
     from scheduler_bridge.quotas.sync import quota_sync
+    from scheduler_bridge.tasks import job_stop
 
     outcome, _ = decide_and_persist(cluster)
     jobs_admitted = Workload.objects.filter(pk__in=outcome.admitted, source=Workload.Source.JOB)
@@ -154,24 +155,42 @@ def admission_cycle(cluster: Cluster, gateway: ClusterGateway | None = None) -> 
         try:
             gateway.suspend_job(workload.namespace, workload.job_name)
         except GatewayError as error:
+            # Its GPUs are already promised to the preemptor: keep trying until it stops.
             logger.warning(
                 "could not suspend %s/%s: %s", workload.namespace, workload.job_name, error
             )
-    # Raise ResourceQuotas before any Job starts, so its pods are never refused.
-    quota_sync(cluster, gateway)
-    for workload in jobs_admitted.select_related("flavour"):
-        try:
-            start_job(gateway, workload)
-        except GatewayError as error:
-            outcome.apply_errors[workload.pk] = str(error)
-            with transaction.atomic():
-                locked = Workload.objects.select_for_update().get(pk=workload.pk)
-                if locked.state == Workload.State.ADMITTED:
-                    requeue(locked, f"could not start the Job: {error}", "apply_failed")
-                    locked.save()
+            transaction.on_commit(lambda pk=workload.pk: job_stop.delay(pk))
+    started: set[int] = set()
+    try:
+        # Raise ResourceQuotas before any Job starts, so its pods are never refused.
+        quota_sync(cluster, gateway)
+        for workload in jobs_admitted.select_related("flavour"):
+            try:
+                start_job(gateway, workload)
+                started.add(workload.pk)
+            except GatewayError as error:
+                outcome.apply_errors[workload.pk] = str(error)
+                _back_to_pending(workload.pk, f"could not start the Job: {error}")
+                started.add(workload.pk)
+    except GatewayError as error:
+        # The cluster stopped answering half-way: nothing not yet started may keep
+        # holding GPUs it does not use.
+        for workload in jobs_admitted:
+            if workload.pk not in started:
+                outcome.apply_errors[workload.pk] = str(error)
+                _back_to_pending(workload.pk, f"could not start the Job: {error}")
+        raise
     if outcome.apply_errors or outcome.preempted:
         quota_sync(cluster, gateway)
     return outcome
+
+
+def _back_to_pending(workload_id: int, reason: str) -> None:
+    with transaction.atomic():
+        locked = Workload.objects.select_for_update().get(pk=workload_id)
+        if locked.state == Workload.State.ADMITTED:
+            requeue(locked, reason, "apply_failed")
+            locked.save()
 
 
 def start_job(gateway: ClusterGateway, workload: Workload) -> None:

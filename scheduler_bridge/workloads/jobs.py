@@ -21,7 +21,12 @@ from scheduler_bridge.inventory.connection import gateway_for_cluster
 from scheduler_bridge.inventory.models import Cluster
 from scheduler_bridge.quotas.services import queue_quota_sync
 from scheduler_bridge.workloads.models import Workload
-from scheduler_bridge.workloads.services import PodSetSpec, queue_cycle, workload_submit
+from scheduler_bridge.workloads.services import (
+    PodSetSpec,
+    lock_for_change,
+    queue_cycle,
+    workload_submit,
+)
 from tenants.audit import audit_record
 from tenants.errors import TidegateError
 from tenants.models import NamespaceBinding, Tenant
@@ -166,6 +171,12 @@ def jobs_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> JobSyn
         except TidegateError as error:
             result.rejected.append(_reject(cluster, job, tenant, error.message).pk)
             continue
+        except Exception as error:  # noqa: BLE001 - one odd Job must not stop the sync
+            logger.exception("Job %s/%s could not be queued", job.namespace, job.name)
+            result.rejected.append(
+                _reject(cluster, job, tenant, f"could not be queued: {error}").pk
+            )
+            continue
         result.created.append(created.pk)
     for uid, workload in known.items():
         if uid not in seen and workload.state in Workload.OPEN_STATES:
@@ -176,7 +187,9 @@ def jobs_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> JobSyn
 
 def _finish(workload: Workload, reason: str) -> None:
     with transaction.atomic():
-        locked = Workload.objects.select_for_update().get(pk=workload.pk)
+        locked = lock_for_change(workload)
+        if locked.state not in Workload.OPEN_STATES:
+            return
         was_active = locked.state in Workload.ACTIVE_STATES
         locked.state = Workload.State.FINISHED if was_active else Workload.State.CANCELLED
         locked.finished_at = timezone.now() if was_active else None
@@ -188,11 +201,16 @@ def _finish(workload: Workload, reason: str) -> None:
             queue_quota_sync(locked.cluster_id)  # lower the ceiling it had raised
 
 
+MAX_RUN_TIME_S = 2**31 - 1
+
+
 def _int(value: str | None) -> int | None:
+    """A positive whole number of seconds from an annotation, else None (ignored)."""
     try:
-        return int(value) if value else None
+        number = int(value) if value else None
     except ValueError:
         return None
+    return number if number is not None and 0 < number <= MAX_RUN_TIME_S else None
 
 
 __all__ = ["JobSyncResult", "jobs_sync", "logger"]

@@ -258,9 +258,16 @@ def workload_finish(*, actor: Any, workload: Workload, source: str = "api") -> W
     return _close(actor, workload, Workload.State.FINISHED, "finished", source)
 
 
+def lock_for_change(workload: Workload) -> Workload:
+    """Lock the workload's cluster (as an admission cycle does), then the workload: a
+    cancel or finish then never lands in the middle of a cycle that would overwrite it."""
+    Cluster.objects.select_for_update().get(pk=workload.cluster_id)
+    return Workload.objects.select_for_update().get(pk=workload.pk)
+
+
 def _close(actor: Any, workload: Workload, state: str, reason: str, source: str) -> Workload:
     with transaction.atomic():
-        locked = Workload.objects.select_for_update().get(pk=workload.pk)
+        locked = lock_for_change(workload)
         if locked.state not in Workload.OPEN_STATES:
             raise Conflict(f"Workload {locked.pk} is already {locked.state}.")
         before = snapshot(locked)

@@ -224,6 +224,35 @@ def test_a_hard_budget_refuses_work_that_would_pass_what_is_left(
     assert answers == [True] * 5 + [False]
 
 
+def test_work_admitted_by_earlier_cycles_counts_before_the_next_evaluation(
+    cast: Cast, gpu: GpuCluster
+) -> None:
+    from scheduler_bridge.workloads.models import Workload
+
+    vision_budget(cast)
+    spend(cast, gpu, 20)  # 80.00 spent, 20.00 left
+    budgets_evaluate(now=NOW)
+    # an earlier cycle admitted three one-hour, 2-GPU jobs (4.00 each) after the evaluation
+    for i in range(3):
+        Workload.objects.create(
+            cluster=gpu.cluster,
+            tenant=cast.team_a,
+            name=f"w{i}",
+            state="admitted",
+            pod_sets=[],
+            submitted_at=NOW,
+            admitted_at=NOW + timedelta(minutes=1),
+            flavour=gpu.h100,
+            gpus=2,
+        )
+    gate = budget_gate_for_cluster(gpu.cluster, now=NOW + timedelta(minutes=2))
+    answers = [
+        gate.may_start(cast.team_a.slug, pending(cast.team_a.slug, wid=f"n{i}"))[0]
+        for i in range(3)
+    ]
+    assert answers == [True, True, False]  # 8.00 left after the 12.00 already promised
+
+
 def test_a_soft_budget_only_warns_and_a_parents_hard_budget_binds_its_teams(
     cast: Cast, gpu: GpuCluster
 ) -> None:

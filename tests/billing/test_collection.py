@@ -284,6 +284,31 @@ def test_a_pod_collected_while_gone_is_metered_from_its_admitted_workload(
 
 
 @pytest.mark.django_db
+def test_work_submitted_through_the_api_is_billed_to_its_tenant(
+    cast: Cast, gpu: GpuCluster
+) -> None:
+    workload = Workload.objects.create(
+        cluster=gpu.cluster,
+        tenant=cast.team_a,
+        name="notebook-grant",
+        pod_sets=[{"name": "main", "count": 1, "gpus_per_pod": 2, "flavours": ["h100-80gb"]}],
+        submitted_at=H10 - timedelta(hours=1),
+        admitted_at=H10,
+        finished_at=H11,
+        state=Workload.State.FINISHED,
+        flavour=gpu.h100,
+        placements=[{"node": "h100-1", "flavour": "h100-80gb", "gpus": 2}],
+        gpus=2,
+    )
+    CollectorWatermark.objects.create(cluster=gpu.cluster, collected_until=H10)
+    result = usage_collect(cluster=gpu.cluster, gateway=FakeGateway([]), now=NOW)
+    rows = list(UsageRecord.objects.all())
+    assert [(r.tenant_id, r.workload_id, r.gpu_seconds_allocated) for r in rows] == [
+        (cast.team_a.pk, workload.pk, 2 * 3600)
+    ]
+    assert "" not in result.unbound_namespaces
+
+
 def test_pods_of_a_workload_take_precedence_over_its_admission_record(
     cast: Cast, gpu: GpuCluster
 ) -> None:

@@ -130,6 +130,7 @@ def card(**overrides: Any) -> dict[str, Any]:
         (card(currency="usd"), "currency", "three-letter"),
         (card(mig_profile="1g.10gb", product=""), "product", "needs the product"),
         (card(priority_multipliers={"spot": "-0.5"}), "priority_multipliers", "negative"),
+        (card(priority_multipliers={"spot": "NaN"}), "priority_multipliers", "negative"),
     ],
 )
 def test_bad_rate_cards_are_400_with_the_reason_and_nothing_written(
@@ -167,6 +168,27 @@ def test_overlapping_rate_cards_for_the_same_scope_are_refused(cast: Cast, gpu: 
     )
     assert other_scope.status_code == 400 and "one currency" in other_scope.json()["detail"]
     assert RateCard.objects.count() == 3
+
+
+def test_a_new_currency_must_start_on_the_first_of_a_month(cast: Cast, gpu: GpuCluster) -> None:
+    client = client_for(cast.platform_admin)
+    usd = card(valid_to="2027-03-15")
+    assert client.post("/api/v1/billing/rate-cards/", usd, format="json").status_code == 201
+    mid_month = card(name="H100 EUR", currency="EUR", valid_from="2027-03-15")
+    response = client.post("/api/v1/billing/rate-cards/", mid_month, format="json")
+    assert response.status_code == 400
+    assert "first day of a month" in response.json()["detail"]
+    assert RateCard.objects.filter(currency="EUR").count() == 0
+
+
+def test_a_card_touches_every_calendar_month_it_is_valid_in() -> None:
+    from datetime import date
+
+    from billing.rates import _month_span
+
+    assert _month_span(date(2027, 3, 15), date(2027, 4, 1)) == (date(2027, 3, 1), date(2027, 4, 1))
+    assert _month_span(date(2027, 3, 1), date(2027, 4, 2)) == (date(2027, 3, 1), date(2027, 5, 1))
+    assert _month_span(date(2027, 12, 5), None) == (date(2027, 12, 1), None)
 
 
 def test_a_rate_card_that_priced_a_closed_statement_cannot_be_deleted(

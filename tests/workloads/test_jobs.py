@@ -159,3 +159,35 @@ def test_a_job_that_cannot_be_started_goes_back_to_pending_with_the_error(
     workload = Workload.objects.get(job_name="flaky")
     assert workload.pk in outcome.apply_errors
     assert workload.state == "pending" and workload.reason.startswith("could not start the Job")
+
+
+def test_when_the_cluster_stops_answering_admitted_jobs_go_back_to_pending(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    from scheduler_bridge.gateways import ClusterUnreachable
+
+    create_job(fake_cluster, "vision-train", "stranded", "vision", 2)
+    jobs_sync(fake_cluster.cluster, fake_cluster.gateway)
+    fake_cluster.api.fail_next(50, status=503)  # the quota sync before the start fails
+    with pytest.raises(ClusterUnreachable):
+        admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    fake_cluster.api.clear_faults()
+    workload = Workload.objects.get(job_name="stranded")
+    assert workload.state == "pending" and workload.reason_code == "apply_failed"
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    assert job(fake_cluster, "vision-train", "stranded")["spec"]["suspend"] is False
+
+
+def test_an_odd_annotation_never_stops_the_job_sync(fake_cluster: FakeCluster, cast: Cast) -> None:
+    create_job(
+        fake_cluster,
+        "vision-train",
+        "odd",
+        "vision",
+        1,
+        annotations={"tidegate.io/max-run-time-seconds": "99999999999"},
+    )
+    create_job(fake_cluster, "vision-dev", "fine", "vision", 1)
+    result = jobs_sync(fake_cluster.cluster, fake_cluster.gateway)
+    assert len(result.created) == 2
+    assert Workload.objects.get(job_name="odd").max_run_time_s is None

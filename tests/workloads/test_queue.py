@@ -213,11 +213,14 @@ def test_two_cycles_at_once_admit_no_more_than_fits(fake_cluster: FakeCluster, c
     for i in range(6):
         submit(cast.platform_admin, "vision", 4, name=f"w{i}")
     barrier = threading.Barrier(2)
+    errors: list[BaseException] = []
 
     def run() -> None:
         barrier.wait()
         try:
             decide_and_persist(fake.cluster)
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
         finally:
             connection.close()
 
@@ -226,6 +229,7 @@ def test_two_cycles_at_once_admit_no_more_than_fits(fake_cluster: FakeCluster, c
         thread.start()
     for thread in threads:
         thread.join()
+    assert errors == []
     admitted = Workload.objects.filter(state="admitted")
     assert admitted.count() == 3
     per_node: dict[str, int] = {}
@@ -233,3 +237,19 @@ def test_two_cycles_at_once_admit_no_more_than_fits(fake_cluster: FakeCluster, c
         for p in workload.placements:
             per_node[p["node"]] = per_node.get(p["node"], 0) + p["gpus"]
     assert all(used <= 8 for used in per_node.values())
+
+
+def test_a_run_time_past_the_limit_is_a_400(fake_cluster: FakeCluster, cast: Cast) -> None:
+    response = submit(cast.member, "vision", 1, max_run_time_s=99999999999)
+    assert response.status_code == 400 and "max_run_time_s" in response.json()
+
+
+def test_a_cancel_waits_for_a_running_cycle_and_is_not_overwritten(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    """Cancelling takes the cluster lock a cycle holds, so it lands before or after the
+    whole cycle; afterwards no cycle brings the cancelled work back."""
+    workload = submit(cast.member, "vision", 2).json()["id"]
+    client_for(cast.member).post(f"/api/v1/workloads/{workload}/cancel/")
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    assert Workload.objects.get(pk=workload).state == "cancelled"
