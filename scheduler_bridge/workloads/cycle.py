@@ -159,7 +159,7 @@ def admission_cycle(cluster: Cluster, gateway: ClusterGateway | None = None) -> 
             logger.warning(
                 "could not suspend %s/%s: %s", workload.namespace, workload.job_name, error
             )
-            transaction.on_commit(lambda pk=workload.pk: job_stop.delay(pk))
+            job_stop.delay(workload.pk)
     started: set[int] = set()
     try:
         # Raise ResourceQuotas before any Job starts, so its pods are never refused.
