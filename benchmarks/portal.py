@@ -24,6 +24,7 @@ PAGES = [
     ("cluster", "admin", "/clusters/demo/"),
     ("queue", "admin", "/clusters/demo/queue/"),
     ("audit", "admin", "/audit/"),
+    ("billing", "finance", "/billing/"),
 ]
 RUNS = 5
 
