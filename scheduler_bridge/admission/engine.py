@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
-from dataclasses import dataclass
 from time import perf_counter
 
-from . import reasons
+from . import reasons, records
 from .budget import AllowAllBudgetGate, BudgetGate
 from .explain import Explainer, Outcome
+from .incremental import Failure, FailureKey, mark_skips, own_limits_only, record_failures
 from .model import (
     Admission,
     AdmitCode,
@@ -37,29 +37,20 @@ from .model import (
     CycleResult,
     CycleStats,
     EngineConfig,
+    Node,
     PendingWorkload,
-    Placement,
     Preemption,
-    PreemptionCode,
     ReasonCode,
-    Reservation,
 )
-from .pending import Group, Item, Option, RawShape, TenantQueue, group_items
+from .pending import Group, Item, Option, TenantQueue, group_items
 from .placement import Plan
 from .preemption import PreemptionPlan, Preemptor
 from .reservation import backfill_overlay, consume, release, reserve_for_starving
-from .state import CycleState, ReservationEntry, Run, Static, node_layout
+from .state import CycleState, Layout, ReservationEntry, Static, node_layout
 
-Fingerprint = tuple[tuple[int, int, object], ...]
 _DECIDED = "decided"
 _FAILED = "failed"
 _DEFERRED = "deferred"
-
-
-@dataclass(frozen=True, slots=True)
-class _Failure:
-    fingerprint: Fingerprint
-    max_priority: int
 
 
 class AdmissionEngine:
@@ -77,9 +68,9 @@ class AdmissionEngine:
         self.config = config or EngineConfig()
         self.budget_gate: BudgetGate = budget_gate or AllowAllBudgetGate()
         self._static: Static | None = None
-        self._nodes_seen: tuple[object, object] | None = None
+        self._nodes_seen: tuple[tuple[Node, ...], Layout] | None = None
         self._items: dict[str, Item] = {}
-        self._failures: dict[tuple[int, RawShape], _Failure] = {}
+        self._failures: dict[FailureKey, Failure] = {}
 
     def run_cycle(self, snapshot: ClusterSnapshot, *, explain_pending: bool = True) -> CycleResult:
         """Decide one cycle. Raises ValueError for inconsistent input (duplicate ids, an
@@ -114,7 +105,7 @@ class AdmissionEngine:
             self._nodes_seen = (snapshot.nodes, layout)
         key = (snapshot.tenants, snapshot.quotas, snapshot.flavours, layout)
         if self._static is None or self._static.key != key:
-            self._static = Static(snapshot.tenants, snapshot.quotas, snapshot.flavours, layout)  # type: ignore[arg-type]
+            self._static = Static(snapshot.tenants, snapshot.quotas, snapshot.flavours, layout)
             self._items = {}
             self._failures = {}
         return self._static
@@ -163,14 +154,14 @@ class _Cycle:
         config: EngineConfig,
         gate: BudgetGate,
         items: list[Item],
-        failures_in: dict[tuple[int, RawShape], _Failure],
+        failures_in: dict[FailureKey, Failure],
     ) -> None:
         self.state = CycleState(static, snapshot, config)
         self.names = static.flavour_names
         self.items = items
         self.gate = gate
         self.failures_in = failures_in
-        self.failures_out: dict[tuple[int, RawShape], _Failure] = {}
+        self.failures_out: dict[FailureKey, Failure] = {}
         self.preemptor = Preemptor(self.state)
         self.admissions: list[Admission] = []
         self.preemptions: list[Preemption] = []
@@ -179,7 +170,7 @@ class _Cycle:
         self.admitted_priority: dict[int, int] = {}
         self.quota_memo: dict[tuple[int, int], int] = {}
         self.node_memo: dict[tuple[int, object, int], int] = {}
-        self.preempt_memo: set[tuple[int, RawShape]] = set()
+        self.preempt_memo: set[FailureKey] = set()
         self.groups: list[tuple[int, Group]] = []
         self.failed_priority: dict[int, int] = {}
         self.groups_evaluated = 0
@@ -195,10 +186,11 @@ class _Cycle:
             for item in self.items:
                 if item.wl.max_run_time_s is not None:
                     item.individual = True
-        self._mark_skips(queues)
+        mark_skips(st, queues, self.failures_in)
+        self._fail_hopeless(queues)
         start_caps = st.pool.caps(range(len(self.names))) if explain else {}
         self._main_pass(queues)
-        self._record_failures()
+        self.failures_out = record_failures(st, self.groups, self.failed_priority)
         pending: tuple = ()
         if explain:
             left = [item for item in self.items if item.wl.id not in self.admitted]
@@ -209,7 +201,7 @@ class _Cycle:
             admissions=tuple(self.admissions),
             preemptions=tuple(self.preemptions),
             pending=pending,
-            reservations=tuple(self._reservation(e) for e in st.reservations),
+            reservations=tuple(records.reservation(st, e) for e in st.reservations),
         )
 
     def _build_queues(self) -> dict[int, TenantQueue]:
@@ -243,45 +235,18 @@ class _Cycle:
         cls = st.guarantee_class(item.node, item.shape)
         return (cls, order[0], st.share(item.node), order[1], order[2])
 
-    # -------------------------------------------------------- cross-cycle skip
-    def _fingerprint(self, node: int, flavours: Sequence[int], memo: dict) -> Fingerprint:
-        st = self.state
-        root = st.tree.root[node]
-        parts = []
-        for f in flavours:
-            key = (root, f)
-            value = memo.get(key)
-            if value is None:
-                # The running-work token is always the one from the start of the cycle:
-                # work admitted during a cycle was no preemption candidate in it, but
-                # is one in the next, so any admission in the tree must invalidate.
-                usage, tokens = st.quota_fingerprint(f, root)
-                value = memo[key] = (st.node_fingerprint(f), usage, tokens)
-            parts.append((f, *value))
-        return tuple(parts)  # type: ignore[return-value]
-
-    def _mark_skips(self, queues: dict[int, TenantQueue]) -> None:
-        if not self.failures_in:
-            return
-        memo: dict = {}
-        check_priority = self.state.config.priority_preemption
+    def _fail_hopeless(self, queues: dict[int, TenantQueue]) -> None:
+        """Fail, without queueing them, groups that cannot start in this cycle whatever
+        happens in it: every option beyond the tenant's own limits (usage only grows
+        within a cycle, and such a workload could not preempt either: preemptors must
+        end inside their guarantee), or a shape no node layout of the cluster can hold."""
         for node, queue in queues.items():
             for group in queue.groups:
-                failure = self.failures_in.get((node, group.shape.key))
-                if failure is None:
-                    continue
-                if check_priority and group.max_priority > failure.max_priority:
-                    continue
-                if failure.fingerprint == self._fingerprint(node, group.shape.flavours, memo):
-                    group.skip = True
-
-    def _record_failures(self) -> None:
-        memo: dict = {}
-        for node, group in self.groups:
-            if group.failed:
-                fingerprint = self._fingerprint(node, group.shape.flavours, memo)
-                priority = self.failed_priority[id(group)]
-                self.failures_out[(node, group.shape.key)] = _Failure(fingerprint, priority)
+                shape = group.shape
+                if own_limits_only(self.state, node, shape) or self.state.never_fits(shape):
+                    self.failed_priority[id(group)] = group.max_priority
+                    group.failed = True
+                    group.items = []
 
     # --------------------------------------------------------------- main pass
     def _main_pass(self, queues: dict[int, TenantQueue]) -> None:
@@ -299,26 +264,51 @@ class _Cycle:
                 heapq.heappush(heap, key)
 
     def _head(self, queue: TenantQueue) -> tuple | None:
-        """The tenant's next workload and its heap key. Within a tenant priority comes
-        first (the tenant's own choice; a higher-priority job that preempted its own
-        lower-priority work must not lose the GPUs to it again); across tenants work
-        inside its guarantee comes first, then priority, share, submit time, id."""
-        best = None
-        best_group = None
-        st = self.state
-        for group in queue.groups:
-            if group.pos >= len(group.items):
+        """The tenant's next workload and its heap key: work inside its guarantee first,
+        then priority, share, submit time, id. The guarantee class comes before priority
+        everywhere, within a tenant too, so that no borrowing admission can take GPUs a
+        pending owner would reclaim right after (which would start a preemption loop).
+
+        Each tenant keeps a heap of its groups. A group's class can only go from 0
+        (inside the guarantee) to 1 as the tenant's usage grows, so keys only ever
+        increase: an entry made before the tenant's last admission is re-checked when it
+        reaches the top and pushed back if its class changed (lazy increase-key)."""
+        heap = queue.heap
+        if queue.built < 0:
+            heap = queue.heap = [
+                (self._group_key(queue, g), g.stamp, queue.version, g)
+                for g in queue.groups
+                if g.pos < len(g.items)
+            ]
+            heapq.heapify(heap)
+            queue.built = 0
+        while heap:
+            key, stamp, version, group = heap[0]
+            if stamp != group.stamp or group.pos >= len(group.items):
+                heapq.heappop(heap)
                 continue
-            order = group.items[group.pos].order
-            cls = 1 if group.borrows else st.guarantee_class(queue.node, group.shape)
-            key = (order[0], cls, order[1], order[2])
-            if best is None or key < best:
-                best, best_group = key, group
-        queue.head = best_group
-        if best is None:
-            queue.groups = []
-            return None
-        return (best[1], best[0], queue.share, best[2], best[3], queue.node)
+            if version != queue.version:
+                fresh = self._group_key(queue, group)
+                if fresh != key:
+                    heapq.heapreplace(heap, (fresh, stamp, queue.version, group))
+                    continue
+            queue.head = group
+            queue.head_class = key[0]
+            return (key[0], key[1], queue.share, key[2], key[3], queue.node)
+        queue.head = None
+        return None
+
+    def _group_key(self, queue: TenantQueue, group: Group) -> tuple:
+        order = group.items[group.pos].order
+        cls = 1 if group.borrows else self.state.guarantee_class(queue.node, group.shape)
+        return (cls, order[0], order[1], order[2])
+
+    def _requeue(self, queue: TenantQueue, group: Group) -> None:
+        """The group's head changed: its old heap entry is stale, push the new one."""
+        group.stamp += 1
+        if group.pos < len(group.items):
+            entry = (self._group_key(queue, group), group.stamp, queue.version, group)
+            heapq.heappush(queue.heap, entry)
 
     def _visit(self, queue: TenantQueue) -> None:
         group = queue.head
@@ -326,25 +316,31 @@ class _Cycle:
         item = group.items[group.pos]
         if group.skip and not item.individual:
             self._fail_group(group, item, skipped=True)
-            return
-        self.groups_evaluated += 1
-        verdict = self._evaluate(queue, group, item)
-        if verdict is _DECIDED:
-            group.pos += 1
-        elif verdict is _FAILED:
-            self._fail_group(group, item, skipped=False)
-        # _DEFERRED: the group goes back to the heap as borrowing work
+        else:
+            self.groups_evaluated += 1
+            verdict = self._evaluate(queue, group, item)
+            if verdict is _DECIDED:
+                group.pos += 1
+            elif verdict is _FAILED:
+                self._fail_group(group, item, skipped=False)
+            # _DEFERRED: the group goes back to the heap as borrowing work
+        self._requeue(queue, group)
 
     def _fail_group(self, group: Group, item: Item, skipped: bool) -> None:
         """``item`` failed; so does every later member that cannot use more capacity
         than it could (capacity only shrinks within a cycle)."""
-        rest = group.items[group.pos + 1 :]
-        keep = [i for i in rest if i.individual]
-        failed = 1 + len(rest) - len(keep)
-        priority = max([item.wl.priority] + [i.wl.priority for i in rest if not i.individual])
-        self.failed_priority[id(group)] = max(
-            self.failed_priority.get(id(group), priority), priority
-        )
+        items = group.items
+        priority = item.wl.priority
+        failed = 1
+        keep: list[Item] = []
+        for other in items[group.pos + 1 :]:  # usually none: most groups hold one workload
+            if other.individual:
+                keep.append(other)
+            else:
+                failed += 1
+                priority = max(priority, other.wl.priority)
+        known = self.failed_priority.get(id(group))
+        self.failed_priority[id(group)] = priority if known is None else max(known, priority)
         group.items = keep
         group.pos = 0
         group.failed = True
@@ -356,35 +352,58 @@ class _Cycle:
     def _evaluate(self, queue: TenantQueue, group: Group, item: Item) -> object:
         """Try to admit (or preempt for) ``item``: _DECIDED when it was decided on its own
         (admitted, preempting, refused by budget), _FAILED when it does not fit, and
-        _DEFERRED when it queued as work within its guarantee but would borrow."""
-        for option in item.shape.options:
+        _DEFERRED when it queued as guaranteed work but can only start by borrowing.
+
+        Work queued as guaranteed (some flavour option fits the tenant's unused
+        guarantee) tries those options first, then reclaims its guarantee, and only
+        then goes back to the queue as borrowing work for its other options: a
+        preemptor must find the GPUs it freed when it comes back next cycle, not wander
+        off to borrow another flavour and leave them to its victims."""
+        options = item.shape.options
+        node = item.node
+        if queue.head_class == 0:
+            inside = [o for o in options if not self._borrows(node, o)]
+            verdict = self._admit_first(queue, item, inside) or self._preempt(queue, item, inside)
+            if verdict is not None:
+                return verdict
+            if len(inside) < len(options):
+                group.borrows = True
+                return _DEFERRED
+            return _FAILED
+        verdict = self._admit_first(queue, item, options)
+        if verdict is None and self.state.config.priority_preemption:
+            # no option is inside the guarantee, so reclaim is out: only the tenant's
+            # own lower-priority work could make room
+            verdict = self._preempt(queue, item, options)
+        return _FAILED if verdict is None else verdict
+
+    def _admit_first(self, queue: TenantQueue, item: Item, options: Sequence[Option]) -> str | None:
+        """Admit on the first option that fits quota and nodes (Kueue's flavour
+        fungibility); None when none does."""
+        for option in options:
             if not self._quota_ok(item.node, option):
                 continue
             placed = self._place(item, option)
             if placed is None:
                 continue
-            if (
-                not group.borrows
-                and self._borrows(item.node, option)
-                and self.state.guarantee_class(item.node, item.shape) == 0
-            ):
-                group.borrows = True
-                return _DEFERRED
-            if not self._budget_ok(item):
-                return _DECIDED
-            self._admit(queue, item, option, *placed)
+            if self._budget_ok(item):
+                self._admit(queue, item, option, *placed)
             return _DECIDED
+        return None
+
+    def _preempt(self, queue: TenantQueue, item: Item, options: Sequence[Option]) -> str | None:
         config = self.state.config
-        key = (item.node, item.shape.key)
-        if (config.reclaim or config.priority_preemption) and key not in self.preempt_memo:
-            for option in item.shape.options:
-                found = self.preemptor.plan(item, option)
-                if found is not None:
-                    if self._budget_ok(item):
-                        self._nominate(queue, item, option, found)
-                    return _DECIDED
-            self.preempt_memo.add(key)
-        return _FAILED
+        key = (item.node, item.shape.id)
+        if not (config.reclaim or config.priority_preemption) or key in self.preempt_memo:
+            return None
+        for option in options:
+            found = self.preemptor.plan(item, option)
+            if found is not None:
+                if self._budget_ok(item):
+                    self._nominate(queue, item, option, found)
+                return _DECIDED
+        self.preempt_memo.add(key)
+        return None
 
     def _borrows(self, node: int, option: Option) -> bool:
         usage = self.state.usage
@@ -480,7 +499,8 @@ class _Cycle:
         if own is not None:
             release(st, own)
         queue.share = st.share(node)
-        code, message = self._admit_words(item, option, borrowed, via, sources)
+        queue.version += 1
+        code, message = records.admission_words(st, item, option, borrowed, via, sources)
         if own is not None:
             message += "; " + reasons.admitted_reservation()
         self.admissions.append(
@@ -488,7 +508,7 @@ class _Cycle:
                 workload_id=item.wl.id,
                 tenant_id=item.wl.tenant_id,
                 flavours=tuple(self.names[f] for f in option.flavours),
-                placements=self._placements(plan),
+                placements=records.placements(st, plan),
                 borrowed=borrowed,
                 code=code,
                 message=message,
@@ -499,30 +519,6 @@ class _Cycle:
             if item.wl.priority > self.admitted_priority.get(f, item.wl.priority - 1):
                 self.admitted_priority[f] = item.wl.priority
 
-    def _admit_words(
-        self,
-        item: Item,
-        option: Option,
-        borrowed: dict[str, int],
-        via: AdmitCode | None,
-        sources: list[ReservationEntry],
-    ) -> tuple[AdmitCode, str]:
-        if via is AdmitCode.BACKFILL:
-            owner = next((s.workload_id for s in sources), "?")
-            return via, reasons.admitted_backfill(owner)
-        st = self.state
-        node = item.node
-        f, _ = option.totals[0]
-        used = st.usage[f][node]
-        guaranteed = st.tree.guaranteed[f][node]
-        if borrowed:
-            root = st.tree.label[st.tree.root[node]]
-            name = next(iter(borrowed))
-            return AdmitCode.BORROWING, reasons.admitted_borrowing(
-                name, borrowed[name], used, guaranteed, root
-            )
-        return AdmitCode.WITHIN_GUARANTEE, reasons.admitted_within(self.names[f], used, guaranteed)
-
     def _nominate(
         self, queue: TenantQueue, item: Item, option: Option, found: PreemptionPlan
     ) -> None:
@@ -531,62 +527,30 @@ class _Cycle:
         cycle, once the victims are gone."""
         st = self.state
         node = item.node
-        st.add_usage(node, option.totals)
+        # Charge only what the victims do not free: they still count until they stop,
+        # and charging the whole need would count the same GPUs twice. What is charged
+        # is the part taken from quota that is free now, which no later workload of
+        # this cycle may take. (Releasing the victims instead would let capacity grow
+        # within a cycle, and the engine relies on it only ever shrinking.)
+        freed: dict[int, int] = {}
+        for victim in found.victims:
+            for f, gpus in victim.totals.items():
+                freed[f] = freed.get(f, 0) + gpus
+        st.add_usage(node, [(f, max(0, need - freed.get(f, 0))) for f, need in option.totals])
         for f, j, gpus in found.plan:
             fn = st.pool.flavours[f]
             take = min(fn.avail[j], gpus)
             if take:
                 fn.set_avail(j, fn.avail[j] - take)
         queue.share = st.share(node)
+        queue.version += 1
         f0 = option.totals[0][0]
         fresh = [v for v in found.victims if not v.wl.evicting]
         for victim in found.victims:
-            victim.claimed = True
-            st.claimed.append(victim)
+            st.claim(victim)
+        self.preemptor.forget(found.victims)
         for victim in fresh:
-            self.preemptions.append(self._preemption(item, victim, f0))
+            self.preemptions.append(records.preemption(st, item, victim, f0))
         tenants = sorted({v.wl.tenant_id for v in found.victims})
         message = reasons.preempting(len(fresh), tenants, self.names[f0], found.reclaim)
         self.outcomes[item.wl.id] = (ReasonCode.PREEMPTING, message, self.names[f0])
-
-    def _preemption(self, item: Item, victim: Run, f: int) -> Preemption:
-        st = self.state
-        wl = victim.wl
-        if victim.node != item.node:
-            borrowed = st.usage[f][victim.node] - st.tree.guaranteed[f][victim.node]
-            message = reasons.preempted_reclaim(
-                item.wl.id, item.wl.tenant_id, wl.tenant_id, self.names[f], max(0, borrowed)
-            )
-            code = PreemptionCode.RECLAIM
-        else:
-            message = reasons.preempted_priority(item.wl.id, item.wl.priority, wl.priority)
-            code = PreemptionCode.PRIORITY
-        return Preemption(
-            victim_id=wl.id,
-            victim_tenant_id=wl.tenant_id,
-            preemptor_id=item.wl.id,
-            preemptor_tenant_id=item.wl.tenant_id,
-            code=code,
-            message=message,
-        )
-
-    # ----------------------------------------------------------------- output
-    def _placements(self, plan: Plan) -> tuple[Placement, ...]:
-        pool = self.state.pool
-        out = [
-            Placement(pool.names[pool.flavours[f].members[j]], self.names[f], gpus)
-            for f, j, gpus in plan
-            if gpus
-        ]
-        out.sort(key=lambda p: (p.node, p.flavour))
-        return tuple(out)
-
-    def _reservation(self, entry: ReservationEntry) -> Reservation:
-        blocked = [(f, j, gpus) for (f, j), gpus in entry.blocked.items() if gpus]
-        return Reservation(
-            workload_id=entry.workload_id,
-            tenant_id=entry.tenant_id,
-            placements=self._placements(entry.plan),
-            blocked=self._placements(blocked),
-            expected_start=entry.expected_start,
-        )

@@ -38,22 +38,44 @@ class Explainer:
         self.names = state.static.flavour_names
         self._by_group: dict[tuple[int, object], tuple[ReasonCode, str, str | None, int]] = {}
         self._by_nodes: dict[tuple[object, int], tuple[ReasonCode, str, int]] = {}
+        self._by_quota: dict[tuple[int, int, int], tuple[ReasonCode, str]] = {}
+        self._labels: dict[tuple[int, ...], str] = {}
+        self._room: dict[tuple[int, int], int] = {}  # quota still available, at cycle end
 
     # ------------------------------------------------------------------ queue
     def decisions(self, items: Sequence[Item]) -> tuple[PendingDecision, ...]:
         keyed = self._ordered(items)
         tenant_positions: dict[str, int] = {}
         out: list[PendingDecision] = []
+        append = out.append
+        outcomes = self.outcomes
+        held = self.state.reservation_of
+        by_group = self._by_group
+        admitted_priority = self.admitted_priority
         for position, (_, item) in enumerate(keyed, start=1):
-            tenant = item.wl.tenant_id
-            tenant_positions[tenant] = tenant_positions.get(tenant, 0) + 1
-            code, message, flavour = self.reason(item)
-            out.append(
+            wl = item.wl
+            tenant = wl.tenant_id
+            mine = tenant_positions[tenant] = tenant_positions.get(tenant, 0) + 1
+            recorded = outcomes.get(wl.id)
+            if recorded is not None:
+                code, message, flavour = recorded
+            elif wl.id in held:
+                code, message, flavour = self._held(item, held[wl.id].option)
+            else:
+                key = (item.node, item.shape.id)
+                cached = by_group.get(key)
+                if cached is None:
+                    cached = by_group[key] = self._explain_shape(item.node, item.shape)
+                code, message, flavour, f = cached
+                if code is WAITING and admitted_priority.get(f, wl.priority) > wl.priority:
+                    code = ReasonCode.WAITING_PRIORITY
+                    message = reasons.waiting_priority(self.names[f])
+            append(
                 PendingDecision(
-                    workload_id=item.wl.id,
+                    workload_id=wl.id,
                     tenant_id=tenant,
                     position=position,
-                    tenant_position=tenant_positions[tenant],
+                    tenant_position=mine,
                     code=code,
                     message=message,
                     flavour=flavour,
@@ -67,40 +89,26 @@ class Explainer:
         shares: dict[int, float] = {}
         classes: dict[tuple[int, object], int] = {}
         keyed: list[tuple[tuple[object, ...], Item]] = []
+        append = keyed.append
         for item in items:
             node = item.node
-            if node < 0 or not item.shape.options:
-                keyed.append(((2, *item.order), item))
+            shape = item.shape
+            if node < 0 or not shape.options:
+                append(((2, *item.order), item))
                 continue
             share = shares.get(node)
             if share is None:
                 share = shares[node] = st.share(node)
-            ckey = (node, item.shape.key)
+            ckey = (node, shape.id)
             cls = classes.get(ckey)
             if cls is None:
-                cls = classes[ckey] = st.guarantee_class(node, item.shape)
-            order = item.order
-            keyed.append(((cls, order[0], share, order[1], order[2]), item))
+                cls = classes[ckey] = st.guarantee_class(node, shape)
+            minus_priority, submitted, wid = item.order
+            append(((cls, minus_priority, share, submitted, wid), item))
         keyed.sort(key=_first)
         return keyed
 
     # ---------------------------------------------------------------- reasons
-    def reason(self, item: Item) -> Outcome:
-        recorded = self.outcomes.get(item.wl.id)
-        if recorded is not None:
-            return recorded
-        entry = self.state.reservation_of.get(item.wl.id)
-        if entry is not None:
-            return self._held(item, entry.option)
-        key = (item.node, item.shape.key)
-        cached = self._by_group.get(key)
-        if cached is None:
-            cached = self._by_group[key] = self._explain_shape(item.node, item.shape)
-        code, message, flavour, f = cached
-        if code is WAITING and self.admitted_priority.get(f, item.wl.priority) > item.wl.priority:
-            return ReasonCode.WAITING_PRIORITY, reasons.waiting_priority(self.names[f]), flavour
-        return code, message, flavour
-
     def _held(self, item: Item, option_index: int) -> Outcome:
         st = self.state
         entry = st.reservation_of[item.wl.id]
@@ -121,37 +129,46 @@ class Explainer:
         for option in shape.options:
             quota = self._quota(node, option)
             if quota is None:
-                nodes_key = (shape.key, option.index)
+                nodes_key = (shape.id, option.index)
                 verdict = self._by_nodes.get(nodes_key)
                 if verdict is None:
                     verdict = self._by_nodes[nodes_key] = self._nodes(shape, option)
                 parts.append(verdict)
             else:
                 parts.append(quota)
-        code, _, f = parts[0]
-        labelled = [
-            (self._label(option), message)
-            for option, (_, message, _) in zip(shape.options, parts, strict=True)
-        ]
-        return code, reasons.options(labelled), self.names[f], f
+        code, message, f = parts[0]
+        if len(parts) > 1:
+            message = reasons.options(
+                [(self._label(option), part[1]) for option, part in zip(shape.options, parts)]  # noqa: B905
+            )
+        return code, message, self.names[f], f
 
     def _label(self, option: Option) -> str:
-        return "+".join(dict.fromkeys(self.names[f] for f in option.flavours))
+        label = self._labels.get(option.flavours)
+        if label is None:
+            names = dict.fromkeys(self.names[f] for f in option.flavours)
+            label = self._labels[option.flavours] = "+".join(names)
+        return label
 
     def _quota(self, node: int, option: Option) -> tuple[ReasonCode, str, int] | None:
         tree = self.state.tree
         usage = self.state.usage
+        room = self._room
         for f, need in option.totals:
-            if not tree.access[f][node]:
-                code, message = tree.explain(f, node, need, usage[f])
-                return code, message, f
-            if tree.available(f, node, usage[f]) >= need:
+            free = room.get((node, f))
+            if free is None:
+                free = tree.available(f, node, usage[f]) if tree.access[f][node] else -1
+                room[(node, f)] = free
+            if free >= need:
                 continue
             # quota shortages are reported as they stand, with numbers, even when work
             # admitted earlier in this cycle caused them: "used 8/8" says more than
             # "waiting behind" when the tenant's own jobs took the quota
-            code, message = tree.explain(f, node, need, usage[f])
-            return code, message, f
+            key = (node, f, need)
+            found = self._by_quota.get(key)
+            if found is None:
+                found = self._by_quota[key] = tree.explain(f, node, need, usage[f])
+            return found[0], found[1], f
         return None
 
     def _nodes(self, shape: Shape, option: Option) -> tuple[ReasonCode, str, int]:

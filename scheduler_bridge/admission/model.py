@@ -289,6 +289,7 @@ class Preemption:
     victim_tenant_id: str
     preemptor_id: str
     preemptor_tenant_id: str
+    flavour: str  # the flavour the preemptor needs
     code: PreemptionCode
     message: str
 

@@ -35,6 +35,7 @@ class Shape:
     """What a workload asks for, independent of who asks and when."""
 
     key: RawShape
+    id: int  # index within the compiled Static: a cheap dict key (nested tuples rehash)
     topology: Topology
     options: tuple[Option, ...]
     flavours: tuple[int, ...]  # every flavour any option uses, sorted
@@ -47,14 +48,14 @@ class Shape:
         return len(self.key[1]) == 1
 
 
-def build_shape(raw: RawShape, flavour_index: dict[str, int]) -> Shape:
+def build_shape(raw: RawShape, shape_id: int, flavour_index: dict[str, int]) -> Shape:
     """Flavour fungibility as in Kueue: options are tried in order; option k gives pod set
     i its k-th acceptable flavour (its last one once it has no more)."""
     topology, pod_sets = raw
     unknown = sorted({f for _, _, names in pod_sets for f in names if f not in flavour_index})
     gpus = sum(count * per_pod for count, per_pod, _ in pod_sets)
     if unknown:
-        return Shape(raw, topology, (), (), tuple(unknown), gpus)
+        return Shape(raw, shape_id, topology, (), (), tuple(unknown), gpus)
     options: list[Option] = []
     seen: set[tuple[int, ...]] = set()
     for k in range(max(len(names) for _, _, names in pod_sets)):
@@ -70,7 +71,7 @@ def build_shape(raw: RawShape, flavour_index: dict[str, int]) -> Shape:
             totals[f] = totals.get(f, 0) + count * per_pod
         options.append(Option(len(options), chosen, needs, tuple(sorted(totals.items()))))
     flavours = tuple(sorted({f for option in options for f in option.flavours}))
-    return Shape(raw, topology, tuple(options), flavours, (), gpus)
+    return Shape(raw, shape_id, topology, tuple(options), flavours, (), gpus)
 
 
 class Item:
@@ -89,7 +90,7 @@ class Item:
 class Group:
     """Pending workloads of one tenant with one shape, in (priority, submit, id) order."""
 
-    __slots__ = ("borrows", "failed", "items", "pos", "shape", "skip")
+    __slots__ = ("borrows", "failed", "items", "pos", "shape", "skip", "stamp")
 
     def __init__(self, shape: Shape, items: list[Item]) -> None:
         self.shape = shape
@@ -100,6 +101,7 @@ class Group:
         # set when the option that really fits needs to borrow although another option
         # would have been inside the guarantee: the group then queues as borrowing work
         self.borrows = False
+        self.stamp = 0  # bumped whenever its head changes: older heap entries are stale
 
     @property
     def max_priority(self) -> int:
@@ -109,25 +111,29 @@ class Group:
 class TenantQueue:
     """All groups of one workload node, plus its current share."""
 
-    __slots__ = ("groups", "head", "node", "share")
+    __slots__ = ("built", "groups", "head", "head_class", "heap", "node", "share", "version")
 
     def __init__(self, node: int, groups: list[Group], share: float) -> None:
         self.node = node
         self.groups = groups
         self.share = share
         self.head: Group | None = None
+        self.head_class = 0  # guarantee class the head was queued with
+        self.version = 0  # bumped whenever the tenant's usage changes
+        self.built = -1  # -1 until the group heap is first built
+        self.heap: list[tuple[tuple, int, int, Group]] = []
 
 
-def group_items(items: Sequence[Item]) -> dict[int, dict[RawShape, list[Item]]]:
+def group_items(items: Sequence[Item]) -> dict[int, dict[int, list[Item]]]:
     """Items by workload node, then by shape, each list sorted by queue order."""
-    by_node: dict[int, dict[RawShape, list[Item]]] = {}
+    by_node: dict[int, dict[int, list[Item]]] = {}
     for item in items:
         shapes = by_node.get(item.node)
         if shapes is None:
             shapes = by_node[item.node] = {}
-        bucket = shapes.get(item.shape.key)
+        bucket = shapes.get(item.shape.id)
         if bucket is None:
-            shapes[item.shape.key] = [item]
+            shapes[item.shape.id] = [item]
         else:
             bucket.append(item)
     for shapes in by_node.values():

@@ -18,7 +18,12 @@ are stopped. Order:
    guarantee. Otherwise a victim whose tenant was pushed below its guarantee returns to
    the queue with a rightful claim and can beat the reclaimer to the GPUs next cycle;
 3. priority (EngineConfig.priority_preemption) - the preemptor's own tenant's running
-   work of strictly lower priority.
+   work of strictly lower priority, if that makes the preemptor fit inside its
+   tenant's guarantee.
+
+Every preemptor must end inside its guarantee. Next cycle it is then guaranteed work,
+which queues before borrowing work and, within its tenant, before the lower-priority
+work it displaced: the GPUs it freed cannot go back to its victims.
 
 Non-preemptible workloads are never candidates. Loops cannot form: a reclaimer ends
 inside its guarantee, where other tenants cannot touch it, and priority preemption only
@@ -30,6 +35,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
+from .model import Topology
 from .pending import Item, Option
 from .placement import Plan
 from .state import CycleState, Run
@@ -42,36 +48,100 @@ class PreemptionPlan:
     reclaim: bool
 
 
+@dataclass(slots=True)
+class _Index:
+    """Running work of one (tree, flavour) that may ever be a victim, each list in
+    victim order; built once per cycle, claimed runs are skipped when read."""
+
+    evicting: list[Run]
+    by_tenant: dict[int, list[Run]]
+    smallest: dict[int, int]  # per tenant, its smallest preemptible workload
+
+
+def _victim_order(run: Run) -> tuple[int, float, str]:
+    return run.order
+
+
 class Preemptor:
-    """Victim search over one cycle's state. Removals are applied to the state's usage
-    while searching and always undone before returning."""
+    """Victim search over one cycle's state. A search removes candidates from the quota
+    usage (to test whether the preemptor then fits) and from the victim view (to test
+    whether their tenant still borrows), and undoes both before returning."""
 
     def __init__(self, state: CycleState) -> None:
         self.state = state
+        self._indexes: dict[tuple[int, int], _Index] = {}
+
+    def _index(self, root: int, f: int) -> _Index:
+        index = self._indexes.get((root, f))
+        if index is None:
+            evicting: list[Run] = []
+            by_tenant: dict[int, list[Run]] = {}
+            for run in self.state.runs_by_root.get((root, f), ()):
+                if run.wl.evicting:
+                    evicting.append(run)
+                elif run.wl.preemptible:
+                    by_tenant.setdefault(run.node, []).append(run)
+            evicting.sort(key=_victim_order)
+            smallest: dict[int, int] = {}
+            for tenant, runs in by_tenant.items():
+                runs.sort(key=_victim_order)
+                smallest[tenant] = min(r.totals[f] for r in runs)
+            index = self._indexes[(root, f)] = _Index(evicting, by_tenant, smallest)
+        return index
+
+    def forget(self, victims: list[Run]) -> None:
+        """Victims were claimed: drop them from the candidate lists (and keep each
+        tenant's smallest workload accurate, which the strict pass filters on)."""
+        for run in victims:
+            for f in run.totals:
+                index = self._indexes.get((run.root, f))
+                if index is None:
+                    continue
+                if run.wl.evicting:
+                    index.evicting = [r for r in index.evicting if r is not run]
+                    continue
+                runs = index.by_tenant.get(run.node)
+                if runs is not None and run in runs:
+                    runs.remove(run)
+                    index.smallest[run.node] = min((r.totals[f] for r in runs), default=0)
 
     def plan(self, item: Item, option: Option) -> PreemptionPlan | None:
         st = self.state
         node = item.node
         tree = st.tree
-        reclaim = st.config.reclaim and all(
-            tree.access[f][node] and tree.within_guarantee(f, node, need, st.usage[f])
+        usage = st.usage
+        within = all(
+            tree.access[f][node] and usage[f][node] + need <= tree.guaranteed[f][node]
             for f, need in option.totals
         )
-        priority = st.config.priority_preemption
-        if not reclaim and not priority:
+        reclaim = st.config.reclaim and within
+        if not reclaim and not st.config.priority_preemption:
             return None
-        evicting, others, own = self._candidates(item, option, reclaim, priority)
-        if not evicting and not others and not own:
+        root = tree.root[node]
+        flavours = [f for f, _ in option.totals]
+        indexes = [self._index(root, f) for f in flavours]
+        own = self._own(item, option, indexes, within) if st.config.priority_preemption else []
+        if not reclaim and not own:
+            return None
+        evicting = _merge([[r for r in ix.evicting if not r.claimed] for ix in indexes])
+        borrowers: list[int] = []
+        if reclaim:
+            found: set[int] = set()
+            for f in flavours:
+                found.update(st.borrowers.get((root, f), ()))
+            found.discard(node)
+            borrowers = list(found)  # any order: the heap's keys decide
+        if not evicting and not borrowers and not own:
             return None
         search = _Search(st, item, option)
-        done = search.take_in_order(sorted(evicting, key=_victim_order))
-        flavours = [f for f, _ in option.totals]
-        if not done and others:
-            done = search.take_reclaim(others, flavours, strict=True)
-        if not done and others:
-            done = search.take_reclaim(others, flavours, strict=False)
+        done = search.take_in_order(evicting)
+        if not done and borrowers:
+            queues: dict[int, list[Run]] = {}
+            done = search.take_reclaim(borrowers, indexes, queues, flavours, strict=True)
+            if not done:
+                done = search.take_reclaim(borrowers, indexes, queues, flavours, strict=False)
         if not done and own:
-            done = search.take_in_order(sorted(own, key=_victim_order))
+            done = search.take_in_order(own)
         if not done:
             search.undo()
             return None
@@ -80,39 +150,44 @@ class Preemptor:
         search.undo()
         return PreemptionPlan(victims, plan, any(v.node != node for v in victims))
 
-    def _candidates(
-        self, item: Item, option: Option, reclaim: bool, priority: bool
-    ) -> tuple[list[Run], dict[int, list[Run]], list[Run]]:
-        st = self.state
+    def _own(self, item: Item, option: Option, indexes: list[_Index], within: bool) -> list[Run]:
+        """The tenant's own lower-priority work, if stopping all of it could bring the
+        preemptor inside its guarantee."""
         node = item.node
-        root = st.tree.root[node]
-        seen: set[str] = set()
-        evicting: list[Run] = []
-        others: dict[int, list[Run]] = {}
-        own: list[Run] = []
-        for f, _ in option.totals:
-            for run in st.runs_by_root.get((root, f), ()):
-                if run.claimed or run.wl.id in seen:
-                    continue
-                seen.add(run.wl.id)
-                if run.wl.evicting:
-                    evicting.append(run)
-                elif not run.wl.preemptible:
-                    continue
-                elif run.node == node:
-                    if priority and run.wl.priority < item.wl.priority:
-                        own.append(run)
-                elif reclaim:
-                    others.setdefault(run.node, []).append(run)
-        return evicting, others, own
+        priority = item.wl.priority
+        own = _merge(
+            [
+                [
+                    r
+                    for r in ix.by_tenant.get(node, [])
+                    if not r.claimed and r.wl.priority < priority
+                ]
+                for ix in indexes
+            ]
+        )
+        if not own or within:
+            return own
+        st = self.state
+        for f, need in option.totals:
+            freeable = sum(r.totals.get(f, 0) for r in own)
+            if st.usage[f][node] - freeable + need > st.tree.guaranteed[f][node]:
+                return []
+        return own
 
 
-def _victim_order(run: Run) -> tuple[int, float, str]:
-    return run.order
+def _merge(lists: list[list[Run]]) -> list[Run]:
+    """One list in victim order without duplicates (a run may use several flavours)."""
+    if len(lists) == 1:
+        return lists[0]
+    seen: dict[str, Run] = {}
+    for runs in lists:
+        for run in runs:
+            seen.setdefault(run.wl.id, run)
+    return sorted(seen.values(), key=_victim_order)
 
 
 class _Search:
-    """Greedy removal then minimisation, on the live usage arrays (undone by ``undo``)."""
+    """Greedy removal then minimisation (undone by ``undo``)."""
 
     def __init__(self, state: CycleState, item: Item, option: Option) -> None:
         self.st = state
@@ -121,86 +196,154 @@ class _Search:
         self.removed: list[Run] = []
         self.out: set[str] = set()
         self.extra: dict[tuple[int, int], int] = {}
-        self.last_plan: Plan | None = None
-        # Victims claimed earlier in this cycle are leaving and their preemptors are
-        # already charged: leave their quota out, or a second preemptor of the same
-        # cycle would see it counted twice. Their GPUs stay taken (their own preemptor
-        # may need them), so only quota is released.
-        for run in state.claimed:
-            if run.node >= 0:
-                state.add_usage(run.node, list(run.totals.items()), -1)
 
     def _remove(self, run: Run) -> None:
-        self.st.add_usage(run.node, list(run.totals.items()), -1)
+        if run.node >= 0:
+            for f, gpus in run.totals.items():
+                self.st.tree.add(f, run.node, -gpus, self.st.usage[f])
+                self.st.add_victim_view(run.node, f, -gpus)
         for f, j, gpus in run.parts:
             self.extra[(f, j)] = self.extra.get((f, j), 0) + gpus
         self.out.add(run.wl.id)
 
     def _restore(self, run: Run) -> None:
-        self.st.add_usage(run.node, list(run.totals.items()), 1)
+        if run.node >= 0:
+            for f, gpus in run.totals.items():
+                self.st.tree.add(f, run.node, gpus, self.st.usage[f])
+                self.st.add_victim_view(run.node, f, gpus)
         for f, j, gpus in run.parts:
             self.extra[(f, j)] -= gpus
         self.out.discard(run.wl.id)
 
-    def fits(self) -> Plan | None:
+    def fits(self) -> bool:
         st = self.st
         node = self.item.node
+        usage = st.usage
+        guaranteed = st.tree.guaranteed
         for f, need in self.option.totals:
-            if st.tree.available(f, node, st.usage[f]) < need:
-                return None
-        pool = st.pool
-        caps: dict[int, list[int]] = {}
-        for f, need in self.option.totals:
-            arr = list(pool.flavours[f].avail)
+            # every preemptor ends inside its guarantee (Kueue: reclaimWithinCohort and
+            # withinClusterQueue both ask the preemptor to fit its nominal quota); so it
+            # queues as guaranteed work next cycle, ahead of any victim it displaced
+            if usage[f][node] + need > guaranteed[f][node]:
+                return False
+            if st.tree.available(f, node, usage[f]) < need:
+                return False
+        shape = self.item.shape
+        if shape.simple and shape.topology is not Topology.ONE_DOMAIN:
+            return self._fits_simple()
+        return self.plan() is not None
+
+    def _fits_simple(self) -> bool:
+        """Exact and cheap for one pod set spread or on one node: the histogram of free
+        GPUs plus what the removed candidates free on their nodes."""
+        f, count, per_pod = self.option.needs[0]
+        fn = self.st.pool.flavours[f]
+        avail = fn.avail
+        if self.item.shape.topology is Topology.ONE_NODE:
+            best = fn.largest_free()
             for (ef, j), gpus in self.extra.items():
-                if ef == f and gpus:
-                    arr[j] += gpus
-            if sum(arr) < need:
-                return None
-            caps[f] = arr
+                if ef == f and gpus and avail[j] + gpus > best:
+                    best = avail[j] + gpus
+            return best >= count * per_pod
+        pods = fn.pods_fit(per_pod, count)
+        for (ef, j), gpus in self.extra.items():
+            if ef == f and gpus:
+                pods += (avail[j] + gpus) // per_pod - avail[j] // per_pod
+        return pods >= count
+
+    def plan(self, victims_only: bool = False) -> Plan | None:
+        shape = self.item.shape
+        if victims_only and shape.simple and shape.topology is not Topology.ONE_DOMAIN:
+            return self._plan_on_victims()
+        pool = self.st.pool
+        caps = pool.caps([f for f, _ in self.option.totals])
+        if victims_only:
+            caps = {f: [0] * len(arr) for f, arr in caps.items()}
+        for (f, j), gpus in self.extra.items():
+            if gpus and f in caps:
+                caps[f][j] += gpus
         return pool.plan_generic(self.option.needs, self.item.shape.topology, caps)
+
+    def _plan_on_victims(self) -> Plan | None:
+        """Best fit over the victims' GPUs only, without touching the other nodes."""
+        f, count, per_pod = self.option.needs[0]
+        room = sorted((gpus, j) for (ef, j), gpus in self.extra.items() if ef == f and gpus)
+        if self.item.shape.topology is Topology.ONE_NODE:
+            need = count * per_pod
+            for gpus, j in room:
+                if gpus >= need:
+                    return [(f, j, need)]
+            return None
+        plan: Plan = []
+        left = count
+        for gpus, j in room:
+            pods = min(left, gpus // per_pod)
+            if pods:
+                plan.append((f, j, pods * per_pod))
+                left -= pods
+                if left == 0:
+                    return sorted(plan)
+        return None
 
     def _take(self, run: Run) -> bool:
         self._remove(run)
         self.removed.append(run)
-        self.last_plan = self.fits()
-        return self.last_plan is not None
+        return self.fits()
 
     def take_in_order(self, runs: list[Run]) -> bool:
-        return any(self._take(run) for run in runs)
+        return any(self._take(run) for run in runs if run.wl.id not in self.out)
 
-    def take_reclaim(self, others: dict[int, list[Run]], flavours: list[int], strict: bool) -> bool:
+    def take_reclaim(
+        self,
+        borrowers: list[int],
+        indexes: list[_Index],
+        queues: dict[int, list[Run]],
+        flavours: list[int],
+        strict: bool,
+    ) -> bool:
         """Most-borrowing tenant first, recomputed after every removal. ``strict`` only
         takes work that leaves its tenant at or above its guarantee (work wholly
         borrowed); the second, Kueue-like pass also takes work straddling the guarantee
-        line, as long as its tenant borrows when it is taken."""
+        line, as long as its tenant borrows when it is taken. ``queues`` caches each
+        tenant's candidates across both passes."""
         st = self.st
         guaranteed = st.tree.guaranteed
         label = st.tree.label
-        usage = st.usage
+        view = st.victim_view
 
         def borrowed(tenant: int) -> int:
-            return sum(max(0, usage[f][tenant] - guaranteed[f][tenant]) for f in flavours)
+            return sum(max(0, view[f][tenant] - guaranteed[f][tenant]) for f in flavours)
 
         def eligible(run: Run, tenant: int) -> bool:
+            if run.claimed or run.wl.id in self.out:
+                return False
             mine = [f for f in run.totals if f in flavours]
-            if not any(usage[f][tenant] > guaranteed[f][tenant] for f in mine):
+            if not any(view[f][tenant] > guaranteed[f][tenant] for f in mine):
                 return False
             return not strict or all(
-                usage[f][tenant] - run.totals[f] >= guaranteed[f][tenant] for f in mine
+                view[f][tenant] - run.totals[f] >= guaranteed[f][tenant] for f in mine
             )
 
-        queues = {
-            tenant: sorted((r for r in runs if r.wl.id not in self.out), key=_victim_order)
-            for tenant, runs in others.items()
-        }
-        position = dict.fromkeys(queues, 0)
-        heap = [(-borrowed(t), label[t], t) for t in queues if borrowed(t) > 0]
+        if len(flavours) == 1:  # the common case, without a Python call per tenant
+            used, owed = view[flavours[0]], guaranteed[flavours[0]]
+            if strict:
+                # tenants whose smallest workload would already take them below their
+                # guarantee cannot give anything in this pass: leave them out at once
+                small = indexes[0].smallest
+                borrowers = [
+                    t for t in borrowers if small.get(t, 0) and used[t] - small[t] >= owed[t]
+                ]
+            heap = [(owed[t] - used[t], label[t], t) for t in borrowers if used[t] > owed[t]]
+        else:
+            heap = [(-borrowed(t), label[t], t) for t in borrowers if borrowed(t) > 0]
         heapq.heapify(heap)
+        position: dict[int, int] = {}
         while heap:
             _, _, tenant = heapq.heappop(heap)
-            runs = queues[tenant]
-            i = position[tenant]
+            runs = queues.get(tenant)
+            if runs is None:
+                runs = queues[tenant] = _merge([ix.by_tenant.get(tenant, []) for ix in indexes])
+            i = position.get(tenant, 0)
             taken = False
             while i < len(runs) and not taken:
                 run = runs[i]
@@ -220,25 +363,24 @@ class _Search:
         borrow rather than from their guarantees whenever a choice exists; then the
         rest, last removed first. Returning a candidate only raises its tenant's usage,
         so the "still borrowing" test every later candidate passed still holds."""
-        plan = self.last_plan
-        assert plan is not None
         dipped = [run for run in reversed(self.removed) if self._below_guarantee(run)]
         others = [run for run in reversed(self.removed) if run not in dipped]
         for run in dipped + others:
             self._restore(run)
-            again = self.fits()
-            if again is None:
+            if not self.fits():
                 self._remove(run)
-            else:
-                plan = again
+        # The victims' GPUs are of no use to anyone else this cycle: place the preemptor
+        # on them if it fits there, and leave the free GPUs to the rest of the queue.
+        plan = self.plan(victims_only=True) or self.plan()
+        assert plan is not None, "victims were chosen so that the preemptor fits"
         return plan
 
     def _below_guarantee(self, run: Run) -> bool:
         if run.node == self.item.node or run.node < 0:
             return False
-        usage = self.st.usage
+        view = self.st.victim_view
         guaranteed = self.st.tree.guaranteed
-        return any(usage[f][run.node] < guaranteed[f][run.node] for f in run.totals)
+        return any(view[f][run.node] < guaranteed[f][run.node] for f in run.totals)
 
     def victims(self) -> list[Run]:
         return [run for run in self.removed if run.wl.id in self.out]
@@ -247,6 +389,3 @@ class _Search:
         for run in self.removed:
             if run.wl.id in self.out:
                 self._restore(run)
-        for run in self.st.claimed:
-            if run.node >= 0:
-                self.st.add_usage(run.node, list(run.totals.items()), 1)

@@ -95,6 +95,7 @@ class QuotaTree:
         # post-order: children before parents, so sums can be built in one sweep
         self.post_order = sorted(range(self.size), key=lambda n: -len(self.paths[n]))
         self.zero_usage = [0] * self.size
+        self._ceilings: dict[tuple[int, int], int] = {}
 
     def _build_quotas(self, quotas: Sequence[Quota]) -> None:
         findex = {name: i for i, name in enumerate(self.flavours)}
@@ -207,7 +208,7 @@ class QuotaTree:
             return ReasonCode.NO_QUOTA, quota_message.no_quota(flavour, tenant)
         g = self.guaranteed[f][node]
         limit = self.borrow_limit[f][node]
-        ceiling = self.available(f, node, self.zero_usage)
+        ceiling = self.ceiling(f, node)
         if need > ceiling:
             return ReasonCode.NEVER_FITS, quota_message.never(flavour, tenant, need, ceiling)
         used = usage[node]
@@ -224,6 +225,13 @@ class QuotaTree:
         return ReasonCode.COHORT_EXHAUSTED, quota_message.cohort_exhausted(
             flavour, tenant, root, g, unused, max(0, total), need
         )
+
+    def ceiling(self, f: int, node: int) -> int:
+        """The most of flavour ``f`` the node could ever hold (its whole tree idle)."""
+        found = self._ceilings.get((f, node))
+        if found is None:
+            found = self._ceilings[(f, node)] = self.available(f, node, self.zero_usage)
+        return found
 
     def _from_parent(self, f: int, node: int, usage: list[int]) -> tuple[int, int | None]:
         """What the node can take from above it, and the inner cohort whose borrow limit

@@ -157,6 +157,8 @@ def reservation_held(
 def preempting(count: int, tenants: Sequence[str], flavour: str, reclaim: bool) -> str:
     who = ", ".join(tenants)
     if count == 0:
+        if not tenants:
+            return f"waiting for {flavour} being released by this cycle's preemptions"
         return f"waiting for preempted workloads of {who} to release {flavour}"
     if reclaim:
         return (

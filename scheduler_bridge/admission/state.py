@@ -18,6 +18,8 @@ from .pending import RawShape, Shape, build_shape
 from .placement import NodePool
 from .quota import QuotaTree
 
+Layout = tuple[tuple[str, tuple[tuple[str, int], ...], str | None], ...]
+
 
 class Static:
     """Compiled tenants, quotas, flavours and node layout; rebuilt only when they change."""
@@ -27,7 +29,7 @@ class Static:
         tenants: tuple[Tenant, ...],
         quotas: tuple[Quota, ...],
         flavours: tuple[Flavour, ...],
-        layout: tuple[tuple[str, tuple[tuple[str, int], ...], str | None], ...],
+        layout: Layout,
     ) -> None:
         self.key = (tenants, quotas, flavours, layout)
         ordered = sorted(flavours, key=lambda f: f.name)
@@ -40,17 +42,16 @@ class Static:
         if len(self.node_index) != len(self.node_names):
             raise ValueError("duplicate node names")
         self.shapes: dict[RawShape, Shape] = {}
+        self.never_fits: dict[int, bool] = {}  # by shape id, per node layout
 
     def shape(self, raw: RawShape) -> Shape:
         shape = self.shapes.get(raw)
         if shape is None:
-            shape = self.shapes[raw] = build_shape(raw, self.flavour_index)
+            shape = self.shapes[raw] = build_shape(raw, len(self.shapes), self.flavour_index)
         return shape
 
 
-def node_layout(
-    nodes: Sequence[Node],
-) -> tuple[tuple[str, tuple[tuple[str, int], ...], str | None], ...]:
+def node_layout(nodes: Sequence[Node]) -> Layout:
     """The parts of the nodes that change rarely (names, capacity, domain), sorted by name."""
     return tuple(sorted((n.name, tuple(sorted(n.capacity.items())), n.domain) for n in nodes))
 
@@ -106,7 +107,7 @@ class CycleState:
             snapshot.usage_half_life_s,
             config.usage_blend,
         )
-        self.claimed: list[Run] = []  # victims chosen this cycle
+        self._init_victim_view()
         self.reservations: list[ReservationEntry] = []
         self.reservation_of: dict[str, ReservationEntry] = {}
 
@@ -161,6 +162,44 @@ class CycleState:
                     self.runs_by_node.setdefault((run.node, f), []).append(run)
         del self._global_parts
 
+    def _init_victim_view(self) -> None:
+        """Usage of the work that was running when the cycle started, minus the victims
+        chosen so far. Whether a tenant borrows - and so whether its work may be a
+        victim - is judged on it, not on ``usage``: work admitted during this cycle must
+        not turn a tenant's older work into victims, and victim search stays monotone
+        (it only ever loses candidates within a cycle). ``borrowers`` holds, per (tree,
+        flavour), the workload nodes above their guarantee in this view."""
+        tree = self.tree
+        self.victim_view: list[list[int]] = [list(u) for u in self.usage]
+        self.borrowers: dict[tuple[int, int], set[int]] = {}
+        for f, guaranteed in enumerate(tree.guaranteed):
+            used = self.victim_view[f]
+            for node in range(tree.size):
+                if tree.is_workload_node[node] and used[node] > guaranteed[node]:
+                    self.borrowers.setdefault((tree.root[node], f), set()).add(node)
+
+    def add_victim_view(self, node: int, f: int, delta: int) -> None:
+        """Change one workload node's usage in the victim view, keeping ``borrowers``."""
+        used = self.victim_view[f]
+        guaranteed = self.tree.guaranteed[f][node]
+        before = used[node] > guaranteed
+        used[node] += delta  # only the workload node's own figure is ever read
+        after = used[node] > guaranteed
+        if before != after:
+            key = (self.tree.root[node], f)
+            if after:
+                self.borrowers.setdefault(key, set()).add(node)
+            else:
+                self.borrowers[key].discard(node)
+
+    def claim(self, run: Run) -> None:
+        """``run`` was chosen as a victim: no other preemptor may take it, and its
+        tenant's borrowing is judged without it."""
+        run.claimed = True
+        if run.node >= 0:
+            for f, gpus in run.totals.items():
+                self.add_victim_view(run.node, f, -gpus)
+
     # ------------------------------------------------------------------ quota
     def quota_fits(self, node: int, totals: Sequence[tuple[int, int]]) -> bool:
         tree = self.tree
@@ -170,6 +209,7 @@ class CycleState:
         return True
 
     def add_usage(self, node: int, totals: Sequence[tuple[int, int]], sign: int = 1) -> None:
+        """Charge (or, with sign -1, release) quota usage of a workload node."""
         for f, gpus in totals:
             self.tree.add(f, node, sign * gpus, self.usage[f])
 
@@ -185,9 +225,30 @@ class CycleState:
         guaranteed = self.tree.guaranteed
         usage = self.usage
         for option in shape.options:
-            if all(usage[f][node] + need <= guaranteed[f][node] for f, need in option.totals):
+            for f, need in option.totals:
+                if usage[f][node] + need > guaranteed[f][node]:
+                    break
+            else:
                 return 0
         return 1
+
+    def never_fits(self, shape: Shape) -> bool:
+        """No option of ``shape`` fits even an idle cluster (cached per node layout)."""
+        cache = self.static.never_fits
+        verdict = cache.get(shape.id)
+        if verdict is None:
+            pool = self.pool
+            verdict = all(
+                pool.plan_generic(
+                    option.needs,
+                    shape.topology,
+                    {f: list(pool.flavours[f].total) for f, _ in option.totals},
+                )
+                is None
+                for option in shape.options
+            )
+            cache[shape.id] = verdict
+        return verdict
 
     # ------------------------------------------------------------ fingerprints
     def node_fingerprint(self, f: int) -> int:

@@ -113,7 +113,9 @@ def workloads(
     tenant = draw(st.sampled_from([t.id for t in world.tenants]))
     names = [f.name for f in world.flavours]
     flavours = tuple(draw(st.permutations(names))[: draw(st.integers(1, len(names)))])
-    pod_sets = (PodSet(draw(st.integers(1, 3)), draw(st.integers(1, 4)), flavours),)
+    pod_sets: tuple[PodSet, ...] = (
+        PodSet(draw(st.integers(1, 3)), draw(st.integers(1, 4)), flavours),
+    )
     if not simple and draw(st.integers(0, 5)) == 0:
         pod_sets = (*pod_sets, PodSet(1, 1, flavours, "launcher"))
     topology = Topology.NONE if simple else draw(st.sampled_from(list(Topology)))

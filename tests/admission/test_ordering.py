@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from scheduler_bridge.admission import AdmissionEngine, ReasonCode, run_cycle
+from scheduler_bridge.admission import AdmissionEngine, Flavour, Node, ReasonCode, run_cycle
 
 from .factories import nodes, quota, running, snapshot, tenants, two_teams, workload
 
@@ -130,3 +130,17 @@ def test_same_input_same_output_whatever_the_input_order():
     again = run_cycle(replace(snap, pending=tuple(shuffled), nodes=tuple(reversed(snap.nodes))))
     assert first == again
     assert first == AdmissionEngine().run_cycle(snap)
+
+
+def test_a_flavour_inside_the_guarantee_is_preferred_to_borrowing_an_earlier_one():
+    """Like Kueue's whenCanBorrow: TryNextFlavor. A preemptor must get the guaranteed
+    GPUs it freed when it comes back, rather than borrow elsewhere and leave them to its
+    victims, which would preempt back and forth."""
+    flavours = (Flavour("H100"), Flavour("A100", 0.5))
+    quotas = (quota("a", 8), quota("b", 8, flavour="A100"))
+    node_list = (*nodes(1), Node("x000", {"A100": 8}))
+    wl = workload("a1", "a", 4, flavour=("A100", "H100"))
+    tree = tenants({"org": None, "a": "org", "b": "org"})
+    result = run_cycle(snapshot(tree, quotas, node_list, [wl], flavours=flavours))
+    assert result.admissions[0].flavour == "H100"
+    assert result.admissions[0].borrowed == {}

@@ -28,7 +28,7 @@ def test_borrower_is_preempted_when_owner_needs_its_guarantee():
     assert victims(first) == ["b-borrow"]
     assert first.preemptions[0].code is PreemptionCode.RECLAIM
     assert (
-        "reclaim: a needs its guaranteed H100 for a1; b borrows 8" == first.preemptions[0].message
+        first.preemptions[0].message == "reclaim: a needs its guaranteed H100 for a1; b borrows 8"
     )
     why = first.pending[0]
     assert why.code is ReasonCode.PREEMPTING

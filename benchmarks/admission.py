@@ -1,0 +1,286 @@
+"""Admission engine benchmarks; one JSON line per scenario on stdout (BENCHMARKS.md).
+
+``kueue-baseline`` - Kueue's scheduler performance test "baseline" in Tidegate's terms:
+30 tenants in 5 cohorts of 6, each guaranteed 20 GPUs with a borrowing limit of 100; per
+tenant 350 small (1 GPU), 100 medium (5 GPUs) and 50 large (20 GPUs) workloads, 15,000
+in all, on 75 nodes of 8 GPUs (600 GPUs, exactly the guarantees). Kueue's test uses
+sub-second fake run times; Tidegate replays minutes-scale GPU jobs in virtual time
+instead: run times are log-normal (sigma 0.5) with medians of 4, 10 and 20 minutes for
+small, medium and large, clipped to 30 s .. 2 h, from ``random.Random(20250101)``; each
+job declares a max run time of twice its run time rounded up to 10 minutes (what a user
+would type; it enables backfill around reservations). Submissions are spread over the
+first 10 minutes. Medium jobs are gangs of 5 x 1 GPU, large ones gangs of 5 x 4 GPUs.
+A cycle runs at most every 10 s of virtual time when something changed, and every cycle
+also explains every pending workload (position and reason), as the product does.
+
+``deep-queue`` - one cluster, 2,000 teams in 20 departments, 50,000 pending workloads
+of mixed shapes (1-8 GPUs, one-node and NVLink-domain gangs, H100 or A100 or either)
+on a busy cluster (filled by the engine, then 15 % of the running work ends): a full cycle with a fresh engine, then, after one
+running workload finishes, an incremental cycle with the warm engine.
+
+``persisted`` needs PostgreSQL; see ``persisted`` below.
+
+Figures are measured, never asserted. ``decisions_per_s`` counts one decision per
+workload per cycle - admitted, preempted, or left pending with an explained position and
+reason - divided by the engine's own time on one core.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from scheduler_bridge.admission import (  # noqa: E402
+    AdmissionEngine,
+    ClusterSnapshot,
+    Flavour,
+    Node,
+    PendingWorkload,
+    PodSet,
+    Quota,
+    Tenant,
+    Topology,
+)
+from scheduler_bridge.admission.simulator import SimJob, Simulator, apply_result  # noqa: E402
+
+SEED = 20250101
+
+
+def progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def emit(figures: dict[str, Any]) -> None:
+    print(json.dumps(figures), flush=True)
+
+
+# ---------------------------------------------------------------------- kueue-baseline
+SIZES = {  # class: (count per tenant, pods, GPUs per pod, median run time in minutes)
+    "small": (350, 1, 1, 4.0),
+    "medium": (100, 5, 1, 10.0),
+    "large": (50, 5, 4, 20.0),
+}
+
+
+def _baseline_jobs(tenants: list[str], rng: random.Random) -> tuple[list[SimJob], dict[str, str]]:
+    jobs: list[SimJob] = []
+    size_of: dict[str, str] = {}
+    for tenant in tenants:
+        for size, (count, pods, per_pod, median_min) in SIZES.items():
+            for i in range(count):
+                run = rng.lognormvariate(math.log(median_min * 60), 0.5)
+                run = min(max(run, 30.0), 7200.0)
+                wid = f"{tenant}-{size}-{i:03d}"
+                size_of[wid] = size
+                workload = PendingWorkload(
+                    id=wid,
+                    tenant_id=tenant,
+                    pod_sets=(PodSet(pods, per_pod, ("gpu",)),),
+                    submitted_at=rng.uniform(0.0, 600.0),
+                    gang=pods > 1,
+                    max_run_time_s=math.ceil(2 * run / 600.0) * 600.0,
+                )
+                jobs.append(SimJob(workload=workload, run_time_s=run))
+    return jobs, size_of
+
+
+def kueue_baseline() -> dict[str, Any]:
+    rng = random.Random(SEED)
+    tenants = [Tenant(f"cohort-{c}") for c in range(5)]
+    teams = [f"cohort-{c}-cq-{q}" for c in range(5) for q in range(6)]
+    tenants += [Tenant(t, t.rsplit("-cq-", 1)[0]) for t in teams]
+    quotas = [Quota(t, "gpu", 20, borrow_limit=100) for t in teams]
+    nodes = [Node(f"node-{i:03d}", {"gpu": 8}) for i in range(75)]
+    jobs, size_of = _baseline_jobs(teams, rng)
+    progress(f"kueue-baseline: {len(jobs)} workloads, {len(teams)} tenants, 600 GPUs")
+    started = time.perf_counter()
+    result = Simulator(
+        tenants=tenants,
+        flavours=[Flavour("gpu")],
+        quotas=quotas,
+        nodes=nodes,
+        jobs=jobs,
+        cycle_interval_s=10.0,
+        explain_pending=True,
+    ).run()
+    wall = time.perf_counter() - started
+    waits: dict[str, list[float]] = {size: [] for size in SIZES}
+    for job in result.jobs:
+        if job.wait_s is not None:
+            waits[size_of[job.id]].append(job.wait_s)
+    busy = [s.utilization for s in result.samples if s.pending > 0]
+    progress(
+        f"kueue-baseline: {result.cycles} cycles, engine {result.engine_s:.1f} s, "
+        f"wall {wall:.1f} s, {result.preemptions} preemptions"
+    )
+    return {
+        "bench": "admission",
+        "scenario": "kueue-baseline",
+        "workloads": len(jobs),
+        "tenants": len(teams),
+        "decisions_per_s": round(result.decisions / result.engine_s),
+        "admit_wait_s_small": round(sum(waits["small"]) / len(waits["small"]), 1),
+        "admit_wait_s_medium": round(sum(waits["medium"]) / len(waits["medium"]), 1),
+        "admit_wait_s_large": round(sum(waits["large"]) / len(waits["large"]), 1),
+        "min_utilization_while_pending": round(min(busy), 4) if busy else 1.0,
+        "mean_utilization_while_pending": round(sum(busy) / len(busy), 4) if busy else 1.0,
+        "admissions": result.admissions,
+        "preemptions": result.preemptions,
+        "cycles": result.cycles,
+        "engine_s": round(result.engine_s, 2),
+        "admissions_per_engine_s": round(result.admissions / result.engine_s),
+        "makespan_s": round(result.end_time - result.start_time),
+        "wall_s": round(wall, 1),
+    }
+
+
+# -------------------------------------------------------------------------- deep-queue
+DEPARTMENTS = 20
+TEAMS_PER_DEPARTMENT = 100
+PENDING = 50_000
+
+
+def _deep_world(rng: random.Random) -> tuple[list[Tenant], list[Quota], list[Node], list[Flavour]]:
+    tenants = [Tenant("org")]
+    quotas = [Quota("org", "H100", 8000), Quota("org", "A100", 2000)]
+    for d in range(DEPARTMENTS):
+        dept = f"dept-{d:02d}"
+        tenants.append(Tenant(dept, "org"))
+        for t in range(TEAMS_PER_DEPARTMENT):
+            team = f"{dept}-team-{t:03d}"
+            tenants.append(Tenant(team, dept, rng.choice([1.0, 1.0, 2.0])))
+            limit = rng.choice([None, 0, 4, 8, 16])
+            quotas.append(
+                Quota(team, "H100", 4, borrow_limit=limit, lend_limit=rng.choice([None, 2]))
+            )
+            if t % 2 == 0:
+                quotas.append(Quota(team, "A100", 2, borrow_limit=rng.choice([None, 4])))
+    nodes = [Node(f"h100-{i:04d}", {"H100": 8}, None, f"nvl-{i // 4:03d}") for i in range(1000)]
+    nodes += [Node(f"a100-{i:04d}", {"A100": 8}) for i in range(250)]
+    return tenants, quotas, nodes, [Flavour("H100"), Flavour("A100", 0.6)]
+
+
+def _random_workload(wid: str, team: str, rng: random.Random, now: float) -> PendingWorkload:
+    roll = rng.random()
+    if roll < 0.4:
+        pods, per_pod, topology = 1, 1, Topology.NONE
+    elif roll < 0.6:
+        pods, per_pod, topology = 1, 2, Topology.NONE
+    elif roll < 0.75:
+        pods, per_pod, topology = 1, 4, Topology.ONE_NODE
+    elif roll < 0.9:
+        pods, per_pod, topology = 1, 8, Topology.ONE_NODE
+    else:
+        pods, per_pod, topology = 2, 8, Topology.ONE_DOMAIN
+    flavours = rng.choice([("H100",), ("H100",), ("A100",), ("H100", "A100")])
+    return PendingWorkload(
+        id=wid,
+        tenant_id=team,
+        pod_sets=(PodSet(pods, per_pod, flavours),),
+        priority=rng.choice([0, 0, 0, 50, 100]),
+        submitted_at=now - rng.uniform(0, 2 * 86400.0),
+        topology=topology,
+        gang=pods > 1,
+        max_run_time_s=rng.choice([None, 3600.0, 14400.0]),
+    )
+
+
+def deep_queue() -> dict[str, Any]:
+    rng = random.Random(SEED)
+    tenants, quotas, nodes, flavours = _deep_world(rng)
+    teams = [t.id for t in tenants if "-team-" in t.id]
+    now = 10 * 86400.0
+    base = ClusterSnapshot(
+        now=now,
+        tenants=tuple(tenants),
+        flavours=tuple(flavours),
+        quotas=tuple(quotas),
+        nodes=tuple(nodes),
+        usage_history={t: rng.uniform(0, 500) for t in teams},
+    )
+    progress(f"deep-queue: filling {len(nodes)} nodes with running work")
+    # every team asks for some work first, so the cluster is busy the way fair share
+    # leaves it: most teams near their guarantee, some borrowing
+    fill = [
+        replace(_random_workload(f"r{i:05d}", team, rng, now), priority=0, max_run_time_s=None)
+        for i, team in enumerate(t for t in teams for _ in range(3))
+    ]
+    warmup = replace(base, now=now - 3600.0, pending=tuple(fill))
+    busy = apply_result(warmup, AdmissionEngine().run_cycle(warmup, explain_pending=False))
+    # then some of that work ends, as it does between two cycles of a busy cluster
+    busy = replace(busy, running=tuple(r for r in busy.running if rng.random() > 0.15))
+    pending = tuple(
+        _random_workload(f"w{i:05d}", teams[i % len(teams)], rng, now) for i in range(PENDING)
+    )
+    snapshot = replace(busy, now=now, pending=pending)
+    used = sum(p.gpus for r in snapshot.running for p in r.placements)
+    progress(
+        f"deep-queue: {len(snapshot.running)} running ({used} GPUs of 10,000), {PENDING} pending"
+    )
+    engine = AdmissionEngine()
+    started = time.perf_counter()
+    first = engine.run_cycle(snapshot)
+    full = time.perf_counter() - started
+    progress(
+        f"deep-queue: full cycle {full:.3f} s: {len(first.admissions)} admitted, "
+        f"{len(first.preemptions)} preempted, {len(first.pending)} explained"
+    )
+    after = apply_result(snapshot, first)
+    finished = next(r for r in after.running if r.id.startswith("r"))
+    one_finish = replace(after, running=tuple(r for r in after.running if r is not finished))
+    started = time.perf_counter()
+    second = engine.run_cycle(one_finish)
+    incremental = time.perf_counter() - started
+    stats = second.stats
+    progress(
+        f"deep-queue: incremental cycle {incremental:.3f} s after {finished.id} finished: "
+        f"{len(second.admissions)} admitted, {stats.groups_evaluated if stats else '?'} groups "
+        f"tried, {stats.groups_skipped if stats else '?'} skipped"
+    )
+    return {
+        "bench": "admission",
+        "scenario": "deep-queue",
+        "pending": PENDING,
+        "tenants": len(teams),
+        "full_cycle_s": round(full, 3),
+        "incremental_cycle_s": round(incremental, 3),
+        "decisions_per_s": round(PENDING / full),
+        "admitted_full_cycle": len(first.admissions),
+        "preempted_full_cycle": len(first.preemptions),
+        "groups_tried_incremental": stats.groups_evaluated if stats else None,
+        "groups_skipped_incremental": stats.groups_skipped if stats else None,
+    }
+
+
+# --------------------------------------------------------------------------- persisted
+def persisted() -> dict[str, Any] | None:
+    """One cycle end to end on PostgreSQL (snapshot read, engine, every decision saved in
+    one transaction): ``admissions``, ``admissions_per_s``. See _admission_persisted.py."""
+    from benchmarks._admission_persisted import persisted_scenario
+
+    return persisted_scenario()
+
+
+SCENARIOS = {"kueue-baseline": kueue_baseline, "deep-queue": deep_queue, "persisted": persisted}
+
+
+def main(argv: list[str]) -> None:
+    chosen = argv or list(SCENARIOS)
+    for name in chosen:
+        figures = SCENARIOS[name]()
+        if figures is not None:
+            emit(figures)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

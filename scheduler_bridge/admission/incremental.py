@@ -1,0 +1,120 @@
+"""What a warm engine remembers between cycles: which groups failed, and on what.
+
+A (tenant, shape) group that failed in one cycle fails in the next one too if nothing
+its failure depended on has changed, because within a cycle capacity only shrinks: the
+next cycle starts from the state the last one ended in, which was no better than the
+state in which the group failed. So at the end of a cycle each failed group is stored
+with a fingerprint of that state, and at the start of the next one a group whose
+fingerprint is unchanged is failed without being tried.
+
+What a failure depends on:
+
+* every flavour option beyond the tenant's own limits (no quota on its path, its
+  borrowing limit reached): the tenant's own usage only;
+* anything else: per flavour, the free GPUs (after reservations) and the usage and
+  running work of the tenant's whole tree. The running-work token is the one from the
+  start of the cycle: work admitted during a cycle was no preemption candidate then but
+  is one in the next cycle, so an admission anywhere in the tree must invalidate.
+
+Skipping never changes a decision - tests run the warm engine against a fresh one on
+every cycle of random simulations - it only saves the work of trying.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .pending import Group, Shape, TenantQueue
+from .quota import NO_LIMIT
+from .state import CycleState
+
+Fingerprint = tuple[tuple[object, ...], ...]
+FailureKey = tuple[int, int]  # (workload node, shape id)
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    fingerprint: Fingerprint
+    max_priority: int  # with priority preemption, a higher-priority newcomer may succeed
+
+
+def own_limits_only(
+    state: CycleState, node: int, shape: Shape, headroom: dict[tuple[int, int], int] | None = None
+) -> bool:
+    """Every option is beyond the tenant's own limits. Never true with priority
+    preemption on: stopping the tenant's own lower-priority work lowers its usage.
+    ``headroom`` memoises guaranteed + borrow limit - usage per (node, flavour)."""
+    if state.config.priority_preemption:
+        return False
+    if headroom is None:
+        headroom = {}
+    for option in shape.options:
+        for f, need in option.totals:
+            room = headroom.get((node, f))
+            if room is None:
+                room = headroom[(node, f)] = _headroom(state, node, f)
+            if need > room:
+                break
+        else:
+            return False
+    return True
+
+
+def _headroom(state: CycleState, node: int, f: int) -> int:
+    tree = state.tree
+    if not tree.access[f][node]:
+        return -1
+    limit = tree.borrow_limit[f][node]
+    if limit == NO_LIMIT:
+        return NO_LIMIT
+    return tree.guaranteed[f][node] + limit - state.usage[f][node]
+
+
+def fingerprint(state: CycleState, node: int, shape: Shape, memo: dict) -> Fingerprint:
+    """What a failure of ``shape`` for ``node`` depends on, as the state stands now."""
+    headroom = memo.setdefault("headroom", {})
+    if own_limits_only(state, node, shape, headroom):
+        return tuple(("own", f, state.usage[f][node]) for f in shape.flavours)
+    root = state.tree.root[node]
+    key = (root, shape.flavours)
+    found: Fingerprint | None = memo.get(key)
+    if found is None:
+        parts = []
+        for f in shape.flavours:
+            usage, tokens = state.quota_fingerprint(f, root)
+            parts.append((f, state.node_fingerprint(f), usage, tokens))
+        found = memo[key] = tuple(parts)
+    return found
+
+
+def mark_skips(
+    state: CycleState, queues: dict[int, TenantQueue], failures: dict[FailureKey, Failure]
+) -> None:
+    """Flag the groups whose last failure still stands (call after reservations)."""
+    if not failures:
+        return
+    memo: dict = {}
+    check_priority = state.config.priority_preemption
+    for node, queue in queues.items():
+        for group in queue.groups:
+            failure = failures.get((node, group.shape.id))
+            if failure is None:
+                continue
+            if check_priority and group.max_priority > failure.max_priority:
+                continue
+            if failure.fingerprint == fingerprint(state, node, group.shape, memo):
+                group.skip = True
+
+
+def record_failures(
+    state: CycleState, groups: Iterable[tuple[int, Group]], priorities: dict[int, int]
+) -> dict[FailureKey, Failure]:
+    """The failures of this cycle, fingerprinted with the state it ended in."""
+    memo: dict = {}
+    out: dict[FailureKey, Failure] = {}
+    for node, group in groups:
+        if group.failed:
+            stamp = fingerprint(state, node, group.shape, memo)
+            out[(node, group.shape.id)] = Failure(stamp, priorities[id(group)])
+    return out
