@@ -97,3 +97,16 @@ def test_seed_demo_is_idempotent_and_covers_every_role() -> None:
     assert Tenant.objects.filter(depth=2).count() >= 8
     assert set(Membership.objects.values_list("role", flat=True)) == set(Role.values)
     assert {login.username for login in first.logins} >= {"admin", "finance", "vision-lead"}
+
+
+def test_the_demo_seeds_from_scratch_and_again_on_sqlite(tmp_path: Path) -> None:
+    """What `make demo` runs, in a fresh process: migrate, then seed twice."""
+    env = {
+        "DJANGO_SETTINGS_MODULE": "config.settings.demo",
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'demo.sqlite3'}",
+    }
+    for args in (("migrate", "--noinput", "-v0"), ("seed_demo",), ("seed_demo",)):
+        result = _manage(*args, env=env)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert "Traceback" not in result.stderr
+    assert "vision-lead" in result.stdout and "tidegate-demo" in result.stdout

@@ -19,6 +19,7 @@ from tenants import access
 from tenants.audit import audit_record, snapshot
 from tenants.errors import Conflict, PermissionDenied, ValidationFailed
 from tenants.models import Role, Tenant
+from tenants.transactions import queue_once
 
 
 def can_set_quota(user: Any, tenant: Tenant) -> bool:
@@ -170,34 +171,9 @@ def quota_delete(*, actor: Any, quota: Quota, source: str = "api") -> None:
     queue_quota_sync(quota.flavour.cluster_id)
 
 
-class _QueueQuotaSync:
-    """An on-commit callback that queues one quota sync; equal per cluster, so a
-    transaction that changes many quotas of one cluster queues one sync, not one each."""
-
-    def __init__(self, cluster_id: int) -> None:
-        self.cluster_id = cluster_id
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _QueueQuotaSync) and other.cluster_id == self.cluster_id
-
-    def __hash__(self) -> int:
-        return hash(self.cluster_id)
-
-    def __call__(self) -> None:
-        from scheduler_bridge.tasks import quota_sync
-
-        quota_sync.delay(self.cluster_id)
-
-
 def queue_quota_sync(cluster_id: int) -> None:
     """Sync the cluster's ResourceQuotas after the current transaction commits (once)."""
-    callback = _QueueQuotaSync(cluster_id)
-    # Django keeps pending on-commit callbacks on the connection (and drops them on
-    # rollback), so looking there dedupes without state of our own that could go stale.
-    pending = transaction.get_connection().run_on_commit
-    if any(func == callback for _, func, _ in pending):
-        return
-    transaction.on_commit(callback)
+    queue_once("scheduler_bridge.tasks.quota_sync", cluster_id)
 
 
 def quota_request_create(

@@ -24,6 +24,7 @@ from tenants import access
 from tenants.audit import audit_record, snapshot
 from tenants.errors import Conflict, PermissionDenied, ValidationFailed
 from tenants.models import Role, Tenant
+from tenants.transactions import queue_once
 
 SUBMIT_ROLES = (Role.MEMBER, Role.LEAD, Role.ADMIN)
 MANAGE_ROLES = (Role.LEAD, Role.ADMIN)
@@ -296,30 +297,9 @@ def _close(actor: Any, workload: Workload, state: str, reason: str, source: str)
     return locked
 
 
-class _QueueCycle:
-    """On-commit callback queuing one admission cycle per cluster per transaction."""
-
-    def __init__(self, cluster_id: int) -> None:
-        self.cluster_id = cluster_id
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _QueueCycle) and other.cluster_id == self.cluster_id
-
-    def __hash__(self) -> int:
-        return hash(self.cluster_id)
-
-    def __call__(self) -> None:
-        from scheduler_bridge.tasks import admission_cycle
-
-        admission_cycle.delay(self.cluster_id)
-
-
 def queue_cycle(cluster_id: int) -> None:
-    """Run an admission cycle of the cluster after the current transaction commits."""
-    callback = _QueueCycle(cluster_id)
-    if any(func == callback for _, func, _ in transaction.get_connection().run_on_commit):
-        return
-    transaction.on_commit(callback)
+    """Run an admission cycle of the cluster after the current transaction commits (once)."""
+    queue_once("scheduler_bridge.tasks.admission_cycle", cluster_id)
 
 
 def priority_class_save(
