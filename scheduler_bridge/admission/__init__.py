@@ -1,8 +1,24 @@
-"""Fair-share admission engine: pure Python, no Django.
+"""Fair-share admission engine: pure Python over plain dataclasses, no Django.
 
-Build a ClusterSnapshot, call ``AdmissionEngine().run_cycle(snapshot)`` (or
-``run_cycle``), apply the CycleResult. See engine.py for the cycle, quota.py for
-borrowing and lending, preemption.py for reclaim, reservation.py for backfill.
+Build a ``ClusterSnapshot`` (tenants, quotas, flavours, nodes, running and pending
+workloads, decayed usage, ``now``) and call ``AdmissionEngine(config, gate).run_cycle``
+(or ``run_cycle`` for a one-off). The ``CycleResult`` lists admissions (flavour, node
+placements, borrowed GPUs), preemptions (victim, preemptor, reason) and every pending
+workload with its queue position and reason; reservations for starving gangs ride along.
+Apply it (``simulator.apply_result`` shows how) and run the next cycle.
+
+Where things live:
+
+* model.py        - the input and output dataclasses, reason codes, EngineConfig
+* quota.py        - cohort tree accounting: guarantees, borrowing, lending (Kueue KEP-79)
+* fairshare.py    - weighted dominant share, usage decayed with a half-life
+* placement.py    - node fit, gangs, topology, best-fit packing
+* preemption.py   - reclaim and priority preemption, minimal victim sets
+* reservation.py  - reservations for starving gangs, backfill
+* engine.py       - the cycle itself; incremental.py what a warm engine may skip
+* explain.py, reasons.py - queue positions and human-readable reasons
+* budget.py       - the BudgetGate protocol billing implements
+* simulator.py    - virtual-time replay of jobs through the engine
 """
 
 from .budget import AllowAllBudgetGate, BudgetGate
@@ -30,6 +46,7 @@ from .model import (
     Tenant,
     Topology,
 )
+from .simulator import SimJob, SimulationResult, Simulator, apply_result
 
 __all__ = [
     "Admission",
@@ -53,8 +70,12 @@ __all__ = [
     "ReasonCode",
     "Reservation",
     "RunningWorkload",
+    "SimJob",
+    "SimulationResult",
+    "Simulator",
     "Tenant",
     "Topology",
+    "apply_result",
     "decay_usage",
     "run_cycle",
 ]

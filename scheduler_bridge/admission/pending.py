@@ -49,8 +49,10 @@ class Shape:
 
 
 def build_shape(raw: RawShape, shape_id: int, flavour_index: dict[str, int]) -> Shape:
-    """Flavour fungibility as in Kueue: options are tried in order; option k gives pod set
-    i its k-th acceptable flavour (its last one once it has no more)."""
+    """Flavour fungibility as in Kueue: options are tried in the order given; option k
+    gives pod set i its k-th acceptable flavour (its last one once it has no more). The
+    engine tries the options inside the tenant's unused guarantee before the ones that
+    would borrow (Kueue's ``whenCanBorrow: TryNextFlavor``), see engine._evaluate."""
     topology, pod_sets = raw
     unknown = sorted({f for _, _, names in pod_sets for f in names if f not in flavour_index})
     gpus = sum(count * per_pod for count, per_pod, _ in pod_sets)

@@ -28,6 +28,11 @@ work it displaced: the GPUs it freed cannot go back to its victims.
 Non-preemptible workloads are never candidates. Loops cannot form: a reclaimer ends
 inside its guarantee, where other tenants cannot touch it, and priority preemption only
 goes down in priority.
+
+Whether a tenant borrows is judged on the "victim view": the usage of the work that was
+running when the cycle started, minus the victims already chosen. Work admitted in the
+same cycle does not make a tenant's older work a victim, and two preemptors of one cycle
+never count the same victim twice.
 """
 
 from __future__ import annotations

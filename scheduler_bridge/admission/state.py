@@ -2,9 +2,11 @@
 
 Built from a snapshot at the start of a cycle and changed only by the cycle itself.
 Within a cycle capacity only ever shrinks: admissions take GPUs and quota; a preemption
-charges its preemptor's quota and GPUs at once but releases its victims only when the
-caller has stopped them (next cycle). That monotony is what lets the engine stop trying
-a (tenant, shape) group, or a shape on the nodes, after its first failure.
+takes the free GPUs and the free quota its preemptor needs on top of what its victims
+free, while the victims keep theirs until the caller has stopped them (next cycle); and
+candidates for preemption are only ever removed. That monotony is what lets the engine
+stop trying a (tenant, shape) group, or a shape on the nodes, after its first failure,
+and skip it in the next cycle if nothing it depends on changed (incremental.py).
 """
 
 from __future__ import annotations

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import random
 from dataclasses import replace
 
-from hypothesis import assume, given
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from scheduler_bridge.admission import (
@@ -23,7 +24,16 @@ from scheduler_bridge.admission.simulator import Simulator, apply_result
 from .invariants import check_cycle
 from .strategies import configs, job_lists, workloads, worlds
 
+# Bounded so that the directory runs in well under a minute; ADMISSION_STRESS=1 for a
+# long hunt before changing the engine (2,000 examples per property).
+PROFILE = settings(
+    max_examples=2000 if os.environ.get("ADMISSION_STRESS") else 100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
+
+@PROFILE
 @given(data=st.data(), config=configs)
 def test_capacity_quota_and_lend_limits_hold_and_incremental_equals_fresh(data, config):
     """Through a whole simulation: no node above capacity, no tenant above guaranteed +
@@ -49,6 +59,7 @@ def test_capacity_quota_and_lend_limits_hold_and_incremental_equals_fresh(data, 
     ).run()
 
 
+@PROFILE
 @given(data=st.data(), config=configs, seed=st.integers(0, 2**16))
 def test_same_input_same_output_whatever_the_order_of_the_input(data, config, seed):
     world = data.draw(worlds())
@@ -79,6 +90,7 @@ def test_same_input_same_output_whatever_the_order_of_the_input(data, config, se
     assert first == run_cycle(shuffled, config)
 
 
+@PROFILE
 @given(data=st.data())
 def test_a_guarantee_is_reclaimable_within_one_cycle(data):
     """Borrowers fill the cluster; then an owner below its guarantee submits work that
@@ -129,6 +141,7 @@ def test_a_guarantee_is_reclaimable_within_one_cycle(data):
     assert [a.workload_id for a in second.admissions] == ["owner"], second.pending
 
 
+@PROFILE
 @given(data=st.data(), priority_preemption=st.booleans())
 def test_no_preemption_loops_across_repeated_cycles(data, priority_preemption):
     """Nothing arrives and nothing ends, victims go back to the queue: preemptions die
