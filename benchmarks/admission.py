@@ -135,6 +135,7 @@ def kueue_baseline() -> dict[str, Any]:
         "admit_wait_s_medium": round(sum(waits["medium"]) / len(waits["medium"]), 1),
         "admit_wait_s_large": round(sum(waits["large"]) / len(waits["large"]), 1),
         "min_utilization_while_pending": round(min(busy), 4) if busy else 1.0,
+        "p05_utilization_while_pending": round(sorted(busy)[len(busy) // 20], 4) if busy else 1.0,
         "mean_utilization_while_pending": round(sum(busy) / len(busy), 4) if busy else 1.0,
         "admissions": result.admissions,
         "preemptions": result.preemptions,
