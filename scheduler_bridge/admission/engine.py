@@ -42,7 +42,7 @@ from .model import (
     Preemption,
     ReasonCode,
 )
-from .pending import Group, Item, Option, TenantQueue, group_items
+from .pending import Group, Item, Option, Shape, TenantQueue, group_items
 from .placement import Plan
 from .preemption import PreemptionPlan, Preemptor
 from .reservation import backfill_overlay, consume, release, reserve_for_starving
@@ -172,7 +172,10 @@ class _Cycle:
         self.node_memo: dict[tuple[int, object, int], int] = {}
         self.preempt_memo: set[FailureKey] = set()
         self.groups: list[tuple[int, Group]] = []
+        self.group_lists: list[tuple[int, Shape, list[Item]]] = []
+        self.unqueued: list[Item] = []  # unknown tenant or flavour
         self.failed_priority: dict[int, int] = {}
+        self.queue_class = 0  # guarantee class of the workload being evaluated
         self.groups_evaluated = 0
         self.groups_skipped = 0
         self.workloads_skipped = 0
@@ -193,9 +196,10 @@ class _Cycle:
         self.failures_out = record_failures(st, self.groups, self.failed_priority)
         pending: tuple = ()
         if explain:
-            left = [item for item in self.items if item.wl.id not in self.admitted]
-            explainer = Explainer(st, start_caps, self.admitted_priority, self.outcomes)
-            pending = explainer.decisions(left)
+            explainer = Explainer(
+                st, start_caps, self.admitted, self.admitted_priority, self.outcomes
+            )
+            pending = explainer.decisions(self.group_lists, self.unqueued)
         return CycleResult(
             now=st.now,
             admissions=tuple(self.admissions),
@@ -208,6 +212,8 @@ class _Cycle:
         st = self.state
         known: list[Item] = []
         for item in self.items:
+            if item.node < 0 or not item.shape.options:
+                self.unqueued.append(item)
             if item.node < 0:
                 self.outcomes[item.wl.id] = (
                     ReasonCode.UNKNOWN_TENANT,
@@ -226,7 +232,10 @@ class _Cycle:
         for node, shapes in group_items(known).items():
             groups = [Group(items[0].shape, items) for items in shapes.values()]
             queues[node] = TenantQueue(node, groups, st.share(node))
-            self.groups.extend((node, g) for g in groups)
+            for group in groups:
+                self.groups.append((node, group))
+                # the group's list shrinks as the cycle goes; explain.py needs it whole
+                self.group_lists.append((node, group.shape, group.items))
         return queues
 
     def _start_order(self, item: Item) -> tuple[object, ...]:
@@ -361,6 +370,7 @@ class _Cycle:
         off to borrow another flavour and leave them to its victims."""
         options = item.shape.options
         node = item.node
+        self.queue_class = queue.head_class
         if queue.head_class == 0:
             inside = [o for o in options if not self._borrows(node, o)]
             verdict = self._admit_first(queue, item, inside) or self._preempt(queue, item, inside)
@@ -370,6 +380,7 @@ class _Cycle:
                 group.borrows = True
                 return _DEFERRED
             return _FAILED
+        self.queue_class = 1
         verdict = self._admit_first(queue, item, options)
         if verdict is None and self.state.config.priority_preemption:
             # no option is inside the guarantee, so reclaim is out: only the tenant's
@@ -449,9 +460,9 @@ class _Cycle:
                 plan = pool.plan_generic(option.needs, shape.topology, pool.caps(flavours))
                 if plan is not None:
                     return plan, None, []
-            if not st.reservations or (own is None and item.wl.max_run_time_s is None):
+            if not self._may_overlay(item, own is not None):
                 return None
-        extra, sources = backfill_overlay(st, item)
+        extra, sources, backfill = backfill_overlay(st, item, self.queue_class)
         if not sources:
             return None
         caps = pool.caps(flavours)
@@ -461,7 +472,16 @@ class _Cycle:
         plan = pool.plan_generic(option.needs, shape.topology, caps)
         if plan is None:
             return None
-        return plan, (None if own is not None else AdmitCode.BACKFILL), sources
+        return plan, (AdmitCode.BACKFILL if backfill and own is None else None), sources
+
+    def _may_overlay(self, item: Item, owner: bool) -> bool:
+        """Whether some reserved GPUs could be open to ``item`` (see reservation.py)."""
+        reservations = self.state.reservations
+        if not reservations:
+            return False
+        if owner or item.wl.max_run_time_s is not None:
+            return True
+        return self.queue_class == 0 and any(entry.cls > 0 for entry in reservations)
 
     def _budget_ok(self, item: Item) -> bool:
         allowed, why = self.gate.may_start(item.wl.tenant_id, item.wl)
@@ -537,11 +557,13 @@ class _Cycle:
             for f, gpus in victim.totals.items():
                 freed[f] = freed.get(f, 0) + gpus
         st.add_usage(node, [(f, max(0, need - freed.get(f, 0))) for f, need in option.totals])
-        for f, j, gpus in found.plan:
-            fn = st.pool.flavours[f]
-            take = min(fn.avail[j], gpus)
-            if take:
-                fn.set_avail(j, fn.avail[j] - take)
+        # GPUs: the victims' first, then free ones, then those a borrowing gang holds
+        covered: dict[tuple[int, int], int] = {}
+        for victim in found.victims:
+            for f, j, gpus in victim.parts:
+                covered[(f, j)] = covered.get((f, j), 0) + gpus
+        held_by_borrowers = [entry for entry in st.reservations if entry.cls > 0]
+        consume(st, found.plan, held_by_borrowers, covered)
         queue.share = st.share(node)
         queue.version += 1
         f0 = option.totals[0][0]

@@ -28,31 +28,39 @@ class Explainer:
         self,
         state: CycleState,
         start_caps: dict[int, list[int]],
+        admitted: set[str],
         admitted_priority: Mapping[int, int],
         outcomes: Mapping[str, Outcome],
     ) -> None:
         self.state = state
         self.start_caps = start_caps
+        self.admitted = admitted
         self.admitted_priority = admitted_priority
         self.outcomes = outcomes
         self.names = state.static.flavour_names
-        self._by_group: dict[tuple[int, object], tuple[ReasonCode, str, str | None, int]] = {}
-        self._by_nodes: dict[tuple[object, int], tuple[ReasonCode, str, int]] = {}
+        self._by_nodes: dict[tuple[int, int, int], tuple[ReasonCode, str, int]] = {}
         self._by_quota: dict[tuple[int, int, int], tuple[ReasonCode, str]] = {}
         self._labels: dict[tuple[int, ...], str] = {}
         self._room: dict[tuple[int, int], int] = {}  # quota still available, at cycle end
 
     # ------------------------------------------------------------------ queue
-    def decisions(self, items: Sequence[Item]) -> tuple[PendingDecision, ...]:
-        keyed = self._ordered(items)
+    def decisions(
+        self, groups: Sequence[tuple[int, Shape, list[Item]]], others: Sequence[Item]
+    ) -> tuple[PendingDecision, ...]:
+        """Position and reason of every workload still pending. ``groups`` are the
+        (tenant node, shape, workloads) groups of the cycle, ``others`` the workloads
+        that never queued (unknown tenant or flavour); admitted ones are left out."""
+        keyed = self._ordered(groups, others)
         tenant_positions: dict[str, int] = {}
         out: list[PendingDecision] = []
         append = out.append
         outcomes = self.outcomes
         held = self.state.reservation_of
-        by_group = self._by_group
+        verdicts: list[tuple[ReasonCode, str, str | None, int] | None] = [None] * len(groups)
         admitted_priority = self.admitted_priority
-        for position, (_, item) in enumerate(keyed, start=1):
+        names = self.names
+        for position, entry in enumerate(keyed, start=1):
+            item = entry[-1]
             wl = item.wl
             tenant = wl.tenant_id
             mine = tenant_positions[tenant] = tenant_positions.get(tenant, 0) + 1
@@ -62,14 +70,14 @@ class Explainer:
             elif wl.id in held:
                 code, message, flavour = self._held(item, held[wl.id].option)
             else:
-                key = (item.node, item.shape.id)
-                cached = by_group.get(key)
+                g = entry[-2]
+                cached = verdicts[g]
                 if cached is None:
-                    cached = by_group[key] = self._explain_shape(item.node, item.shape)
+                    cached = verdicts[g] = self._explain_shape(item.node, item.shape)
                 code, message, flavour, f = cached
                 if code is WAITING and admitted_priority.get(f, wl.priority) > wl.priority:
                     code = ReasonCode.WAITING_PRIORITY
-                    message = reasons.waiting_priority(self.names[f])
+                    message = reasons.waiting_priority(names[f])
             append(
                 PendingDecision(
                     workload_id=wl.id,
@@ -83,29 +91,30 @@ class Explainer:
             )
         return tuple(out)
 
-    def _ordered(self, items: Sequence[Item]) -> list[tuple[tuple[object, ...], Item]]:
-        """The order the next cycle will try them in, with today's shares."""
+    def _ordered(
+        self, groups: Sequence[tuple[int, Shape, list[Item]]], others: Sequence[Item]
+    ) -> list[tuple]:
+        """The order the next cycle will try them in, with today's shares: one sort key
+        per workload, the group's class and share computed once per group. Ids are
+        unique, so comparison never reaches the group index or the item."""
         st = self.state
+        admitted = self.admitted
         shares: dict[int, float] = {}
-        classes: dict[tuple[int, object], int] = {}
-        keyed: list[tuple[tuple[object, ...], Item]] = []
+        keyed: list[tuple] = []
         append = keyed.append
-        for item in items:
-            node = item.node
-            shape = item.shape
-            if node < 0 or not shape.options:
-                append(((2, *item.order), item))
-                continue
+        for g, (node, shape, items) in enumerate(groups):
             share = shares.get(node)
             if share is None:
                 share = shares[node] = st.share(node)
-            ckey = (node, shape.id)
-            cls = classes.get(ckey)
-            if cls is None:
-                cls = classes[ckey] = st.guarantee_class(node, shape)
+            cls = st.guarantee_class(node, shape)
+            for item in items:
+                minus_priority, submitted, wid = item.order
+                if wid not in admitted:
+                    append((cls, minus_priority, share, submitted, wid, g, item))
+        for item in others:
             minus_priority, submitted, wid = item.order
-            append(((cls, minus_priority, share, submitted, wid), item))
-        keyed.sort(key=_first)
+            append((2, minus_priority, 0.0, submitted, wid, -1, item))
+        keyed.sort()
         return keyed
 
     # ---------------------------------------------------------------- reasons
@@ -126,13 +135,14 @@ class Explainer:
 
     def _explain_shape(self, node: int, shape: Shape) -> tuple[ReasonCode, str, str | None, int]:
         parts: list[tuple[ReasonCode, str, int]] = []
+        cls = self.state.guarantee_class(node, shape) if self.state.reservations else 1
         for option in shape.options:
             quota = self._quota(node, option)
             if quota is None:
-                nodes_key = (shape.id, option.index)
+                nodes_key = (shape.id, option.index, cls)
                 verdict = self._by_nodes.get(nodes_key)
                 if verdict is None:
-                    verdict = self._by_nodes[nodes_key] = self._nodes(shape, option)
+                    verdict = self._by_nodes[nodes_key] = self._nodes(shape, option, cls)
                 parts.append(verdict)
             else:
                 parts.append(quota)
@@ -171,7 +181,9 @@ class Explainer:
             return found[0], found[1], f
         return None
 
-    def _nodes(self, shape: Shape, option: Option) -> tuple[ReasonCode, str, int]:
+    def _nodes(self, shape: Shape, option: Option, cls: int) -> tuple[ReasonCode, str, int]:
+        """Node-side verdict for a shape whose quota fits; ``cls`` 0 (inside the
+        guarantee) may use GPUs held for borrowing gangs, as the cycle let it."""
         st = self.state
         pool = st.pool
         topology = shape.topology
@@ -180,12 +192,16 @@ class Explainer:
         if pool.plan_generic(option.needs, topology, full) is None:
             return ReasonCode.NEVER_FITS, self._never(shape, option), f0
         now = pool.caps([f for f, _ in option.totals])
+        if cls == 0:
+            for (f, j), gpus in st.borrowing_holds().items():
+                if f in now:
+                    now[f][j] += gpus
         if pool.plan_generic(option.needs, topology, now) is not None:
             # only possible when the cycle did not get to try it (budget refusals are
             # recorded separately): say so rather than invent a shortage
             return ReasonCode.NODE_CAPACITY, "fits now; will be tried in the next cycle", f0
         # reserved GPUs first: "reserved for job Y" tells what would change the answer
-        reserved = self._reserved_by(shape, option, now)
+        reserved = self._reserved_by(shape, option, now, cls)
         if reserved is not None:
             return ReasonCode.RESERVED, reserved, f0
         start = {f: self.start_caps[f] for f, _ in option.totals if f in self.start_caps}
@@ -194,12 +210,15 @@ class Explainer:
         code = ReasonCode.NODE_CAPACITY if topology is Topology.NONE else ReasonCode.TOPOLOGY
         return code, self._shortage(shape, option), f0
 
-    def _reserved_by(self, shape: Shape, option: Option, now: dict[int, list[int]]) -> str | None:
+    def _reserved_by(
+        self, shape: Shape, option: Option, now: dict[int, list[int]], cls: int
+    ) -> str | None:
         st = self.state
-        if not st.reservations:
+        closed = [e for e in st.reservations if not (cls == 0 and e.cls > 0)]
+        if not closed:
             return None
         caps = {f: list(arr) for f, arr in now.items()}
-        for entry in st.reservations:
+        for entry in closed:
             for (f, j), gpus in entry.blocked.items():
                 if f in caps:
                     caps[f][j] += gpus
@@ -207,7 +226,7 @@ class Explainer:
         if plan is None:
             return None
         used = {(f, j) for f, j, _ in plan}
-        for entry in st.reservations:
+        for entry in closed:
             if any(entry.blocked.get(key) for key in used):
                 return reasons.reserved(entry.workload_id, entry.expected_start, st.now)
         return None  # pragma: no cover - the plan needed some blocked GPUs
@@ -243,7 +262,3 @@ class Explainer:
             )
         parts = [f"{count} x {per_pod} {self.names[f]}" for f, count, per_pod in option.needs]
         return "needs " + " and ".join(parts) + " placed together; the cluster cannot hold it"
-
-
-def _first(pair: tuple[tuple[object, ...], Item]) -> tuple[object, ...]:
-    return pair[0]

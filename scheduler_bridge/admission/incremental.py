@@ -11,10 +11,11 @@ What a failure depends on:
 
 * every flavour option beyond the tenant's own limits (no quota on its path, its
   borrowing limit reached): the tenant's own usage only;
-* anything else: per flavour, the free GPUs (after reservations) and the usage and
-  running work of the tenant's whole tree. The running-work token is the one from the
-  start of the cycle: work admitted during a cycle was no preemption candidate then but
-  is one in the next cycle, so an admission anywhere in the tree must invalidate.
+* anything else: per flavour, the free GPUs (after reservations) and the usage of the
+  tenant's whole tree; and, for a workload that may preempt, the running work of the
+  tree too. That running-work token is the one from the start of the cycle: work
+  admitted during a cycle was no preemption candidate then but is one in the next
+  cycle, so for such workloads an admission anywhere in the tree must invalidate.
 
 Skipping never changes a decision - tests run the warm engine against a fresh one on
 every cycle of random simulations - it only saves the work of trying.
@@ -76,14 +77,20 @@ def fingerprint(state: CycleState, node: int, shape: Shape, memo: dict) -> Finge
     headroom = memo.setdefault("headroom", {})
     if own_limits_only(state, node, shape, headroom):
         return tuple(("own", f, state.usage[f][node]) for f in shape.flavours)
+    # Running work matters only to a workload that may preempt: one inside its
+    # guarantee (reclaim), or any with priority preemption on. A borrowing workload
+    # fails or not on usage and free GPUs alone, whoever holds them.
+    may_preempt = state.config.priority_preemption or (
+        state.config.reclaim and state.guarantee_class(node, shape) == 0
+    )
     root = state.tree.root[node]
-    key = (root, shape.flavours)
+    key = (root, shape.flavours, may_preempt)
     found: Fingerprint | None = memo.get(key)
     if found is None:
         parts = []
         for f in shape.flavours:
             usage, tokens = state.quota_fingerprint(f, root)
-            parts.append((f, state.node_fingerprint(f), usage, tokens))
+            parts.append((f, state.node_fingerprint(f), usage, tokens if may_preempt else 0))
         found = memo[key] = tuple(parts)
     return found
 

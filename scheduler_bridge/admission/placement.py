@@ -150,17 +150,6 @@ class FlavourNodes:
             return self.plan_one_node(count * per_pod)
         return self.plan_one_domain(count, per_pod)
 
-    def fits_empty(self, count: int, per_pod: int, topology: Topology) -> bool:
-        """Whether the shape fits this flavour's nodes when they are all idle."""
-        if topology is Topology.ONE_NODE:
-            return count * per_pod <= self.largest_node_total
-        if topology is Topology.ONE_DOMAIN:
-            return any(
-                sum(self.total[j] // per_pod for j in members) >= count
-                for members in self.dom_members
-            )
-        return self.pods_capacity(per_pod) >= count
-
     def largest_block(self, topology: Topology) -> int:
         if topology is Topology.ONE_DOMAIN:
             return self.largest_domain_free()
@@ -210,11 +199,6 @@ class NodePool:
 
     def fingerprint(self, f: int) -> int:
         return hash(tuple(self.flavours[f].avail))
-
-    def take(self, f: int, plan: Sequence[tuple[int, int]]) -> None:
-        fn = self.flavours[f]
-        for j, gpus in plan:
-            fn.set_avail(j, fn.avail[j] - gpus)
 
     def caps(self, flavours: Sequence[int]) -> dict[int, list[int]]:
         return {f: list(self.flavours[f].avail) for f in flavours}

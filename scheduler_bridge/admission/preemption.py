@@ -200,7 +200,10 @@ class _Search:
         self.option = option
         self.removed: list[Run] = []
         self.out: set[str] = set()
-        self.extra: dict[tuple[int, int], int] = {}
+        # GPUs the preemptor may use besides free ones: those its victims hold, and
+        # those reserved for borrowing gangs (a preemptor ends inside its guarantee,
+        # and reservations never outrank guarantees)
+        self.extra: dict[tuple[int, int], int] = state.borrowing_holds()
 
     def _remove(self, run: Run) -> None:
         if run.node >= 0:

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .model import Quota, ReasonCode, Tenant
-from .reasons import quota_message
+from .reasons import QuotaReasons
 
 NO_LIMIT = 1 << 62
 
@@ -205,24 +205,24 @@ class QuotaTree:
         flavour = self.flavours[f]
         tenant = self.label[node]
         if not self.access[f][node]:
-            return ReasonCode.NO_QUOTA, quota_message.no_quota(flavour, tenant)
+            return ReasonCode.NO_QUOTA, QuotaReasons.no_quota(flavour, tenant)
         g = self.guaranteed[f][node]
         limit = self.borrow_limit[f][node]
         ceiling = self.ceiling(f, node)
         if need > ceiling:
-            return ReasonCode.NEVER_FITS, quota_message.never(flavour, tenant, need, ceiling)
+            return ReasonCode.NEVER_FITS, QuotaReasons.never(flavour, tenant, need, ceiling)
         used = usage[node]
         if limit != NO_LIMIT and used + need > g + limit:
-            return ReasonCode.QUOTA_LIMIT, quota_message.own_limit(flavour, used, g, limit, need)
+            return ReasonCode.QUOTA_LIMIT, QuotaReasons.own_limit(flavour, used, g, limit, need)
         from_parent, binding = self._from_parent(f, node, usage)
         unused = max(0, g - used)
         if binding is not None:
-            return ReasonCode.COHORT_LIMIT, quota_message.cohort_limit(
+            return ReasonCode.COHORT_LIMIT, QuotaReasons.cohort_limit(
                 flavour, self.label[binding], max(0, from_parent), need
             )
         root = self.label[self.root[node]]
         total = self.available(f, node, usage)
-        return ReasonCode.COHORT_EXHAUSTED, quota_message.cohort_exhausted(
+        return ReasonCode.COHORT_EXHAUSTED, QuotaReasons.cohort_exhausted(
             flavour, tenant, root, g, unused, max(0, total), need
         )
 

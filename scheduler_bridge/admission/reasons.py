@@ -30,7 +30,7 @@ def _plural(count: int, word: str) -> str:
     return f"{count} {word}" if count == 1 else f"{count} {word}s"
 
 
-class quota_message:  # noqa: N801 - a namespace of wordings, used as quota_message.x(...)
+class QuotaReasons:
     """Wordings for quota refusals (see quota.QuotaTree.explain)."""
 
     @staticmethod

@@ -11,7 +11,10 @@ least ``reservation_min_gpus`` that has waited ``reservation_wait_s``:
   judging from when running work should end (its declared max run time, else
   ``assumed_run_time_s``); the GPUs of that placement that are free now are blocked;
 * blocked GPUs may be used by the gang itself, or by work whose declared max run time
-  ends before the reservation's expected start (backfill); nothing else sees them.
+  ends before the reservation's expected start (backfill);
+* a reservation never outranks a guarantee: work inside its tenant's guarantee may use
+  the GPUs held for a gang that borrows (otherwise a starving borrower would hold, cycle
+  after cycle, the GPUs an owner keeps reclaiming - a preemption loop).
 
 Reservations are recomputed every cycle from the snapshot, so they need no storage and
 follow the cluster as it changes; a reservation whose start is unknown blocks without
@@ -51,7 +54,13 @@ def reserve_for_starving(
             if found is None:
                 continue
             plan, start = found
-            entry = ReservationEntry(item.wl.id, item.wl.tenant_id, option.index, plan, start)
+            inside = all(
+                state.usage[f][item.node] + need <= state.tree.guaranteed[f][item.node]
+                for f, need in option.totals
+            )
+            entry = ReservationEntry(
+                item.wl.id, item.wl.tenant_id, option.index, plan, start, 0 if inside else 1
+            )
             for f, j, gpus in plan:
                 fn = state.pool.flavours[f]
                 blocked = min(fn.avail[j], gpus)
@@ -114,31 +123,46 @@ def _earliest(
 
 
 def backfill_overlay(
-    state: CycleState, item: Item
-) -> tuple[dict[tuple[int, int], int], list[ReservationEntry]]:
-    """Blocked GPUs ``item`` may use: its own reservation's, plus those of reservations
-    it would finish before (declared max run time only)."""
+    state: CycleState, item: Item, cls: int
+) -> tuple[dict[tuple[int, int], int], list[ReservationEntry], bool]:
+    """Blocked GPUs ``item`` (queued with guarantee class ``cls``) may use: its own
+    reservation's, those of reservations of borrowing gangs if it is inside its
+    guarantee, and those of reservations it would finish before (declared max run time
+    only). The flag says whether any of them is usable only as backfill."""
     extra: dict[tuple[int, int], int] = {}
     sources: list[ReservationEntry] = []
+    backfill = False
     own = state.reservation_of.get(item.wl.id)
     runtime = item.wl.max_run_time_s
     for entry in state.reservations:
-        usable = entry is own or (
+        if not entry.blocked:
+            continue
+        outranks = entry is own or entry.cls > cls
+        ends_before = (
             runtime is not None
             and entry.expected_start is not None
             and state.now + runtime <= entry.expected_start
         )
-        if usable and entry.blocked:
+        if outranks or ends_before:
             sources.append(entry)
+            backfill |= not outranks
             for key, gpus in entry.blocked.items():
                 extra[key] = extra.get(key, 0) + gpus
-    return extra, sources
+    return extra, sources, backfill
 
 
-def consume(state: CycleState, plan: Plan, sources: Sequence[ReservationEntry]) -> None:
-    """Commit a plan made with an overlay: free GPUs first, then blocked ones."""
+def consume(
+    state: CycleState,
+    plan: Plan,
+    sources: Sequence[ReservationEntry],
+    covered: dict[tuple[int, int], int] | None = None,
+) -> None:
+    """Commit a plan made with an overlay: GPUs ``covered`` otherwise (a preemptor's
+    victims) first, then free GPUs, then blocked ones."""
     pool = state.pool
     for f, j, gpus in plan:
+        if covered:
+            gpus -= min(gpus, covered.get((f, j), 0))
         fn = pool.flavours[f]
         from_free = min(fn.avail[j], gpus)
         fn.set_avail(j, fn.avail[j] - from_free)

@@ -85,6 +85,7 @@ class ReservationEntry:
     option: int
     plan: list[tuple[int, int, int]]
     expected_start: float | None
+    cls: int = 1  # guarantee class of the gang: 0 inside its tenant's guarantee
     blocked: dict[tuple[int, int], int] = field(default_factory=dict)
 
 
@@ -254,7 +255,28 @@ class CycleState:
 
     # ------------------------------------------------------------ fingerprints
     def node_fingerprint(self, f: int) -> int:
-        return self.pool.fingerprint(f)
+        """Free GPUs of flavour ``f``, and what borrowing gangs hold reserved (work
+        inside its guarantee may use those, see reservation.py)."""
+        held = tuple(
+            sorted(
+                (j, gpus)
+                for entry in self.reservations
+                if entry.cls > 0
+                for (ef, j), gpus in entry.blocked.items()
+                if ef == f and gpus
+            )
+        )
+        return hash((self.pool.fingerprint(f), held))
+
+    def borrowing_holds(self) -> dict[tuple[int, int], int]:
+        """GPUs held by reservations of borrowing gangs, per (flavour, node)."""
+        held: dict[tuple[int, int], int] = {}
+        for entry in self.reservations:
+            if entry.cls > 0:
+                for key, gpus in entry.blocked.items():
+                    if gpus:
+                        held[key] = held.get(key, 0) + gpus
+        return held
 
     def quota_fingerprint(self, f: int, root: int) -> tuple[tuple[int, ...], int]:
         return self.tree.fingerprint(f, root, self.usage[f]), self.run_tokens.get((root, f), 0)

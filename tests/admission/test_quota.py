@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from scheduler_bridge.admission import AdmitCode, ReasonCode, run_cycle
 
 from .factories import nodes, quota, running, snapshot, tenants, two_teams, workload
@@ -142,3 +144,22 @@ def test_parent_tenant_may_run_its_own_workloads_from_its_pool():
     quotas = (quota("dept", 12), quota("a", 8))
     result = run_cycle(snapshot(tree, quotas, nodes(2), [workload("d1", "dept", 4)]))
     assert result.admissions[0].code is AdmitCode.WITHIN_GUARANTEE
+
+
+def test_unknown_tenants_and_flavours_are_named_not_dropped():
+    tree, quotas = two_teams()
+    pending = [workload("x1", "nobody", 1), workload("x2", "a", 1, flavour="B200")]
+    result = run_cycle(snapshot(tree, quotas, nodes(1), pending))
+    codes = {p.workload_id: (p.code, p.message) for p in result.pending}
+    assert codes["x1"] == (ReasonCode.UNKNOWN_TENANT, "tenant nobody is not known to this cluster")
+    assert codes["x2"] == (ReasonCode.UNKNOWN_FLAVOUR, "no such flavour on this cluster: B200")
+
+
+def test_inconsistent_input_is_refused_with_a_reason():
+    tree, quotas = two_teams()
+    twice = [workload("same", "a", 1), workload("same", "b", 1)]
+    with pytest.raises(ValueError, match="duplicate pending workload id same"):
+        run_cycle(snapshot(tree, quotas, nodes(1), twice))
+    orphan = tenants({"a": "ghost"})
+    with pytest.raises(ValueError, match="unknown parent ghost"):
+        run_cycle(snapshot(orphan, quotas, nodes(1)))

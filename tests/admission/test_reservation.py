@@ -99,3 +99,16 @@ def test_a_gang_that_does_not_fit_quota_gets_no_reservation():
     gang = workload("gang", "a", 8, count=3, submitted=NOW - 3600)
     result = run_cycle(cluster([gang], busy_nodes()), CONFIG)
     assert result.reservations == ()
+
+
+def test_a_reservation_for_a_borrowing_gang_does_not_block_an_owners_guarantee():
+    """Otherwise the starving borrower would hold, cycle after cycle, GPUs the owner
+    keeps reclaiming: a preemption loop (found by the property tests)."""
+    tree = tenants({"org": None, "a": "org", "c": "org"})
+    quotas = (quota("a", 8), quota("c", 0))
+    busy = [running("c-run", "c", {"n000": 4}, admitted=NOW - 50, max_run=650)]
+    gang = workload("c-gang", "c", 1, count=8, submitted=NOW - 3600)
+    owner = workload("a-own", "a", 4, submitted=NOW - 5)
+    snap = snapshot(tree, quotas, nodes(1), [gang, owner], busy, now=NOW)
+    result = AdmissionEngine(CONFIG).run_cycle(snap)
+    assert [a.workload_id for a in result.admissions] == ["a-own"]
