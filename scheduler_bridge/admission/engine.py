@@ -42,7 +42,7 @@ from .model import (
     Preemption,
     ReasonCode,
 )
-from .pending import Group, Item, Option, Shape, TenantQueue, group_items
+from .pending import NO_REACH, Group, Item, Option, Shape, TenantQueue, group_items
 from .placement import Plan
 from .preemption import PreemptionPlan, Preemptor
 from .reservation import backfill_overlay, consume, release, reserve_for_starving
@@ -125,7 +125,7 @@ class AdmissionEngine:
                 )
                 item = Item(wl, node, static.shape(raw))
             else:
-                item.individual = False
+                item.reach = NO_REACH
             if wl.id in fresh:
                 raise ValueError(f"duplicate pending workload id {wl.id}")
             fresh[wl.id] = item
@@ -187,8 +187,9 @@ class _Cycle:
         reserve_for_starving(st, self.items, self._start_order)
         if st.reservations:
             for item in self.items:
-                if item.wl.max_run_time_s is not None:
-                    item.individual = True
+                runtime = item.wl.max_run_time_s
+                if runtime is not None and item.reach is NO_REACH:
+                    item.reach = -runtime
         mark_skips(st, queues, self.failures_in)
         self._fail_hopeless(queues)
         start_caps = st.pool.caps(range(len(self.names))) if explain else {}
@@ -323,7 +324,7 @@ class _Cycle:
         group = queue.head
         assert group is not None
         item = group.items[group.pos]
-        if group.skip and not item.individual:
+        if group.skip and item.reach == NO_REACH:
             self._fail_group(group, item, skipped=True)
         else:
             self.groups_evaluated += 1
@@ -337,13 +338,15 @@ class _Cycle:
 
     def _fail_group(self, group: Group, item: Item, skipped: bool) -> None:
         """``item`` failed; so does every later member that cannot use more capacity
-        than it could (capacity only shrinks within a cycle)."""
+        than it could (capacity only shrinks within a cycle). A skipped group's failure
+        stands for members without reach into reserved GPUs only."""
         items = group.items
         priority = item.wl.priority
         failed = 1
+        reach = NO_REACH if skipped else item.reach
         keep: list[Item] = []
-        for other in items[group.pos + 1 :]:  # usually none: most groups hold one workload
-            if other.individual:
+        for other in items[group.pos + 1 :]:
+            if other.reach > reach:
                 keep.append(other)
             else:
                 failed += 1

@@ -200,6 +200,13 @@ class Explainer:
             # only possible when the cycle did not get to try it (budget refusals are
             # recorded separately): say so rather than invent a shortage
             return ReasonCode.NODE_CAPACITY, "fits now; will be tried in the next cycle", f0
+        if st.released:
+            with_released = {f: list(arr) for f, arr in now.items()}
+            for (f, j), gpus in st.released.items():
+                if f in with_released:
+                    with_released[f][j] += gpus
+            if pool.plan_generic(option.needs, topology, with_released) is not None:
+                return ReasonCode.NODE_CAPACITY, reasons.released_reservation(), f0
         # reserved GPUs first: "reserved for job Y" tells what would change the answer
         reserved = self._reserved_by(shape, option, now, cls)
         if reserved is not None:

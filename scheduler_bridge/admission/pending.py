@@ -11,6 +11,7 @@ stays exactly what one-by-one evaluation would give.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -79,14 +80,23 @@ def build_shape(raw: RawShape, shape_id: int, flavour_index: dict[str, int]) -> 
 class Item:
     """A compiled pending workload."""
 
-    __slots__ = ("individual", "node", "order", "shape", "wl")
+    __slots__ = ("node", "order", "reach", "shape", "wl")
 
     def __init__(self, wl: PendingWorkload, node: int, shape: Shape) -> None:
         self.wl = wl
         self.node = node  # workload node in the quota tree, -1 for an unknown tenant
         self.shape = shape
         self.order = (-wl.priority, wl.submitted_at, wl.id)
-        self.individual = False  # set per cycle: may use capacity its group mates cannot
+        self.reach = NO_REACH  # set per cycle, see below
+
+
+# How far a pending workload may reach into reserved GPUs (set per cycle): not at all
+# (NO_REACH); as backfill, with -(declared max run time) - a shorter run ends before more
+# reservations start, so it may use a superset of the GPUs a longer one may; or, holding
+# a reservation itself, everything (OWN_RESERVATION). Within a group, a workload that
+# fails takes down every later member whose reach is not greater than its own.
+NO_REACH = -math.inf
+OWN_RESERVATION = math.inf
 
 
 class Group:

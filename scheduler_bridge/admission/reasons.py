@@ -146,6 +146,13 @@ def reserved(job: str, start: float | None, now: float) -> str:
     )
 
 
+def released_reservation() -> str:
+    return (
+        "fits on GPUs held for a job that started this cycle; they are free again in the "
+        "next cycle, which will try it"
+    )
+
+
 def reservation_held(
     gpus: int, flavour: str, nodes: Sequence[str], start: float | None, now: float
 ) -> str:

@@ -12,6 +12,8 @@ least ``reservation_min_gpus`` that has waited ``reservation_wait_s``:
   ``assumed_run_time_s``); the GPUs of that placement that are free now are blocked;
 * blocked GPUs may be used by the gang itself, or by work whose declared max run time
   ends before the reservation's expected start (backfill);
+* a gang that starts gives up its reservation; GPUs it held but did not use are free
+  again from the next cycle on;
 * a reservation never outranks a guarantee: work inside its tenant's guarantee may use
   the GPUs held for a gang that borrows (otherwise a starving borrower would hold, cycle
   after cycle, the GPUs an owner keeps reclaiming - a preemption loop).
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from .pending import Item, Option
+from .pending import OWN_RESERVATION, Item, Option
 from .placement import Plan
 from .state import CycleState, ReservationEntry
 
@@ -71,7 +73,7 @@ def reserve_for_starving(
                 excluded.add((f, j))
             state.reservations.append(entry)
             state.reservation_of[item.wl.id] = entry
-            item.individual = True
+            item.reach = OWN_RESERVATION
             break
 
 
@@ -178,12 +180,13 @@ def consume(
 
 
 def release(state: CycleState, entry: ReservationEntry) -> None:
-    """Drop a reservation (its gang started): unused blocked GPUs become free again."""
-    pool = state.pool
-    for (f, j), gpus in entry.blocked.items():
+    """Drop a reservation (its gang started, perhaps on other GPUs or another flavour).
+    Blocked GPUs it did not use stay out of reach until the next cycle, which finds them
+    free: handing them back now would let capacity grow within the cycle, and a group
+    that failed before the release would then be wrongly failed (or skipped) with it."""
+    for key, gpus in entry.blocked.items():
         if gpus:
-            fn = pool.flavours[f]
-            fn.set_avail(j, fn.avail[j] + gpus)
+            state.released[key] = state.released.get(key, 0) + gpus
     entry.blocked.clear()
     state.reservations.remove(entry)
     state.reservation_of.pop(entry.workload_id, None)

@@ -113,6 +113,8 @@ class CycleState:
         self._init_victim_view()
         self.reservations: list[ReservationEntry] = []
         self.reservation_of: dict[str, ReservationEntry] = {}
+        # GPUs of reservations dropped during this cycle: free from the next one on
+        self.released: dict[tuple[int, int], int] = {}
 
     def _compile_running(
         self, running: Sequence[RunningWorkload], static: Static

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from scheduler_bridge.admission import (
     AdmissionEngine,
     AdmitCode,
     EngineConfig,
+    Flavour,
     ReasonCode,
     run_cycle,
 )
+from scheduler_bridge.admission.simulator import apply_result
 
-from .factories import nodes, quota, running, snapshot, tenants, workload
+from .factories import H100, nodes, quota, running, snapshot, tenants, workload
 
 TREE = tenants({"org": None, "a": "org", "b": "org"})
 QUOTAS = (quota("a", 16), quota("b", 16))
@@ -112,3 +116,43 @@ def test_a_reservation_for_a_borrowing_gang_does_not_block_an_owners_guarantee()
     snap = snapshot(tree, quotas, nodes(1), [gang, owner], busy, now=NOW)
     result = AdmissionEngine(CONFIG).run_cycle(snap)
     assert [a.workload_id for a in result.admissions] == ["a-own"]
+
+
+def test_gpus_held_for_a_gang_that_starts_elsewhere_are_free_again_next_cycle():
+    """The gang holds H100s but starts on A100s once they free up. The H100s it held go
+    back to the pool for the next cycle, not during this one (capacity only shrinks
+    within a cycle), and the workload that needs them is told so. A warm engine, which
+    remembers last cycle's failures, decides the same (found by the property tests)."""
+    A100 = "A100"
+    tree = tenants({"t0": None, "t1": None})
+    quotas = (quota("t0", 3), quota("t1", 4), quota("t1", 4, flavour=A100))
+    node_list = (*nodes(1, gpus=4), *nodes(1, gpus=4, flavour=A100, prefix="a"))
+    flavours = (Flavour(H100), Flavour(A100, 0.5))
+    config = EngineConfig(reservation_wait_s=60, reservation_min_gpus=1)
+    gang = workload("gang", "t1", 2, count=2, flavour=(H100, A100), submitted=31.0)
+    small = workload("small", "t0", 2, gang=False, submitted=0.0)
+    own_run = running("t0-run", "t0", {"n000": 1}, admitted=90.0)
+    a100_run = running("t1-a100", "t1", {"a000": 2}, flavour=A100, admitted=0.0, max_run=100)
+    warm = AdmissionEngine(config)
+
+    def cycle(now, pending, busy):
+        snap = snapshot(tree, quotas, node_list, pending, busy, flavours, now=now)
+        result = warm.run_cycle(snap)
+        assert result == replace(run_cycle(snap, config), stats=result.stats)
+        return snap, result
+
+    # the A100s are busy: the gang holds the three free H100s, "small" waits for them
+    _, held = cycle(120.0, [gang, small], [own_run, a100_run])
+    assert held.admissions == ()
+    assert [r.workload_id for r in held.reservations] == ["gang"]
+    assert {p.workload_id: p.code for p in held.pending}["small"] is ReasonCode.RESERVED
+    # the A100s free up: the gang starts there and gives its H100s back
+    snap, started = cycle(150.0, [gang, small], [own_run])
+    assert [(a.workload_id, a.flavours) for a in started.admissions] == [("gang", (A100,))]
+    waiting = {p.workload_id: p.message for p in started.pending}
+    assert waiting["small"] == (
+        "fits on GPUs held for a job that started this cycle; they are free again in the "
+        "next cycle, which will try it"
+    )
+    _, after = cycle(180.0, [small], apply_result(snap, started).running)
+    assert [a.workload_id for a in after.admissions] == ["small"]
