@@ -17,8 +17,11 @@ also explains every pending workload (position and reason), as the product does.
 of mixed shapes (1-8 GPUs, one-node and NVLink-domain gangs, H100 or A100 or either)
 on a busy cluster (filled by the engine, then 15 % of the running work ends): a full
 cycle with a fresh engine; the follow-up cycle (reclaimers start once their victims have
-stopped) and one more in which nothing changed; then, after one running workload
-finishes, an incremental cycle with the warm engine.
+stopped) and one more to let the queue settle; then, after one running workload
+finishes, an incremental cycle with the warm engine. For that cycle it reports
+``tries_incremental`` (workloads tried in the main pass, each standing for its group),
+``groups_failed_at_start_incremental`` (groups the freed GPUs cannot help, refused
+before the main pass) and ``groups_skipped_incremental`` (remembered failures).
 
 ``persisted`` needs PostgreSQL; see ``persisted`` below.
 
@@ -245,7 +248,7 @@ def deep_queue() -> dict[str, Any]:
     follow = engine.run_cycle(after)
     follow_up = time.perf_counter() - started
     after = apply_result(after, follow)
-    settle = engine.run_cycle(after)  # nothing changed: what the cache is for
+    settle = engine.run_cycle(after)
     after = apply_result(after, settle)
     finished = next(r for r in after.running if r.id.startswith("r"))
     one_finish = replace(after, running=tuple(r for r in after.running if r is not finished))
@@ -256,8 +259,9 @@ def deep_queue() -> dict[str, Any]:
     progress(
         f"deep-queue: follow-up cycle {follow_up:.3f} s ({len(follow.admissions)} admitted); "
         f"incremental cycle {incremental:.3f} s after {finished.id} finished: "
-        f"{len(second.admissions)} admitted, {stats.groups_evaluated if stats else '?'} groups "
-        f"tried, {stats.groups_skipped if stats else '?'} skipped"
+        f"{len(second.admissions)} admitted, {stats.groups_evaluated if stats else '?'} tries, "
+        f"{stats.groups_failed_at_start if stats else '?'} groups refused at the start, "
+        f"{stats.groups_skipped if stats else '?'} skipped as remembered"
     )
     return {
         "bench": "admission",
@@ -270,8 +274,9 @@ def deep_queue() -> dict[str, Any]:
         "admitted_full_cycle": len(first.admissions),
         "preempted_full_cycle": len(first.preemptions),
         "follow_up_cycle_s": round(follow_up, 3),
-        "groups_tried_incremental": stats.groups_evaluated if stats else None,
+        "tries_incremental": stats.groups_evaluated if stats else None,
         "groups_skipped_incremental": stats.groups_skipped if stats else None,
+        "groups_failed_at_start_incremental": stats.groups_failed_at_start if stats else None,
     }
 
 

@@ -5,25 +5,33 @@ One cycle, in order:
 1. compile the snapshot: quota usage per tenant-tree node, free GPUs per node, shares;
    pending workloads grouped by (tenant, shape);
 2. reservations for starving large gangs (reservation.py);
-3. the main pass: a heap of tenants keyed by their best pending workload's
+3. groups that cannot start whatever happens in this cycle fail before the main pass
+   (capacity only shrinks within a cycle): beyond their own limits, too large for any
+   node layout, or borrowing work that fits neither quota nor free GPUs now;
+4. the main pass: a heap of tenants keyed by their best pending workload's
    (guarantee class, -priority, share, submit time, id). Pop, try that workload, push
    the tenant back with its next workload and its new share, so a tenant that just got
    a lot sinks. Every workload that fits is admitted, any number per tenant (no head
    of line blocking). A failure fails the rest of its (tenant, shape) group at once;
    a workload within its guarantee that does not fit may preempt (preemption.py);
-4. positions and reasons for whatever is still pending (explain.py).
+5. positions and reasons for whatever is still pending (explain.py).
 
-Across cycles ``AdmissionEngine`` remembers which groups failed and a fingerprint of
-everything their failure depended on (free GPUs of their flavours, usage and running
-work of their tenant tree); a group whose fingerprint is unchanged is not tried again.
+Step 3 is what keeps a cycle after a small change (one workload finished) cheap: only
+the groups the change could help get to the main pass. Failures that needed the main
+pass - a preemption search, capacity taken earlier in the cycle - are remembered across
+cycles by ``AdmissionEngine`` with a fingerprint of everything they depended on (free
+GPUs of their flavours, usage and running work of their tenant tree); a group whose
+fingerprint is unchanged is not tried again.
 This never changes a decision - skipped groups would fail anyway - it only saves work,
 and tests check that the incremental engine and a fresh one agree.
 """
 
 from __future__ import annotations
 
+import gc
 import heapq
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from time import perf_counter
 
 from . import reasons, records
@@ -75,6 +83,10 @@ class AdmissionEngine:
     def run_cycle(self, snapshot: ClusterSnapshot, *, explain_pending: bool = True) -> CycleResult:
         """Decide one cycle. Raises ValueError for inconsistent input (duplicate ids, an
         unknown parent, a cycle in the tenant tree)."""
+        with _cyclic_gc_paused():
+            return self._run_cycle(snapshot, explain_pending)
+
+    def _run_cycle(self, snapshot: ClusterSnapshot, explain_pending: bool) -> CycleResult:
         started = perf_counter()
         static = self._static_for(snapshot)
         items = self._compile(snapshot.pending, static)
@@ -85,6 +97,7 @@ class AdmissionEngine:
             pending=len(items) - len(result.admissions),
             groups_evaluated=cycle.groups_evaluated,
             groups_skipped=cycle.groups_skipped,
+            groups_failed_at_start=cycle.groups_failed_at_start,
             workloads_skipped=cycle.workloads_skipped,
             duration_s=perf_counter() - started,
         )
@@ -133,6 +146,22 @@ class AdmissionEngine:
         return list(fresh.values())
 
 
+@contextmanager
+def _cyclic_gc_paused() -> Iterator[None]:
+    """A cycle over a deep queue allocates hundreds of thousands of short-lived tuples;
+    each allocation burst would start a pass of Python's cyclic collector over every
+    object of the worker, a third of the cycle's time over 50,000 pending workloads.
+    The cycle makes no reference cycles that need collecting while it runs, so the
+    collector waits until it ends (reference counting still frees memory as it goes)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def run_cycle(
     snapshot: ClusterSnapshot,
     config: EngineConfig | None = None,
@@ -178,6 +207,7 @@ class _Cycle:
         self.queue_class = 0  # guarantee class of the workload being evaluated
         self.groups_evaluated = 0
         self.groups_skipped = 0
+        self.groups_failed_at_start = 0
         self.workloads_skipped = 0
 
     # ------------------------------------------------------------------ driver
@@ -190,8 +220,8 @@ class _Cycle:
                 runtime = item.wl.max_run_time_s
                 if runtime is not None and item.reach is NO_REACH:
                     item.reach = -runtime
+        self._fail_at_start(queues)
         mark_skips(st, queues, self.failures_in)
-        self._fail_hopeless(queues)
         start_caps = st.pool.caps(range(len(self.names))) if explain else {}
         self._main_pass(queues)
         self.failures_out = record_failures(st, self.groups, self.failed_priority)
@@ -245,18 +275,41 @@ class _Cycle:
         cls = st.guarantee_class(item.node, item.shape)
         return (cls, order[0], st.share(item.node), order[1], order[2])
 
-    def _fail_hopeless(self, queues: dict[int, TenantQueue]) -> None:
+    def _fail_at_start(self, queues: dict[int, TenantQueue]) -> None:
         """Fail, without queueing them, groups that cannot start in this cycle whatever
-        happens in it: every option beyond the tenant's own limits (usage only grows
-        within a cycle, and such a workload could not preempt either: preemptors must
-        end inside their guarantee), or a shape no node layout of the cluster can hold."""
+        happens in it (capacity only shrinks within a cycle):
+
+        * every option beyond the tenant's own limits: usage only grows, and such a
+          workload cannot preempt either (preemptors must end inside their guarantee);
+        * a shape no node layout of the cluster can hold;
+        * borrowing work, with priority preemption off, that fits neither quota nor the
+          free GPUs now. Members that may reach into reserved GPUs stay queued."""
+        st = self.state
+        may_preempt_borrowing = st.config.priority_preemption
         for node, queue in queues.items():
             for group in queue.groups:
                 shape = group.shape
-                if own_limits_only(self.state, node, shape) or self.state.never_fits(shape):
-                    self.failed_priority[id(group)] = group.max_priority
-                    group.failed = True
-                    group.items = []
+                if own_limits_only(st, node, shape) or st.never_fits(shape):
+                    self._fail_before_pass(group, [])
+                elif (
+                    not may_preempt_borrowing
+                    and st.guarantee_class(node, shape) == 1
+                    and not self._fits_now(node, shape)
+                ):
+                    self._fail_before_pass(group, [i for i in group.items if i.reach > NO_REACH])
+
+    def _fits_now(self, node: int, shape: Shape) -> bool:
+        return any(
+            self._quota_ok(node, option) and self._place_free(shape, option) is not None
+            for option in shape.options
+        )
+
+    def _fail_before_pass(self, group: Group, keep: list[Item]) -> None:
+        self.failed_priority[id(group)] = group.max_priority
+        self.groups_failed_at_start += 1
+        group.failed = True
+        group.failed_at_start = True
+        group.items = keep
 
     # --------------------------------------------------------------- main pass
     def _main_pass(self, queues: dict[int, TenantQueue]) -> None:
@@ -450,19 +503,9 @@ class _Cycle:
         own = st.reservation_of.get(item.wl.id)
         flavours = [f for f, _ in option.totals]
         if own is None or not own.blocked:
-            if shape.simple:
-                f, count, per_pod = option.needs[0]
-                key = (f, shape.topology, per_pod)
-                failed_at = self.node_memo.get(key)
-                if failed_at is None or count < failed_at:
-                    local = pool.flavours[f].plan(count, per_pod, shape.topology)
-                    if local is not None:
-                        return [(f, j, gpus) for j, gpus in local], None, []
-                    self.node_memo[key] = count if failed_at is None else min(failed_at, count)
-            else:
-                plan = pool.plan_generic(option.needs, shape.topology, pool.caps(flavours))
-                if plan is not None:
-                    return plan, None, []
+            plan = self._place_free(shape, option)
+            if plan is not None:
+                return plan, None, []
             if not self._may_overlay(item, own is not None):
                 return None
         extra, sources, backfill = backfill_overlay(st, item, self.queue_class)
@@ -476,6 +519,23 @@ class _Cycle:
         if plan is None:
             return None
         return plan, (AdmitCode.BACKFILL if backfill and own is None else None), sources
+
+    def _place_free(self, shape: Shape, option: Option) -> Plan | None:
+        """A placement on free GPUs alone (memoised: within a cycle they only shrink)."""
+        pool = self.state.pool
+        if shape.simple:
+            f, count, per_pod = option.needs[0]
+            key = (f, shape.topology, per_pod)
+            failed_at = self.node_memo.get(key)
+            if failed_at is not None and count >= failed_at:
+                return None
+            local = pool.flavours[f].plan(count, per_pod, shape.topology)
+            if local is not None:
+                return [(f, j, gpus) for j, gpus in local]
+            self.node_memo[key] = count if failed_at is None else min(failed_at, count)
+            return None
+        flavours = [f for f, _ in option.totals]
+        return pool.plan_generic(option.needs, shape.topology, pool.caps(flavours))
 
     def _may_overlay(self, item: Item, owner: bool) -> bool:
         """Whether some reserved GPUs could be open to ``item`` (see reservation.py)."""

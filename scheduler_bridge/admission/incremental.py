@@ -105,6 +105,8 @@ def mark_skips(
     check_priority = state.config.priority_preemption
     for node, queue in queues.items():
         for group in queue.groups:
+            if group.failed_at_start:
+                continue
             failure = failures.get((node, group.shape.id))
             if failure is None:
                 continue
@@ -121,7 +123,7 @@ def record_failures(
     memo: dict = {}
     out: dict[FailureKey, Failure] = {}
     for node, group in groups:
-        if group.failed:
+        if group.failed and not group.failed_at_start:  # those are re-checked at start
             stamp = fingerprint(state, node, group.shape, memo)
             out[(node, group.shape.id)] = Failure(stamp, priorities[id(group)])
     return out

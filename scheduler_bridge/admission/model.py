@@ -326,9 +326,10 @@ class CycleStats:
 
     pending: int
     groups_evaluated: int
-    groups_skipped: int
+    groups_skipped: int  # failed again without a try: nothing they depend on changed
     workloads_skipped: int
     duration_s: float
+    groups_failed_at_start: int = 0  # cannot start this cycle whatever happens in it
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -102,7 +102,7 @@ OWN_RESERVATION = math.inf
 class Group:
     """Pending workloads of one tenant with one shape, in (priority, submit, id) order."""
 
-    __slots__ = ("borrows", "failed", "items", "pos", "shape", "skip", "stamp")
+    __slots__ = ("borrows", "failed", "failed_at_start", "items", "pos", "shape", "skip", "stamp")
 
     def __init__(self, shape: Shape, items: list[Item]) -> None:
         self.shape = shape
@@ -110,6 +110,7 @@ class Group:
         self.pos = 0
         self.skip = False  # failed last cycle and nothing it depends on changed
         self.failed = False
+        self.failed_at_start = False  # refused before the main pass (engine._fail_at_start)
         # set when the option that really fits needs to borrow although another option
         # would have been inside the guarantee: the group then queues as borrowing work
         self.borrows = False
