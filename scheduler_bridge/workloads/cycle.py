@@ -1,8 +1,9 @@
 """One admission cycle of a cluster: decide with the engine, persist, then apply.
 
-Only one cycle runs per cluster at a time: the cycle locks the cluster's row for its whole
-read-decide-persist transaction, so a second cycle waits and then sees the first one's
-admissions (two workers can never admit against the same free GPUs). Decisions are saved
+Only one cycle runs per cluster at a time: the cycle holds the cluster's admission lock
+(locks.py, a PostgreSQL advisory lock) for its whole read-decide-persist transaction, so
+a second cycle waits and then sees the first one's admissions (two workers can never
+admit against the same free GPUs). Decisions are saved
 in that one transaction; applying them to Kubernetes (unsuspending or suspending Jobs)
 happens after commit, and a Job that cannot be started goes back to pending with the
 error as its reason.
@@ -21,6 +22,7 @@ from scheduler_bridge.gateways import ClusterGateway, GatewayError
 from scheduler_bridge.inventory.connection import gateway_for_cluster
 from scheduler_bridge.inventory.models import Cluster, Flavour
 from scheduler_bridge.workloads.budget_gate import budget_gate_for
+from scheduler_bridge.workloads.locks import hold_admission_lock
 from scheduler_bridge.workloads.models import Workload
 from scheduler_bridge.workloads.persist import COLUMN_TYPES, update_workloads
 from scheduler_bridge.workloads.snapshot import build_snapshot
@@ -54,7 +56,7 @@ def decide_and_persist(cluster: Cluster) -> tuple[CycleOutcome, engine.CycleResu
     """Lock the cluster, decide one cycle and save every decision, in one transaction."""
     outcome = CycleOutcome()
     with transaction.atomic():
-        Cluster.objects.select_for_update().get(pk=cluster.pk)
+        hold_admission_lock(cluster.pk)
         now = timezone.now()
         snapshot = build_snapshot(cluster, now)
         result = engine_for(cluster).run_cycle(snapshot)

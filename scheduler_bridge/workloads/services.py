@@ -18,6 +18,7 @@ from scheduler_bridge.inventory.catalogue import (
 )
 from scheduler_bridge.inventory.models import Cluster, Flavour, Node
 from scheduler_bridge.quotas.services import queue_quota_sync
+from scheduler_bridge.workloads.locks import hold_admission_lock
 from scheduler_bridge.workloads.models import PriorityClass, Workload
 from scheduler_bridge.workloads.snapshot import flavour_index, node_flavours
 from tenants import access
@@ -260,9 +261,9 @@ def workload_finish(*, actor: Any, workload: Workload, source: str = "api") -> W
 
 
 def lock_for_change(workload: Workload) -> Workload:
-    """Lock the workload's cluster (as an admission cycle does), then the workload: a
+    """Take the cluster's admission lock (as a cycle does), then lock the workload: a
     cancel or finish then never lands in the middle of a cycle that would overwrite it."""
-    Cluster.objects.select_for_update().get(pk=workload.cluster_id)
+    hold_admission_lock(workload.cluster_id)
     return Workload.objects.select_for_update().get(pk=workload.pk)
 
 

@@ -8,9 +8,11 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
+from django.db import OperationalError, connection, transaction
 
+from scheduler_bridge.inventory.models import Cluster
 from scheduler_bridge.workloads.cycle import admission_cycle, decide_and_persist
+from scheduler_bridge.workloads.locks import hold_admission_lock
 from scheduler_bridge.workloads.models import Workload
 from tests.conftest import ROLE_NAMES, Cast, client_for
 from tests.workloads.conftest import FakeCluster
@@ -253,3 +255,44 @@ def test_a_cancel_waits_for_a_running_cycle_and_is_not_overwritten(
     client_for(cast.member).post(f"/api/v1/workloads/{workload}/cancel/")
     admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
     assert Workload.objects.get(pk=workload).state == "cancelled"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cycle_holds_the_admission_lock_but_not_the_cluster_row(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    """While a cycle decides, a second cycle (or a cancel) of that cluster waits, but the
+    inventory sync and the billing collector can still write the cluster's row."""
+    cluster = fake_cluster.cluster
+    holding, release = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def cycle_in_progress() -> None:
+        try:
+            with transaction.atomic():
+                hold_admission_lock(cluster.pk)
+                holding.set()
+                release.wait(10)
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=cycle_in_progress)
+    thread.start()
+    try:
+        assert holding.wait(10)
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL lock_timeout = '300ms'")
+            Cluster.objects.filter(pk=cluster.pk).update(name=cluster.name)
+        with pytest.raises(OperationalError, match="lock timeout"), transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL lock_timeout = '300ms'")
+            hold_admission_lock(cluster.pk)
+    finally:
+        release.set()
+        thread.join()
+    assert errors == []
+    with transaction.atomic():
+        hold_admission_lock(cluster.pk)  # free again once the first transaction ended
