@@ -194,4 +194,6 @@ TIDEGATE = {
     # Label on nodes naming their NVLink domain / clique (GPU Feature Discovery default).
     "TOPOLOGY_LABEL": env("TIDEGATE_TOPOLOGY_LABEL", default="nvidia.com/gpu.clique"),
     "MIG_CONFIG_NAMESPACE": env("TIDEGATE_MIG_CONFIG_NAMESPACE", default="gpu-operator"),
+    # Seconds borrowed work runs before an owner may reclaim its GPUs (0: at once).
+    "RECLAIM_MIN_RUN_S": env.float("TIDEGATE_RECLAIM_MIN_RUN_S", default=0.0),
 }

@@ -42,6 +42,8 @@ class Explainer:
         self._by_quota: dict[tuple[int, int, int], tuple[ReasonCode, str]] = {}
         self._labels: dict[tuple[int, ...], str] = {}
         self._room: dict[tuple[int, int], int] = {}  # quota still available, at cycle end
+        # per (tree, flavour): earliest end of reclaim protection among borrowed work
+        self._protection: dict[tuple[int, int], float | None] = {}
 
     # ------------------------------------------------------------------ queue
     def decisions(
@@ -134,8 +136,10 @@ class Explainer:
         return ReasonCode.RESERVATION_HELD, message, self.names[f0]
 
     def _explain_shape(self, node: int, shape: Shape) -> tuple[ReasonCode, str, str | None, int]:
+        st = self.state
         parts: list[tuple[ReasonCode, str, int]] = []
-        cls = self.state.guarantee_class(node, shape) if self.state.reservations else 1
+        protecting = st.config.reclaim and st.config.reclaim_min_run_s > 0
+        cls = st.guarantee_class(node, shape) if st.reservations or protecting else 1
         for option in shape.options:
             quota = self._quota(node, option)
             if quota is None:
@@ -151,7 +155,37 @@ class Explainer:
             message = reasons.options(
                 [(self._label(option), part[1]) for option, part in zip(shape.options, parts)]  # noqa: B905
             )
+        if protecting and cls == 0:
+            until = self._protected_until(node, shape)
+            if until is not None:
+                message += "; " + reasons.reclaim_protected(
+                    st.config.reclaim_min_run_s, until - st.now
+                )
         return code, message, self.names[f], f
+
+    def _protected_until(self, node: int, shape: Shape) -> float | None:
+        """When the first borrowed workload the tenant could reclaim (other tenants' work
+        in its tree, of a flavour of ``shape``) leaves its protection, if any is in it."""
+        st = self.state
+        root = st.tree.root[node]
+        found: float | None = None
+        for f in shape.flavours:
+            key = (root, f)
+            if key not in self._protection:
+                guaranteed = st.tree.guaranteed[f]
+                usage = st.victim_view[f]
+                ends = [
+                    run.protected_until
+                    for run in st.runs_by_root.get(key, ())
+                    if run.protected_until is not None
+                    and run.wl.preemptible
+                    and usage[run.node] > guaranteed[run.node]
+                ]
+                self._protection[key] = min(ends) if ends else None
+            until = self._protection[key]
+            if until is not None and (found is None or until < found):
+                found = until
+        return found
 
     def _label(self, option: Option) -> str:
         label = self._labels.get(option.flavours)

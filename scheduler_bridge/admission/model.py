@@ -233,10 +233,17 @@ class EngineConfig:
     assumed_run_time_s: float = DAY_S
     # Share = (1 - usage_blend) x current holding + usage_blend x decayed history.
     usage_blend: float = 0.5
+    # Borrowed work younger than this is not reclaimed: it gets to its first checkpoint
+    # before an owner may stop it, and an owner waits at most this long (plus a cycle)
+    # for its guarantee. 0 reclaims at once, as Kueue does; KAI's "min runtime" and
+    # Slurm's PreemptExemptTime are the same idea.
+    reclaim_min_run_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.usage_blend <= 1.0:
             raise ValueError("usage_blend must be within 0..1")
+        if self.reclaim_min_run_s < 0:
+            raise ValueError("reclaim_min_run_s must not be negative")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

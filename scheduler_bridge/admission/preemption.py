@@ -16,7 +16,8 @@ are stopped. Order:
    if that is not enough does a second pass take work straddling the guarantee line;
    minimisation first tries to give back the victims of tenants pushed below their
    guarantee. Otherwise a victim whose tenant was pushed below its guarantee returns to
-   the queue with a rightful claim and can beat the reclaimer to the GPUs next cycle;
+   the queue with a rightful claim and can beat the reclaimer to the GPUs next cycle.
+   Work younger than ``EngineConfig.reclaim_min_run_s`` is not taken;
 3. priority (EngineConfig.priority_preemption) - the preemptor's own tenant's running
    work of strictly lower priority, if that makes the preemptor fit inside its
    tenant's guarantee.
@@ -323,7 +324,7 @@ class _Search:
             return sum(max(0, view[f][tenant] - guaranteed[f][tenant]) for f in flavours)
 
         def eligible(run: Run, tenant: int) -> bool:
-            if run.claimed or run.wl.id in self.out:
+            if run.claimed or run.protected_until is not None or run.wl.id in self.out:
                 return False
             mine = [f for f in run.totals if f in flavours]
             if not any(view[f][tenant] > guaranteed[f][tenant] for f in mine):

@@ -146,6 +146,13 @@ def reserved(job: str, start: float | None, now: float) -> str:
     )
 
 
+def reclaim_protected(min_run_s: float, left_s: float) -> str:
+    return (
+        f"borrowed work is not reclaimed in its first {duration(min_run_s)}: the guarantee "
+        f"can be reclaimed in ~{duration(max(left_s, 0.0))}"
+    )
+
+
 def released_reservation() -> str:
     return (
         "fits on GPUs held for a job that started this cycle; they are free again in the "

@@ -61,9 +61,22 @@ def node_layout(nodes: Sequence[Node]) -> Layout:
 class Run:
     """A compiled running workload."""
 
-    __slots__ = ("claimed", "end", "node", "order", "parts", "root", "token", "totals", "wl")
+    __slots__ = (
+        "claimed",
+        "end",
+        "node",
+        "order",
+        "parts",
+        "protected_until",
+        "root",
+        "token",
+        "totals",
+        "wl",
+    )
 
-    def __init__(self, wl: RunningWorkload, node: int, root: int) -> None:
+    def __init__(
+        self, wl: RunningWorkload, node: int, root: int, protected_until: float | None
+    ) -> None:
         self.wl = wl
         self.node = node  # workload node in the quota tree, -1 for an unknown tenant
         self.root = root
@@ -73,7 +86,10 @@ class Run:
         self.order = (wl.priority, -wl.admitted_at, wl.id)
         self.claimed = False
         self.end = 0.0
-        self.token = hash((wl.id, wl.priority, wl.preemptible, wl.evicting))
+        # until then no other tenant may reclaim it (EngineConfig.reclaim_min_run_s)
+        self.protected_until = protected_until
+        protected = protected_until is not None
+        self.token = hash((wl.id, wl.priority, wl.preemptible, wl.evicting, protected))
 
 
 @dataclass(slots=True)
@@ -125,10 +141,13 @@ class CycleState:
         self._global_parts: list[list[tuple[int, int, int]]] = []
         self.run_tokens: dict[tuple[int, int], int] = {}
         assumed = self.config.assumed_run_time_s
+        min_run = self.config.reclaim_min_run_s
         for wl in sorted(running, key=lambda r: r.id):
             tenant = tree.tenant_index.get(wl.tenant_id)
             node = tree.workload_node[tenant] if tenant is not None else -1
-            run = Run(wl, node, tree.root[node] if node >= 0 else -1)
+            protection = wl.admitted_at + min_run
+            protected_until = protection if protection > self.now and not wl.evicting else None
+            run = Run(wl, node, tree.root[node] if node >= 0 else -1, protected_until)
             limit = wl.max_run_time_s if wl.max_run_time_s is not None else assumed
             run.end = self.now if wl.evicting else max(self.now, wl.admitted_at + limit)
             parts: list[tuple[int, int, int]] = []

@@ -76,8 +76,10 @@ def replay(
     nodes: int,
     gpus_per_node: int = 8,
     cycle_interval_s: float = 60.0,
+    reclaim_min_run_s: float = 0.0,
 ) -> ReplayFigures:
-    """Run `jobs` through the engine under `policy` and measure the outcome."""
+    """Run `jobs` through the engine under `policy` and measure the outcome.
+    ``reclaim_min_run_s`` protects young borrowed work from reclaim (fair-share only)."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; use one of {', '.join(POLICIES)}")
     capacity = nodes * gpus_per_node
@@ -103,7 +105,9 @@ def replay(
         quotas=_quotas(policy, shares, capacity),
         nodes=[Node(name=f"n{i:04d}", capacity={FLAVOUR: gpus_per_node}) for i in range(nodes)],
         jobs=sim_jobs,
-        engine=AdmissionEngine(EngineConfig(reclaim=policy == "fair-share")),
+        engine=AdmissionEngine(
+            EngineConfig(reclaim=policy == "fair-share", reclaim_min_run_s=reclaim_min_run_s)
+        ),
         cycle_interval_s=cycle_interval_s,
     )
     started = time.perf_counter()

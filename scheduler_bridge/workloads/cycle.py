@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -42,11 +43,20 @@ class CycleOutcome:
     apply_errors: dict[int, str] = field(default_factory=dict)
 
 
+def engine_config() -> engine.EngineConfig:
+    return engine.EngineConfig(reclaim_min_run_s=settings.TIDEGATE["RECLAIM_MIN_RUN_S"])
+
+
 def engine_for(cluster: Cluster) -> engine.AdmissionEngine:
     gate = budget_gate_for(cluster)
+    config = engine_config()
     current = _engines.get(cluster.pk)
-    if current is None or current.budget_gate.__class__ is not gate.__class__:
-        current = engine.AdmissionEngine(engine.EngineConfig(), gate)
+    if (
+        current is None
+        or current.config != config
+        or current.budget_gate.__class__ is not gate.__class__
+    ):
+        current = engine.AdmissionEngine(config, gate)
         _engines[cluster.pk] = current
     current.budget_gate = gate
     return current

@@ -149,4 +149,5 @@ configs = st.builds(
     reservation_wait_s=st.sampled_from([60.0, 300.0, 1e9]),
     reservation_min_gpus=st.integers(1, 8),
     usage_blend=st.sampled_from([0.0, 0.5, 1.0]),
+    reclaim_min_run_s=st.sampled_from([0.0, 0.0, 90.0]),
 )

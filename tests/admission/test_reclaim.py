@@ -163,3 +163,34 @@ def test_reclaim_spares_a_borrowers_own_guarantee_when_it_can():
     assert victims(first) == ["b-big", "c1"]
     second = run_cycle(apply_result(snap, first))
     assert [a.workload_id for a in second.admissions] == ["a1"]
+
+
+def test_young_borrowed_work_is_reclaimed_only_after_its_minimum_run():
+    """With reclaim_min_run_s, borrowed work gets its first 10 minutes; the owner is
+    told when it can reclaim, and reclaims in the first cycle after that."""
+    tree, quotas = two_teams(a=8, b=0)
+    config = EngineConfig(reclaim_min_run_s=600)
+    busy = [running("b-young", "b", {"n000": 8}, admitted=40.0)]
+    owner = workload("a1", "a", 4, submitted=90.0)
+    engine = AdmissionEngine(config)
+    early = snapshot(tree, quotas, nodes(1), [owner], busy, now=100.0)
+    result = engine.run_cycle(early)
+    assert result == run_cycle(early, config)
+    assert result.preemptions == () and result.admissions == ()
+    assert result.pending[0].message.endswith(
+        "borrowed work is not reclaimed in its first 10 min: the guarantee can be reclaimed "
+        "in ~9 min"
+    )
+    later = snapshot(tree, quotas, nodes(1), [owner], busy, now=640.0)
+    result = engine.run_cycle(later)  # a warm engine must not skip it as remembered
+    assert result == run_cycle(later, config)
+    assert victims(result) == ["b-young"]
+
+
+def test_the_minimum_run_does_not_shield_work_already_being_stopped():
+    tree, quotas = two_teams(a=8, b=0)
+    config = EngineConfig(reclaim_min_run_s=600)
+    busy = [running("b-young", "b", {"n000": 8}, admitted=40.0, evicting=True)]
+    snap = snapshot(tree, quotas, nodes(1), [workload("a1", "a", 8)], busy, now=100.0)
+    result = run_cycle(snap, config)
+    assert result.pending[0].code is ReasonCode.PREEMPTING

@@ -55,6 +55,15 @@ def test_fair_share_gives_the_owner_its_guarantee_back_at_once() -> None:
     assert shared.jain_fairness > 0.95 > fifo.jain_fairness
 
 
+def test_a_minimum_run_lets_young_borrowed_work_finish_before_the_owner_reclaims() -> None:
+    """b's jobs started at 0..7 s; a arrives at 600 s. With a 2-hour minimum run b's
+    one-hour jobs all finish: no preemption, and a waits until one does."""
+    protected = replay("fair-share", burst(), {"a": 3, "b": 1}, nodes=4, reclaim_min_run_s=7200)
+    assert protected.preemptions == 0
+    at_once = replay("fair-share", burst(), {"a": 3, "b": 1}, nodes=4)
+    assert protected.wait_mean_s > at_once.wait_mean_s
+
+
 @pytest.mark.django_db
 def test_the_replay_command_prints_json_lines_and_refuses_bad_arguments() -> None:
     out = StringIO()
@@ -67,3 +76,5 @@ def test_the_replay_command_prints_json_lines_and_refuses_bad_arguments() -> Non
     ]
     with pytest.raises(CommandError, match="does not exist"):
         call_command("replay", "--trace", "/nonexistent.csv")
+    with pytest.raises(CommandError, match="--reclaim-min-run must be 0 or more seconds"):
+        call_command("replay", "--reclaim-min-run", "-5")

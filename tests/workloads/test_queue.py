@@ -11,7 +11,7 @@ from django.core.management import call_command
 from django.db import OperationalError, connection, transaction
 
 from scheduler_bridge.inventory.models import Cluster
-from scheduler_bridge.workloads.cycle import admission_cycle, decide_and_persist
+from scheduler_bridge.workloads.cycle import admission_cycle, decide_and_persist, engine_for
 from scheduler_bridge.workloads.locks import hold_admission_lock
 from scheduler_bridge.workloads.models import Workload
 from tests.conftest import ROLE_NAMES, Cast, client_for
@@ -296,3 +296,11 @@ def test_a_cycle_holds_the_admission_lock_but_not_the_cluster_row(
     assert errors == []
     with transaction.atomic():
         hold_admission_lock(cluster.pk)  # free again once the first transaction ended
+
+
+def test_the_reclaim_minimum_run_comes_from_settings(
+    fake_cluster: FakeCluster, settings: Any
+) -> None:
+    assert engine_for(fake_cluster.cluster).config.reclaim_min_run_s == 0.0
+    settings.TIDEGATE = {**settings.TIDEGATE, "RECLAIM_MIN_RUN_S": 900.0}
+    assert engine_for(fake_cluster.cluster).config.reclaim_min_run_s == 900.0

@@ -31,6 +31,13 @@ class Command(BaseCommand):
         parser.add_argument("--nodes", type=int, default=64, help="simulated 8-GPU nodes")
         parser.add_argument("--limit", type=int, help="replay only the first N jobs")
         parser.add_argument("--json", action="store_true", help="one JSON line per policy")
+        parser.add_argument(
+            "--reclaim-min-run",
+            type=float,
+            default=0.0,
+            metavar="SECONDS",
+            help="fair-share: borrowed work runs this long before it may be reclaimed",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         for path in (options["trace"], options["vc_nodes"]):
@@ -38,6 +45,8 @@ class Command(BaseCommand):
                 raise CommandError(f"{path} does not exist; pass --trace / --vc-nodes.")
         if options["nodes"] < 1:
             raise CommandError("--nodes must be at least 1.")
+        if options["reclaim_min_run"] < 0:
+            raise CommandError("--reclaim-min-run must be 0 or more seconds.")
         jobs = read_jobs(options["trace"], options["limit"])
         vc_nodes = read_vc_nodes(options["vc_nodes"])
         policies = POLICIES if options["policy"] == "all" else (options["policy"],)
@@ -47,7 +56,15 @@ class Command(BaseCommand):
             task = progress.add_task("replaying", total=len(policies))
             for policy in policies:
                 progress.update(task, description=f"{policy}: {len(jobs)} jobs")
-                results.append(replay(policy, jobs, vc_nodes, nodes=options["nodes"]))
+                results.append(
+                    replay(
+                        policy,
+                        jobs,
+                        vc_nodes,
+                        nodes=options["nodes"],
+                        reclaim_min_run_s=options["reclaim_min_run"],
+                    )
+                )
                 progress.advance(task)
         for figures in results:
             if options["json"]:
