@@ -139,6 +139,7 @@ class AdmissionEngine:
                 item = Item(wl, node, static.shape(raw))
             else:
                 item.reach = NO_REACH
+                item.holder = False
             if wl.id in fresh:
                 raise ValueError(f"duplicate pending workload id {wl.id}")
             fresh[wl.id] = item
@@ -218,7 +219,7 @@ class _Cycle:
         if st.reservations:
             for item in self.items:
                 runtime = item.wl.max_run_time_s
-                if runtime is not None and item.reach is NO_REACH:
+                if runtime is not None:
                     item.reach = -runtime
         self._fail_at_start(queues)
         mark_skips(st, queues, self.failures_in)
@@ -282,8 +283,8 @@ class _Cycle:
         * every option beyond the tenant's own limits: usage only grows, and such a
           workload cannot preempt either (preemptors must end inside their guarantee);
         * a shape no node layout of the cluster can hold;
-        * borrowing work, with priority preemption off, that fits neither quota nor the
-          free GPUs now. Members that may reach into reserved GPUs stay queued."""
+        * borrowing work, with priority preemption off, of which no option fits both
+          quota and the free GPUs now. Members that may use reserved GPUs stay queued."""
         st = self.state
         may_preempt_borrowing = st.config.priority_preemption
         for node, queue in queues.items():
@@ -296,7 +297,8 @@ class _Cycle:
                     and st.guarantee_class(node, shape) == 1
                     and not self._fits_now(node, shape)
                 ):
-                    self._fail_before_pass(group, [i for i in group.items if i.reach > NO_REACH])
+                    kept = [i for i in group.items if i.holder or i.reach > NO_REACH]
+                    self._fail_before_pass(group, kept)
 
     def _fits_now(self, node: int, shape: Shape) -> bool:
         return any(
@@ -377,7 +379,7 @@ class _Cycle:
         group = queue.head
         assert group is not None
         item = group.items[group.pos]
-        if group.skip and item.reach == NO_REACH:
+        if group.skip and item.reach == NO_REACH and not item.holder:
             self._fail_group(group, item, skipped=True)
         else:
             self.groups_evaluated += 1
@@ -399,7 +401,7 @@ class _Cycle:
         reach = NO_REACH if skipped else item.reach
         keep: list[Item] = []
         for other in items[group.pos + 1 :]:
-            if other.reach > reach:
+            if other.holder or other.reach > reach:
                 keep.append(other)
             else:
                 failed += 1

@@ -173,13 +173,13 @@ class Explainer:
             key = (root, f)
             if key not in self._protection:
                 guaranteed = st.tree.guaranteed[f]
-                usage = st.victim_view[f]
+                view, protected = st.victim_view[f], st.protected_usage[f]
                 ends = [
                     run.protected_until
                     for run in st.runs_by_root.get(key, ())
                     if run.protected_until is not None
                     and run.wl.preemptible
-                    and usage[run.node] > guaranteed[run.node]
+                    and view[run.node] + protected[run.node] > guaranteed[run.node]
                 ]
                 self._protection[key] = min(ends) if ends else None
             until = self._protection[key]

@@ -3,9 +3,11 @@
 A (tenant, shape) group that failed in one cycle fails in the next one too if nothing
 its failure depended on has changed, because within a cycle capacity only shrinks: the
 next cycle starts from the state the last one ended in, which was no better than the
-state in which the group failed. So at the end of a cycle each failed group is stored
-with a fingerprint of that state, and at the start of the next one a group whose
-fingerprint is unchanged is failed without being tried.
+state in which the group failed. So at the end of a cycle each group that failed in the
+main pass is stored with a fingerprint of that state, and at the start of the next one a
+group whose fingerprint is unchanged is failed without being tried. (Groups refused
+before the main pass, engine._fail_at_start, are simply checked again: that check is as
+cheap as a fingerprint.)
 
 What a failure depends on:
 

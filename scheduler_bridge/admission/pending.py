@@ -3,8 +3,9 @@
 Two workloads of one tenant with the same shape (pod sets, flavours, topology) succeed or
 fail together on quota and nodes, and within one cycle capacity only shrinks. So a
 cycle tries the head of a (tenant, shape) group, and when it fails every other member
-fails with it (except members that could use capacity the head could not: a workload
-holding a reservation, or one that may backfill). That is what makes 50,000 pending
+fails with it, except members that could use capacity the head could not: a workload
+holding a reservation, or one that may backfill on reserved GPUs for a shorter run than
+the head declared (``Item.holder``, ``Item.reach``). That is what makes 50,000 pending
 workloads cheap: the work is per group, not per workload, while the order of admissions
 stays exactly what one-by-one evaluation would give.
 """
@@ -80,7 +81,7 @@ def build_shape(raw: RawShape, shape_id: int, flavour_index: dict[str, int]) -> 
 class Item:
     """A compiled pending workload."""
 
-    __slots__ = ("node", "order", "reach", "shape", "wl")
+    __slots__ = ("holder", "node", "order", "reach", "shape", "wl")
 
     def __init__(self, wl: PendingWorkload, node: int, shape: Shape) -> None:
         self.wl = wl
@@ -88,15 +89,15 @@ class Item:
         self.shape = shape
         self.order = (-wl.priority, wl.submitted_at, wl.id)
         self.reach = NO_REACH  # set per cycle, see below
+        self.holder = False  # set per cycle: holds a reservation (GPUs of its own)
 
 
-# How far a pending workload may reach into reserved GPUs (set per cycle): not at all
-# (NO_REACH); as backfill, with -(declared max run time) - a shorter run ends before more
-# reservations start, so it may use a superset of the GPUs a longer one may; or, holding
-# a reservation itself, everything (OWN_RESERVATION). Within a group, a workload that
-# fails takes down every later member whose reach is not greater than its own.
+# How far a pending workload may reach into other workloads' reserved GPUs as backfill
+# (set per cycle): not at all (NO_REACH), or -(declared max run time) - a shorter run
+# ends before more reservations start, so it may use a superset of the GPUs a longer one
+# may. Within a group, a workload that fails takes down every later member whose reach
+# is not greater than its own, except reservation holders, which have GPUs of their own.
 NO_REACH = -math.inf
-OWN_RESERVATION = math.inf
 
 
 class Group:

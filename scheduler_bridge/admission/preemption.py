@@ -17,7 +17,8 @@ are stopped. Order:
    minimisation first tries to give back the victims of tenants pushed below their
    guarantee. Otherwise a victim whose tenant was pushed below its guarantee returns to
    the queue with a rightful claim and can beat the reclaimer to the GPUs next cycle.
-   Work younger than ``EngineConfig.reclaim_min_run_s`` is not taken;
+   Work younger than ``EngineConfig.reclaim_min_run_s`` is protected: it counts as the
+   tenant's borrowing first, so the tenant has that much less to give back (state.py);
 3. priority (EngineConfig.priority_preemption) - the preemptor's own tenant's running
    work of strictly lower priority, if that makes the preemptor fit inside its
    tenant's guarantee.
@@ -388,8 +389,11 @@ class _Search:
         if run.node == self.item.node or run.node < 0:
             return False
         view = self.st.victim_view
+        protected = self.st.protected_usage
         guaranteed = self.st.tree.guaranteed
-        return any(view[f][run.node] < guaranteed[f][run.node] for f in run.totals)
+        return any(
+            view[f][run.node] + protected[f][run.node] < guaranteed[f][run.node] for f in run.totals
+        )
 
     def victims(self) -> list[Run]:
         return [run for run in self.removed if run.wl.id in self.out]

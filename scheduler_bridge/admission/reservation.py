@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from .pending import OWN_RESERVATION, Item, Option
+from .pending import Item, Option
 from .placement import Plan
 from .state import CycleState, ReservationEntry
 
@@ -73,7 +73,7 @@ def reserve_for_starving(
                 excluded.add((f, j))
             state.reservations.append(entry)
             state.reservation_of[item.wl.id] = entry
-            item.reach = OWN_RESERVATION
+            item.holder = True
             break
 
 

@@ -192,9 +192,20 @@ class CycleState:
         victim - is judged on it, not on ``usage``: work admitted during this cycle must
         not turn a tenant's older work into victims, and victim search stays monotone
         (it only ever loses candidates within a cycle). ``borrowers`` holds, per (tree,
-        flavour), the workload nodes above their guarantee in this view."""
+        flavour), the workload nodes above their guarantee in this view.
+
+        Work under reclaim protection (EngineConfig.reclaim_min_run_s) is left out of the
+        view and kept in ``protected_usage``: a tenant's borrowing is its newest work, so
+        while that is protected the tenant has nothing to give back, and its older work
+        is not taken in its place."""
         tree = self.tree
         self.victim_view: list[list[int]] = [list(u) for u in self.usage]
+        self.protected_usage: list[list[int]] = [[0] * tree.size for _ in self.usage]
+        for run in self.runs:
+            if run.protected_until is not None and run.node >= 0:
+                for f, gpus in run.totals.items():
+                    self.victim_view[f][run.node] -= gpus
+                    self.protected_usage[f][run.node] += gpus
         self.borrowers: dict[tuple[int, int], set[int]] = {}
         for f, guaranteed in enumerate(tree.guaranteed):
             used = self.victim_view[f]

@@ -3,17 +3,17 @@
 On PostgreSQL it is a transaction-scoped advisory lock keyed by the cluster, so it guards
 the admission cycle only: the inventory sync, the billing collector and the portal still
 update the cluster's row while a cycle runs. It is released when the transaction ends,
-committed or rolled back. SQLite (the demo) has a single writer anyway, so there it is
-not needed and not taken.
+committed or rolled back. SQLite (the demo, one process) does not have it; there a second
+writer at once fails with "database is locked" instead of waiting.
 """
 
 from __future__ import annotations
 
 from django.db import connection
 
-# First key of the two-key advisory lock space: "tidegate admission" (any stable int4
-# that no other lock of this database uses); the second key is the cluster's id.
-ADMISSION_LOCK_CLASS = 0x7464_6701
+# The lock's bigint key: "tidegate admission" in the high 32 bits (a constant no other
+# lock of this database uses), the cluster's id in the low 32 bits.
+ADMISSION_LOCK_BASE = 0x7464_6701 << 32
 
 
 def hold_admission_lock(cluster_id: int) -> None:
@@ -23,5 +23,9 @@ def hold_admission_lock(cluster_id: int) -> None:
         return
     if not connection.in_atomic_block:
         raise RuntimeError("the admission lock is held for a transaction: open one first")
+    if not 0 < cluster_id < 1 << 32:
+        raise ValueError(f"cluster id {cluster_id} does not fit the admission lock's key")
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [ADMISSION_LOCK_CLASS, cluster_id])
+        cursor.execute(
+            "SELECT pg_advisory_xact_lock(%s::bigint)", [ADMISSION_LOCK_BASE + cluster_id]
+        )

@@ -194,3 +194,27 @@ def test_the_minimum_run_does_not_shield_work_already_being_stopped():
     snap = snapshot(tree, quotas, nodes(1), [workload("a1", "a", 8)], busy, now=100.0)
     result = run_cycle(snap, config)
     assert result.pending[0].code is ReasonCode.PREEMPTING
+
+
+def test_protected_young_work_is_the_borrowing_so_older_work_is_not_taken_instead():
+    """b's borrowing is its newest work; while that is protected, b has nothing to give
+    back, and when b borrows more, the unprotected surplus goes, never the young job."""
+    tree, quotas = two_teams(a=4, b=4)
+    config = EngineConfig(reclaim_min_run_s=600)
+    old = running("old", "b", {"n000": 4}, admitted=-5000.0)
+    young = running("young", "b", {"n000": 4}, admitted=40.0)
+    ask = workload("own", "a", 4, submitted=90.0)
+    result = run_cycle(snapshot(tree, quotas, nodes(1), [ask], [old, young], now=100.0), config)
+    assert result.preemptions == ()
+    assert (
+        run_cycle(snapshot(tree, quotas, nodes(1), [ask], [old, young], now=100.0))
+        .preemptions[0]
+        .victim_id
+        == "young"
+    )  # without protection the newest goes
+    older = running("older", "b", {"n000": 4}, admitted=-9000.0)
+    old = running("old", "b", {"n001": 4}, admitted=-5000.0)
+    young = running("young", "b", {"n002": 4}, admitted=40.0)
+    org = (*quotas, quota("org", 12))  # room for b to borrow 8
+    wide = snapshot(tree, org, nodes(3, gpus=4), [ask], [older, old, young], now=100.0)
+    assert victims(run_cycle(wide, config)) == ["old"]

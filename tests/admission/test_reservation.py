@@ -156,3 +156,22 @@ def test_gpus_held_for_a_gang_that_starts_elsewhere_are_free_again_next_cycle():
     )
     _, after = cycle(180.0, [small], apply_result(snap, started).running)
     assert [a.workload_id for a in after.admissions] == ["small"]
+
+
+def test_a_reservation_holder_that_fails_does_not_take_down_backfill_of_its_shape():
+    """A holds GPUs on n002 and cannot start; C, same tenant and shape, declares 30 s and
+    backfills on GPUs held for B and A, which it would finish before."""
+    tree = tenants({"a": None, "b": None, "c": None})
+    quotas = (quota("a", 24), quota("b", 24), quota("c", 24))
+    busy = [
+        running("x", "c", {"n000": 8}, admitted=NOW - 10, max_run=5010),
+        running("y", "c", {"n001": 4}, admitted=NOW - 10, max_run=2010),
+        running("z", "c", {"n002": 4}, admitted=NOW - 10, max_run=3010),
+    ]
+    holder_b = workload("B", "b", 8, submitted=NOW - 3600, priority=1)
+    holder_a = workload("A", "a", 4, count=2, submitted=NOW - 3000)
+    short = workload("C", "a", 4, count=2, submitted=NOW - 10, max_run=30)
+    snap = snapshot(tree, quotas, nodes(3), [holder_b, holder_a, short], busy, now=NOW)
+    result = run_cycle(snap, CONFIG)
+    assert [(a.workload_id, a.code) for a in result.admissions] == [("C", AdmitCode.BACKFILL)]
+    assert sorted(r.workload_id for r in result.reservations) == ["A", "B"]
