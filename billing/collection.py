@@ -16,7 +16,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Any, Protocol
 
 from django.db import transaction
 from django.db.models import Q
@@ -77,38 +77,71 @@ def _flavour_map(cluster: Cluster) -> metering.FlavourMap:
 
 
 def _workloads(cluster: Cluster, start: datetime, end: datetime) -> list[metering.WorkloadRef]:
-    """Workloads admitted on ``cluster`` that may have held GPUs in [start, end)."""
+    """Runs of workloads on ``cluster`` that may have held GPUs in [start, end): the
+    current run of admitted work, and runs that ended in preemption (past runs), each
+    its own WorkloadRef. A workload's current run comes after its past ones."""
     rows = (
-        Workload.objects.filter(cluster=cluster, admitted_at__isnull=False, admitted_at__lt=end)
+        Workload.objects.filter(cluster=cluster)
+        .filter(
+            Q(admitted_at__isnull=False, admitted_at__lt=end)
+            | Q(preemptions__gt=0, submitted_at__lt=end)
+        )
         .filter(Q(finished_at__isnull=True) | Q(finished_at__gt=start))
         .select_related("priority_class")
     )
     refs = []
     for workload in rows:
-        assert workload.admitted_at is not None
+        for run in workload.past_runs or []:
+            ref = _past_run_ref(workload, run)
+            if ref is None or ref.end is None:
+                continue
+            if ref.admitted_at < end and ref.end > start:  # overlaps [start, end)
+                refs.append(ref)
+        if workload.admitted_at is None or workload.admitted_at >= end:
+            continue
         still_holding = workload.state in Workload.ACTIVE_STATES
         end_at = workload.finished_at
         if end_at is None and not still_holding:
             continue  # stopped without a recorded end: nothing we can measure
-        placements = tuple(
-            (str(p.get("node", "")), str(p.get("flavour", "")), int(p.get("gpus", 0)))
-            for p in workload.placements or []
-            if isinstance(p, dict)
-        )
         refs.append(
-            metering.WorkloadRef(
-                id=workload.pk,
-                tenant_id=workload.tenant_id,
-                namespace=workload.namespace,
-                job_name=workload.job_name,
-                priority_class=workload.priority_class.name if workload.priority_class else "",
-                admitted_at=workload.admitted_at,
-                end=end_at,
-                placements=placements,
-                borrowed={str(k): int(v) for k, v in (workload.borrowed or {}).items()},
-            )
+            _ref(workload, workload.admitted_at, end_at, workload.placements, workload.borrowed)
         )
     return refs
+
+
+def _ref(
+    workload: Workload,
+    admitted_at: datetime,
+    end: datetime | None,
+    placements: Any,
+    borrowed: Any,
+) -> metering.WorkloadRef:
+    return metering.WorkloadRef(
+        id=workload.pk,
+        tenant_id=workload.tenant_id,
+        namespace=workload.namespace,
+        job_name=workload.job_name,
+        priority_class=workload.priority_class.name if workload.priority_class else "",
+        admitted_at=admitted_at,
+        end=end,
+        placements=tuple(
+            (str(p.get("node", "")), str(p.get("flavour", "")), int(p.get("gpus", 0)))
+            for p in placements or []
+            if isinstance(p, dict)
+        ),
+        borrowed={str(k): int(v) for k, v in (borrowed or {}).items()},
+    )
+
+
+def _past_run_ref(workload: Workload, run: Any) -> metering.WorkloadRef | None:
+    """A run kept in Workload.past_runs; None (and a log line) if the record is damaged."""
+    try:
+        admitted_at = datetime.fromisoformat(run["admitted_at"])
+        ended_at = datetime.fromisoformat(run["ended_at"])
+    except (KeyError, TypeError, ValueError):
+        logger.warning("workload %s: unreadable past run %r; not metered", workload.pk, run)
+        return None
+    return _ref(workload, admitted_at, ended_at, run.get("placements"), run.get("borrowed"))
 
 
 def _prometheus_down_too_long(cluster: Cluster, now: datetime) -> bool:

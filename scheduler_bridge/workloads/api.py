@@ -85,6 +85,7 @@ class WorkloadSerializer(serializers.ModelSerializer[Workload]):
             "borrowed",
             "gpus",
             "preemptions",
+            "past_runs",
             "submitted_by",
             "submitted_at",
             "admitted_at",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from django.conf import settings
 from django.db import transaction
@@ -73,7 +74,11 @@ def decide_and_persist(cluster: Cluster) -> tuple[CycleOutcome, engine.CycleResu
         flavours = {f.name: f for f in Flavour.objects.filter(cluster=cluster)}
         changed = {int(a.workload_id) for a in result.admissions}
         changed |= {int(p.victim_id) for p in result.preemptions}
-        workloads = Workload.objects.select_for_update().in_bulk(changed)
+        workloads = (
+            Workload.objects.select_for_update(of=("self",))
+            .select_related("flavour")
+            .in_bulk(changed)
+        )
         for admission in result.admissions:
             workload = workloads[int(admission.workload_id)]
             workload.state = Workload.State.ADMITTED
@@ -92,6 +97,7 @@ def decide_and_persist(cluster: Cluster) -> tuple[CycleOutcome, engine.CycleResu
             outcome.admitted.append(workload.pk)
         for preemption in result.preemptions:
             victim = workloads[int(preemption.victim_id)]
+            close_run(victim, now)
             requeue(victim, f"preempted: {preemption.message}", "preempted")
             victim.preemptions += 1
             outcome.preempted.append(victim.pk)
@@ -117,6 +123,7 @@ def decide_and_persist(cluster: Cluster) -> tuple[CycleOutcome, engine.CycleResu
                     "reason_code": w.reason_code,
                     "reason": w.reason,
                     "preemptions": w.preemptions,
+                    "past_runs": w.past_runs,
                 }
                 for w in workloads.values()
             ],
@@ -137,6 +144,25 @@ def decide_and_persist(cluster: Cluster) -> tuple[CycleOutcome, engine.CycleResu
         )
         outcome.pending = len(result.pending)
     return outcome, result
+
+
+def close_run(workload: Workload, ended_at: datetime) -> None:
+    """Keep the record of a run that held GPUs until ``ended_at`` (see
+    Workload.past_runs); call before ``requeue`` clears it."""
+    if workload.admitted_at is None or workload.flavour is None:
+        return
+    workload.past_runs = [
+        *(workload.past_runs or []),
+        {
+            "admitted_at": workload.admitted_at.isoformat(),
+            "ended_at": ended_at.isoformat(),
+            "flavour": workload.flavour.name,
+            "gpu_equivalent": float(workload.flavour.gpu_equivalent),
+            "placements": workload.placements,
+            "borrowed": workload.borrowed,
+            "gpus": workload.gpus,
+        },
+    ]
 
 
 def requeue(workload: Workload, reason: str, code: str) -> None:

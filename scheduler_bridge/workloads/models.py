@@ -94,6 +94,10 @@ class Workload(models.Model):
     reason_code = models.CharField(max_length=32, blank=True)
     reason = models.TextField(blank=True)
     preemptions = models.PositiveIntegerField(default=0)
+    # Runs that ended in preemption: [{"admitted_at", "ended_at" (ISO 8601), "flavour",
+    # "gpu_equivalent", "placements", "borrowed", "gpus"}]. They held GPUs, so billing and
+    # the fair-share usage history count them like the current run.
+    past_runs = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["cluster__name", "queue_position", "submitted_at", "id"]

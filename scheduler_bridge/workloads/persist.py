@@ -27,6 +27,7 @@ COLUMN_TYPES = {
     "reason_code": "varchar",
     "reason": "text",
     "preemptions": "integer",
+    "past_runs": "jsonb",
 }
 
 

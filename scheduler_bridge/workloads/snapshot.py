@@ -12,6 +12,7 @@ from collections import defaultdict
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db.models import Q
 from django.utils import timezone
 
 from scheduler_bridge import admission as engine
@@ -95,31 +96,51 @@ def decayed_usage(
 ) -> dict[str, float]:
     """Each tenant's GPU-equivalent hours on `cluster`, decayed with `half_life_s`.
 
-    The exact integral of gpus x 2^(-(now - t) / half_life) over each workload's run;
-    work that ended more than ten half-lives ago weighs under 0.1 % and is skipped.
+    The exact integral of gpus x 2^(-(now - t) / half_life) over each run of each
+    workload - runs that ended in preemption too; work that ended more than ten
+    half-lives ago weighs under 0.1 % and is skipped.
     """
     horizon = now - timedelta(seconds=10 * half_life_s)
     rows = (
-        Workload.objects.filter(cluster=cluster, admitted_at__isnull=False)
+        Workload.objects.filter(cluster=cluster)
+        .filter(Q(admitted_at__isnull=False) | Q(preemptions__gt=0))
         .exclude(finished_at__lt=horizon)
-        .values("tenant__slug", "admitted_at", "finished_at", "gpus", "flavour__gpu_equivalent")
+        .values(
+            "tenant__slug",
+            "admitted_at",
+            "finished_at",
+            "gpus",
+            "flavour__gpu_equivalent",
+            "past_runs",
+        )
     )
     usage: dict[str, float] = defaultdict(float)
-    for row in rows:
-        admitted_at: datetime | None = row["admitted_at"]
-        if admitted_at is None:
-            continue
+
+    def add(tenant: str, weight: float, admitted_at: datetime, ended_at: datetime | None) -> None:
         start = (now - admitted_at).total_seconds()
-        end = max((now - (row["finished_at"] or now)).total_seconds(), 0.0)
+        end = max((now - (ended_at or now)).total_seconds(), 0.0)
         if start <= end:
-            continue
-        weight = float(row["flavour__gpu_equivalent"] or 1) * row["gpus"]
+            return
         seconds = (
             half_life_s
             / LN2
             * (math.pow(2, -end / half_life_s) - math.pow(2, -start / half_life_s))
         )
-        usage[row["tenant__slug"]] += weight * seconds / 3600.0
+        usage[tenant] += weight * seconds / 3600.0
+
+    for row in rows:
+        tenant = row["tenant__slug"]
+        for run in row["past_runs"] or []:
+            try:
+                weight = float(run.get("gpu_equivalent") or 1) * int(run["gpus"])
+                begun = datetime.fromisoformat(run["admitted_at"])
+                ended = datetime.fromisoformat(run["ended_at"])
+            except (AttributeError, KeyError, TypeError, ValueError):
+                continue  # a damaged record counts for nothing rather than stop the cycle
+            add(tenant, weight, begun, ended)
+        if row["admitted_at"] is not None:
+            weight = float(row["flavour__gpu_equivalent"] or 1) * row["gpus"]
+            add(tenant, weight, row["admitted_at"], row["finished_at"])
     return dict(usage)
 
 

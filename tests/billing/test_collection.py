@@ -17,6 +17,7 @@ from billing.collection import usage_collect
 from billing.models import CollectorWatermark, UsageRecord
 from billing.prometheus import PrometheusClient, PrometheusUnavailable, hourly_busy
 from scheduler_bridge.gateways.base import PodInfo
+from scheduler_bridge.workloads.cycle import close_run, requeue
 from scheduler_bridge.workloads.models import PriorityClass, Workload
 from tests.billing.conftest import GpuCluster
 from tests.billing.prometheus_server import Series, available, prometheus_serving
@@ -307,6 +308,47 @@ def test_work_submitted_through_the_api_is_billed_to_its_tenant(
         (cast.team_a.pk, workload.pk, 2 * 3600)
     ]
     assert "" not in result.unbound_namespaces
+
+
+@pytest.mark.django_db
+def test_a_run_ended_by_preemption_is_billed_as_well_as_the_run_after_it(
+    cast: Cast, gpu: GpuCluster
+) -> None:
+    """Preempted at 10:30 after half an hour on 2 GPUs, admitted again at 11:15 on 4,
+    finished at 12:00: both runs are charged, each for the time it held its GPUs."""
+    workload = Workload.objects.create(
+        cluster=gpu.cluster,
+        tenant=cast.team_a,
+        name="preempted-once",
+        pod_sets=[{"name": "main", "count": 1, "gpus_per_pod": 2, "flavours": ["h100-80gb"]}],
+        submitted_at=H10 - timedelta(hours=1),
+        admitted_at=H10,
+        state=Workload.State.ADMITTED,
+        flavour=gpu.h100,
+        placements=[{"node": "h100-1", "flavour": "h100-80gb", "gpus": 2}],
+        borrowed={"nvidia.com/gpu": 2},
+        gpus=2,
+    )
+    close_run(workload, H10 + timedelta(minutes=30))
+    requeue(workload, "preempted: reclaim", "preempted")
+    workload.preemptions = 1
+    workload.save()
+    assert workload.admitted_at is None and len(workload.past_runs) == 1
+    Workload.objects.filter(pk=workload.pk).update(
+        state=Workload.State.FINISHED,
+        admitted_at=H11 + timedelta(minutes=15),
+        finished_at=H12,
+        flavour=gpu.h100,
+        placements=[{"node": "h100-1", "flavour": "h100-80gb", "gpus": 4}],
+        gpus=4,
+    )
+    CollectorWatermark.objects.create(cluster=gpu.cluster, collected_until=H10)
+    usage_collect(cluster=gpu.cluster, gateway=FakeGateway([]), now=NOW)
+    rows = sorted(UsageRecord.objects.all(), key=lambda r: r.interval_start)
+    assert [
+        (r.interval_start, r.workload_id, r.gpu_seconds_allocated, r.gpu_seconds_borrowed)
+        for r in rows
+    ] == [(H10, workload.pk, 2 * 1800, 2 * 1800), (H11, workload.pk, 4 * 2700, 0)]
 
 
 def test_pods_of_a_workload_take_precedence_over_its_admission_record(

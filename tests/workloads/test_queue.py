@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import threading
+from datetime import datetime
 from io import StringIO
 from typing import Any
 
 import pytest
 from django.core.management import call_command
 from django.db import OperationalError, connection, transaction
+from django.utils import timezone
 
 from scheduler_bridge.inventory.models import Cluster
 from scheduler_bridge.workloads.cycle import admission_cycle, decide_and_persist, engine_for
 from scheduler_bridge.workloads.locks import hold_admission_lock
 from scheduler_bridge.workloads.models import Workload
+from scheduler_bridge.workloads.snapshot import decayed_usage
 from tests.conftest import ROLE_NAMES, Cast, client_for
 from tests.workloads.conftest import FakeCluster
 
@@ -82,6 +85,28 @@ def test_a_borrower_is_preempted_when_the_owner_needs_its_guarantee(
     assert big.state == "pending" and big.reason_code == "preempted" and big.preemptions == 1
     admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
     assert Workload.objects.get(pk=owner).state == "admitted"
+
+
+def test_a_preempted_run_is_kept_and_counts_in_the_fair_share_history(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    borrower = submit(cast.platform_admin, "speech", 8, name="big").json()["id"]
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    submit(cast.lead, "vision", 6, name="owner")
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    big = Workload.objects.get(pk=borrower)
+    assert big.state == "pending" and big.admitted_at is None
+    [run] = big.past_runs
+    assert run["flavour"] == "h100-80gb" and run["gpus"] == 8
+    assert sum(p["gpus"] for p in run["placements"]) == 8 and sum(run["borrowed"].values()) > 0
+    held_s = (
+        datetime.fromisoformat(run["ended_at"]) - datetime.fromisoformat(run["admitted_at"])
+    ).total_seconds()
+    assert held_s > 0
+    usage = decayed_usage(fake_cluster.cluster, timezone.now())
+    assert usage["speech"] == pytest.approx(8 * held_s / 3600, rel=1e-3)
+    shown = client_for(cast.platform_admin).get(f"/api/v1/workloads/{borrower}/").json()
+    assert shown["preemptions"] == 1 and shown["past_runs"] == big.past_runs
 
 
 @pytest.mark.parametrize(
