@@ -23,6 +23,7 @@ PAGES = [
     ("clusters", "admin", "/clusters/"),
     ("cluster", "admin", "/clusters/demo/"),
     ("queue", "admin", "/clusters/demo/queue/"),
+    ("workload", "vision-lead", "/workloads/{resnet_sweep}/"),
     ("audit", "admin", "/audit/"),
     ("billing", "finance", "/billing/"),
 ]
@@ -40,8 +41,12 @@ def main() -> None:
 
         progress("seeding the demo data ...")
         seed_demo()
+        from scheduler_bridge.workloads.models import Workload
+
+        ids = {"resnet_sweep": Workload.objects.get(name="resnet-sweep").pk}
         users = get_user_model().objects
-        for page, username, path in PAGES:
+        for page, username, template in PAGES:
+            path = template.format(**ids)
             client = Client(HTTP_HOST="127.0.0.1")
             client.force_login(users.get(username=username))
             client.get(path)  # warm caches (templates, plotly, URL resolver)

@@ -1,23 +1,32 @@
-"""Portal parts of the queue: the tenant page's queue panel and a cluster's queue page
-with a chart of what each tenant holds against its guarantee."""
+"""Portal parts of the queue: the tenant page's queue panel, a cluster's queue page with a
+chart of what each tenant holds against its guarantee, and a page per workload (where it
+stands, why it waits, every run it had) with its cancel button."""
 
 from __future__ import annotations
 
 from collections import defaultdict
+from datetime import datetime
 from typing import Any
 
 import plotly.graph_objects as go
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.db.models import Sum
+from django.core.paginator import Paginator
+from django.db.models import Count, Sum
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import path
+from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.views.decorators.http import require_POST
 
 from scheduler_bridge import selectors
 from scheduler_bridge.quotas.models import Quota
+from scheduler_bridge.workloads import services
 from scheduler_bridge.workloads.models import Workload
 from scheduler_bridge.workloads.selectors import workloads_visible_to
+from tenants import access
+from tenants.errors import TidegateError
 from tenants.models import Tenant
 
 
@@ -81,23 +90,106 @@ def holdings_chart(cluster: Any, visible_slugs: set[str]) -> str:
     return str(figure.to_html(full_html=False, include_plotlyjs=False, div_id="holdings-chart"))
 
 
+QUEUE_PAGE_SIZE = 100
+QUEUE_STATES = {"pending": [Workload.State.PENDING], "running": list(Workload.ACTIVE_STATES)}
+
+
 @login_required
 def cluster_queue(request: HttpRequest, name: str) -> HttpResponse:
-    from tenants import access
-
+    """The cluster's open work in queue order, a page at a time (a deep queue holds tens
+    of thousands), optionally one team's only or one state only."""
     cluster = get_object_or_404(selectors.clusters_visible_to(request.user), name=name)
-    workloads = (
-        workloads_visible_to(request.user)
-        .filter(cluster=cluster, state__in=Workload.OPEN_STATES)
-        .order_by("state", "queue_position", "submitted_at")
+    workloads = workloads_visible_to(request.user).filter(cluster=cluster)
+    state = request.GET.get("state", "")
+    workloads = workloads.filter(state__in=QUEUE_STATES.get(state, Workload.OPEN_STATES))
+    team = request.GET.get("tenant", "")
+    if team:
+        workloads = workloads.filter(tenant__slug=team)
+    counts = dict(
+        workloads.order_by().values_list("state").annotate(n=Count("id")).values_list("state", "n")
     )
+    page = Paginator(
+        workloads.order_by("state", "queue_position", "submitted_at", "id"), QUEUE_PAGE_SIZE
+    ).get_page(request.GET.get("page"))
     visible = set(access.tenants_visible_to(request.user).values_list("slug", flat=True))
     context = {
         "cluster": cluster,
-        "workloads": workloads,
+        "workloads": page.object_list,
+        "page": page,
+        "state": state if state in QUEUE_STATES else "",
+        "tenant": team,
+        "pending_count": counts.get(Workload.State.PENDING, 0),
+        "running_count": sum(counts.get(s, 0) for s in Workload.ACTIVE_STATES),
         "chart": holdings_chart(cluster, visible),
     }
     return render(request, "scheduler_bridge/cluster_queue.html", context)
 
 
-urlpatterns = [path("clusters/<slug:name>/queue/", cluster_queue, name="portal-cluster-queue")]
+def runs_chart(workload: Workload) -> str:
+    """Each run of the workload as a bar from admission to its end (or now)."""
+    runs = [
+        (datetime.fromisoformat(r["admitted_at"]), datetime.fromisoformat(r["ended_at"]), True)
+        for r in workload.past_runs or []
+        if isinstance(r, dict) and r.get("admitted_at") and r.get("ended_at")
+    ]
+    if workload.admitted_at is not None:
+        runs.append((workload.admitted_at, workload.finished_at or timezone.now(), False))
+    figure = go.Figure()
+    for number, (start, end, preempted) in enumerate(runs, start=1):
+        label = _("Run %(number)s") % {"number": number}
+        figure.add_trace(
+            go.Scatter(
+                x=[start, end],
+                y=[label, label],
+                mode="lines+markers",
+                line={"width": 14, "color": "#c0392b" if preempted else "#2e86c1"},
+                name=_("preempted") if preempted else label,
+                showlegend=False,
+                hovertemplate="%{x}<extra></extra>",
+            )
+        )
+    figure.update_layout(
+        height=80 + 40 * len(runs),
+        margin={"l": 60, "r": 10, "t": 30, "b": 30},
+        title=_("Runs (red: ended by preemption)"),
+    )
+    return str(figure.to_html(full_html=False, include_plotlyjs=False, div_id="runs-chart"))
+
+
+@login_required
+def workload_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    workload = get_object_or_404(workloads_visible_to(request.user), pk=pk)
+    history = (
+        access.audit_events_visible_to(request.user)
+        .filter(object_type=Workload._meta.label_lower, object_id=str(workload.pk))
+        .order_by("-created_at")[:50]
+    )
+    has_runs = workload.admitted_at is not None or bool(workload.past_runs)
+    context = {
+        "workload": workload,
+        "may_cancel": workload.state in Workload.OPEN_STATES
+        and services.may_manage(request.user, workload),
+        "history": history,
+        "chart": runs_chart(workload) if has_runs else "",
+    }
+    return render(request, "scheduler_bridge/workload_detail.html", context)
+
+
+@login_required
+@require_POST
+def workload_cancel(request: HttpRequest, pk: int) -> HttpResponse:
+    workload = get_object_or_404(workloads_visible_to(request.user), pk=pk)
+    try:
+        services.workload_cancel(actor=request.user, workload=workload, source="portal")
+    except TidegateError as error:
+        messages.error(request, error.message)
+    else:
+        messages.success(request, _("Workload cancelled; its GPUs are free for the queue."))
+    return redirect("portal-workload", pk=workload.pk)
+
+
+urlpatterns = [
+    path("clusters/<slug:name>/queue/", cluster_queue, name="portal-cluster-queue"),
+    path("workloads/<int:pk>/", workload_detail, name="portal-workload"),
+    path("workloads/<int:pk>/cancel/", workload_cancel, name="portal-workload-cancel"),
+]

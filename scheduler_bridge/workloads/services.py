@@ -238,7 +238,8 @@ def workload_submit(
     return workload
 
 
-def _may_manage(actor: Any, workload: Workload) -> bool:
+def may_manage(actor: Any, workload: Workload) -> bool:
+    """The submitter, or a lead or admin of the workload's tenant (or above it)."""
     return workload.submitted_by_id == getattr(actor, "pk", None) or access.has_role(
         actor, workload.tenant, MANAGE_ROLES
     )
@@ -246,14 +247,14 @@ def _may_manage(actor: Any, workload: Workload) -> bool:
 
 def workload_cancel(*, actor: Any, workload: Workload, source: str = "api") -> Workload:
     """Withdraw pending or admitted work (the submitter, or the tenant's leads/admins)."""
-    if not _may_manage(actor, workload):
+    if not may_manage(actor, workload):
         raise PermissionDenied("Only the submitter or a lead of the tenant may cancel it.")
     return _close(actor, workload, Workload.State.CANCELLED, "cancelled", source)
 
 
 def workload_finish(*, actor: Any, workload: Workload, source: str = "api") -> Workload:
     """Report that API-submitted work has ended, freeing its GPUs."""
-    if not _may_manage(actor, workload):
+    if not may_manage(actor, workload):
         raise PermissionDenied("Only the submitter or a lead of the tenant may finish it.")
     if workload.state not in Workload.ACTIVE_STATES:
         raise Conflict(f"Workload {workload.pk} is {workload.state}; only running work finishes.")

@@ -76,3 +76,22 @@ def test_login_with_a_wrong_password_says_so(demo: None, live_server: Any, brows
     page = log_in(browser, live_server.url, "vision-lead", "wrong")
     assert "didn't match" in page.content()
     page.close()
+
+
+def test_a_lead_follows_a_job_from_the_queue_and_cancels_it(
+    demo: None, live_server: Any, browser: Any
+) -> None:
+    page = log_in(browser, live_server.url, "vision-lead", DEMO_PASSWORD)
+    page.goto(f"{live_server.url}/clusters/demo/queue/")
+    assert page.locator("#holdings-chart .main-svg").count() > 0  # plotly drew the chart
+    page.click("#queue a:text('resnet-sweep')")
+    page.wait_for_load_state("networkidle")
+    assert "What it asks for" in page.locator("#request").inner_text()
+    assert "4×1 h100-80gb" in page.locator("#request").inner_text()
+    assert "Running" in page.locator("#standing").inner_text()  # within vision's guarantee
+    assert page.locator("#runs-chart .main-svg").count() > 0
+    page.click("#standing button[type=submit]")
+    page.wait_for_load_state("networkidle")
+    assert "Workload cancelled" in page.content()
+    assert "Cancel this workload" not in page.content()
+    page.close()

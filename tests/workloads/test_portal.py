@@ -1,0 +1,111 @@
+"""The queue in the portal: the cluster's queue page (paged, filtered) and a page per
+workload with its standing, its runs and a cancel button, scoped like the API."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduler_bridge.workloads.cycle import admission_cycle
+from scheduler_bridge.workloads.models import Workload
+from scheduler_bridge.workloads.portal import QUEUE_PAGE_SIZE
+from tests.conftest import ROLE_NAMES, Cast
+from tests.tenants.test_portal import logged_in
+from tests.workloads.conftest import FakeCluster
+from tests.workloads.test_queue import CANCEL, submit
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.mark.parametrize("role", ROLE_NAMES)
+def test_queue_page_and_workload_page_are_scoped_to_the_users_tenants(
+    fake_cluster: FakeCluster, cast: Cast, role: str
+) -> None:
+    mine = submit(cast.member, "vision", 2, name="vision-job").json()["id"]
+    client = logged_in(cast.user(role))
+    queue = client.get("/clusters/gpu-east/queue/")
+    detail = client.get(f"/workloads/{mine}/")
+    if role == "outsider":  # globex also runs on gpu-east: it sees the page, not our work
+        assert detail.status_code == 404
+        assert queue.status_code == 404 or "vision-job" not in queue.content.decode()
+        return
+    assert queue.status_code == 200 and 'id="holdings-chart"' in queue.content.decode()
+    assert f'href="/workloads/{mine}/"' in queue.content.decode()
+    assert detail.status_code == 200
+    page = detail.content.decode()
+    assert "vision-job" in page and "waiting for the next admission cycle" in page
+
+
+def test_a_waiting_workload_shows_its_position_and_reason(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    for name in ("first", "second", "third"):
+        submit(cast.platform_admin, "vision", 8, name=name)
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    waiting = Workload.objects.get(name="third")
+    page = logged_in(cast.member).get(f"/workloads/{waiting.pk}/").content.decode()
+    assert f"Waiting, position {waiting.queue_position}" in page
+    assert waiting.reason and waiting.reason in page
+
+
+def test_a_preempted_workload_shows_each_run_on_a_chart(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    borrower = submit(cast.platform_admin, "speech", 8, name="big").json()["id"]
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    submit(cast.lead, "vision", 6, name="owner")
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    page = logged_in(cast.platform_admin).get(f"/workloads/{borrower}/").content.decode()
+    assert 'id="runs-chart"' in page and "Runs (1 preemption)" in page
+    assert "preempted" in page and "reclaim" in page  # the reason it waits again
+
+
+@pytest.mark.parametrize("role", ROLE_NAMES)
+def test_the_cancel_button_is_offered_to_who_may_cancel_and_works(
+    fake_cluster: FakeCluster, cast: Cast, role: str
+) -> None:
+    workload = submit(cast.member, "vision", 1).json()["id"]
+    client = logged_in(cast.user(role))
+    page = client.get(f"/workloads/{workload}/").content.decode()
+    allowed = CANCEL[role] == 200
+    assert ("Cancel this workload" in page) == allowed
+    response = client.post(f"/workloads/{workload}/cancel/", follow=True)
+    state = Workload.objects.get(pk=workload).state
+    if role == "outsider":
+        assert response.status_code == 404 and state == "pending"
+    elif allowed:
+        assert state == "cancelled" and "Workload cancelled" in response.content.decode()
+    else:
+        assert state == "pending" and "may cancel it" in response.content.decode()
+
+
+def test_cancelling_twice_says_so(fake_cluster: FakeCluster, cast: Cast) -> None:
+    workload = submit(cast.member, "vision", 1).json()["id"]
+    client = logged_in(cast.member)
+    client.post(f"/workloads/{workload}/cancel/")
+    again = client.post(f"/workloads/{workload}/cancel/", follow=True).content.decode()
+    assert "already cancelled" in again
+
+
+def test_a_deep_queue_is_paged_and_filtered(fake_cluster: FakeCluster, cast: Cast) -> None:
+    template = Workload.objects.get(pk=submit(cast.member, "vision", 1, name="w-0").json()["id"])
+    extra = []
+    for i in range(1, QUEUE_PAGE_SIZE + 20):
+        template.pk = None
+        template.name = f"w-{i}"
+        extra.append(
+            Workload(
+                **{f.attname: getattr(template, f.attname) for f in Workload._meta.concrete_fields}
+            )
+        )
+    Workload.objects.bulk_create(extra)
+    submit(cast.platform_admin, "speech", 1, name="speech-job")
+    client = logged_in(cast.platform_admin)
+    first = client.get("/clusters/gpu-east/queue/").content.decode()
+    assert first.count('href="/workloads/') == QUEUE_PAGE_SIZE
+    assert "1 / 2" in first and "121 waiting, 0 running" in first
+    second = client.get("/clusters/gpu-east/queue/?page=2").content.decode()
+    assert second.count('href="/workloads/') == 21
+    speech = client.get("/clusters/gpu-east/queue/?tenant=speech").content.decode()
+    assert "speech-job" in speech and "w-0<" not in speech
+    running = client.get("/clusters/gpu-east/queue/?state=running").content.decode()
+    assert "Nothing queued or running." in running
