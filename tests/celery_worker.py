@@ -8,6 +8,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,12 +30,31 @@ class Worker:
     process: subprocess.Popen[bytes]
 
 
+@dataclass
+class Workers:
+    queue: str
+    processes: list[subprocess.Popen[bytes]]
+    logs: list[Path]
+
+
 @pytest.fixture
 def celery_worker(transactional_db: Any, tmp_path: Path) -> Iterator[Worker]:
     """Starts `celery worker` against the test database on a queue of its own."""
+    with _workers(tmp_path, count=1) as started:
+        yield Worker(queue=started.queue, mail_dir=tmp_path / "mail", process=started.processes[0])
+
+
+@pytest.fixture
+def two_celery_workers(transactional_db: Any, tmp_path: Path) -> Iterator[Workers]:
+    """Two worker processes on one queue: tasks queued at once run at the same time."""
+    with _workers(tmp_path, count=2) as started:
+        yield started
+
+
+@contextmanager
+def _workers(tmp_path: Path, count: int) -> Iterator[Workers]:
     redis.Redis.from_url(BROKER).ping()
     queue = f"tidegate-test-{uuid.uuid4().hex[:8]}"
-    mail_dir = tmp_path / "mail"
     env = os.environ | {
         "DJANGO_SETTINGS_MODULE": "config.settings.test",
         "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{connection.settings_dict['NAME']}",
@@ -43,47 +63,60 @@ def celery_worker(transactional_db: Any, tmp_path: Path) -> Iterator[Worker]:
         "CELERY_RESULT_BACKEND": BROKER,
         "CELERY_TASK_DEFAULT_QUEUE": queue,
         "EMAIL_BACKEND": "django.core.mail.backends.filebased.EmailBackend",
-        "EMAIL_FILE_PATH": str(mail_dir),
+        "EMAIL_FILE_PATH": str(tmp_path / "mail"),
     }
-    log = open(tmp_path / "worker.log", "wb")  # noqa: SIM115 - closed below
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "config",
-            "worker",
-            "--pool",
-            "solo",
-            "--queues",
-            queue,
-            "--loglevel",
-            "INFO",
-            "--without-gossip",
-            "--without-mingle",
-            "--hostname",
-            f"{queue}@%h",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    processes: list[subprocess.Popen[bytes]] = []
+    logs: list[Path] = []
+    files = []
     previous = (celery_app.conf.task_always_eager, celery_app.conf.task_default_queue)
-    celery_app.conf.task_always_eager = False
-    celery_app.conf.task_default_queue = queue
     try:
-        _wait_until_ready(tmp_path / "worker.log", process)
-        yield Worker(queue=queue, mail_dir=mail_dir, process=process)
+        for number in range(count):
+            log_path = tmp_path / f"worker-{number}.log"
+            log = open(log_path, "wb")  # noqa: SIM115 - closed below
+            files.append(log)
+            processes.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "celery",
+                        "-A",
+                        "config",
+                        "worker",
+                        "--pool",
+                        "solo",
+                        "--queues",
+                        queue,
+                        "--loglevel",
+                        "INFO",
+                        "--without-gossip",
+                        "--without-mingle",
+                        "--hostname",
+                        f"{queue}-{number}@%h",
+                    ],
+                    cwd=ROOT,
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+            logs.append(log_path)
+        for log_path, process in zip(logs, processes, strict=True):
+            _wait_until_ready(log_path, process)
+        celery_app.conf.task_always_eager = False
+        celery_app.conf.task_default_queue = queue
+        yield Workers(queue=queue, processes=processes, logs=logs)
     finally:
         celery_app.conf.task_always_eager, celery_app.conf.task_default_queue = previous
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        log.close()
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        for log in files:
+            log.close()
 
 
 def _wait_until_ready(log_path: Path, process: subprocess.Popen[bytes]) -> None:
