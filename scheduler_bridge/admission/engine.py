@@ -135,6 +135,7 @@ class AdmissionEngine:
                 raw = (
                     wl.topology,
                     tuple((ps.count, ps.gpus_per_pod, ps.flavours) for ps in wl.pod_sets),
+                    wl.preemptible,
                 )
                 item = Item(wl, node, static.shape(raw))
             else:
@@ -283,8 +284,9 @@ class _Cycle:
         * every option beyond the tenant's own limits: usage only grows, and such a
           workload cannot preempt either (preemptors must end inside their guarantee);
         * a shape no node layout of the cluster can hold;
-        * borrowing work, with priority preemption off, of which no option fits both
-          quota and the free GPUs now. Members that may use reserved GPUs stay queued."""
+        * borrowing work, with priority preemption off, that may not borrow (it cannot
+          be preempted) or of which no option fits both quota and the free GPUs now.
+          Members that may use reserved GPUs stay queued."""
         st = self.state
         may_preempt_borrowing = st.config.priority_preemption
         for node, queue in queues.items():
@@ -295,7 +297,7 @@ class _Cycle:
                 elif (
                     not may_preempt_borrowing
                     and st.guarantee_class(node, shape) == 1
-                    and not self._fits_now(node, shape)
+                    and (not shape.may_borrow or not self._fits_now(node, shape))
                 ):
                     kept = [i for i in group.items if i.holder or i.reach > NO_REACH]
                     self._fail_before_pass(group, kept)
@@ -434,11 +436,20 @@ class _Cycle:
             verdict = self._admit_first(queue, item, inside) or self._preempt(queue, item, inside)
             if verdict is not None:
                 return verdict
-            if len(inside) < len(options):
+            if len(inside) < len(options) and item.shape.may_borrow:
                 group.borrows = True
                 return _DEFERRED
             return _FAILED
         self.queue_class = 1
+        if not item.shape.may_borrow:
+            # beyond its guarantee, only its tenant's own lower-priority work could make
+            # room (the preemptor must end inside the guarantee)
+            verdict = (
+                self._preempt(queue, item, options)
+                if self.state.config.priority_preemption
+                else None
+            )
+            return _FAILED if verdict is None else verdict
         verdict = self._admit_first(queue, item, options)
         if verdict is None and self.state.config.priority_preemption:
             # no option is inside the guarantee, so reclaim is out: only the tenant's

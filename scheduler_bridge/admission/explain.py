@@ -141,7 +141,7 @@ class Explainer:
         protecting = st.config.reclaim and st.config.reclaim_min_run_s > 0
         cls = st.guarantee_class(node, shape) if st.reservations or protecting else 1
         for option in shape.options:
-            quota = self._quota(node, option)
+            quota = self._quota(node, option) if shape.may_borrow else self._guarantee(node, option)
             if quota is None:
                 nodes_key = (shape.id, option.index, cls)
                 verdict = self._by_nodes.get(nodes_key)
@@ -214,6 +214,19 @@ class Explainer:
                 found = self._by_quota[key] = tree.explain(f, node, need, usage[f])
             return found[0], found[1], f
         return None
+
+    def _guarantee(self, node: int, option: Option) -> tuple[ReasonCode, str, int] | None:
+        """For work that may not borrow: the first flavour beyond the unused guarantee."""
+        tree = self.state.tree
+        usage = self.state.usage
+        for f, need in option.totals:
+            used, guaranteed = usage[f][node], tree.guaranteed[f][node]
+            if used + need > guaranteed:
+                message = reasons.guarantee_only(
+                    self.names[f], tree.label[node], used, guaranteed, need
+                )
+                return ReasonCode.QUOTA_LIMIT, message, f
+        return self._quota(node, option)
 
     def _nodes(self, shape: Shape, option: Option, cls: int) -> tuple[ReasonCode, str, int]:
         """Node-side verdict for a shape whose quota fits; ``cls`` 0 (inside the

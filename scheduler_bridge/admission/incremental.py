@@ -43,20 +43,25 @@ class Failure:
 
 
 def own_limits_only(
-    state: CycleState, node: int, shape: Shape, headroom: dict[tuple[int, int], int] | None = None
+    state: CycleState,
+    node: int,
+    shape: Shape,
+    headroom: dict[tuple[int, int, bool], int] | None = None,
 ) -> bool:
-    """Every option is beyond the tenant's own limits. Never true with priority
-    preemption on: stopping the tenant's own lower-priority work lowers its usage.
-    ``headroom`` memoises guaranteed + borrow limit - usage per (node, flavour)."""
+    """Every option is beyond the tenant's own limits: guaranteed + borrow limit, or the
+    guarantee alone for work that may not borrow. Never true with priority preemption
+    on: stopping the tenant's own lower-priority work lowers its usage. ``headroom``
+    memoises the room left per (node, flavour, may borrow)."""
     if state.config.priority_preemption:
         return False
     if headroom is None:
         headroom = {}
+    may_borrow = shape.may_borrow
     for option in shape.options:
         for f, need in option.totals:
-            room = headroom.get((node, f))
+            room = headroom.get((node, f, may_borrow))
             if room is None:
-                room = headroom[(node, f)] = _headroom(state, node, f)
+                room = headroom[(node, f, may_borrow)] = _headroom(state, node, f, may_borrow)
             if need > room:
                 break
         else:
@@ -64,10 +69,12 @@ def own_limits_only(
     return True
 
 
-def _headroom(state: CycleState, node: int, f: int) -> int:
+def _headroom(state: CycleState, node: int, f: int, may_borrow: bool = True) -> int:
     tree = state.tree
     if not tree.access[f][node]:
         return -1
+    if not may_borrow:
+        return tree.guaranteed[f][node] - state.usage[f][node]
     limit = tree.borrow_limit[f][node]
     if limit == NO_LIMIT:
         return NO_LIMIT

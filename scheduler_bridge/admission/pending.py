@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from .model import PendingWorkload, Topology
 from .placement import Need
 
-RawShape = tuple[Topology, tuple[tuple[int, int, tuple[str, ...]], ...]]
+# (topology, pod sets as (count, GPUs per pod, acceptable flavours), may borrow)
+RawShape = tuple[Topology, tuple[tuple[int, int, tuple[str, ...]], ...], bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +44,9 @@ class Shape:
     flavours: tuple[int, ...]  # every flavour any option uses, sorted
     unknown: tuple[str, ...]  # flavour names this cluster does not have
     gpus: int
+    # False for work that cannot be preempted: it runs only within its tenant's
+    # guarantee, or no owner could ever reclaim what it borrowed (KAI has the same rule)
+    may_borrow: bool = True
 
     @property
     def simple(self) -> bool:
@@ -55,11 +59,11 @@ def build_shape(raw: RawShape, shape_id: int, flavour_index: dict[str, int]) -> 
     gives pod set i its k-th acceptable flavour (its last one once it has no more). The
     engine tries the options inside the tenant's unused guarantee before the ones that
     would borrow (Kueue's ``whenCanBorrow: TryNextFlavor``), see engine._evaluate."""
-    topology, pod_sets = raw
+    topology, pod_sets, may_borrow = raw
     unknown = sorted({f for _, _, names in pod_sets for f in names if f not in flavour_index})
     gpus = sum(count * per_pod for count, per_pod, _ in pod_sets)
     if unknown:
-        return Shape(raw, shape_id, topology, (), (), tuple(unknown), gpus)
+        return Shape(raw, shape_id, topology, (), (), tuple(unknown), gpus, may_borrow)
     options: list[Option] = []
     seen: set[tuple[int, ...]] = set()
     for k in range(max(len(names) for _, _, names in pod_sets)):
@@ -75,7 +79,7 @@ def build_shape(raw: RawShape, shape_id: int, flavour_index: dict[str, int]) -> 
             totals[f] = totals.get(f, 0) + count * per_pod
         options.append(Option(len(options), chosen, needs, tuple(sorted(totals.items()))))
     flavours = tuple(sorted({f for option in options for f in option.flavours}))
-    return Shape(raw, shape_id, topology, tuple(options), flavours, (), gpus)
+    return Shape(raw, shape_id, topology, tuple(options), flavours, (), gpus, may_borrow)
 
 
 class Item:

@@ -146,6 +146,14 @@ def reserved(job: str, start: float | None, now: float) -> str:
     )
 
 
+def guarantee_only(flavour: str, tenant: str, used: int, guaranteed: int, need: int) -> str:
+    return (
+        f"cannot be preempted, so it runs only within {tenant}'s guarantee of {flavour}: "
+        f"{used}/{guaranteed} in use, needs {need}; choose a preemptible priority class "
+        "to borrow"
+    )
+
+
 def reclaim_protected(min_run_s: float, left_s: float) -> str:
     return (
         f"borrowed work is not reclaimed in its first {duration(min_run_s)}: the guarantee "

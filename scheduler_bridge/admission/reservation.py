@@ -60,6 +60,8 @@ def reserve_for_starving(
                 state.usage[f][item.node] + need <= state.tree.guaranteed[f][item.node]
                 for f, need in option.totals
             )
+            if not inside and not item.shape.may_borrow:
+                continue  # it would never start there: it may not borrow
             entry = ReservationEntry(
                 item.wl.id, item.wl.tenant_id, option.index, plan, start, 0 if inside else 1
             )

@@ -27,6 +27,7 @@ from scheduler_bridge.workloads.budget_gate import budget_gate_for
 from scheduler_bridge.workloads.locks import hold_admission_lock
 from scheduler_bridge.workloads.models import Workload
 from scheduler_bridge.workloads.persist import COLUMN_TYPES, update_workloads
+from scheduler_bridge.workloads.services import stop_overrunning
 from scheduler_bridge.workloads.snapshot import build_snapshot
 from tenants.audit import audit_record
 
@@ -183,6 +184,7 @@ def admission_cycle(cluster: Cluster, gateway: ClusterGateway | None = None) -> 
     from scheduler_bridge.quotas.sync import quota_sync
     from scheduler_bridge.tasks import job_stop
 
+    stop_overrunning(cluster)  # frees their GPUs for this very cycle
     outcome, _ = decide_and_persist(cluster)
     jobs_admitted = Workload.objects.filter(pk__in=outcome.admitted, source=Workload.Source.JOB)
     jobs_preempted = Workload.objects.filter(pk__in=outcome.preempted, source=Workload.Source.JOB)

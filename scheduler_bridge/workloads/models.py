@@ -46,6 +46,7 @@ class Workload(models.Model):
         PREEMPTED = "preempted", _("Preempted")
         REJECTED = "rejected", _("Rejected")
         CANCELLED = "cancelled", _("Cancelled")
+        TIMED_OUT = "timed_out", _("Stopped at its time limit")
 
     class Source(models.TextChoices):
         API = "api", _("API")

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
+from scheduler_bridge.admission.reasons import duration
 from scheduler_bridge.inventory.catalogue import (
     UnknownGpuProduct,
     UnknownMigProfile,
@@ -259,6 +261,32 @@ def workload_finish(*, actor: Any, workload: Workload, source: str = "api") -> W
     if workload.state not in Workload.ACTIVE_STATES:
         raise Conflict(f"Workload {workload.pk} is {workload.state}; only running work finishes.")
     return _close(actor, workload, Workload.State.FINISHED, "finished", source)
+
+
+def stop_overrunning(cluster: Cluster, now: datetime | None = None) -> list[int]:
+    """Stop running work past its declared max run time (state timed_out), as Slurm
+    does at a time limit: backfill let work onto GPUs held for a starving gang because it
+    promised to end in time, and that promise must hold. Returns the stopped ids."""
+    now = now or timezone.now()
+    overrunning = [
+        workload
+        for workload in Workload.objects.filter(
+            cluster=cluster, state__in=Workload.ACTIVE_STATES, max_run_time_s__isnull=False
+        )
+        if workload.admitted_at is not None
+        and workload.max_run_time_s is not None
+        and workload.admitted_at + timedelta(seconds=workload.max_run_time_s) <= now
+    ]
+    stopped = []
+    for workload in overrunning:
+        limit = duration(float(workload.max_run_time_s or 0))
+        reason = f"stopped: ran past its declared max run time of {limit}"
+        try:
+            _close(None, workload, Workload.State.TIMED_OUT, reason, "system")
+        except Conflict:
+            continue  # it ended on its own meanwhile
+        stopped.append(workload.pk)
+    return stopped
 
 
 def lock_for_change(workload: Workload) -> Workload:

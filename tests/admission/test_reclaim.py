@@ -218,3 +218,30 @@ def test_protected_young_work_is_the_borrowing_so_older_work_is_not_taken_instea
     org = (*quotas, quota("org", 12))  # room for b to borrow 8
     wide = snapshot(tree, org, nodes(3, gpus=4), [ask], [older, old, young], now=100.0)
     assert victims(run_cycle(wide, config)) == ["old"]
+
+
+def test_work_that_cannot_be_preempted_runs_only_within_its_guarantee():
+    """Otherwise what it borrowed could never be reclaimed."""
+    tree, quotas = two_teams(a=8, b=4)
+    big_prod = workload("prod", "b", 8, preemptible=False)
+    big_batch = workload("batch", "b", 8, submitted=1.0)
+    small_prod = workload("prod-small", "b", 4, preemptible=False, submitted=2.0)
+    result = run_cycle(snapshot(tree, quotas, nodes(2), [big_prod, big_batch, small_prod]))
+    assert sorted(a.workload_id for a in result.admissions) == ["batch", "prod-small"]
+    waiting = {p.workload_id: p for p in result.pending}
+    assert waiting["prod"].code is ReasonCode.QUOTA_LIMIT
+    assert waiting["prod"].message == (
+        "cannot be preempted, so it runs only within b's guarantee of H100: 12/4 in use, "
+        "needs 8; choose a preemptible priority class to borrow"
+    )
+
+
+def test_an_owner_reclaims_from_a_tenant_whose_unpreemptible_work_stays_home():
+    tree, quotas = two_teams(a=8, b=4)
+    busy = [
+        running("b-prod", "b", {"n000": 4}, preemptible=False),
+        running("b-batch", "b", {"n000": 4, "n001": 4}, admitted=10.0),
+    ]
+    owner = workload("a1", "a", 8, submitted=50.0)
+    result = run_cycle(snapshot(tree, quotas, nodes(2), [owner], busy))
+    assert victims(result) == ["b-batch"]

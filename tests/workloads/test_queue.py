@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from datetime import datetime
+from datetime import datetime, timedelta
 from io import StringIO
 from typing import Any
 
@@ -17,6 +17,7 @@ from scheduler_bridge.workloads.cycle import admission_cycle, decide_and_persist
 from scheduler_bridge.workloads.locks import hold_admission_lock
 from scheduler_bridge.workloads.models import Workload
 from scheduler_bridge.workloads.snapshot import decayed_usage
+from tenants.models import AuditEvent
 from tests.conftest import ROLE_NAMES, Cast, client_for
 from tests.workloads.conftest import FakeCluster
 
@@ -329,3 +330,42 @@ def test_the_reclaim_minimum_run_comes_from_settings(
     assert engine_for(fake_cluster.cluster).config.reclaim_min_run_s == 0.0
     settings.TIDEGATE = {**settings.TIDEGATE, "RECLAIM_MIN_RUN_S": 900.0}
     assert engine_for(fake_cluster.cluster).config.reclaim_min_run_s == 900.0
+
+
+def test_work_past_its_declared_max_run_time_is_stopped_and_its_gpus_reused(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    """Backfill trusts declared run times; the cycle holds work to them, as Slurm does."""
+    short = submit(cast.platform_admin, "vision", 8, name="short", max_run_time_s=600).json()
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    late = submit(cast.platform_admin, "vision", 8, name="waits").json()["id"]
+    again = submit(cast.platform_admin, "vision", 4, name="also-waits").json()["id"]
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    assert Workload.objects.get(pk=late).state == "pending"
+    Workload.objects.filter(pk=short["id"]).update(
+        admitted_at=timezone.now() - timedelta(seconds=601)
+    )
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    stopped = Workload.objects.get(pk=short["id"])
+    assert stopped.state == "timed_out" and stopped.finished_at is not None
+    assert stopped.reason == "stopped: ran past its declared max run time of 10 min"
+    assert Workload.objects.get(pk=late).state == "admitted"  # in the same cycle
+    assert Workload.objects.get(pk=again).state in ("admitted", "pending")
+    event = AuditEvent.objects.filter(object_id=str(stopped.pk)).latest("created_at")
+    assert event.actor is None and "max run time" in event.message
+
+
+def test_work_within_its_max_run_time_or_without_one_keeps_running(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    timed = submit(cast.platform_admin, "vision", 2, name="timed", max_run_time_s=3600).json()
+    untimed = submit(cast.platform_admin, "vision", 2, name="untimed").json()
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    Workload.objects.filter(pk__in=[timed["id"], untimed["id"]]).update(
+        admitted_at=timezone.now() - timedelta(seconds=3000)
+    )
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    states = set(
+        Workload.objects.filter(pk__in=[timed["id"], untimed["id"]]).values_list("state", flat=True)
+    )
+    assert states == {"admitted"}
