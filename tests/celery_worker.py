@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import redis
+from celery.result import allow_join_result
 from django.db import connection
 
 from config.celery_app import app as celery_app
@@ -105,7 +106,11 @@ def _workers(tmp_path: Path, count: int) -> Iterator[Workers]:
             _wait_until_ready(log_path, process)
         celery_app.conf.task_always_eager = False
         celery_app.conf.task_default_queue = queue
-        yield Workers(queue=queue, processes=processes, logs=logs)
+        # This process is a client of the workers, so it may wait for results. Celery's
+        # "inside a task" flag is one global that eager tasks run by two threads at once
+        # (the live server of the browser tests) can leave set; clear it for the test.
+        with allow_join_result():
+            yield Workers(queue=queue, processes=processes, logs=logs)
     finally:
         celery_app.conf.task_always_eager, celery_app.conf.task_default_queue = previous
         for process in processes:

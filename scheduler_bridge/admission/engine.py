@@ -110,6 +110,49 @@ class AdmissionEngine:
             stats=stats,
         )
 
+    def borrowing_after(
+        self, snapshot: ClusterSnapshot, result: CycleResult
+    ) -> dict[str, dict[str, int]]:
+        """GPUs each workload running after ``result`` borrows, per flavour name (flavours
+        it does not borrow are left out). What a tenant holds above its guarantee is
+        its newest work, as at admission: when older work ends or is preempted, newer
+        work moves inside the guarantee. Admission records only what was borrowed at
+        admission; billing and the ResourceQuota ceilings need what is borrowed now."""
+        static = self._static_for(snapshot)
+        tree = static.tree
+        index = static.flavour_index
+        stopped = {p.victim_id for p in result.preemptions}
+        held: list[tuple[float, str, str, dict[str, int]]] = []
+        for run in snapshot.running:
+            if run.id not in stopped:
+                gpus: dict[str, int] = {}
+                for p in run.placements:
+                    gpus[p.flavour] = gpus.get(p.flavour, 0) + p.gpus
+                held.append((run.admitted_at, run.id, run.tenant_id, gpus))
+        for admission in result.admissions:
+            gpus = {}
+            for p in admission.placements:
+                gpus[p.flavour] = gpus.get(p.flavour, 0) + p.gpus
+            held.append((snapshot.now, admission.workload_id, admission.tenant_id, gpus))
+        used: dict[tuple[int, int], int] = {}
+        out: dict[str, dict[str, int]] = {}
+        for _, workload_id, tenant_id, gpus in sorted(held):
+            tenant = tree.tenant_index.get(tenant_id)
+            if tenant is None:
+                continue
+            node = tree.workload_node[tenant]
+            for name, count in gpus.items():
+                f = index.get(name)
+                if f is None:
+                    continue
+                before = used.get((node, f), 0)
+                used[(node, f)] = before + count
+                guaranteed = tree.guaranteed[f][node]
+                above = max(0, before + count - guaranteed) - max(0, before - guaranteed)
+                if above:
+                    out.setdefault(workload_id, {})[name] = above
+        return out
+
     def _static_for(self, snapshot: ClusterSnapshot) -> Static:
         if self._nodes_seen is not None and self._nodes_seen[0] is snapshot.nodes:
             layout = self._nodes_seen[1]

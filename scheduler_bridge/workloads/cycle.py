@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -43,6 +44,7 @@ class CycleOutcome:
     preempted: list[int] = field(default_factory=list)
     pending: int = 0
     apply_errors: dict[int, str] = field(default_factory=dict)
+    rebalanced: list[int] = field(default_factory=list)  # running work whose borrowing changed
 
 
 def engine_config() -> engine.EngineConfig:
@@ -71,7 +73,8 @@ def decide_and_persist(cluster: Cluster) -> tuple[CycleOutcome, engine.CycleResu
         hold_admission_lock(cluster.pk)
         now = timezone.now()
         snapshot = build_snapshot(cluster, now)
-        result = engine_for(cluster).run_cycle(snapshot)
+        admission_engine = engine_for(cluster)
+        result = admission_engine.run_cycle(snapshot)
         flavours = {f.name: f for f in Flavour.objects.filter(cluster=cluster)}
         changed = {int(a.workload_id) for a in result.admissions}
         changed |= {int(p.victim_id) for p in result.preemptions}
@@ -144,7 +147,48 @@ def decide_and_persist(cluster: Cluster) -> tuple[CycleOutcome, engine.CycleResu
             ["queue_position", "reason_code", "reason"],
         )
         outcome.pending = len(result.pending)
+        borrowing = admission_engine.borrowing_after(snapshot, result)
+        outcome.rebalanced = _rebalance_borrowing(cluster, borrowing, flavours, set(workloads))
     return outcome, result
+
+
+def _rebalance_borrowing(
+    cluster: Cluster,
+    borrowing: dict[str, dict[str, int]],
+    flavours: dict[str, Flavour],
+    decided_now: set[int],
+) -> list[int]:
+    """Bring the ``borrowed`` of running work up to date (what its tenant holds above its
+    guarantee now, newest work first): it feeds the ResourceQuota ceilings and the
+    borrowed GPU-hours of chargeback, so it must not stay frozen at its admission value
+    once older work of the tenant has ended or been preempted. Returns changed ids."""
+    rows: list[dict[str, Any]] = []
+    changed: list[int] = []
+    active = Workload.objects.filter(cluster=cluster, state__in=Workload.ACTIVE_STATES)
+    for pk, borrowed, gpus in active.values_list("pk", "borrowed", "gpus"):
+        fresh = {
+            flavours[name].resource_name: amount
+            for name, amount in borrowing.get(str(pk), {}).items()
+            if name in flavours
+        }
+        if fresh == (borrowed or {}) or pk in decided_now:
+            continue
+        total = sum(fresh.values())
+        changed.append(pk)
+        rows.append(
+            {
+                "id": pk,
+                "borrowed": fresh,
+                "reason_code": "borrowing" if total else "within_guarantee",
+                "reason": (
+                    f"now borrows {total} of its {gpus} GPUs (its tenant's older work ended)"
+                    if total
+                    else "now within its tenant's guarantee (older work ended or was preempted)"
+                ),
+            }
+        )
+    update_workloads(rows, ["borrowed", "reason_code", "reason"])
+    return changed
 
 
 def close_run(workload: Workload, ended_at: datetime) -> None:
@@ -188,7 +232,7 @@ def admission_cycle(cluster: Cluster, gateway: ClusterGateway | None = None) -> 
     outcome, _ = decide_and_persist(cluster)
     jobs_admitted = Workload.objects.filter(pk__in=outcome.admitted, source=Workload.Source.JOB)
     jobs_preempted = Workload.objects.filter(pk__in=outcome.preempted, source=Workload.Source.JOB)
-    if not (outcome.admitted or outcome.preempted):
+    if not (outcome.admitted or outcome.preempted or outcome.rebalanced):
         return outcome
     gateway = gateway or gateway_for_cluster(cluster)
     for workload in jobs_preempted:
@@ -220,7 +264,7 @@ def admission_cycle(cluster: Cluster, gateway: ClusterGateway | None = None) -> 
                 outcome.apply_errors[workload.pk] = str(error)
                 _back_to_pending(workload.pk, f"could not start the Job: {error}")
         raise
-    if outcome.apply_errors or outcome.preempted:
+    if outcome.apply_errors or outcome.preempted or outcome.rebalanced:
         quota_sync(cluster, gateway)
     return outcome
 

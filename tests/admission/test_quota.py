@@ -163,3 +163,20 @@ def test_inconsistent_input_is_refused_with_a_reason():
     orphan = tenants({"a": "ghost"})
     with pytest.raises(ValueError, match="unknown parent ghost"):
         run_cycle(snapshot(orphan, quotas, nodes(1)))
+
+
+def test_borrowing_is_the_newest_work_above_the_guarantee_after_each_cycle():
+    from scheduler_bridge.admission import AdmissionEngine
+
+    tree, quotas = two_teams(a=8, b=2)
+    older = running("older", "b", {"n000": 2}, admitted=0.0)
+    newer = running("newer", "b", {"n000": 4}, admitted=10.0)
+    engine = AdmissionEngine()
+    both = snapshot(tree, quotas, nodes(1), [], [older, newer])
+    assert engine.borrowing_after(both, engine.run_cycle(both)) == {"newer": {"H100": 4}}
+    alone = snapshot(tree, quotas, nodes(1), [], [newer])
+    assert engine.borrowing_after(alone, engine.run_cycle(alone)) == {"newer": {"H100": 2}}
+    joined = snapshot(tree, quotas, nodes(1), [workload("late", "b", 2)], [newer])
+    result = engine.run_cycle(joined)
+    assert [a.workload_id for a in result.admissions] == ["late"]
+    assert engine.borrowing_after(joined, result) == {"newer": {"H100": 2}, "late": {"H100": 2}}

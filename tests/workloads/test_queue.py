@@ -369,3 +369,24 @@ def test_work_within_its_max_run_time_or_without_one_keeps_running(
         Workload.objects.filter(pk__in=[timed["id"], untimed["id"]]).values_list("state", flat=True)
     )
     assert states == {"admitted"}
+
+
+def test_borrowing_of_running_work_follows_its_tenant_after_a_reclaim(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    """speech (guarantee 2) runs an older 2-GPU job, then a newer 4-GPU job that borrows
+    4. When the older one finishes, the newer holds 2 within the guarantee and borrows
+    only 2: chargeback and the ResourceQuota ceiling see the new figure."""
+    older = submit(cast.platform_admin, "speech", 2, name="older").json()["id"]
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    newer = submit(cast.platform_admin, "speech", 4, name="newer").json()["id"]
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    assert Workload.objects.get(pk=newer).borrowed == {"nvidia.com/gpu": 4}
+    client_for(cast.platform_admin).post(f"/api/v1/workloads/{older}/finish/")
+    outcome = admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    assert outcome.rebalanced == [newer]
+    moved = Workload.objects.get(pk=newer)
+    assert moved.borrowed == {"nvidia.com/gpu": 2}
+    assert moved.reason == "now borrows 2 of its 4 GPUs (its tenant's older work ended)"
+    quota = fake_cluster.api.get_object("ResourceQuota", "speech-train", "tidegate-gpu")
+    assert quota is not None and int(quota["spec"]["hard"]["requests.nvidia.com/gpu"]) == 4
