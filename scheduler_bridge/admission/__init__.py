@@ -46,6 +46,7 @@ from .model import (
     Tenant,
     Topology,
 )
+from .placement import fits_when_idle
 from .simulator import SimJob, SimulationResult, Simulator, apply_result
 
 __all__ = [
@@ -77,5 +78,6 @@ __all__ = [
     "Topology",
     "apply_result",
     "decay_usage",
+    "fits_when_idle",
     "run_cycle",
 ]

@@ -16,10 +16,10 @@ from scheduler_bridge.api.views import PlatformAdminWrites
 from scheduler_bridge.workloads import services
 from scheduler_bridge.workloads.models import PriorityClass, Workload
 from scheduler_bridge.workloads.selectors import workloads_visible_to
-from tenants.api.serializers import VisibleTenantField
+from tenants.api.serializers import RejectUnknownFields, VisibleTenantField
 
 
-class PodSetInput(serializers.Serializer[Any]):
+class PodSetInput(RejectUnknownFields, serializers.Serializer[Any]):
     name = serializers.CharField(required=False, default="main", max_length=63)
     count = serializers.IntegerField(min_value=1, default=1)
     gpus_per_pod = serializers.IntegerField(min_value=1)
@@ -27,8 +27,16 @@ class PodSetInput(serializers.Serializer[Any]):
     product = serializers.CharField(required=False, allow_null=True, default=None)
     mig_profile = serializers.CharField(required=False, allow_null=True, default=None)
 
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs.get("flavour") and (attrs.get("product") or attrs.get("mig_profile")):
+            raise serializers.ValidationError(
+                "Give a flavour, or a product and/or a MIG profile, not both: a flavour "
+                "already names its product and profile."
+            )
+        return attrs
 
-class WorkloadSubmitSerializer(serializers.Serializer[Workload]):
+
+class WorkloadSubmitSerializer(RejectUnknownFields, serializers.Serializer[Workload]):
     cluster = serializers.SlugField()
     tenant = VisibleTenantField()
     name = serializers.CharField(max_length=253)
@@ -39,6 +47,17 @@ class WorkloadSubmitSerializer(serializers.Serializer[Workload]):
     max_run_time_s = serializers.IntegerField(
         min_value=1, max_value=2**31 - 1, required=False, allow_null=True
     )
+
+    def validate_pod_sets(self, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if not value:
+            raise serializers.ValidationError("Give at least one pod set.")
+        names = [ps["name"] for ps in value]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise serializers.ValidationError(
+                f"Pod set names must differ; used more than once: {', '.join(twice)}."
+            )
+        return value
 
     def validate_cluster(self, value: str) -> Any:
         request = self.context["request"]

@@ -11,6 +11,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from scheduler_bridge import admission as engine
 from scheduler_bridge.admission.reasons import duration
 from scheduler_bridge.inventory.catalogue import (
     UnknownGpuProduct,
@@ -53,6 +54,7 @@ class ClusterShape:
     total: dict[str, int]
     largest_node: dict[str, int]
     largest_domain: dict[str, int]
+    nodes: tuple[engine.Node, ...] = ()
 
 
 def cluster_shape(cluster: Cluster) -> ClusterShape:
@@ -60,15 +62,19 @@ def cluster_shape(cluster: Cluster) -> ClusterShape:
     total: dict[str, int] = defaultdict(int)
     largest_node: dict[str, int] = defaultdict(int)
     domains: dict[tuple[str, str], int] = defaultdict(int)
-    for node in Node.objects.filter(cluster=cluster, present=True):
-        for name, amount in node_flavours(node, by_key).items():
+    nodes = []
+    for node in Node.objects.filter(cluster=cluster, present=True).order_by("name"):
+        capacity = node_flavours(node, by_key)
+        if capacity:
+            nodes.append(engine.Node(node.name, capacity, None, node.topology_domain or None))
+        for name, amount in capacity.items():
             total[name] += amount
             largest_node[name] = max(largest_node[name], amount)
             domains[(name, node.topology_domain or f"node:{node.name}")] += amount
     largest_domain: dict[str, int] = defaultdict(int)
     for (name, _), amount in domains.items():
         largest_domain[name] = max(largest_domain[name], amount)
-    return ClusterShape(dict(total), dict(largest_node), dict(largest_domain))
+    return ClusterShape(dict(total), dict(largest_node), dict(largest_domain), tuple(nodes))
 
 
 def resolve_flavours(cluster: Cluster, spec: PodSetSpec) -> list[str]:
@@ -150,6 +156,37 @@ def check_can_ever_run(shape: ClusterShape, pod_sets: list[dict[str, Any]], topo
                 f"{shape.largest_domain.get(best, 0)} {best}.",
                 field="topology",
             )
+    pod_set_specs = [
+        engine.PodSet(ps["count"], ps["gpus_per_pod"], tuple(ps["flavours"])) for ps in pod_sets
+    ]
+    if not engine.fits_when_idle(
+        shape.nodes, pod_set_specs, engine.Topology(topology)
+    ):
+        raise ValidationFailed(_together_message(shape, pod_sets, topology), field="pod_sets")
+
+
+def _together_message(shape: ClusterShape, pod_sets: list[dict[str, Any]], topology: str) -> str:
+    """Why pod sets that each fit cannot be placed together (first flavour of each)."""
+    need: dict[str, int] = defaultdict(int)
+    for ps in pod_sets:
+        need[ps["flavours"][0]] += ps["count"] * ps["gpus_per_pod"]
+    asked = " and ".join(f"{n} {f}" for f, n in sorted(need.items()))
+    if topology == Workload.Topology.ONE_NODE:
+        where = ", ".join(f"{shape.largest_node.get(f, 0)} {f}" for f in sorted(need))
+        return f"The pod sets together need {asked} on one node; the largest node has {where}."
+    if topology == Workload.Topology.ONE_DOMAIN:
+        where = ", ".join(f"{shape.largest_domain.get(f, 0)} {f}" for f in sorted(need))
+        return (
+            f"The pod sets together need {asked} in one NVLink domain; the largest domain "
+            f"has {where}."
+        )
+    have = ", ".join(f"{shape.total.get(f, 0)} {f}" for f in sorted(need))
+    pods = ", ".join(f"{ps['count']} x {ps['gpus_per_pod']} GPUs" for ps in pod_sets)
+    return (
+        f"The pods ({pods}) cannot be placed together even with every GPU free: they need "
+        f"{asked}; the cluster has {have} in all, on nodes of "
+        f"{', '.join(sorted({str(sum(n.capacity.values())) for n in shape.nodes}))} GPUs."
+    )
 
 
 def priority_class_named(name: str | None) -> PriorityClass | None:

@@ -3,6 +3,7 @@ model validators; rules that span rows live in the services."""
 
 from __future__ import annotations
 
+import difflib
 from decimal import Decimal
 from typing import Any
 
@@ -13,6 +14,27 @@ from rest_framework import serializers
 
 from tenants import access
 from tenants.models import AuditEvent, Membership, NamespaceBinding, Role, Tenant
+
+
+class RejectUnknownFields:
+    """Mixin for input serializers: a field the serializer does not know is a 400 naming
+    it (with the closest known name), not silently dropped - a typo like "topolgy" must
+    not submit work with the default topology."""
+
+    fields: Any
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, dict):
+            known = [name for name, field in self.fields.items() if not field.read_only]
+            unknown = sorted(set(data) - set(known))
+            if unknown:
+                errors = {}
+                for name in unknown:
+                    close = difflib.get_close_matches(name, known, n=1)
+                    hint = f" Did you mean {close[0]!r}?" if close else ""
+                    errors[name] = [f"Unknown field.{hint} Known: {', '.join(sorted(known))}."]
+                raise serializers.ValidationError(errors)
+        return super().to_internal_value(data)  # type: ignore[misc]
 
 
 @extend_schema_field(OpenApiTypes.STR)

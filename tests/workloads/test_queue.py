@@ -390,3 +390,60 @@ def test_borrowing_of_running_work_follows_its_tenant_after_a_reclaim(
     assert moved.reason == "now borrows 2 of its 4 GPUs (its tenant's older work ended)"
     quota = fake_cluster.api.get_object("ResourceQuota", "speech-train", "tidegate-gpu")
     assert quota is not None and int(quota["spec"]["hard"]["requests.nvidia.com/gpu"]) == 4
+
+
+def post_body(user: Any, **body: Any) -> Any:
+    base = {"cluster": "gpu-east", "tenant": "vision", "name": "job"}
+    return client_for(user).post("/api/v1/workloads/", {**base, **body}, format="json")
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "words"),
+    [
+        (  # each pod set fits the cluster, both together do not (16 H100 in all)
+            {
+                "pod_sets": [
+                    {"name": "a", "count": 2, "gpus_per_pod": 8},
+                    {"name": "b", "count": 2, "gpus_per_pod": 8},
+                ]
+            },
+            "pod_sets",
+            "cannot be placed together even with every GPU free: they need 32 h100-80gb",
+        ),
+        (
+            {
+                "topology": "node",
+                "pod_sets": [
+                    {"name": "a", "count": 1, "gpus_per_pod": 8},
+                    {"name": "b", "count": 1, "gpus_per_pod": 8},
+                ],
+            },
+            "pod_sets",
+            "need 16 h100-80gb on one node; the largest node has 8 h100-80gb",
+        ),
+        (
+            {"topolgy": "domain", "pod_sets": [{"gpus_per_pod": 1}]},
+            "topolgy",
+            "Unknown field. Did you mean 'topology'?",
+        ),
+        (
+            {"pod_sets": [{"gpus_per_pod": 1, "flavour": "h100-80gb", "mig_profile": "1g.5gb"}]},
+            "pod_sets",
+            "Give a flavour, or a product and/or a MIG profile, not both",
+        ),
+        (
+            {"pod_sets": [{"name": "x", "gpus_per_pod": 1}, {"name": "x", "gpus_per_pod": 1}]},
+            "pod_sets",
+            "used more than once: x",
+        ),
+        ({"pod_sets": []}, "pod_sets", "Give at least one pod set."),
+        ({"pod_sets": [{"gpus_per_pod": "two"}]}, "pod_sets", "valid integer"),
+    ],
+)
+def test_bad_submissions_are_refused_with_what_to_fix(
+    fake_cluster: FakeCluster, cast: Cast, body: dict, field: str, words: str
+) -> None:
+    response = post_body(cast.member, **body)
+    assert response.status_code == 400, response.content
+    assert words in str(response.json()[field]), response.json()
+    assert not Workload.objects.exists()
