@@ -159,9 +159,7 @@ def check_can_ever_run(shape: ClusterShape, pod_sets: list[dict[str, Any]], topo
     pod_set_specs = [
         engine.PodSet(ps["count"], ps["gpus_per_pod"], tuple(ps["flavours"])) for ps in pod_sets
     ]
-    if not engine.fits_when_idle(
-        shape.nodes, pod_set_specs, engine.Topology(topology)
-    ):
+    if not engine.fits_when_idle(shape.nodes, pod_set_specs, engine.Topology(topology)):
         raise ValidationFailed(_together_message(shape, pod_sets, topology), field="pod_sets")
 
 
