@@ -18,7 +18,7 @@ demo: $(STAMP)
 	$(DEMO_ENV) $(BIN)/python manage.py migrate --noinput
 	$(DEMO_ENV) $(BIN)/python manage.py collectstatic --noinput --verbosity 0
 	$(DEMO_ENV) $(BIN)/python manage.py seed_demo
-	$(DEMO_ENV) $(BIN)/python manage.py runserver 127.0.0.1:8000
+	$(DEMO_ENV) $(BIN)/python manage.py serve_demo 127.0.0.1:8000
 
 ## Lint, type-check, then the whole suite on PostgreSQL and Redis at 127.0.0.1.
 test: $(STAMP) services lint typecheck pytest

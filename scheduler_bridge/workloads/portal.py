@@ -27,7 +27,7 @@ from scheduler_bridge.workloads.models import Workload
 from scheduler_bridge.workloads.selectors import workloads_visible_to
 from tenants import access
 from tenants.errors import TidegateError
-from tenants.models import Tenant
+from tenants.models import AuditEvent, Tenant
 
 
 def workload_deletion_blocker(tenant: Tenant) -> str | None:
@@ -125,13 +125,22 @@ def cluster_queue(request: HttpRequest, name: str) -> HttpResponse:
     return render(request, "scheduler_bridge/cluster_queue.html", context)
 
 
+def past_runs(workload: Workload) -> list[dict[str, Any]]:
+    """The runs that ended in preemption, with their times as datetimes."""
+    runs = []
+    for run in workload.past_runs or []:
+        try:
+            started = datetime.fromisoformat(run["admitted_at"])
+            ended = datetime.fromisoformat(run["ended_at"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        runs.append({**run, "admitted_at": started, "ended_at": ended})
+    return runs
+
+
 def runs_chart(workload: Workload) -> str:
     """Each run of the workload as a bar from admission to its end (or now)."""
-    runs = [
-        (datetime.fromisoformat(r["admitted_at"]), datetime.fromisoformat(r["ended_at"]), True)
-        for r in workload.past_runs or []
-        if isinstance(r, dict) and r.get("admitted_at") and r.get("ended_at")
-    ]
+    runs = [(r["admitted_at"], r["ended_at"], True) for r in past_runs(workload)]
     if workload.admitted_at is not None:
         runs.append((workload.admitted_at, workload.finished_at or timezone.now(), False))
     figure = go.Figure()
@@ -159,17 +168,17 @@ def runs_chart(workload: Workload) -> str:
 @login_required
 def workload_detail(request: HttpRequest, pk: int) -> HttpResponse:
     workload = get_object_or_404(workloads_visible_to(request.user), pk=pk)
-    history = (
-        access.audit_events_visible_to(request.user)
-        .filter(object_type=Workload._meta.label_lower, object_id=str(workload.pk))
-        .order_by("-created_at")[:50]
-    )
+    # whoever may see the workload sees what happened to it (preempted by whom, stopped)
+    history = AuditEvent.objects.filter(
+        object_type=Workload._meta.label_lower, object_id=str(workload.pk)
+    ).order_by("-created_at")[:50]
     has_runs = workload.admitted_at is not None or bool(workload.past_runs)
     context = {
         "workload": workload,
         "may_cancel": workload.state in Workload.OPEN_STATES
         and services.may_manage(request.user, workload),
         "history": history,
+        "past_runs": past_runs(workload),
         "chart": runs_chart(workload) if has_runs else "",
     }
     return render(request, "scheduler_bridge/workload_detail.html", context)
@@ -179,12 +188,18 @@ def workload_detail(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 def workload_cancel(request: HttpRequest, pk: int) -> HttpResponse:
     workload = get_object_or_404(workloads_visible_to(request.user), pk=pk)
+    was_running = workload.state in Workload.ACTIVE_STATES
     try:
         services.workload_cancel(actor=request.user, workload=workload, source="portal")
     except TidegateError as error:
         messages.error(request, error.message)
     else:
-        messages.success(request, _("Workload cancelled; its GPUs are free for the queue."))
+        messages.success(
+            request,
+            _("Workload cancelled; its GPUs are free for the queue.")
+            if was_running
+            else _("Workload cancelled."),
+        )
     return redirect("portal-workload", pk=workload.pk)
 
 

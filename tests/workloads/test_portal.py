@@ -54,9 +54,14 @@ def test_a_preempted_workload_shows_each_run_on_a_chart(
     admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
     submit(cast.lead, "vision", 6, name="owner")
     admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
-    page = logged_in(cast.platform_admin).get(f"/workloads/{borrower}/").content.decode()
+    page = logged_in(cast.dept_admin).get(f"/workloads/{borrower}/").content.decode()
     assert 'id="runs-chart"' in page and "Runs (1 preemption)" in page
     assert "preempted" in page and "reclaim" in page  # the reason it waits again
+    history = page[page.index('id="history"') :]
+    assert "reclaim: vision needs its guaranteed h100-80gb" in history
+    runs = page[page.index('id="runs"') :]
+    table = runs[runs.index("<table") : runs.index("</table>")]
+    assert "+00:00" not in table  # times shown as dates, not ISO strings
 
 
 @pytest.mark.parametrize("role", ROLE_NAMES)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from datetime import datetime, timedelta
 from io import StringIO
@@ -9,6 +10,7 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 
@@ -232,6 +234,25 @@ def test_the_queue_command_prints_positions_and_reasons(
     text = out.getvalue()
     assert "waits" in text and "pending" in text and "admitted" in text
     assert "h100-80gb on h100-" in text and "cohort acme can lend only 4 h100-80gb" in text
+
+
+def test_the_queue_command_filters_a_subtree_and_speaks_json(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    submit(cast.platform_admin, "vision", 2, name="vision-job")
+    submit(cast.platform_admin, "speech", 2, name="speech-job")
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    out = StringIO()
+    call_command("queue", "--cluster", "gpu-east", "--tenant", "research", "--json", stdout=out)
+    records = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert {r["name"] for r in records} == {"vision-job", "speech-job"}  # research's subtree
+    assert all(r["state"] == "admitted" and r["where"].startswith("h100-80gb on") for r in records)
+    assert all(r["age_s"] >= 0 and "priority" in r for r in records)
+    only = StringIO()
+    call_command("queue", "--cluster", "gpu-east", "--tenant", "speech", "--json", stdout=only)
+    assert [json.loads(line)["name"] for line in only.getvalue().splitlines()] == ["speech-job"]
+    with pytest.raises(CommandError, match="No tenant 'nope'"):
+        call_command("queue", "--cluster", "gpu-east", "--tenant", "nope")
 
 
 @pytest.mark.django_db(transaction=True)
