@@ -21,6 +21,15 @@ Outcome = tuple[ReasonCode, str, str | None]
 # Shape-level verdict "lost the GPUs to work ahead"; refined per workload to
 # WAITING_PRIORITY when higher-priority work got that flavour this cycle.
 WAITING = ReasonCode.WAITING_FAIR_SHARE
+# Not in line for anything until quotas, the cluster or the request change: no position.
+INADMISSIBLE = frozenset(
+    {
+        ReasonCode.NEVER_FITS,
+        ReasonCode.NO_QUOTA,
+        ReasonCode.UNKNOWN_TENANT,
+        ReasonCode.UNKNOWN_FLAVOUR,
+    }
+)
 
 
 class Explainer:
@@ -49,23 +58,25 @@ class Explainer:
     def decisions(
         self, groups: Sequence[tuple[int, Shape, list[Item]]], others: Sequence[Item]
     ) -> tuple[PendingDecision, ...]:
-        """Position and reason of every workload still pending. ``groups`` are the
+        """Position and reason of every workload still pending, in queue order, then the
+        inadmissible ones (no position) in the same order. ``groups`` are the
         (tenant node, shape, workloads) groups of the cycle, ``others`` the workloads
         that never queued (unknown tenant or flavour); admitted ones are left out."""
         keyed = self._ordered(groups, others)
         tenant_positions: dict[str, int] = {}
         out: list[PendingDecision] = []
+        aside: list[PendingDecision] = []  # inadmissible, listed after the queue
         append = out.append
         outcomes = self.outcomes
         held = self.state.reservation_of
         verdicts: list[tuple[ReasonCode, str, str | None, int] | None] = [None] * len(groups)
         admitted_priority = self.admitted_priority
         names = self.names
-        for position, entry in enumerate(keyed, start=1):
+        position = 0
+        for entry in keyed:
             item = entry[-1]
             wl = item.wl
             tenant = wl.tenant_id
-            mine = tenant_positions[tenant] = tenant_positions.get(tenant, 0) + 1
             recorded = outcomes.get(wl.id)
             if recorded is not None:
                 code, message, flavour = recorded
@@ -80,6 +91,21 @@ class Explainer:
                 if code is WAITING and admitted_priority.get(f, wl.priority) > wl.priority:
                     code = ReasonCode.WAITING_PRIORITY
                     message = reasons.waiting_priority(names[f])
+            if code in INADMISSIBLE:
+                aside.append(
+                    PendingDecision(
+                        workload_id=wl.id,
+                        tenant_id=tenant,
+                        position=None,
+                        tenant_position=None,
+                        code=code,
+                        message=message,
+                        flavour=flavour,
+                    )
+                )
+                continue
+            position += 1
+            mine = tenant_positions[tenant] = tenant_positions.get(tenant, 0) + 1
             append(
                 PendingDecision(
                     workload_id=wl.id,
@@ -91,7 +117,7 @@ class Explainer:
                     flavour=flavour,
                 )
             )
-        return tuple(out)
+        return (*out, *aside)
 
     def _ordered(
         self, groups: Sequence[tuple[int, Shape, list[Item]]], others: Sequence[Item]

@@ -304,12 +304,15 @@ class Preemption:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PendingDecision:
     """Why ``workload_id`` waits and where it stands: ``position`` is 1-based in the whole
-    queue (the order the next cycle will try), ``tenant_position`` within its tenant."""
+    queue (the order the next cycle will try), ``tenant_position`` within its tenant.
+    Work that cannot run as things stand (larger than its quota or the cluster could ever
+    give it, an unknown tenant or flavour) has no position: it is not in line for
+    anything until its quota, the cluster or the request changes (Kueue: inadmissible)."""
 
     workload_id: str
     tenant_id: str
-    position: int
-    tenant_position: int
+    position: int | None
+    tenant_position: int | None
     code: ReasonCode
     message: str
     flavour: str | None = None

@@ -58,6 +58,13 @@ class Workload(models.Model):
         ONE_DOMAIN = "domain", _("One NVLink domain")
 
     ACTIVE_STATES = (State.ADMITTED, State.RUNNING)
+    # Queue order: state, then position (work without one - inadmissible - last), then age
+    QUEUE_ORDER = (
+        "state",
+        models.F("queue_position").asc(nulls_last=True),
+        "submitted_at",
+        "id",
+    )
     OPEN_STATES = (State.PENDING, State.ADMITTED, State.RUNNING)
 
     cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="workloads")

@@ -39,7 +39,7 @@ def queue_panel(request: HttpRequest, tenant: Tenant) -> dict[str, Any] | None:
     workloads = (
         workloads_visible_to(request.user)
         .filter(tenant__path__startswith=tenant.path, state__in=Workload.OPEN_STATES)
-        .order_by("state", "queue_position", "submitted_at")[:50]
+        .order_by(*Workload.QUEUE_ORDER)[:50]
     )
     return {"template": "scheduler_bridge/queue_panel.html", "workloads": list(workloads)}
 
@@ -108,9 +108,9 @@ def cluster_queue(request: HttpRequest, name: str) -> HttpResponse:
     counts = dict(
         workloads.order_by().values_list("state").annotate(n=Count("id")).values_list("state", "n")
     )
-    page = Paginator(
-        workloads.order_by("state", "queue_position", "submitted_at", "id"), QUEUE_PAGE_SIZE
-    ).get_page(request.GET.get("page"))
+    page = Paginator(workloads.order_by(*Workload.QUEUE_ORDER), QUEUE_PAGE_SIZE).get_page(
+        request.GET.get("page")
+    )
     visible = set(access.tenants_visible_to(request.user).values_list("slug", flat=True))
     context = {
         "cluster": cluster,

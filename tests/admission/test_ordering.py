@@ -101,13 +101,16 @@ def test_work_within_guarantee_goes_before_higher_priority_borrowing_work():
 def test_queue_positions_follow_the_order_of_the_next_cycle():
     tree, quotas = two_teams(a=2, b=2)
     pending = [
-        workload("a-low", "a", 8, count=2, priority=0, submitted=2),
-        workload("a-high", "a", 8, count=2, priority=5, submitted=3),
-        workload("b-1", "b", 8, count=2, submitted=1),
+        workload("a-low", "a", 4, priority=0, submitted=2),
+        workload("a-high", "a", 4, priority=5, submitted=3),
+        workload("b-1", "b", 4, submitted=1),
+        workload("too-big", "b", 8, count=2, submitted=0),  # more than the cluster has
     ]
-    result = run_cycle(snapshot(tree, quotas, nodes(1), pending))
+    node_full = [running("other-cluster-user", "gone", {"n000": 8})]
+    result = run_cycle(snapshot(tree, quotas, nodes(1), pending, node_full))
     order = [(p.workload_id, p.position, p.tenant_position) for p in result.pending]
-    assert order == [("a-high", 1, 1), ("b-1", 2, 1), ("a-low", 3, 2)]
+    assert order == [("a-high", 1, 1), ("b-1", 2, 1), ("a-low", 3, 2), ("too-big", None, None)]
+    assert result.pending[-1].code is ReasonCode.NEVER_FITS
 
 
 def test_waiting_behind_higher_priority_when_it_lost_free_gpus_this_cycle():

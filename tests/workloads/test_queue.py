@@ -468,3 +468,21 @@ def test_bad_submissions_are_refused_with_what_to_fix(
     assert response.status_code == 400, response.content
     assert words in str(response.json()[field]), response.json()
     assert not Workload.objects.exists()
+
+
+def test_work_larger_than_its_quota_could_ever_give_has_no_place_in_line(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    """acme's 12 H100 are the most vision could ever hold: 14 waits without a position,
+    listed after the work that is in line."""
+    big = submit(cast.member, "vision", 7, count=2, name="too-big").json()["id"]
+    submit(cast.platform_admin, "vision", 8, name="first")
+    in_line = submit(cast.platform_admin, "vision", 8, name="in-line").json()["id"]
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    waiting = Workload.objects.get(pk=big)
+    assert waiting.queue_position is None and waiting.reason_code == "never_fits"
+    assert Workload.objects.get(pk=in_line).queue_position == 1
+    out = StringIO()
+    call_command("queue", "--cluster", "gpu-east", "--json", stdout=out)
+    names = [json.loads(line)["name"] for line in out.getvalue().splitlines()]
+    assert names[-1] == "too-big"

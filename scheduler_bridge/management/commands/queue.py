@@ -49,7 +49,7 @@ class Command(BaseCommand):
             if tenant is None:
                 raise CommandError(f"No tenant {options['tenant']!r}; give a tenant's slug.")
             rows = rows.filter(tenant__path__startswith=tenant.path)
-        rows = rows.order_by("state", "queue_position", "submitted_at", "pk")
+        rows = rows.order_by(*Workload.QUEUE_ORDER)
         now = timezone.now()
         if options["json"]:
             for workload in rows:
