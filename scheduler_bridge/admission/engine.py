@@ -115,28 +115,38 @@ class AdmissionEngine:
     ) -> dict[str, dict[str, int]]:
         """GPUs each workload running after ``result`` borrows, per flavour name (flavours
         it does not borrow are left out). What a tenant holds above its guarantee is
-        its newest work, as at admission: when older work ends or is preempted, newer
-        work moves inside the guarantee. Admission records only what was borrowed at
+        its newest preemptible work, as at admission (work that cannot be preempted sits
+        inside the guarantee): when older work ends or is preempted, newer work moves
+        inside the guarantee. Admission records only what was borrowed at
         admission; billing and the ResourceQuota ceilings need what is borrowed now."""
         static = self._static_for(snapshot)
         tree = static.tree
         index = static.flavour_index
         stopped = {p.victim_id for p in result.preemptions}
-        held: list[tuple[float, str, str, dict[str, int]]] = []
+        held: list[tuple[bool, float, str, str, dict[str, int]]] = []
         for run in snapshot.running:
             if run.id not in stopped:
                 gpus: dict[str, int] = {}
                 for p in run.placements:
                     gpus[p.flavour] = gpus.get(p.flavour, 0) + p.gpus
-                held.append((run.admitted_at, run.id, run.tenant_id, gpus))
+                held.append((run.preemptible, run.admitted_at, run.id, run.tenant_id, gpus))
+        preemptible = {wl.id: wl.preemptible for wl in snapshot.pending}
         for admission in result.admissions:
             gpus = {}
             for p in admission.placements:
                 gpus[p.flavour] = gpus.get(p.flavour, 0) + p.gpus
-            held.append((snapshot.now, admission.workload_id, admission.tenant_id, gpus))
+            held.append(
+                (
+                    preemptible.get(admission.workload_id, True),
+                    snapshot.now,
+                    admission.workload_id,
+                    admission.tenant_id,
+                    gpus,
+                )
+            )
         used: dict[tuple[int, int], int] = {}
         out: dict[str, dict[str, int]] = {}
-        for _, workload_id, tenant_id, gpus in sorted(held):
+        for _, _, workload_id, tenant_id, gpus in sorted(held, key=_held_order):
             tenant = tree.tenant_index.get(tenant_id)
             if tenant is None:
                 continue
@@ -189,6 +199,10 @@ class AdmissionEngine:
             fresh[wl.id] = item
         self._items = fresh
         return list(fresh.values())
+
+
+def _held_order(entry: tuple[bool, float, str, str, dict[str, int]]) -> tuple[bool, float, str]:
+    return entry[0], entry[1], entry[2]
 
 
 @contextmanager
@@ -327,9 +341,10 @@ class _Cycle:
         * every option beyond the tenant's own limits: usage only grows, and such a
           workload cannot preempt either (preemptors must end inside their guarantee);
         * a shape no node layout of the cluster can hold;
-        * borrowing work, with priority preemption off, that may not borrow (it cannot
-          be preempted) or of which no option fits both quota and the free GPUs now.
-          Members that may use reserved GPUs stay queued."""
+        * borrowing work, with priority preemption off, of which no option fits quota,
+          the free GPUs and, for work that cannot be preempted, what its tenant's other
+          such work leaves of the guarantee. Members that may use reserved GPUs stay
+          queued."""
         st = self.state
         may_preempt_borrowing = st.config.priority_preemption
         for node, queue in queues.items():
@@ -340,14 +355,17 @@ class _Cycle:
                 elif (
                     not may_preempt_borrowing
                     and st.guarantee_class(node, shape) == 1
-                    and (not shape.may_borrow or not self._fits_now(node, shape))
+                    and not self._fits_now(node, shape)
                 ):
                     kept = [i for i in group.items if i.holder or i.reach > NO_REACH]
                     self._fail_before_pass(group, kept)
 
     def _fits_now(self, node: int, shape: Shape) -> bool:
+        pinned_ok = self.state.pinned_fits
         return any(
-            self._quota_ok(node, option) and self._place_free(shape, option) is not None
+            (shape.may_borrow or pinned_ok(node, option.totals))
+            and self._quota_ok(node, option)
+            and self._place_free(shape, option) is not None
             for option in shape.options
         )
 
@@ -479,21 +497,19 @@ class _Cycle:
             verdict = self._admit_first(queue, item, inside) or self._preempt(queue, item, inside)
             if verdict is not None:
                 return verdict
-            if len(inside) < len(options) and item.shape.may_borrow:
+            if len(inside) < len(options):
                 group.borrows = True
                 return _DEFERRED
             return _FAILED
         self.queue_class = 1
         if not item.shape.may_borrow:
-            # beyond its guarantee, only its tenant's own lower-priority work could make
-            # room (the preemptor must end inside the guarantee)
-            verdict = (
-                self._preempt(queue, item, options)
-                if self.state.config.priority_preemption
-                else None
-            )
-            return _FAILED if verdict is None else verdict
-        verdict = self._admit_first(queue, item, options)
+            # work that cannot be preempted may start only where its tenant's other such
+            # work leaves room in the guarantee; the tenant's preemptible work then holds
+            # whatever is borrowed, and stays reclaimable
+            allowed = tuple(o for o in options if self.state.pinned_fits(node, o.totals))
+        else:
+            allowed = options
+        verdict = self._admit_first(queue, item, allowed) if allowed else None
         if verdict is None and self.state.config.priority_preemption:
             # no option is inside the guarantee, so reclaim is out: only the tenant's
             # own lower-priority work could make room
@@ -628,6 +644,8 @@ class _Cycle:
             if amount:
                 borrowed[self.names[f]] = amount
         st.add_usage(node, option.totals)
+        if not item.shape.may_borrow:
+            st.add_pinned(node, option.totals)
         own = st.reservation_of.get(item.wl.id)
         if sources:
             consume(st, plan, sources)
@@ -676,6 +694,8 @@ class _Cycle:
             for f, gpus in victim.totals.items():
                 freed[f] = freed.get(f, 0) + gpus
         st.add_usage(node, [(f, max(0, need - freed.get(f, 0))) for f, need in option.totals])
+        if not item.shape.may_borrow:
+            st.add_pinned(node, option.totals)  # victims are preemptible: none was pinned
         # GPUs: the victims' first, then free ones, then those a borrowing gang holds
         covered: dict[tuple[int, int], int] = {}
         for victim in found.victims:

@@ -242,11 +242,12 @@ class Explainer:
         return None
 
     def _guarantee(self, node: int, option: Option) -> tuple[ReasonCode, str, int] | None:
-        """For work that may not borrow: the first flavour beyond the unused guarantee."""
+        """For work that cannot be preempted: the first flavour whose guarantee the
+        tenant's other such work leaves too little of."""
         tree = self.state.tree
-        usage = self.state.usage
+        pinned = self.state.pinned
         for f, need in option.totals:
-            used, guaranteed = usage[f][node], tree.guaranteed[f][node]
+            used, guaranteed = pinned[f][node], tree.guaranteed[f][node]
             if used + need > guaranteed:
                 message = reasons.guarantee_only(
                     self.names[f], tree.label[node], used, guaranteed, need

@@ -74,7 +74,7 @@ def _headroom(state: CycleState, node: int, f: int, may_borrow: bool = True) -> 
     if not tree.access[f][node]:
         return -1
     if not may_borrow:
-        return tree.guaranteed[f][node] - state.usage[f][node]
+        return tree.guaranteed[f][node] - state.pinned[f][node]
     limit = tree.borrow_limit[f][node]
     if limit == NO_LIMIT:
         return NO_LIMIT
@@ -85,7 +85,9 @@ def fingerprint(state: CycleState, node: int, shape: Shape, memo: dict) -> Finge
     """What a failure of ``shape`` for ``node`` depends on, as the state stands now."""
     headroom = memo.setdefault("headroom", {})
     if own_limits_only(state, node, shape, headroom):
-        return tuple(("own", f, state.usage[f][node]) for f in shape.flavours)
+        return tuple(
+            ("own", f, state.usage[f][node], state.pinned[f][node]) for f in shape.flavours
+        )
     # Running work matters only to a workload that may preempt: one inside its
     # guarantee (reclaim), or any with priority preemption on. A borrowing workload
     # fails or not on usage and free GPUs alone, whoever holds them.

@@ -146,11 +146,11 @@ def reserved(job: str, start: float | None, now: float) -> str:
     )
 
 
-def guarantee_only(flavour: str, tenant: str, used: int, guaranteed: int, need: int) -> str:
+def guarantee_only(flavour: str, tenant: str, pinned: int, guaranteed: int, need: int) -> str:
     return (
         f"cannot be preempted, so it runs only within {tenant}'s guarantee of {flavour}: "
-        f"{used}/{guaranteed} in use, needs {need}; choose a preemptible priority class "
-        "to borrow"
+        f"{pinned}/{guaranteed} held by work that cannot be preempted, needs {need}; "
+        "choose a preemptible priority class to borrow"
     )
 
 

@@ -60,8 +60,8 @@ def reserve_for_starving(
                 state.usage[f][item.node] + need <= state.tree.guaranteed[f][item.node]
                 for f, need in option.totals
             )
-            if not inside and not item.shape.may_borrow:
-                continue  # it would never start there: it may not borrow
+            if not item.shape.may_borrow and not state.pinned_fits(item.node, option.totals):
+                continue  # it would never start there: no room left in the guarantee
             entry = ReservationEntry(
                 item.wl.id, item.wl.tenant_id, option.index, plan, start, 0 if inside else 1
             )

@@ -115,6 +115,9 @@ class CycleState:
         self.now = snapshot.now
         nflavours = len(static.flavour_names)
         self.usage: list[list[int]] = [[0] * self.tree.size for _ in range(nflavours)]
+        # what work that cannot be preempted holds, per flavour and workload node: it must
+        # stay within the guarantee, so that whatever a tenant borrows is preemptible
+        self.pinned: list[list[int]] = [[0] * self.tree.size for _ in range(nflavours)]
         nodes = sorted(snapshot.nodes, key=lambda n: n.name)
         held = self._compile_running(snapshot.running, static)
         self.pool = NodePool(nodes, static.flavour_names, held)
@@ -163,6 +166,8 @@ class CycleState:
             if node >= 0:
                 for f, gpus in run.totals.items():
                     tree.add(f, node, gpus, self.usage[f])
+                    if not wl.preemptible:
+                        self.pinned[f][node] += gpus
                     key = (run.root, f)
                     self.run_tokens[key] = self.run_tokens.get(key, 0) + run.token
             self.runs.append(run)
@@ -242,6 +247,17 @@ class CycleState:
             if not tree.access[f][node] or tree.available(f, node, self.usage[f]) < need:
                 return False
         return True
+
+    def pinned_fits(self, node: int, totals: Sequence[tuple[int, int]]) -> bool:
+        """Whether work that cannot be preempted fits what is left of the guarantee after
+        the tenant's other such work (its preemptible work may hold the rest, borrowing)."""
+        guaranteed = self.tree.guaranteed
+        pinned = self.pinned
+        return all(pinned[f][node] + need <= guaranteed[f][node] for f, need in totals)
+
+    def add_pinned(self, node: int, totals: Sequence[tuple[int, int]]) -> None:
+        for f, gpus in totals:
+            self.pinned[f][node] += gpus
 
     def add_usage(self, node: int, totals: Sequence[tuple[int, int]], sign: int = 1) -> None:
         """Charge (or, with sign -1, release) quota usage of a workload node."""

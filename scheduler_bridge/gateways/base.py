@@ -74,6 +74,15 @@ class PodInfo:
 
 
 @dataclass(frozen=True)
+class JobRef:
+    """Which Job an Event is about."""
+
+    namespace: str
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True)
 class JobInfo:
     """A batch/v1 Job. ``requests_per_pod`` holds the GPU and MIG resources one pod asks
     for; ``admitted`` is true while Tidegate's original-scheduling annotation is on it."""
@@ -229,6 +238,13 @@ class ClusterGateway(abc.ABC):
         deletes its running pods), then restore the pod template from the annotation and
         drop the annotation. Idempotent. Raises ObjectMissing if the Job does not exist.
         """
+
+    @abc.abstractmethod
+    def record_job_event(
+        self, job: JobRef, reason: str, message: str, *, warning: bool = False
+    ) -> None:
+        """Post a core/v1 Event on the Job (what `kubectl describe job` shows): why it
+        was admitted, preempted or refused. Callers treat a failure as a log line."""
 
     def close(self) -> None:  # noqa: B027 - optional hook, most gateways hold nothing
         """Release connections; the gateway must not be used afterwards."""

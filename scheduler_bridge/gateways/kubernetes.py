@@ -15,8 +15,10 @@ import logging
 import os
 import random
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import urllib3
@@ -32,6 +34,7 @@ from .base import (
     ApplyResult,
     ClusterGateway,
     JobInfo,
+    JobRef,
     NodeInfo,
     PodInfo,
     Toleration,
@@ -387,6 +390,25 @@ class KubernetesGateway(ClusterGateway):
         what = f"suspend Job {namespace}/{name}"
         self._run(what, stop, namespace=namespace, retry_conflict=True)
         return self._run(what, restore, namespace=namespace, retry_conflict=True)
+
+    def record_job_event(
+        self, job: JobRef, reason: str, message: str, *, warning: bool = False
+    ) -> None:
+        body = manifests.job_event(
+            job.namespace,
+            job.name,
+            job.uid,
+            reason,
+            message,
+            warning=warning,
+            at=datetime.now(UTC),
+            suffix=uuid.uuid4().hex[:16],
+        )
+
+        def attempt() -> None:
+            self._call(self._core.create_namespaced_event, job.namespace, body)
+
+        self._run(f"record an Event on Job {job.namespace}/{job.name}", attempt)
 
     def _read_job(self, namespace: str, name: str) -> dict[str, Any]:
         job = self._read_or_none(self._batch.read_namespaced_job, name, namespace)

@@ -12,6 +12,7 @@ import copy
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 import yaml
@@ -334,3 +335,44 @@ def _with_scheduling(
     else:
         pod_spec.pop("affinity", None)
     return result
+
+
+EVENT_COMPONENT = "tidegate"
+
+
+def job_event(
+    namespace: str,
+    job_name: str,
+    job_uid: str,
+    reason: str,
+    message: str,
+    *,
+    warning: bool,
+    at: datetime,
+    suffix: str,
+) -> dict[str, Any]:
+    """A core/v1 Event on a Job, as `kubectl describe job` and `kubectl get events` show
+    it: why Tidegate admitted, preempted or refused it. ``suffix`` makes the name unique
+    (Events are named <object>.<unique>, as the kubelet and controllers name theirs)."""
+    stamp = at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{job_name[:200]}.{suffix}", "namespace": namespace},
+        "involvedObject": {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "name": job_name,
+            "namespace": namespace,
+            "uid": job_uid,
+        },
+        "reason": reason,
+        "message": message[:1024],
+        "type": "Warning" if warning else "Normal",
+        "source": {"component": EVENT_COMPONENT},
+        "reportingComponent": EVENT_COMPONENT,
+        "reportingInstance": EVENT_COMPONENT,
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+    }

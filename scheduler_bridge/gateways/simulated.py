@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import copy
 import threading
+import uuid
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from . import manifests
@@ -18,6 +20,7 @@ from .base import (
     ApplyResult,
     ClusterGateway,
     JobInfo,
+    JobRef,
     NodeInfo,
     PodInfo,
     Toleration,
@@ -199,6 +202,21 @@ class SimulatedGateway(ClusterGateway):
                     )
                 return job_info(job)
             return job_info(self.cluster.store(admitted))
+
+    def record_job_event(
+        self, job: JobRef, reason: str, message: str, *, warning: bool = False
+    ) -> None:
+        event = manifests.job_event(
+            job.namespace,
+            job.name,
+            job.uid,
+            reason,
+            message,
+            warning=warning,
+            at=datetime.now(UTC),
+            suffix=uuid.uuid4().hex[:16],
+        )
+        self.cluster.put_object(event)  # events are not writes the demo counts
 
     def suspend_job(self, namespace: str, name: str) -> JobInfo:
         with self.cluster.locked():

@@ -25,6 +25,7 @@ from scheduler_bridge.gateways import ClusterGateway, GatewayError
 from scheduler_bridge.inventory.connection import gateway_for_cluster
 from scheduler_bridge.inventory.models import Cluster, Flavour
 from scheduler_bridge.workloads.budget_gate import budget_gate_for
+from scheduler_bridge.workloads.events import admitted_message, job_event
 from scheduler_bridge.workloads.locks import hold_admission_lock
 from scheduler_bridge.workloads.models import Workload
 from scheduler_bridge.workloads.persist import COLUMN_TYPES, update_workloads
@@ -238,6 +239,7 @@ def admission_cycle(cluster: Cluster, gateway: ClusterGateway | None = None) -> 
     for workload in jobs_preempted:
         try:
             gateway.suspend_job(workload.namespace, workload.job_name)
+            job_event(gateway, workload, "Preempted", workload.reason, warning=True)
         except GatewayError as error:
             # Its GPUs are already promised to the preemptor: keep trying until it stops.
             logger.warning(
@@ -252,6 +254,7 @@ def admission_cycle(cluster: Cluster, gateway: ClusterGateway | None = None) -> 
             try:
                 start_job(gateway, workload)
                 started.add(workload.pk)
+                job_event(gateway, workload, "Admitted", admitted_message(workload))
             except GatewayError as error:
                 outcome.apply_errors[workload.pk] = str(error)
                 _back_to_pending(workload.pk, f"could not start the Job: {error}")

@@ -20,6 +20,7 @@ from scheduler_bridge.gateways.base import GPU_RESOURCE, JobInfo, is_gpu_resourc
 from scheduler_bridge.inventory.connection import gateway_for_cluster
 from scheduler_bridge.inventory.models import Cluster
 from scheduler_bridge.quotas.services import queue_quota_sync
+from scheduler_bridge.workloads.events import job_event
 from scheduler_bridge.workloads.models import Workload
 from scheduler_bridge.workloads.services import (
     PodSetSpec,
@@ -178,6 +179,8 @@ def jobs_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> JobSyn
             )
             continue
         result.created.append(created.pk)
+    for refused in Workload.objects.filter(pk__in=result.rejected):
+        job_event(gateway, refused, "QueueRejected", refused.reason, warning=True)
     for uid, workload in known.items():
         if uid not in seen and workload.state in Workload.OPEN_STATES:
             _finish(workload, "the Job was deleted")

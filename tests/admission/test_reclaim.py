@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from scheduler_bridge.admission import (
     AdmissionEngine,
     EngineConfig,
@@ -231,8 +233,8 @@ def test_work_that_cannot_be_preempted_runs_only_within_its_guarantee():
     waiting = {p.workload_id: p for p in result.pending}
     assert waiting["prod"].code is ReasonCode.QUOTA_LIMIT
     assert waiting["prod"].message == (
-        "cannot be preempted, so it runs only within b's guarantee of H100: 12/4 in use, "
-        "needs 8; choose a preemptible priority class to borrow"
+        "cannot be preempted, so it runs only within b's guarantee of H100: 4/4 held by "
+        "work that cannot be preempted, needs 8; choose a preemptible priority class to borrow"
     )
 
 
@@ -245,3 +247,22 @@ def test_an_owner_reclaims_from_a_tenant_whose_unpreemptible_work_stays_home():
     owner = workload("a1", "a", 8, submitted=50.0)
     result = run_cycle(snapshot(tree, quotas, nodes(2), [owner], busy))
     assert victims(result) == ["b-batch"]
+
+
+def test_unpreemptible_work_uses_the_guarantee_its_tenants_borrowing_work_sits_in():
+    """b's preemptible work borrows; b's work that cannot be preempted still starts in
+    b's guarantee (the borrowed part is then the preemptible work, still reclaimable),
+    without preempting b's own work - which would start a loop (found by the property
+    tests with priority preemption on)."""
+    tree, quotas = two_teams(a=8, b=1)
+    config = EngineConfig(priority_preemption=True)
+    busy = [running("b-batch", "b", {"n000": 3}, priority=1)]
+    urgent = workload("b-urgent", "b", 1, priority=2, preemptible=False)
+    snap = snapshot(tree, quotas, nodes(2), [urgent], busy)
+    result = run_cycle(snap, config)
+    assert [a.workload_id for a in result.admissions] == ["b-urgent"]
+    assert result.preemptions == ()
+    owner = workload("a1", "a", 8, submitted=50.0)
+    later = apply_result(snap, result)
+    reclaim = run_cycle(replace(later, pending=(owner,)), config)
+    assert victims(reclaim) == ["b-batch"]  # the owner gets its GPUs from b's batch work

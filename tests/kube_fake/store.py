@@ -44,6 +44,7 @@ RESOURCES = {
         Resource("configmaps", "ConfigMap", "v1", True, has_status=False),
         Resource("resourcequotas", "ResourceQuota", "v1", True),
         Resource("jobs", "Job", "batch/v1", True),
+        Resource("events", "Event", "v1", True, has_status=False),
     )
 }
 BY_KIND = {r.kind: r for r in RESOURCES.values()}

@@ -35,6 +35,11 @@ def create_job(
     return fake.api.create_object(manifest)
 
 
+def events_on(fake: FakeCluster, namespace: str, name: str) -> list[dict]:
+    found = [e for e in fake.api.objects("Event", namespace) if e["involvedObject"]["name"] == name]
+    return sorted(found, key=lambda e: int(e["metadata"]["resourceVersion"]))
+
+
 def job(fake: FakeCluster, namespace: str, name: str) -> dict:
     found = fake.api.get_object("Job", namespace, name)
     assert found is not None
@@ -116,6 +121,16 @@ def test_preemption_suspends_the_job_and_restores_its_template(
     assert "nodeSelector" not in victim["spec"]["template"]["spec"]
     assert "tidegate.io/original-scheduling" not in (victim["metadata"].get("annotations") or {})
     assert Workload.objects.get(job_name="big").state == "pending"
+    # `kubectl describe job` tells both owners what happened, and why
+    [started, preempted] = events_on(fake_cluster, "speech-train", "big")
+    assert (started["reason"], started["type"]) == ("Admitted", "Normal")
+    assert started["message"].startswith("admitted by Tidegate onto h100-80gb (")
+    assert (preempted["reason"], preempted["type"]) == ("Preempted", "Warning")
+    assert preempted["message"].startswith("preempted: reclaim: vision needs its guaranteed")
+    assert preempted["involvedObject"]["uid"] == victim["metadata"]["uid"]
+    for event in (started, preempted):
+        assert_valid_kubernetes(event)
+    assert [e["reason"] for e in events_on(fake_cluster, "vision-train", "urgent")] == []
 
 
 def test_a_queue_label_naming_a_foreign_or_unknown_tenant_is_refused_with_a_reason(
@@ -136,6 +151,10 @@ def test_a_queue_label_naming_a_foreign_or_unknown_tenant_is_refused_with_a_reas
     assert job(fake_cluster, "vision-dev", "ok")["spec"]["suspend"] is False
     again = jobs_sync(fake_cluster.cluster, fake_cluster.gateway)
     assert again.rejected == [] and again.created == []  # decided once
+    [refused] = events_on(fake_cluster, "vision-train", "sneaky")
+    assert (refused["reason"], refused["type"]) == ("QueueRejected", "Warning")
+    assert refused["message"] == "namespace vision-train belongs to vision, not globex"
+    assert_valid_kubernetes(refused)
 
 
 def test_a_deleted_job_frees_its_capacity(fake_cluster: FakeCluster, cast: Cast) -> None:
