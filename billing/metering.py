@@ -105,7 +105,8 @@ class WorkloadRef:
     """An admitted workload: who owns it, where admission put it, what it borrowed.
 
     ``placements`` are (node, flavour name, devices); ``borrowed`` maps a flavour name or
-    resource name to the devices borrowed at admission; ``end`` is None while it runs.
+    resource name to the devices it borrows (each admission cycle keeps it up to date);
+    ``end`` is None while it runs.
     """
 
     id: int

@@ -9,3 +9,11 @@ CELERY_BROKER_URL = env("CELERY_BROKER_URL", default="memory://")
 CELERY_RESULT_BACKEND = env("CELERY_RESULT_BACKEND", default=None)
 EMAIL_BACKEND = "django.core.mail.backends.console.EmailBackend"
 STORAGES["staticfiles"] = {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}
+
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":  # noqa: F405
+    # The demo's web requests and its queue tick (serve_demo) write from two threads:
+    # take SQLite's write lock when a transaction begins (no deadlocked upgrade from a
+    # read lock) and wait for it rather than fail with "database is locked".
+    DATABASES["default"].setdefault("OPTIONS", {}).update(  # noqa: F405
+        {"transaction_mode": "IMMEDIATE", "timeout": 30}
+    )

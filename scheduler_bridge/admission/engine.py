@@ -123,30 +123,25 @@ class AdmissionEngine:
         tree = static.tree
         index = static.flavour_index
         stopped = {p.victim_id for p in result.preemptions}
-        held: list[tuple[bool, float, str, str, dict[str, int]]] = []
+        # (preemptible, admitted at, order within its cycle, id, tenant, GPUs by flavour):
+        # work admitted in this cycle goes in the order the cycle admitted it
+        held: list[tuple[bool, float, int, str, str, dict[str, int]]] = []
         for run in snapshot.running:
             if run.id not in stopped:
                 gpus: dict[str, int] = {}
                 for p in run.placements:
                     gpus[p.flavour] = gpus.get(p.flavour, 0) + p.gpus
-                held.append((run.preemptible, run.admitted_at, run.id, run.tenant_id, gpus))
+                held.append((run.preemptible, run.admitted_at, -1, run.id, run.tenant_id, gpus))
         preemptible = {wl.id: wl.preemptible for wl in snapshot.pending}
-        for admission in result.admissions:
+        for seq, admission in enumerate(result.admissions):
             gpus = {}
             for p in admission.placements:
                 gpus[p.flavour] = gpus.get(p.flavour, 0) + p.gpus
-            held.append(
-                (
-                    preemptible.get(admission.workload_id, True),
-                    snapshot.now,
-                    admission.workload_id,
-                    admission.tenant_id,
-                    gpus,
-                )
-            )
+            flag = preemptible.get(admission.workload_id, True)
+            held.append((flag, snapshot.now, seq, admission.workload_id, admission.tenant_id, gpus))
         used: dict[tuple[int, int], int] = {}
         out: dict[str, dict[str, int]] = {}
-        for _, _, workload_id, tenant_id, gpus in sorted(held, key=_held_order):
+        for _, _, _, workload_id, tenant_id, gpus in sorted(held, key=_held_order):
             tenant = tree.tenant_index.get(tenant_id)
             if tenant is None:
                 continue
@@ -201,8 +196,10 @@ class AdmissionEngine:
         return list(fresh.values())
 
 
-def _held_order(entry: tuple[bool, float, str, str, dict[str, int]]) -> tuple[bool, float, str]:
-    return entry[0], entry[1], entry[2]
+def _held_order(
+    entry: tuple[bool, float, int, str, str, dict[str, int]],
+) -> tuple[bool, float, int, str]:
+    return entry[0], entry[1], entry[2], entry[3]
 
 
 @contextmanager
@@ -639,7 +636,9 @@ class _Cycle:
         tree = st.tree
         node = item.node
         borrowed: dict[str, int] = {}
-        for f, need in option.totals:
+        # work that cannot be preempted sits inside the guarantee (pinned_fits held);
+        # whatever its tenant holds above the guarantee is its preemptible work
+        for f, need in option.totals if item.shape.may_borrow else ():
             amount = tree.borrowed(f, node, need, st.usage[f])
             if amount:
                 borrowed[self.names[f]] = amount

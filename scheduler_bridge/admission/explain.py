@@ -176,7 +176,9 @@ class Explainer:
                 parts.append(verdict)
             else:
                 parts.append(quota)
-        code, message, f = parts[0]
+        # the first option that could ever run decides the code (and so whether the
+        # workload has a place in line); the message covers every option
+        code, message, f = next((p for p in parts if p[0] not in INADMISSIBLE), parts[0])
         if len(parts) > 1:
             message = reasons.options(
                 [(self._label(option), part[1]) for option, part in zip(shape.options, parts)]  # noqa: B905
@@ -252,7 +254,9 @@ class Explainer:
                 message = reasons.guarantee_only(
                     self.names[f], tree.label[node], used, guaranteed, need
                 )
-                return ReasonCode.QUOTA_LIMIT, message, f
+                # more than the whole guarantee: not in line until the guarantee grows
+                code = ReasonCode.NEVER_FITS if need > guaranteed else ReasonCode.QUOTA_LIMIT
+                return code, message, f
         return self._quota(node, option)
 
     def _nodes(self, shape: Shape, option: Option, cls: int) -> tuple[ReasonCode, str, int]:

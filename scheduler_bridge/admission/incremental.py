@@ -103,6 +103,8 @@ def fingerprint(state: CycleState, node: int, shape: Shape, memo: dict) -> Finge
             usage, tokens = state.quota_fingerprint(f, root)
             parts.append((f, state.node_fingerprint(f), usage, tokens if may_preempt else 0))
         found = memo[key] = tuple(parts)
+    if not shape.may_borrow:  # and what the tenant's unpreemptible work leaves of it
+        found = (*found, ("pinned", *(state.pinned[f][node] for f in shape.flavours)))
     return found
 
 

@@ -176,10 +176,9 @@ class Placement:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunningWorkload:
-    """An admitted workload. ``borrowed`` is what it borrowed when admitted (for
-    chargeback); reclaim does not trust it, because a workload that borrowed then may sit
-    inside its tenant's guarantee now that older work has finished: the engine judges
-    borrowing from the tenant's current usage, as Kueue does. ``evicting`` marks a victim
+    """An admitted workload. ``borrowed`` is what it borrows as last recorded (for
+    chargeback; AdmissionEngine.borrowing_after keeps it current). Reclaim does not rely
+    on it: the engine judges borrowing from the tenant's current usage, as Kueue does. ``evicting`` marks a victim
     that was told to stop but still holds its GPUs."""
 
     id: str

@@ -222,6 +222,12 @@ def admitted_borrowing(flavour: str, borrowed: int, used: int, guaranteed: int, 
     )
 
 
+def admitted_pinned(flavour: str, pinned: int, guaranteed: int) -> str:
+    return (
+        f"within guarantee (cannot be preempted): {pinned}/{guaranteed} {flavour} held by such work"
+    )
+
+
 def admitted_backfill(job: str) -> str:
     return f"backfill on GPUs reserved for job {job}: ends before its expected start"
 

@@ -43,6 +43,10 @@ def admission_words(
     f, _ = option.totals[0]
     used = state.usage[f][node]
     guaranteed = state.tree.guaranteed[f][node]
+    if not item.shape.may_borrow:
+        name = state.static.flavour_names[f]
+        pinned = state.pinned[f][node]
+        return AdmitCode.WITHIN_GUARANTEE, reasons.admitted_pinned(name, pinned, guaranteed)
     if borrowed:
         root = state.tree.label[state.tree.root[node]]
         name = next(iter(borrowed))

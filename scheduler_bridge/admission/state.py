@@ -149,7 +149,8 @@ class CycleState:
             tenant = tree.tenant_index.get(wl.tenant_id)
             node = tree.workload_node[tenant] if tenant is not None else -1
             protection = wl.admitted_at + min_run
-            protected_until = protection if protection > self.now and not wl.evicting else None
+            protected = protection > self.now and not wl.evicting and wl.preemptible
+            protected_until = protection if protected else None
             run = Run(wl, node, tree.root[node] if node >= 0 else -1, protected_until)
             limit = wl.max_run_time_s if wl.max_run_time_s is not None else assumed
             run.end = self.now if wl.evicting else max(self.now, wl.admitted_at + limit)

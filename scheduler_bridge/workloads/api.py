@@ -55,7 +55,8 @@ class WorkloadSubmitSerializer(RejectUnknownFields, serializers.Serializer[Workl
         twice = sorted({name for name in names if names.count(name) > 1})
         if twice:
             raise serializers.ValidationError(
-                f"Pod set names must differ; used more than once: {', '.join(twice)}."
+                f"Pod set names must differ; used more than once: {', '.join(twice)} "
+                "(a pod set without a name is called 'main'): name each pod set."
             )
         return value
 

@@ -160,36 +160,47 @@ def _rebalance_borrowing(
     decided_now: set[int],
 ) -> list[int]:
     """Bring the ``borrowed`` of running work up to date (what its tenant holds above its
-    guarantee now, newest work first): it feeds the ResourceQuota ceilings and the
-    borrowed GPU-hours of chargeback, so it must not stay frozen at its admission value
-    once older work of the tenant has ended or been preempted. Returns changed ids."""
+    guarantee now: its newest preemptible work): it feeds the ResourceQuota ceilings and
+    the borrowed GPU-hours of chargeback, so it must not stay frozen at its admission
+    value once the tenant's other work has started, ended or been preempted. Work
+    decided in this cycle keeps its admission reason; other work whose reason was about
+    borrowing gets one that says what it borrows now. Returns the ids whose borrowing
+    changed."""
     rows: list[dict[str, Any]] = []
     changed: list[int] = []
     active = Workload.objects.filter(cluster=cluster, state__in=Workload.ACTIVE_STATES)
-    for pk, borrowed, gpus in active.values_list("pk", "borrowed", "gpus"):
+    rows_reworded: list[dict[str, Any]] = []
+    for pk, borrowed, gpus, code in active.values_list("pk", "borrowed", "gpus", "reason_code"):
         fresh = {
             flavours[name].resource_name: amount
             for name, amount in borrowing.get(str(pk), {}).items()
             if name in flavours
         }
-        if fresh == (borrowed or {}) or pk in decided_now:
+        if fresh == (borrowed or {}):
+            continue
+        changed.append(pk)
+        rows.append({"id": pk, "borrowed": fresh})
+        if pk in decided_now or code not in REWORDED_CODES:
             continue
         total = sum(fresh.values())
-        changed.append(pk)
-        rows.append(
+        rows_reworded.append(
             {
                 "id": pk,
-                "borrowed": fresh,
                 "reason_code": "borrowing" if total else "within_guarantee",
                 "reason": (
-                    f"now borrows {total} of its {gpus} GPUs (its tenant's older work ended)"
+                    f"borrows {total} of its {gpus} GPUs now (its tenant's work changed)"
                     if total
-                    else "now within its tenant's guarantee (older work ended or was preempted)"
+                    else "within its tenant's guarantee now (its tenant's work changed)"
                 ),
             }
         )
-    update_workloads(rows, ["borrowed", "reason_code", "reason"])
+    update_workloads(rows, ["borrowed"])
+    update_workloads(rows_reworded, ["reason_code", "reason"])
     return changed
+
+
+# admission reasons that speak of borrowing, and so are rewritten when it changes
+REWORDED_CODES = {"borrowing", "within_guarantee"}
 
 
 def close_run(workload: Workload, ended_at: datetime) -> None:

@@ -100,14 +100,22 @@ def cluster_queue(request: HttpRequest, name: str) -> HttpResponse:
     of thousands), optionally one team's only or one state only."""
     cluster = get_object_or_404(selectors.clusters_visible_to(request.user), name=name)
     workloads = workloads_visible_to(request.user).filter(cluster=cluster)
+    team = request.GET.get("tenant", "")
+    if team:  # the team and its sub-teams, as the queue command does
+        chosen = access.tenants_visible_to(request.user).filter(slug=team).first()
+        if chosen is None:
+            workloads = workloads.none()
+        else:
+            workloads = workloads.filter(tenant__path__startswith=chosen.path)
+    counts = dict(
+        workloads.filter(state__in=Workload.OPEN_STATES)
+        .order_by()
+        .values_list("state")
+        .annotate(n=Count("id"))
+        .values_list("state", "n")
+    )
     state = request.GET.get("state", "")
     workloads = workloads.filter(state__in=QUEUE_STATES.get(state, Workload.OPEN_STATES))
-    team = request.GET.get("tenant", "")
-    if team:
-        workloads = workloads.filter(tenant__slug=team)
-    counts = dict(
-        workloads.order_by().values_list("state").annotate(n=Count("id")).values_list("state", "n")
-    )
     page = Paginator(workloads.order_by(*Workload.QUEUE_ORDER), QUEUE_PAGE_SIZE).get_page(
         request.GET.get("page")
     )

@@ -4,6 +4,7 @@ cancel, finish; every change audited, then an admission cycle queued after commi
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -317,11 +318,28 @@ def stop_overrunning(cluster: Cluster, now: datetime | None = None) -> list[int]
         limit = duration(float(workload.max_run_time_s or 0))
         reason = f"stopped: ran past its declared max run time of {limit}"
         try:
-            _close(None, workload, Workload.State.TIMED_OUT, reason, "system")
+            _close(
+                None,
+                workload,
+                Workload.State.TIMED_OUT,
+                reason,
+                "system",
+                still=lambda locked: _overran(locked, now),
+                queue_next_cycle=False,  # the caller's cycle follows
+            )
         except Conflict:
-            continue  # it ended on its own meanwhile
+            continue  # it ended, or was preempted, on its own meanwhile
         stopped.append(workload.pk)
     return stopped
+
+
+def _overran(workload: Workload, now: datetime) -> bool:
+    return (
+        workload.state in Workload.ACTIVE_STATES
+        and workload.admitted_at is not None
+        and workload.max_run_time_s is not None
+        and workload.admitted_at + timedelta(seconds=workload.max_run_time_s) <= now
+    )
 
 
 def lock_for_change(workload: Workload) -> Workload:
@@ -331,11 +349,24 @@ def lock_for_change(workload: Workload) -> Workload:
     return Workload.objects.select_for_update().get(pk=workload.pk)
 
 
-def _close(actor: Any, workload: Workload, state: str, reason: str, source: str) -> Workload:
+def _close(
+    actor: Any,
+    workload: Workload,
+    state: str,
+    reason: str,
+    source: str,
+    *,
+    still: Callable[[Workload], bool] | None = None,
+    queue_next_cycle: bool = True,
+) -> Workload:
+    """Close open work under the admission lock. ``still`` re-checks, on the locked row,
+    that the reason to close holds (a cycle may have changed it meanwhile)."""
     with transaction.atomic():
         locked = lock_for_change(workload)
         if locked.state not in Workload.OPEN_STATES:
             raise Conflict(f"Workload {locked.pk} is already {locked.state}.")
+        if still is not None and not still(locked):
+            raise Conflict(f"Workload {locked.pk} changed meanwhile; nothing to do.")
         before = snapshot(locked)
         was_active = locked.state in Workload.ACTIVE_STATES
         locked.state = state
@@ -352,7 +383,8 @@ def _close(actor: Any, workload: Workload, state: str, reason: str, source: str)
             source=source,
             message=reason,
         )
-        queue_cycle(locked.cluster_id)
+        if queue_next_cycle:
+            queue_cycle(locked.cluster_id)
         if locked.borrowed:
             queue_quota_sync(locked.cluster_id)  # lower the ceiling it had raised
         if was_active and locked.source == Workload.Source.JOB:

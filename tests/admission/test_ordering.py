@@ -147,3 +147,17 @@ def test_a_flavour_inside_the_guarantee_is_preferred_to_borrowing_an_earlier_one
     result = run_cycle(snapshot(tree, quotas, node_list, [wl], flavours=flavours))
     assert result.admissions[0].flavour == "H100"
     assert result.admissions[0].borrowed == {}
+
+
+def test_work_another_flavour_could_run_keeps_its_place_in_line():
+    """No quota for the first flavour it accepts, but it waits for the second: in line."""
+    tree = tenants({"org": None, "a": "org"})
+    quotas = (quota("a", 8, flavour="A100"),)
+    node_list = (*nodes(1), *nodes(1, flavour="A100", prefix="x"))
+    busy = [running("a-run", "a", {"x000": 8}, flavour="A100")]
+    both = workload("either", "a", 4, flavour=("H100", "A100"), submitted=1.0)
+    later = workload("a100-only", "a", 4, flavour="A100", submitted=2.0)
+    flavours = (Flavour("H100"), Flavour("A100", 0.5))
+    result = run_cycle(snapshot(tree, quotas, node_list, [both, later], busy, flavours))
+    order = [(p.workload_id, p.position) for p in result.pending]
+    assert order == [("either", 1), ("a100-only", 2)]

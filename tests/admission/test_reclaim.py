@@ -231,7 +231,8 @@ def test_work_that_cannot_be_preempted_runs_only_within_its_guarantee():
     result = run_cycle(snapshot(tree, quotas, nodes(2), [big_prod, big_batch, small_prod]))
     assert sorted(a.workload_id for a in result.admissions) == ["batch", "prod-small"]
     waiting = {p.workload_id: p for p in result.pending}
-    assert waiting["prod"].code is ReasonCode.QUOTA_LIMIT
+    # more than b's whole guarantee: not in line until the guarantee grows
+    assert (waiting["prod"].code, waiting["prod"].position) == (ReasonCode.NEVER_FITS, None)
     assert waiting["prod"].message == (
         "cannot be preempted, so it runs only within b's guarantee of H100: 4/4 held by "
         "work that cannot be preempted, needs 8; choose a preemptible priority class to borrow"
@@ -266,3 +267,18 @@ def test_unpreemptible_work_uses_the_guarantee_its_tenants_borrowing_work_sits_i
     later = apply_result(snap, result)
     reclaim = run_cycle(replace(later, pending=(owner,)), config)
     assert victims(reclaim) == ["b-batch"]  # the owner gets its GPUs from b's batch work
+
+
+def test_young_work_that_cannot_be_preempted_does_not_shield_older_borrowing():
+    """Only preemptible work is protected by reclaim_min_run_s: b's fresh "prod" job sits
+    inside b's guarantee and must not make b's old borrowing work untouchable."""
+    tree, quotas = two_teams(a=8, b=4)
+    config = EngineConfig(reclaim_min_run_s=3600)
+    busy = [
+        running("b-batch", "b", {"n000": 4}, admitted=0.0),
+        running("b-prod", "b", {"n001": 4}, admitted=9990.0, preemptible=False),
+        running("a-x", "a", {"n000": 2, "n001": 2}, admitted=0.0),
+    ]
+    owner = workload("a1", "a", 4, submitted=9995.0)
+    full = snapshot(tree, quotas, nodes(2, gpus=6), [owner], busy, now=10000.0)
+    assert victims(run_cycle(full, config)) == ["b-batch"]

@@ -408,7 +408,7 @@ def test_borrowing_of_running_work_follows_its_tenant_after_a_reclaim(
     assert outcome.rebalanced == [newer]
     moved = Workload.objects.get(pk=newer)
     assert moved.borrowed == {"nvidia.com/gpu": 2}
-    assert moved.reason == "now borrows 2 of its 4 GPUs (its tenant's older work ended)"
+    assert moved.reason == "borrows 2 of its 4 GPUs now (its tenant's work changed)"
     quota = fake_cluster.api.get_object("ResourceQuota", "speech-train", "tidegate-gpu")
     assert quota is not None and int(quota["spec"]["hard"]["requests.nvidia.com/gpu"]) == 4
 
@@ -486,3 +486,42 @@ def test_work_larger_than_its_quota_could_ever_give_has_no_place_in_line(
     call_command("queue", "--cluster", "gpu-east", "--json", stdout=out)
     names = [json.loads(line)["name"] for line in out.getvalue().splitlines()]
     assert names[-1] == "too-big"
+
+
+def test_work_that_cannot_be_preempted_is_admitted_inside_the_guarantee_not_as_borrowing(
+    fake_cluster: FakeCluster, cast: Cast, priorities: dict
+) -> None:
+    """vision (guarantee 6) runs 6 preemptible GPUs; a 2-GPU "prod" job still starts in
+    vision's guarantee and the batch work is what borrows: counted once, not twice."""
+    batch = submit(cast.platform_admin, "vision", 6, name="batch").json()["id"]
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    prod = submit(cast.platform_admin, "vision", 2, name="prod", priority_class="prod").json()
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    started = Workload.objects.get(pk=prod["id"])
+    assert started.state == "admitted" and started.borrowed == {}
+    assert started.reason.startswith("within guarantee (cannot be preempted): 2/6")
+    assert Workload.objects.get(pk=batch).borrowed == {"nvidia.com/gpu": 2}
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)  # and it stays that way
+    assert Workload.objects.get(pk=prod["id"]).reason == started.reason
+
+
+def test_a_time_limit_is_checked_again_under_the_lock(
+    fake_cluster: FakeCluster, cast: Cast, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cycle may preempt the workload between the pick and the stop: then it is left
+    alone (pending, not timed_out)."""
+    from scheduler_bridge.workloads import services
+
+    pk = submit(cast.platform_admin, "vision", 2, name="short", max_run_time_s=60).json()["id"]
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    Workload.objects.filter(pk=pk).update(admitted_at=timezone.now() - timedelta(seconds=61))
+    real_lock = services.lock_for_change
+
+    def preempted_meanwhile(workload: Workload) -> Workload:
+        Workload.objects.filter(pk=workload.pk).update(state="pending", admitted_at=None)
+        return real_lock(workload)
+
+    monkeypatch.setattr(services, "lock_for_change", preempted_meanwhile)
+    assert services.stop_overrunning(fake_cluster.cluster) == []
+    # (the simulated preemption was made in the refused transaction, so it is undone too)
+    assert Workload.objects.get(pk=pk).state != "timed_out"

@@ -31,6 +31,8 @@ class QueueTicker(threading.Thread):
         while not self._stopped.wait(self.every_s):
             try:
                 self.tick()
+            except Exception:  # the thread must outlive a bad tick (a locked database...)
+                logger.exception("queue tick failed; trying again in %s s", self.every_s)
             finally:
                 connections.close_all()  # this thread's own connections
 
