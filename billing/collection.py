@@ -30,6 +30,7 @@ from billing.prometheus import PrometheusClient, PrometheusError, hourly_busy
 from scheduler_bridge.gateways.base import PodInfo
 from scheduler_bridge.inventory.models import Cluster, Flavour, Node
 from scheduler_bridge.workloads.models import Workload
+from scheduler_bridge.workloads.runs import past_runs
 from tenants.models import NamespaceBinding
 
 logger = logging.getLogger(__name__)
@@ -91,12 +92,11 @@ def _workloads(cluster: Cluster, start: datetime, end: datetime) -> list[meterin
     )
     refs = []
     for workload in rows:
-        for run in workload.past_runs or []:
-            ref = _past_run_ref(workload, run)
-            if ref is None or ref.end is None:
-                continue
-            if ref.admitted_at < end and ref.end > start:  # overlaps [start, end)
-                refs.append(ref)
+        for run in past_runs(workload.past_runs, workload.pk):
+            if run.admitted_at < end and run.ended_at > start:  # overlaps [start, end)
+                refs.append(
+                    _ref(workload, run.admitted_at, run.ended_at, run.placements, run.borrowed)
+                )
         if workload.admitted_at is None or workload.admitted_at >= end:
             continue
         still_holding = workload.state in Workload.ACTIVE_STATES
@@ -131,17 +131,6 @@ def _ref(
         ),
         borrowed={str(k): int(v) for k, v in (borrowed or {}).items()},
     )
-
-
-def _past_run_ref(workload: Workload, run: Any) -> metering.WorkloadRef | None:
-    """A run kept in Workload.past_runs; None (and a log line) if the record is damaged."""
-    try:
-        admitted_at = datetime.fromisoformat(run["admitted_at"])
-        ended_at = datetime.fromisoformat(run["ended_at"])
-    except (KeyError, TypeError, ValueError):
-        logger.warning("workload %s: unreadable past run %r; not metered", workload.pk, run)
-        return None
-    return _ref(workload, admitted_at, ended_at, run.get("placements"), run.get("borrowed"))
 
 
 def _prometheus_down_too_long(cluster: Cluster, now: datetime) -> bool:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -29,6 +28,7 @@ from scheduler_bridge.workloads.events import admitted_message, job_event
 from scheduler_bridge.workloads.locks import hold_admission_lock
 from scheduler_bridge.workloads.models import Workload
 from scheduler_bridge.workloads.persist import COLUMN_TYPES, update_workloads
+from scheduler_bridge.workloads.runs import close_run
 from scheduler_bridge.workloads.services import stop_overrunning
 from scheduler_bridge.workloads.snapshot import build_snapshot
 from tenants.audit import audit_record
@@ -201,25 +201,6 @@ def _rebalance_borrowing(
 
 # admission reasons that speak of borrowing, and so are rewritten when it changes
 REWORDED_CODES = {"borrowing", "within_guarantee"}
-
-
-def close_run(workload: Workload, ended_at: datetime) -> None:
-    """Keep the record of a run that held GPUs until ``ended_at`` (see
-    Workload.past_runs); call before ``requeue`` clears it."""
-    if workload.admitted_at is None or workload.flavour is None:
-        return
-    workload.past_runs = [
-        *(workload.past_runs or []),
-        {
-            "admitted_at": workload.admitted_at.isoformat(),
-            "ended_at": ended_at.isoformat(),
-            "flavour": workload.flavour.name,
-            "gpu_equivalent": float(workload.flavour.gpu_equivalent),
-            "placements": workload.placements,
-            "borrowed": workload.borrowed,
-            "gpus": workload.gpus,
-        },
-    ]
 
 
 def requeue(workload: Workload, reason: str, code: str) -> None:

@@ -5,7 +5,6 @@ stands, why it waits, every run it had) with its cancel button."""
 from __future__ import annotations
 
 from collections import defaultdict
-from datetime import datetime
 from typing import Any
 
 import plotly.graph_objects as go
@@ -24,6 +23,7 @@ from scheduler_bridge import selectors
 from scheduler_bridge.quotas.models import Quota
 from scheduler_bridge.workloads import services
 from scheduler_bridge.workloads.models import Workload
+from scheduler_bridge.workloads.runs import past_runs
 from scheduler_bridge.workloads.selectors import workloads_visible_to
 from tenants import access
 from tenants.errors import TidegateError
@@ -133,22 +133,9 @@ def cluster_queue(request: HttpRequest, name: str) -> HttpResponse:
     return render(request, "scheduler_bridge/cluster_queue.html", context)
 
 
-def past_runs(workload: Workload) -> list[dict[str, Any]]:
-    """The runs that ended in preemption, with their times as datetimes."""
-    runs = []
-    for run in workload.past_runs or []:
-        try:
-            started = datetime.fromisoformat(run["admitted_at"])
-            ended = datetime.fromisoformat(run["ended_at"])
-        except (KeyError, TypeError, ValueError):
-            continue
-        runs.append({**run, "admitted_at": started, "ended_at": ended})
-    return runs
-
-
 def runs_chart(workload: Workload) -> str:
     """Each run of the workload as a bar from admission to its end (or now)."""
-    runs = [(r["admitted_at"], r["ended_at"], True) for r in past_runs(workload)]
+    runs = [(r.admitted_at, r.ended_at, True) for r in past_runs(workload.past_runs)]
     if workload.admitted_at is not None:
         runs.append((workload.admitted_at, workload.finished_at or timezone.now(), False))
     figure = go.Figure()
@@ -186,7 +173,7 @@ def workload_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "may_cancel": workload.state in Workload.OPEN_STATES
         and services.may_manage(request.user, workload),
         "history": history,
-        "past_runs": past_runs(workload),
+        "past_runs": past_runs(workload.past_runs, workload.pk),
         "chart": runs_chart(workload) if has_runs else "",
     }
     return render(request, "scheduler_bridge/workload_detail.html", context)

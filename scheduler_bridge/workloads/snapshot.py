@@ -21,6 +21,7 @@ from scheduler_bridge.gateways.base import is_gpu_resource
 from scheduler_bridge.inventory.models import Cluster, Flavour, Node
 from scheduler_bridge.quotas.models import Quota
 from scheduler_bridge.workloads.models import Workload
+from scheduler_bridge.workloads.runs import past_runs
 from tenants.models import Tenant
 
 DEFAULT_HALF_LIFE_S = 7 * 86_400.0
@@ -130,14 +131,8 @@ def decayed_usage(
 
     for row in rows:
         tenant = row["tenant__slug"]
-        for run in row["past_runs"] or []:
-            try:
-                weight = float(run.get("gpu_equivalent") or 1) * int(run["gpus"])
-                begun = datetime.fromisoformat(run["admitted_at"])
-                ended = datetime.fromisoformat(run["ended_at"])
-            except (AttributeError, KeyError, TypeError, ValueError):
-                continue  # a damaged record counts for nothing rather than stop the cycle
-            add(tenant, weight, begun, ended)
+        for run in past_runs(row["past_runs"]):
+            add(tenant, run.gpu_equivalent * run.gpus, run.admitted_at, run.ended_at)
         if row["admitted_at"] is not None:
             weight = float(row["flavour__gpu_equivalent"] or 1) * row["gpus"]
             add(tenant, weight, row["admitted_at"], row["finished_at"])

@@ -17,8 +17,9 @@ from billing.collection import usage_collect
 from billing.models import CollectorWatermark, UsageRecord
 from billing.prometheus import PrometheusClient, PrometheusUnavailable, hourly_busy
 from scheduler_bridge.gateways.base import PodInfo
-from scheduler_bridge.workloads.cycle import close_run, requeue
+from scheduler_bridge.workloads.cycle import requeue
 from scheduler_bridge.workloads.models import PriorityClass, Workload
+from scheduler_bridge.workloads.runs import close_run
 from tests.billing.conftest import GpuCluster
 from tests.billing.prometheus_server import Series, available, prometheus_serving
 from tests.conftest import Cast

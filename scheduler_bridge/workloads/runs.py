@@ -1,0 +1,66 @@
+"""Runs of a workload that ended in preemption (``Workload.past_runs``): written once,
+when the cycle preempts it, and read by billing, the fair-share history and the portal.
+They held GPUs, so they count like the current run."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from scheduler_bridge.workloads.models import Workload
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PastRun:
+    admitted_at: datetime
+    ended_at: datetime
+    flavour: str
+    gpu_equivalent: float
+    gpus: int
+    placements: list[dict[str, Any]] = field(default_factory=list)
+    borrowed: dict[str, int] = field(default_factory=dict)
+
+
+def close_run(workload: Workload, ended_at: datetime) -> None:
+    """Keep the record of the run that held GPUs until ``ended_at``; call before the
+    workload's admission fields are cleared (cycle.requeue)."""
+    if workload.admitted_at is None or workload.flavour is None:
+        return
+    workload.past_runs = [
+        *(workload.past_runs or []),
+        {
+            "admitted_at": workload.admitted_at.isoformat(),
+            "ended_at": ended_at.isoformat(),
+            "flavour": workload.flavour.name,
+            "gpu_equivalent": float(workload.flavour.gpu_equivalent),
+            "placements": workload.placements,
+            "borrowed": workload.borrowed,
+            "gpus": workload.gpus,
+        },
+    ]
+
+
+def past_runs(raw: Any, workload_id: int | None = None) -> list[PastRun]:
+    """The stored records, parsed; a damaged one is skipped with a log line (it counts
+    for nothing rather than stop a cycle, a collection or a page)."""
+    runs = []
+    for record in raw or []:
+        try:
+            runs.append(
+                PastRun(
+                    admitted_at=datetime.fromisoformat(record["admitted_at"]),
+                    ended_at=datetime.fromisoformat(record["ended_at"]),
+                    flavour=str(record.get("flavour", "")),
+                    gpu_equivalent=float(record.get("gpu_equivalent") or 1),
+                    gpus=int(record["gpus"]),
+                    placements=list(record.get("placements") or []),
+                    borrowed=dict(record.get("borrowed") or {}),
+                )
+            )
+        except (AttributeError, KeyError, TypeError, ValueError):
+            logger.warning("workload %s: unreadable past run %r; left out", workload_id, record)
+    return runs
