@@ -1,4 +1,4 @@
-"""Admission engine benchmarks; one JSON line per scenario on stdout (BENCHMARKS.md).
+"""Admission engine benchmarks; one JSON line per scenario on stdout (docs/benchmarks.md).
 
 ``kueue-baseline`` - Kueue's scheduler performance test "baseline" in Tidegate's terms:
 30 tenants in 5 cohorts of 6, each guaranteed 20 GPUs with a borrowing limit of 100; per

@@ -13,7 +13,7 @@ class BillingConfig(AppConfig):
     verbose_name = _("Metering, budgets and chargeback")
 
     def ready(self) -> None:
-        # Lower apps ask; billing answers through their registries (see DESIGN.md).
+        # Lower apps ask; billing answers through their registries (docs/architecture.md#registries).
         from billing import demo, portal
         from billing.gate import budget_gate_for_cluster
         from scheduler_bridge.workloads.budget_gate import register_budget_gate

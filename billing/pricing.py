@@ -2,8 +2,8 @@
 
 Arithmetic is exact (``fractions.Fraction``) until one final rounding per line, half-even to
 cents; a statement's total is the exact sum of its rounded lines. A MIG instance counts as
-its compute fraction of a GPU (``1g`` = 1/7; REFERENCE.md section 6: there is no public
-standard, so we say what we do), unless a rate card prices that profile itself, per
+its compute fraction of a GPU (``1g`` = 1/7; there is no public standard, so we say
+what we do: docs/chargeback.md#mig-pricing), unless a rate card prices that profile itself, per
 instance-hour.
 
 Quantities on lines are GPU-hours in whole-GPU equivalents (a 1g.10gb instance held for

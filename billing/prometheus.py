@@ -3,8 +3,9 @@
 Engine activity comes from ``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` (a ratio 0..1 per GPU or MIG
 instance, labelled with the pod and namespace using it, and on MIG with ``GPU_I_PROFILE``
 and ``GPU_I_ID``). On full GPUs whose profiling metrics are off, ``DCGM_FI_DEV_GPU_UTIL``
-(percent; not valid on MIG) divided by 100 stands in. Source: NVIDIA dcgm-exporter
-``etc/default-counters.csv`` (REFERENCE.md section 4).
+(percent; not valid on MIG) divided by 100 stands in. Source: NVIDIA dcgm-exporter's
+counter lists (``etc/default-counters.csv``, ``etc/dcp-metrics-included.csv``); how
+Tidegate uses them: docs/chargeback.md#busy-time-from-prometheus.
 
 One ``query_range`` per metric covers any number of whole hours: evaluated at each hour's
 end with step 1h, ``avg_over_time(...[1h])`` is the average over that hour's samples.

@@ -7,7 +7,7 @@ class SchedulerBridgeConfig(AppConfig):
     verbose_name = _("GPU clusters, quotas and admission")
 
     def ready(self) -> None:
-        # Lower apps ask; this app answers through their registries (see DESIGN.md).
+        # Lower apps ask; this app answers through their registries (docs/architecture.md#registries).
         from scheduler_bridge import demo, portal
         from scheduler_bridge.workloads import portal as queue_portal
         from tenants.context_processors import register_nav_entry

@@ -220,7 +220,7 @@ class RunningWorkload:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EngineConfig:
-    """Knobs of the admission cycle; defaults follow DESIGN.md and the reference systems."""
+    """Knobs of the admission cycle; defaults and their reasons: docs/admission.md."""
 
     reclaim: bool = True
     priority_preemption: bool = False

@@ -2,8 +2,8 @@
 
 The gateways send these, and ``export_manifests`` writes them as YAML for people who
 review or GitOps their clusters, so they return plain dicts in Kubernetes' own JSON
-shape and never touch the network. Sources for the field names: REFERENCE.md sections
-1-3 (mig-parted config format, GPU Feature Discovery labels, ResourceQuota and Job API).
+shape and never touch the network. Sources for the field names: docs/mig.md#mig-parted-configs,
+docs/gpu-labels.md#node-labels and docs/kubernetes.md (ResourceQuota and Job API).
 """
 
 from __future__ import annotations

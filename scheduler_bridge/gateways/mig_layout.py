@@ -2,7 +2,7 @@
 
 Under the ``mixed`` strategy each MIG profile is its own extended resource,
 ``nvidia.com/mig-<profile>`` with ``+`` written ``.``; GPUs left whole stay
-``nvidia.com/gpu`` (REFERENCE.md sections 1 and 2).
+``nvidia.com/gpu`` (docs/gpu-labels.md#resources, docs/mig.md#profiles).
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from .base import GPU_RESOURCE, MIG_RESOURCE_PREFIX
 from .manifests import MigDeviceGroup
 
 # GPU Feature Discovery product label -> (PCI device id as mig-parted's device-filter
-# spells it, memory in MiB for the nvidia.com/gpu.memory label). Device ids: REFERENCE.md
-# section 1. Memory: as nvidia-smi reports it; the H200 and B200 figures are unverified.
+# spells it, memory in MiB for the nvidia.com/gpu.memory label). Device ids:
+# docs/mig.md#profiles. Memory: as nvidia-smi reports it; the H200 and B200 figures are
+# unverified.
 PRODUCTS = {
     "NVIDIA-H100-80GB-HBM3": ("0x233010DE", 81559),
     "NVIDIA-A100-SXM4-80GB": ("0x20B210DE", 81920),

@@ -479,7 +479,7 @@ class SimulatedCluster:
         return cluster
 
 
-# mig-parted configs of the demo (format and profile names: REFERENCE.md section 1).
+# mig-parted configs of the demo (format and profile names: docs/mig.md).
 DEMO_MIG_CONFIGS: dict[str, list[MigDeviceGroup]] = {
     "all-disabled": [MigDeviceGroup(devices="all", mig_enabled=False)],
     "all-balanced": [

@@ -34,7 +34,7 @@ def gpu_node(
     taints: Sequence[Mapping[str, str]] = (),
     unschedulable: bool = False,
 ) -> dict[str, Any]:
-    """A GPU node with the GPU Feature Discovery labels of REFERENCE.md section 2
+    """A GPU node with the GPU Feature Discovery labels of docs/gpu-labels.md
     (mixed MIG strategy), ``mig.config`` set to ``mig_config`` and all GPUs whole
     (the cluster applies the MIG layout when the node is added)."""
     _, memory = PRODUCTS.get(product, ("", 0))

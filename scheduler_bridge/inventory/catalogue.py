@@ -3,7 +3,7 @@
 Pure Python (no Django): the admission engine, the MIG planner and the pricing
 code all read it, and the API maps its exceptions to HTTP 400.
 
-Sources for the tables below (see /work/shared/REFERENCE.md sections 1-2):
+Sources for the tables below (the facts, in our words: docs/mig.md, docs/gpu-labels.md):
 
 * NVIDIA Multi-Instance GPU user guide, "Supported GPUs" and "Supported MIG
   profiles": profile names, slice counts and placements
@@ -15,7 +15,8 @@ Sources for the tables below (see /work/shared/REFERENCE.md sections 1-2):
   with spaces written ``-``; under the ``single`` strategy it becomes
   ``<model>-MIG-<profile>`` (``<model>-MIG-INVALID`` on a bad layout), under
   ``mixed`` each profile is its own resource ``nvidia.com/mig-<profile>``.
-  Time-slicing appends ``-SHARED``.
+  Time-slicing without renaming appends ``-SHARED``; with ``renameByDefault`` the
+  resource becomes ``nvidia.com/gpu.shared`` instead (docs/gpu-labels.md#time-slicing).
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ class MigProfile:
 
     @property
     def gpu_equivalent(self) -> float:
-        """Share of a full GPU, by compute: ``1g`` is 1/7 (REFERENCE.md section 6)."""
+        """Share of a full GPU, by compute: ``1g`` is 1/7 (docs/chargeback.md#mig-pricing)."""
         return self.compute_slices / MIG_COMPUTE_SLICES
 
     @property

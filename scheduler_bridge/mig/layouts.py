@@ -1,7 +1,7 @@
 """Legal MIG layouts of one GPU: checking them and enumerating them once per product.
 
 A layout is the set of GPU instances on one GPU, each a profile placed at a
-start memory slice. The rules (REFERENCE.md section 1, NVIDIA MIG user guide
+start memory slice. The rules (docs/mig.md#placements; NVIDIA MIG user guide
 "Supported MIG profiles", placements from ``nvidia-smi mig -lgipp``):
 
 * each profile only at its listed starts, occupying ``memory_slices``

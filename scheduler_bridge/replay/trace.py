@@ -1,6 +1,6 @@
 """Reading the Philly trace (per-job CSV as in the Pollux artifact) and the virtual-cluster
-node counts (Helios artifact). Source and licence: ../shared/traces/README.md; results
-from these files must credit Jeon et al., USENIX ATC 2019 (Microsoft Philly traces)."""
+node counts (Helios artifact). Both ship in ``data/traces/`` (columns, source and licence:
+``data/traces/README.md``); results from them must carry ``PHILLY_ATTRIBUTION``."""
 
 from __future__ import annotations
 
@@ -8,6 +8,11 @@ import csv
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+
+SHIPPED_TRACES = Path(__file__).resolve().parents[2] / "data" / "traces"
+PHILLY_JOBS = SHIPPED_TRACES / "philly-2w.csv"
+PHILLY_VC_NODES = SHIPPED_TRACES / "philly_vc_nodes.csv"
+PHILLY_ATTRIBUTION = "Trace: Microsoft Philly, Jeon et al., USENIX ATC 2019, CC BY 4.0"
 
 
 @dataclass(frozen=True, slots=True)

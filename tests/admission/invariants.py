@@ -1,4 +1,4 @@
-"""Independent checks of what must always hold after a cycle (DESIGN.md, "Properties").
+"""Independent checks of what must always hold after a cycle (docs/admission.md#invariants).
 
 The quota check is deliberately written differently from the engine's quota.py: it
 walks the tree once and computes, for every node, how much it offers to or asks from

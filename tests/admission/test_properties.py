@@ -1,4 +1,4 @@
-"""Properties that must hold for any tree, quotas, nodes and workloads (DESIGN.md)."""
+"""Properties that must hold for any tree, quotas, nodes and workloads (docs/admission.md#invariants)."""
 
 from __future__ import annotations
 

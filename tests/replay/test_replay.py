@@ -2,24 +2,39 @@
 
 from __future__ import annotations
 
+import json
 from io import StringIO
-from pathlib import Path
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from scheduler_bridge.replay.policies import guarantees, jain, replay
-from scheduler_bridge.replay.trace import TraceJob, read_jobs
+from scheduler_bridge.replay.trace import (
+    PHILLY_ATTRIBUTION,
+    PHILLY_JOBS,
+    PHILLY_VC_NODES,
+    TraceJob,
+    read_jobs,
+    read_vc_nodes,
+)
 
-TRACE = Path(__file__).resolve().parents[3] / "shared" / "traces" / "philly-2w.csv"
 
-
-def test_the_philly_trace_reads_in_submit_order() -> None:
-    jobs = read_jobs(TRACE, limit=200)
+def test_the_shipped_philly_slice_is_whole_and_reads_in_submit_order() -> None:
+    every = read_jobs(PHILLY_JOBS)
+    assert len(every) == 9376
+    assert len({job.tenant for job in every}) == 12
+    assert round(sum(job.run_time_s * job.gpus for job in every) / 3600) == 88165
+    jobs = read_jobs(PHILLY_JOBS, limit=200)
     assert len(jobs) == 200
     assert jobs[0].tenant == "11cb48" and jobs[0].gpus == 1 and jobs[0].run_time_s == 67.0
     assert all(a.submitted_at <= b.submitted_at for a, b in zip(jobs, jobs[1:], strict=False))
+
+
+def test_the_shipped_node_counts_give_eleven_virtual_clusters_352_nodes() -> None:
+    nodes = read_vc_nodes(PHILLY_VC_NODES)
+    assert len(nodes) == 11 and sum(nodes.values()) == 352
+    assert "51b7ef" not in nodes  # the twelfth tenant of the slice has no guarantee
 
 
 def test_guarantees_split_capacity_by_node_count_exactly() -> None:
@@ -68,12 +83,9 @@ def test_a_minimum_run_lets_young_borrowed_work_finish_before_the_owner_reclaims
 def test_the_replay_command_prints_json_lines_and_refuses_bad_arguments() -> None:
     out = StringIO()
     call_command("replay", "--limit", "300", "--nodes", "8", "--json", stdout=out)
-    lines = [line for line in out.getvalue().splitlines() if line.startswith("{")]
-    assert [line.split('"policy": "')[1].split('"')[0] for line in lines] == [
-        "static",
-        "fifo",
-        "fair-share",
-    ]
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [line["policy"] for line in lines] == ["static", "fifo", "fair-share"]
+    assert all(line["jobs"] == 300 and line["trace_source"] == PHILLY_ATTRIBUTION for line in lines)
     with pytest.raises(CommandError, match="does not exist"):
         call_command("replay", "--trace", "/nonexistent.csv")
     with pytest.raises(CommandError, match="--reclaim-min-run must be 0 or more seconds"):

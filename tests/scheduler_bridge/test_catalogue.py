@@ -37,7 +37,7 @@ from scheduler_bridge.inventory.catalogue import (
 
 MIG_PRODUCTS = [p for p in all_products() if p.mig_capable]
 
-# REFERENCE.md section 1, one row per product, columns in catalogue order:
+# docs/mig.md#profiles (from NVIDIA's MIG user guide), one row per product, columns in catalogue order:
 # 1g, 1g+me, 1g double memory, 2g, 3g, 4g, 7g.
 REFERENCE_PROFILES = {
     "A100-SXM4-40GB": "1g.5gb 1g.5gb+me 1g.10gb 2g.10gb 3g.20gb 4g.20gb 7g.40gb",

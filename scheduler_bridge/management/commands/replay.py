@@ -7,15 +7,18 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from rich.console import Console
 from rich.progress import Progress
 
 from scheduler_bridge.replay.policies import POLICIES, replay
-from scheduler_bridge.replay.trace import read_jobs, read_vc_nodes
-
-TRACES = Path(settings.BASE_DIR).parent / "shared" / "traces"
+from scheduler_bridge.replay.trace import (
+    PHILLY_ATTRIBUTION,
+    PHILLY_JOBS,
+    PHILLY_VC_NODES,
+    read_jobs,
+    read_vc_nodes,
+)
 
 
 class Command(BaseCommand):
@@ -25,8 +28,18 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--trace", type=Path, default=TRACES / "philly-2w.csv")
-        parser.add_argument("--vc-nodes", type=Path, default=TRACES / "philly_vc_nodes.csv")
+        parser.add_argument(
+            "--trace",
+            type=Path,
+            default=PHILLY_JOBS,
+            help="per-job CSV in the Philly form (default: the shipped two-week slice)",
+        )
+        parser.add_argument(
+            "--vc-nodes",
+            type=Path,
+            default=PHILLY_VC_NODES,
+            help="nodes per virtual cluster, which set the guarantees (default: shipped)",
+        )
         parser.add_argument("--policy", choices=[*POLICIES, "all"], default="all")
         parser.add_argument("--nodes", type=int, default=64, help="simulated 8-GPU nodes")
         parser.add_argument("--limit", type=int, help="replay only the first N jobs")
@@ -68,9 +81,8 @@ class Command(BaseCommand):
                 progress.advance(task)
         for figures in results:
             if options["json"]:
-                self.stdout.write(
-                    json.dumps({"bench": "replay", "scenario": figures.policy, **asdict(figures)})
-                )
+                line = {"bench": "replay", "scenario": figures.policy, **asdict(figures)}
+                self.stdout.write(json.dumps({**line, "trace_source": PHILLY_ATTRIBUTION}))
             else:
                 self.stdout.write(
                     f"{figures.policy:>10}: utilisation {figures.utilization:.1%}, "
@@ -78,4 +90,5 @@ class Command(BaseCommand):
                     f"{figures.wait_p95_s / 3600:.2f} h, fairness {figures.jain_fairness:.3f}, "
                     f"{figures.preemptions} preemptions ({figures.jobs} jobs, {figures.wall_s} s)"
                 )
-        self.stdout.write("Trace: Microsoft Philly (Jeon et al., USENIX ATC 2019), CC BY 4.0.")
+        if not options["json"]:
+            self.stdout.write(PHILLY_ATTRIBUTION)
