@@ -15,7 +15,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
-from functools import partial
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -32,6 +31,7 @@ from scheduler_bridge.workloads.models import Workload
 from tenants.audit import audit_record, snapshot
 from tenants.errors import PermissionDenied, ValidationFailed
 from tenants.models import Tenant
+from tenants.transactions import queue_after_commit
 
 logger = logging.getLogger(__name__)
 BUDGET_FIELDS = ("cadence", "amount", "currency", "thresholds", "enforcement", "is_active")
@@ -319,7 +319,5 @@ def _fire_alerts(budget: Budget, period_name: str, spent: Decimal) -> int:
             continue  # fired before (or by another worker just now)
         fired += 1
         logger.info("budget alert: %s", alert)
-        from billing.tasks import budget_alert_notify
-
-        transaction.on_commit(partial(budget_alert_notify.delay, alert.pk))
+        queue_after_commit("billing.tasks.budget_alert_notify", alert.pk)
     return fired

@@ -28,6 +28,7 @@ from billing.ledger import LedgerRow, ledger_append
 from billing.models import CollectorWatermark, UsageRecord
 from billing.prometheus import PrometheusClient, PrometheusError, hourly_busy
 from scheduler_bridge.gateways.base import PodInfo
+from scheduler_bridge.inventory.connection import cluster_gateway
 from scheduler_bridge.inventory.models import Cluster, Flavour, Node
 from scheduler_bridge.workloads.models import Workload
 from scheduler_bridge.workloads.runs import past_runs
@@ -172,11 +173,11 @@ def usage_collect(
     hours, result.more_due = _hours_due(cluster, now, max_hours)
     if not hours:
         return result
-    if gateway is None:
-        from scheduler_bridge.inventory.connection import gateway_for_cluster
-
-        gateway = gateway_for_cluster(cluster)
-    pods = gateway.list_gpu_pods()
+    if gateway is not None:
+        pods = gateway.list_gpu_pods()
+    else:
+        with cluster_gateway(cluster) as opened:
+            pods = opened.list_gpu_pods()
     flavours = _flavour_map(cluster)
     window_end = hours[-1] + metering.HOUR
     workloads = _workloads(cluster, hours[0], window_end)

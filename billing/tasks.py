@@ -10,12 +10,12 @@ import logging
 
 from celery import shared_task
 from django.core.mail import send_mail
-from django.db import transaction
 from django.utils import timezone
 
 from billing.prometheus import PrometheusUnavailable
 from scheduler_bridge.gateways import ClusterUnreachable, GatewayError
 from scheduler_bridge.inventory.models import Cluster
+from tenants.transactions import queue_after_commit
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ def usage_collect(cluster_id: int) -> dict[str, int] | None:
             ", ".join(sorted(result.unbound_namespaces)),
         )
     if result.more_due:
-        transaction.on_commit(lambda: usage_collect.delay(cluster_id))
+        queue_after_commit("billing.tasks.usage_collect", cluster_id)
     return {"hours": result.hours, "rows": result.rows, "inserted": result.inserted}
 
 

@@ -117,7 +117,7 @@ def mig_reconcile_all() -> int:
 
 @retrying_task
 def admission_cycle(cluster_id: int) -> dict[str, int] | None:
-    """One admission cycle of a cluster (decide, persist, apply)."""
+    """One admission cycle of a cluster: decide and save, then reconcile the cluster."""
     from scheduler_bridge.workloads.cycle import admission_cycle as cycle
 
     cluster = _cluster(cluster_id)
@@ -126,8 +126,8 @@ def admission_cycle(cluster_id: int) -> dict[str, int] | None:
     try:
         outcome = cycle(cluster)
     except ClusterUnreachable:
-        raise
-    except GatewayError as error:  # decisions are saved; applying waits for a fixed cluster
+        raise  # decisions are saved; the retry reconciles them
+    except GatewayError as error:  # bad settings: decisions saved, applying waits for a fix
         logger.warning("admission cycle of %s could not apply: %s", cluster.name, error)
         return None
     return {
@@ -135,6 +135,30 @@ def admission_cycle(cluster_id: int) -> dict[str, int] | None:
         "preempted": len(outcome.preempted),
         "pending": outcome.pending,
         "apply_errors": len(outcome.apply_errors),
+    }
+
+
+@retrying_task
+def cluster_reconcile(cluster_id: int) -> dict[str, int] | None:
+    """Make the cluster match the saved decisions: suspend Jobs of work that must not run,
+    sync ResourceQuotas, start admitted work, post owed Events."""
+    from scheduler_bridge.workloads.reconcile import reconcile
+
+    cluster = _cluster(cluster_id)
+    if cluster is None:
+        return None
+    try:
+        result = reconcile(cluster)
+    except ClusterUnreachable:
+        raise
+    except GatewayError as error:
+        logger.warning("reconcile of %s failed: %s", cluster.name, error)
+        return None
+    return {
+        "started": len(result.started),
+        "suspended": len(result.suspended),
+        "start_errors": len(result.start_errors),
+        "events": result.events,
     }
 
 
@@ -170,15 +194,20 @@ def queue_tick_all() -> int:
     return len(ids)
 
 
-@retrying_task
-def job_stop(workload_id: int) -> bool:
-    """Suspend the Job of a cancelled workload (its pods stop, its template is restored)."""
-    from scheduler_bridge.inventory.connection import gateway_for_cluster
-    from scheduler_bridge.workloads.models import Workload
+@shared_task(autoretry_for=(ConnectionError, TimeoutError), retry_backoff=True, max_retries=5)
+def mig_failure_notify(node_id: int, message: str) -> int:
+    """Email the active staff admins that MIG Manager failed on a node. Returns mails sent."""
+    from django.contrib.auth import get_user_model
+    from django.core.mail import send_mail
 
-    workload = Workload.objects.select_related("cluster").filter(pk=workload_id).first()
-    if workload is None or not workload.job_name:
-        return False
-    with gateway_for_cluster(workload.cluster) as gateway:
-        gateway.suspend_job(workload.namespace, workload.job_name)
-    return True
+    from scheduler_bridge.inventory.models import Node
+
+    node = Node.objects.select_related("cluster").filter(pk=node_id).first()
+    if node is None:
+        return 0
+    admins = get_user_model().objects.filter(is_staff=True, is_active=True).exclude(email="")
+    recipients = list(admins.values_list("email", flat=True))
+    if not recipients:
+        return 0
+    subject = f"Tidegate: MIG reconfiguration failed on {node.name}"
+    return send_mail(subject, message, None, recipients, fail_silently=True)

@@ -38,7 +38,7 @@ def _tenant_of(instance: models.Model) -> Tenant | None:
     return tenant if isinstance(tenant, Tenant) else None
 
 
-def audit_record(
+def audit_event(
     *,
     actor: Any,
     action: str,
@@ -49,10 +49,11 @@ def audit_record(
     message: str = "",
     tenant: Tenant | None = None,
 ) -> AuditEvent:
-    """Append one audit event for `instance`. Call inside the change's transaction."""
+    """One audit event for `instance`, not yet saved: for callers that save many at once
+    (``AuditEvent.objects.bulk_create``) in the transaction of their change."""
     tenant = tenant or _tenant_of(instance)
     user = actor if (actor is not None and getattr(actor, "is_authenticated", False)) else None
-    return AuditEvent.objects.create(
+    return AuditEvent(
         actor=user,
         actor_repr=user.get_username() if user else (str(actor) if actor else "system"),
         source=source,
@@ -66,3 +67,29 @@ def audit_record(
         after=after,
         message=message,
     )
+
+
+def audit_record(
+    *,
+    actor: Any,
+    action: str,
+    instance: models.Model,
+    before: dict[str, Any] | None,
+    after: dict[str, Any] | None,
+    source: str = "system",
+    message: str = "",
+    tenant: Tenant | None = None,
+) -> AuditEvent:
+    """Append one audit event for `instance`. Call inside the change's transaction."""
+    event = audit_event(
+        actor=actor,
+        action=action,
+        instance=instance,
+        before=before,
+        after=after,
+        source=source,
+        message=message,
+        tenant=tenant,
+    )
+    event.save()
+    return event

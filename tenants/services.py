@@ -27,6 +27,7 @@ from tenants.errors import (
     ValidationFailed,
 )
 from tenants.models import Membership, NamespaceBinding, Role, Tenant
+from tenants.transactions import queue_after_commit
 
 TENANT_FIELDS = ("slug", "name", "cost_center", "weight", "is_active")
 
@@ -234,9 +235,7 @@ def membership_create(
             after=snapshot(membership),
             source=source,
         )
-        from tenants.tasks import membership_notify
-
-        transaction.on_commit(lambda: membership_notify.delay(membership.pk))
+        queue_after_commit("tenants.tasks.membership_notify", membership.pk)
     access.clear_access_cache(user)
     return membership
 

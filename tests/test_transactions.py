@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from django.db import transaction
 
-from tenants.transactions import queue_once
+from tenants.transactions import queue_after_commit
 
 
 @pytest.mark.django_db(transaction=True)
@@ -18,11 +18,11 @@ def test_many_requests_in_one_transaction_queue_the_task_once(monkeypatch: Any) 
     monkeypatch.setattr(tasks.quota_sync, "delay", calls.append)
     with transaction.atomic():
         for _ in range(5):
-            queue_once("scheduler_bridge.tasks.quota_sync", 7)
-        queue_once("scheduler_bridge.tasks.quota_sync", 8)
+            queue_after_commit("scheduler_bridge.tasks.quota_sync", 7)
+        queue_after_commit("scheduler_bridge.tasks.quota_sync", 8)
         assert calls == []  # nothing before commit
     assert calls == [7, 8]
     with pytest.raises(RuntimeError), transaction.atomic():
-        queue_once("scheduler_bridge.tasks.quota_sync", 9)
+        queue_after_commit("scheduler_bridge.tasks.quota_sync", 9)
         raise RuntimeError("rolled back")
     assert calls == [7, 8]

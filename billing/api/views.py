@@ -40,6 +40,7 @@ from billing.models import (
 from billing.months import parse_month
 from billing.permissions import can_read_any_billing
 from tenants.errors import ValidationFailed
+from tenants.transactions import queue_after_commit
 
 
 def period_named(name: str | None) -> BillingPeriod:
@@ -496,16 +497,14 @@ class CollectionViewSet(viewsets.ViewSet):
 
     @extend_schema(request=None, responses=None)
     def create(self, request: Request) -> Response:
-        from django.db import transaction
 
-        from billing.tasks import usage_collect
         from scheduler_bridge.inventory.models import Cluster
         from tenants import access
 
         if not access.is_platform_admin(request.user):
             raise Http404
         cluster = get_object_or_404(Cluster, name=request.data.get("cluster", ""))
-        transaction.on_commit(lambda: usage_collect.delay(cluster.pk))
+        queue_after_commit("billing.tasks.usage_collect", cluster.pk)
         return Response(
             {"detail": f"usage collection of {cluster.name} queued"},
             status=status.HTTP_202_ACCEPTED,

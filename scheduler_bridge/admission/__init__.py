@@ -46,7 +46,7 @@ from .model import (
     Tenant,
     Topology,
 )
-from .placement import fits_when_idle
+from .pending import fits_when_idle
 from .simulator import SimJob, SimulationResult, Simulator, apply_result
 
 __all__ = [

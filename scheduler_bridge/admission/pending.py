@@ -16,8 +16,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .model import PendingWorkload, Topology
-from .placement import Need
+from .model import Node, PendingWorkload, PodSet, Topology
+from .placement import Need, NodePool
 
 # (topology, pod sets as (count, GPUs per pod, acceptable flavours), may borrow)
 RawShape = tuple[Topology, tuple[tuple[int, int, tuple[str, ...]], ...], bool]
@@ -162,3 +162,26 @@ def group_items(items: Sequence[Item]) -> dict[int, dict[int, list[Item]]]:
 
 def _order(item: Item) -> tuple[int, float, str]:
     return item.order
+
+
+def fits_when_idle(nodes: Sequence[Node], pod_sets: Sequence[PodSet], topology: Topology) -> bool:
+    """Whether some flavour choice of ``pod_sets`` could be placed on ``nodes`` with all
+    their GPUs free: the test for work that can never run, whatever else happens. It
+    looks at the pod sets together (two pod sets of 16 need 32), as admission does."""
+    names = sorted(
+        {f for n in nodes for f in n.capacity} | {f for p in pod_sets for f in p.flavours}
+    )
+    index = {name: i for i, name in enumerate(names)}
+    raw = (topology, tuple((p.count, p.gpus_per_pod, p.flavours) for p in pod_sets), True)
+    shape = build_shape(raw, 0, index)
+    idle = [
+        Node(n.name, dict(n.capacity), None, n.domain) for n in sorted(nodes, key=lambda n: n.name)
+    ]
+    pool = NodePool(idle, names, {})
+    return any(
+        pool.plan_generic(
+            option.needs, topology, {f: list(pool.flavours[f].total) for f, _ in option.totals}
+        )
+        is not None
+        for option in shape.options
+    )

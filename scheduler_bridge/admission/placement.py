@@ -15,7 +15,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Mapping, Sequence
 
-from .model import Node, PodSet, Topology
+from .model import Node, Topology
 
 Need = tuple[int, int, int]  # (flavour index, pod count, GPUs per pod)
 Plan = list[tuple[int, int, int]]  # (flavour index, local node index, GPUs)
@@ -289,30 +289,3 @@ def _merge(plan: Plan) -> Plan:
         if gpus:
             merged[(f, j)] = merged.get((f, j), 0) + gpus
     return [(f, j, gpus) for (f, j), gpus in sorted(merged.items())]
-
-
-def fits_when_idle(nodes: Sequence[Node], pod_sets: Sequence[PodSet], topology: Topology) -> bool:
-    """Whether some flavour choice of ``pod_sets`` could be placed on ``nodes`` with all
-    their GPUs free: the test for work that can never run, whatever else happens. It
-    looks at the pod sets together (two pod sets of 16 need 32), as admission does."""
-    from .pending import build_shape  # pending imports this module
-
-    names = sorted(
-        {f for n in nodes for f in n.capacity} | {f for p in pod_sets for f in p.flavours}
-    )
-    index = {name: i for i, name in enumerate(names)}
-    raw = (topology, tuple((p.count, p.gpus_per_pod, p.flavours) for p in pod_sets), True)
-    shape = build_shape(raw, 0, index)
-    idle = [Node(n.name, dict(n.capacity), None, n.domain) for n in sorted(nodes, key=_name)]
-    pool = NodePool(idle, names, {})
-    return any(
-        pool.plan_generic(
-            option.needs, topology, {f: list(pool.flavours[f].total) for f, _ in option.totals}
-        )
-        is not None
-        for option in shape.options
-    )
-
-
-def _name(node: Node) -> str:
-    return node.name

@@ -26,6 +26,7 @@ from scheduler_bridge.quotas.models import Quota, QuotaRequest
 from tenants import access
 from tenants.audit import audit_record, snapshot
 from tenants.errors import PermissionDenied
+from tenants.transactions import queue_after_commit
 
 
 class PlatformAdminWrites(BasePermission):
@@ -133,13 +134,8 @@ class ClusterViewSet(viewsets.ModelViewSet[Cluster]):
 
 
 def _queue_inventory_sync(cluster_id: int) -> None:
-    from scheduler_bridge.tasks import inventory_sync, quota_sync
-
-    def queue() -> None:
-        inventory_sync.delay(cluster_id)
-        quota_sync.delay(cluster_id)
-
-    transaction.on_commit(queue)
+    queue_after_commit("scheduler_bridge.tasks.inventory_sync", cluster_id)
+    queue_after_commit("scheduler_bridge.tasks.quota_sync", cluster_id)
 
 
 class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[Node]):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from scheduler_bridge.gateways import ClusterGateway, gateway_for
 from scheduler_bridge.inventory.models import Cluster
 
@@ -24,3 +27,16 @@ def gateway_for_cluster(cluster: Cluster) -> ClusterGateway:
             if namespace not in existing:
                 gateway.cluster.add_namespace(namespace)
     return gateway
+
+
+@contextmanager
+def cluster_gateway(
+    cluster: Cluster, gateway: ClusterGateway | None = None
+) -> Iterator[ClusterGateway]:
+    """``gateway`` as it is (its owner closes it), or a new gateway of ``cluster`` that
+    is closed when the block ends, whatever happens inside it."""
+    if gateway is not None:
+        yield gateway
+        return
+    with gateway_for_cluster(cluster) as opened:
+        yield opened

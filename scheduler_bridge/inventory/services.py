@@ -10,6 +10,7 @@ from decimal import Decimal
 from django.db import transaction
 from django.utils import timezone
 
+from scheduler_bridge.followups import queue_admission_cycle
 from scheduler_bridge.gateways import ClusterGateway, GatewayConfigError, GatewayError, NodeInfo
 from scheduler_bridge.gateways.base import GPU_RESOURCE, PodInfo
 from scheduler_bridge.inventory.catalogue import (
@@ -18,7 +19,7 @@ from scheduler_bridge.inventory.catalogue import (
     product_and_profile_from_gfd_label,
     profile_by_name,
 )
-from scheduler_bridge.inventory.connection import gateway_for_cluster
+from scheduler_bridge.inventory.connection import cluster_gateway
 from scheduler_bridge.inventory.layouts import derive_gpu_layouts, layout_from_json, layout_to_json
 from scheduler_bridge.inventory.models import Cluster, Flavour, Node
 
@@ -151,9 +152,9 @@ def inventory_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> I
     cluster's status says so either way, and other clusters are unaffected.
     """
     try:
-        gateway = gateway or gateway_for_cluster(cluster)
-        infos = gateway.list_nodes()
-        pods = gateway.list_gpu_pods()
+        with cluster_gateway(cluster, gateway) as reader:
+            infos = reader.list_nodes()
+            pods = reader.list_gpu_pods()
     except GatewayError as error:
         _mark_cluster(cluster, Cluster.Status.ERROR, str(error))
         raise
@@ -206,9 +207,7 @@ def inventory_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> I
         )
         _mark_cluster(cluster, Cluster.Status.OK, f"{result.nodes} nodes, {result.gpus} GPUs")
         # Capacity may have changed: waiting work may fit now (or admitted work not).
-        from scheduler_bridge.workloads.services import queue_cycle
-
-        queue_cycle(cluster.pk)
+        queue_admission_cycle(cluster.pk)
     return result
 
 

@@ -16,8 +16,6 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.contrib.auth import get_user_model
-from django.core.mail import send_mail
 from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
@@ -31,13 +29,14 @@ from scheduler_bridge.gateways.manifests import (
     node_mig_config_labels,
 )
 from scheduler_bridge.inventory.catalogue import UnknownGpuProduct, product_by_name
-from scheduler_bridge.inventory.connection import gateway_for_cluster
+from scheduler_bridge.inventory.connection import cluster_gateway
 from scheduler_bridge.inventory.layouts import busy_gpu_flags, layout_from_json, layout_to_json
 from scheduler_bridge.inventory.models import Cluster, Node
 from scheduler_bridge.mig.layouts import MigLayout
 from scheduler_bridge.mig.planner import GpuState, MigDemand, MigPlan, NodePin, plan_mig_layouts
 from scheduler_bridge.quotas.models import Quota
 from tenants.audit import audit_record
+from tenants.transactions import queue_after_commit
 
 logger = logging.getLogger(__name__)
 
@@ -184,18 +183,7 @@ def _report_failure(cluster: Cluster, node: Node) -> None:
             after={"mig_config": node.mig_config, "state": "failed"},
             message=message,
         )
-        admins = get_user_model().objects.filter(is_staff=True, is_active=True).exclude(email="")
-        recipients = list(admins.values_list("email", flat=True))
-        if recipients:
-            transaction.on_commit(
-                lambda: send_mail(
-                    f"Tidegate: MIG reconfiguration failed on {node.name}",
-                    message,
-                    None,
-                    recipients,
-                    fail_silently=True,
-                )
-            )
+        queue_after_commit("scheduler_bridge.tasks.mig_failure_notify", node.pk, message)
 
 
 def mig_reconcile(cluster: Cluster, gateway: ClusterGateway | None = None) -> ReconcileResult:
@@ -204,9 +192,13 @@ def mig_reconcile(cluster: Cluster, gateway: ClusterGateway | None = None) -> Re
     The ConfigMap is written before any node label points at a config in it, so MIG
     Manager never looks for a config that does not exist yet.
     """
+    with cluster_gateway(cluster, gateway) as opened:
+        return _mig_reconcile(cluster, opened)
+
+
+def _mig_reconcile(cluster: Cluster, gateway: ClusterGateway) -> ReconcileResult:
     from scheduler_bridge.inventory.services import inventory_sync
 
-    gateway = gateway or gateway_for_cluster(cluster)
     inventory_sync(cluster, gateway)
     result = ReconcileResult()
     _follow_up(cluster, result)

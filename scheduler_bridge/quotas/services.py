@@ -12,6 +12,7 @@ from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
+from scheduler_bridge.followups import queue_admission_cycle, queue_quota_sync
 from scheduler_bridge.inventory.models import Flavour
 from scheduler_bridge.quotas.models import Quota, QuotaRequest
 from scheduler_bridge.quotas.rules import QuotaContext, quota_violations
@@ -19,7 +20,6 @@ from tenants import access
 from tenants.audit import audit_record, snapshot
 from tenants.errors import Conflict, PermissionDenied, ValidationFailed
 from tenants.models import Role, Tenant
-from tenants.transactions import queue_once
 
 
 def can_set_quota(user: Any, tenant: Tenant) -> bool:
@@ -140,9 +140,7 @@ def quota_set(
 
 def _queue_admission(cluster_id: int) -> None:
     """A changed quota may let waiting work in (or make borrowers reclaimable)."""
-    from scheduler_bridge.workloads.services import queue_cycle
-
-    queue_cycle(cluster_id)
+    queue_admission_cycle(cluster_id)
 
 
 def quota_delete(*, actor: Any, quota: Quota, source: str = "api") -> None:
@@ -169,11 +167,6 @@ def quota_delete(*, actor: Any, quota: Quota, source: str = "api") -> None:
         )
         quota.delete()
     queue_quota_sync(quota.flavour.cluster_id)
-
-
-def queue_quota_sync(cluster_id: int) -> None:
-    """Sync the cluster's ResourceQuotas after the current transaction commits (once)."""
-    queue_once("scheduler_bridge.tasks.quota_sync", cluster_id)
 
 
 def quota_request_create(

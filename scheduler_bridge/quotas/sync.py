@@ -20,7 +20,7 @@ from scheduler_bridge.gateways import (
     NamespaceMissing,
 )
 from scheduler_bridge.gateways.base import MANAGED_BY_LABEL, TENANT_LABEL
-from scheduler_bridge.inventory.connection import gateway_for_cluster
+from scheduler_bridge.inventory.connection import cluster_gateway
 from scheduler_bridge.inventory.models import Cluster, Flavour
 from scheduler_bridge.quotas.models import Quota
 from scheduler_bridge.quotas.resource_quota import (
@@ -122,7 +122,11 @@ def quota_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> Quota
     error of one namespace is recorded on its binding. Raises ClusterUnreachable (after
     the gateway's retries) when the cluster does not answer at all.
     """
-    gateway = gateway or gateway_for_cluster(cluster)
+    with cluster_gateway(cluster, gateway) as opened:
+        return _quota_sync(cluster, opened)
+
+
+def _quota_sync(cluster: Cluster, gateway: ClusterGateway) -> QuotaSyncResult:
     bindings = list(
         NamespaceBinding.objects.filter(cluster_name=cluster.name)
         .select_related("tenant")

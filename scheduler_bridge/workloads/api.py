@@ -109,7 +109,10 @@ class WorkloadSerializer(serializers.ModelSerializer[Workload]):
             "submitted_by",
             "submitted_at",
             "admitted_at",
+            "started_at",
             "finished_at",
+            "apply_error",
+            "apply_attempts",
         ]
         read_only_fields = fields
 

@@ -1,12 +1,12 @@
-"""One admission cycle of a cluster: decide with the engine, persist, then apply.
+"""One admission cycle of a cluster: decide with the engine and save the decisions.
 
 Only one cycle runs per cluster at a time: the cycle holds the cluster's admission lock
 (locks.py, a PostgreSQL advisory lock) for its whole read-decide-persist transaction, so
 a second cycle waits and then sees the first one's admissions (two workers can never
-admit against the same free GPUs). Decisions are saved
-in that one transaction; applying them to Kubernetes (unsuspending or suspending Jobs)
-happens after commit, and a Job that cannot be started goes back to pending with the
-error as its reason.
+admit against the same free GPUs). Every decision is a life-cycle transition
+(lifecycle.admit, lifecycle.preempt), saved with its audit record in that one
+transaction. Nothing here talks to the cluster: the reconciler (reconcile.py) makes the
+cluster match the saved decisions afterwards, and a failure there never loses one.
 """
 
 from __future__ import annotations
@@ -20,18 +20,18 @@ from django.db import transaction
 from django.utils import timezone
 
 from scheduler_bridge import admission as engine
-from scheduler_bridge.gateways import ClusterGateway, GatewayError
-from scheduler_bridge.inventory.connection import gateway_for_cluster
+from scheduler_bridge.gateways import ClusterGateway
 from scheduler_bridge.inventory.models import Cluster, Flavour
+from scheduler_bridge.workloads import lifecycle
 from scheduler_bridge.workloads.budget_gate import budget_gate_for
-from scheduler_bridge.workloads.events import admitted_message, job_event
 from scheduler_bridge.workloads.locks import hold_admission_lock
 from scheduler_bridge.workloads.models import Workload
 from scheduler_bridge.workloads.persist import COLUMN_TYPES, update_workloads
-from scheduler_bridge.workloads.runs import close_run
+from scheduler_bridge.workloads.reconcile import reconcile
+from scheduler_bridge.workloads.records import Placement
 from scheduler_bridge.workloads.services import stop_overrunning
 from scheduler_bridge.workloads.snapshot import build_snapshot
-from tenants.audit import audit_record
+from tenants.models import AuditEvent
 
 logger = logging.getLogger(__name__)
 
@@ -84,42 +84,41 @@ def decide_and_persist(cluster: Cluster) -> tuple[CycleOutcome, engine.CycleResu
             .select_related("flavour")
             .in_bulk(changed)
         )
+        events: list[AuditEvent] = []
         for admission in result.admissions:
             workload = workloads[int(admission.workload_id)]
-            workload.state = Workload.State.ADMITTED
-            workload.admitted_at = now
-            workload.flavour = flavours[admission.flavour]
-            workload.placements = [
-                {"node": p.node, "flavour": p.flavour, "gpus": p.gpus} for p in admission.placements
-            ]
-            workload.borrowed = {
-                flavours[name].resource_name: amount for name, amount in admission.borrowed.items()
-            }
-            workload.gpus = admission.gpus
-            workload.queue_position = None
-            workload.reason_code = admission.code.value
-            workload.reason = admission.message
+            events.append(
+                lifecycle.admit(
+                    workload,
+                    now=now,
+                    flavour=flavours[admission.flavour],
+                    placements=[Placement(p.node, p.flavour, p.gpus) for p in admission.placements],
+                    borrowed={
+                        flavours[name].resource_name: amount
+                        for name, amount in admission.borrowed.items()
+                    },
+                    gpus=admission.gpus,
+                    code=admission.code.value,
+                    message=admission.message,
+                )
+            )
             outcome.admitted.append(workload.pk)
         for preemption in result.preemptions:
             victim = workloads[int(preemption.victim_id)]
-            close_run(victim, now)
-            requeue(victim, f"preempted: {preemption.message}", "preempted")
-            victim.preemptions += 1
-            outcome.preempted.append(victim.pk)
-            audit_record(
-                actor=None,
-                action="action",
-                instance=victim,
-                before=None,
-                after={"preempted_by": preemption.preemptor_id},
-                message=preemption.message,
+            events.append(
+                lifecycle.preempt(
+                    victim, now=now, by=preemption.preemptor_id, message=preemption.message
+                )
             )
+            outcome.preempted.append(victim.pk)
+        AuditEvent.objects.bulk_create(events, batch_size=1000)
         update_workloads(
             [
                 {
                     "id": w.pk,
                     "state": w.state,
                     "admitted_at": w.admitted_at,
+                    "started_at": w.started_at,
                     "flavour_id": w.flavour_id,
                     "placements": w.placements,
                     "borrowed": w.borrowed,
@@ -129,6 +128,9 @@ def decide_and_persist(cluster: Cluster) -> tuple[CycleOutcome, engine.CycleResu
                     "reason": w.reason,
                     "preemptions": w.preemptions,
                     "past_runs": w.past_runs,
+                    "apply_error": w.apply_error,
+                    "apply_attempts": w.apply_attempts,
+                    "job_events": w.job_events,
                 }
                 for w in workloads.values()
             ],
@@ -203,85 +205,13 @@ def _rebalance_borrowing(
 REWORDED_CODES = {"borrowing", "within_guarantee"}
 
 
-def requeue(workload: Workload, reason: str, code: str) -> None:
-    """Back to the queue, keeping its submit time (and so its place among equals)."""
-    workload.state = Workload.State.PENDING
-    workload.admitted_at = None
-    workload.flavour = None
-    workload.placements = []
-    workload.borrowed = {}
-    workload.gpus = 0
-    workload.reason_code = code
-    workload.reason = reason
-
-
 def admission_cycle(cluster: Cluster, gateway: ClusterGateway | None = None) -> CycleOutcome:
-    """Decide, persist, then apply: quota first raised for new work, Jobs started or
-    suspended, quota lowered again for what stopped."""
-    from scheduler_bridge.quotas.sync import quota_sync
-    from scheduler_bridge.tasks import job_stop
-
+    """Decide, then apply: stop work past its time limit, run and save one cycle, then
+    reconcile the cluster with what was saved. A failure to apply (the cluster refusing
+    or not answering) never undoes a decision: it is retried by the next reconcile."""
     stop_overrunning(cluster)  # frees their GPUs for this very cycle
     outcome, _ = decide_and_persist(cluster)
-    jobs_admitted = Workload.objects.filter(pk__in=outcome.admitted, source=Workload.Source.JOB)
-    jobs_preempted = Workload.objects.filter(pk__in=outcome.preempted, source=Workload.Source.JOB)
-    if not (outcome.admitted or outcome.preempted or outcome.rebalanced):
-        return outcome
-    gateway = gateway or gateway_for_cluster(cluster)
-    for workload in jobs_preempted:
-        try:
-            gateway.suspend_job(workload.namespace, workload.job_name)
-            job_event(gateway, workload, "Preempted", workload.reason, warning=True)
-        except GatewayError as error:
-            # Its GPUs are already promised to the preemptor: keep trying until it stops.
-            logger.warning(
-                "could not suspend %s/%s: %s", workload.namespace, workload.job_name, error
-            )
-            job_stop.delay(workload.pk)
-    started: set[int] = set()
-    try:
-        # Raise ResourceQuotas before any Job starts, so its pods are never refused.
-        quota_sync(cluster, gateway)
-        for workload in jobs_admitted.select_related("flavour"):
-            try:
-                start_job(gateway, workload)
-                started.add(workload.pk)
-                job_event(gateway, workload, "Admitted", admitted_message(workload))
-            except GatewayError as error:
-                outcome.apply_errors[workload.pk] = str(error)
-                _back_to_pending(workload.pk, f"could not start the Job: {error}")
-                started.add(workload.pk)
-    except GatewayError as error:
-        # The cluster stopped answering half-way: nothing not yet started may keep
-        # holding GPUs it does not use.
-        for workload in jobs_admitted:
-            if workload.pk not in started:
-                outcome.apply_errors[workload.pk] = str(error)
-                _back_to_pending(workload.pk, f"could not start the Job: {error}")
-        raise
-    if outcome.apply_errors or outcome.preempted or outcome.rebalanced:
-        quota_sync(cluster, gateway)
+    changed = bool(outcome.admitted or outcome.preempted or outcome.rebalanced)
+    applied = reconcile(cluster, gateway, sync_quotas=changed)
+    outcome.apply_errors = dict(applied.start_errors)
     return outcome
-
-
-def _back_to_pending(workload_id: int, reason: str) -> None:
-    with transaction.atomic():
-        locked = Workload.objects.select_for_update().get(pk=workload_id)
-        if locked.state == Workload.State.ADMITTED:
-            requeue(locked, reason, "apply_failed")
-            locked.save()
-
-
-def start_job(gateway: ClusterGateway, workload: Workload) -> None:
-    flavour = workload.flavour
-    assert flavour is not None
-    nodes = None
-    if workload.topology != Workload.Topology.NONE:
-        nodes = sorted({p["node"] for p in workload.placements})
-    gateway.admit_job(
-        workload.namespace,
-        workload.job_name,
-        dict(flavour.node_selector),
-        list(flavour.tolerations),
-        nodes,
-    )

@@ -12,24 +12,16 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from django.db import transaction
 from django.utils import timezone
 
 from scheduler_bridge.gateways import ClusterGateway
 from scheduler_bridge.gateways.base import GPU_RESOURCE, JobInfo, is_gpu_resource
-from scheduler_bridge.inventory.connection import gateway_for_cluster
+from scheduler_bridge.inventory.connection import cluster_gateway
 from scheduler_bridge.inventory.models import Cluster
-from scheduler_bridge.quotas.services import queue_quota_sync
-from scheduler_bridge.workloads.events import job_event
+from scheduler_bridge.workloads import lifecycle
 from scheduler_bridge.workloads.models import Workload
-from scheduler_bridge.workloads.services import (
-    PodSetSpec,
-    lock_for_change,
-    queue_cycle,
-    workload_submit,
-)
-from tenants.audit import audit_record
-from tenants.errors import TidegateError
+from scheduler_bridge.workloads.services import PodSetSpec, workload_submit
+from tenants.errors import Conflict, TidegateError
 from tenants.models import NamespaceBinding, Tenant
 
 logger = logging.getLogger(__name__)
@@ -73,37 +65,27 @@ def _pod_set(cluster: Cluster, job: JobInfo) -> PodSetSpec:
 
 
 def _reject(cluster: Cluster, job: JobInfo, tenant: Tenant, reason: str) -> Workload:
-    with transaction.atomic():
-        workload = Workload.objects.create(
-            cluster=cluster,
-            tenant=tenant,
-            name=job.name,
-            source=Workload.Source.JOB,
-            namespace=job.namespace,
-            job_name=job.name,
-            job_uid=job.uid,
-            pod_sets=[],
-            state=Workload.State.REJECTED,
-            submitted_at=timezone.now(),
-            reason_code="rejected",
-            reason=reason,
-        )
-        audit_record(
-            actor=None,
-            action="action",
-            instance=workload,
-            before=None,
-            after=None,
-            message=f"Job {job.namespace}/{job.name} not admitted: {reason}",
-        )
-    return workload
+    workload = Workload(
+        cluster=cluster,
+        tenant=tenant,
+        name=job.name,
+        source=Workload.Source.JOB,
+        namespace=job.namespace,
+        job_name=job.name,
+        job_uid=job.uid,
+        pod_sets=[],
+        submitted_at=timezone.now(),
+    )
+    return lifecycle.reject(workload, reason)
 
 
 def jobs_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> JobSyncResult:
-    """Turn new queue-labelled Jobs into workloads; close workloads whose Job ended."""
-    gateway = gateway or gateway_for_cluster(cluster)
+    """Turn new queue-labelled Jobs into workloads; close workloads whose Job ended.
+    Reads the cluster only: what it decides (a rejection's Event, a stop) the reconciler
+    applies."""
+    with cluster_gateway(cluster, gateway) as reader:
+        jobs = reader.list_jobs(QUEUE_LABEL)
     result = JobSyncResult()
-    jobs = gateway.list_jobs(QUEUE_LABEL)
     bindings = {
         b.namespace: b.tenant
         for b in NamespaceBinding.objects.filter(cluster_name=cluster.name).select_related("tenant")
@@ -119,8 +101,8 @@ def jobs_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> JobSyn
         seen.add(job.uid)
         workload = known.get(job.uid)
         if workload is not None:
-            if (job.finished or job.failed) and workload.state in Workload.OPEN_STATES:
-                _finish(workload, "the Job failed" if job.failed else "the Job completed")
+            over = (job.finished or job.failed) and workload.state in Workload.OPEN_STATES
+            if over and _job_ended(workload, failed=job.failed):
                 result.finished.append(workload.pk)
             continue
         owner = bindings.get(job.namespace)
@@ -179,29 +161,31 @@ def jobs_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> JobSyn
             )
             continue
         result.created.append(created.pk)
-    for refused in Workload.objects.filter(pk__in=result.rejected):
-        job_event(gateway, refused, "QueueRejected", refused.reason, warning=True)
     for uid, workload in known.items():
-        if uid not in seen and workload.state in Workload.OPEN_STATES:
-            _finish(workload, "the Job was deleted")
+        gone = uid not in seen and workload.state in Workload.OPEN_STATES
+        if gone and _job_ended(workload, deleted=True):
             result.finished.append(workload.pk)
     return result
 
 
-def _finish(workload: Workload, reason: str) -> None:
-    with transaction.atomic():
-        locked = lock_for_change(workload)
-        if locked.state not in Workload.OPEN_STATES:
-            return
-        was_active = locked.state in Workload.ACTIVE_STATES
-        locked.state = Workload.State.FINISHED if was_active else Workload.State.CANCELLED
-        locked.finished_at = timezone.now() if was_active else None
-        locked.queue_position = None
-        locked.reason = reason
-        locked.save()
-        queue_cycle(locked.cluster_id)
-        if locked.borrowed:
-            queue_quota_sync(locked.cluster_id)  # lower the ceiling it had raised
+def _job_ended(workload: Workload, *, failed: bool = False, deleted: bool = False) -> bool:
+    """Close the workload of a Job that completed, failed or was deleted: work that held
+    GPUs finishes (or fails), work still waiting is cancelled. False when it had already
+    changed meanwhile (nothing to do)."""
+    if deleted:
+        reason = "the Job was deleted"
+    else:
+        reason = "the Job failed" if failed else "the Job completed"
+    try:
+        if workload.state not in Workload.ACTIVE_STATES:
+            lifecycle.cancel(workload, reason)
+        elif failed:
+            lifecycle.fail(workload, reason)
+        else:
+            lifecycle.finish(workload, reason)
+    except Conflict:
+        return False
+    return True
 
 
 MAX_RUN_TIME_S = 2**31 - 1

@@ -10,6 +10,13 @@ from django.db import models
 from django.utils.translation import gettext_lazy as _
 
 from scheduler_bridge.inventory.models import Cluster, Flavour
+from scheduler_bridge.workloads.records import (
+    Placement,
+    PodSetRecord,
+    parse_borrowed,
+    parse_placements,
+    parse_pod_sets,
+)
 from tenants.models import DNS1123_LABEL, Tenant
 
 
@@ -39,11 +46,14 @@ class Workload(models.Model):
     """A job asking for GPUs, from the API or from a suspended Kubernetes Job."""
 
     class State(models.TextChoices):
+        """Where a workload is in its life; every change goes through lifecycle.py,
+        whose docstring has the table of legal transitions."""
+
         PENDING = "pending", _("Pending")
-        ADMITTED = "admitted", _("Admitted")
+        ADMITTED = "admitted", _("Admitted, starting")
         RUNNING = "running", _("Running")
         FINISHED = "finished", _("Finished")
-        PREEMPTED = "preempted", _("Preempted")
+        FAILED = "failed", _("Failed")
         REJECTED = "rejected", _("Rejected")
         CANCELLED = "cancelled", _("Cancelled")
         TIMED_OUT = "timed_out", _("Stopped at its time limit")
@@ -58,9 +68,14 @@ class Workload(models.Model):
         ONE_DOMAIN = "domain", _("One NVLink domain")
 
     ACTIVE_STATES = (State.ADMITTED, State.RUNNING)
-    # Queue order: state, then position (work without one - inadmissible - last), then age
+    # Queue order: work holding GPUs, then waiting work by position (work without one -
+    # inadmissible - last), then closed work; age breaks ties.
     QUEUE_ORDER = (
-        "state",
+        models.Case(
+            models.When(state__in=(State.ADMITTED, State.RUNNING), then=models.Value(0)),
+            models.When(state=State.PENDING, then=models.Value(1)),
+            default=models.Value(2),
+        ).asc(),
         models.F("queue_position").asc(nulls_last=True),
         "submitted_at",
         "id",
@@ -90,6 +105,8 @@ class Workload(models.Model):
     )
     submitted_at = models.DateTimeField(db_index=True)
     admitted_at = models.DateTimeField(null=True, blank=True)
+    # when the cluster was told to run it (its Job unsuspended); empty while admitted
+    started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     # Where admission put it: the flavour, [{"node", "flavour", "gpus"}], borrowed per resource.
     flavour = models.ForeignKey(
@@ -102,6 +119,14 @@ class Workload(models.Model):
     reason_code = models.CharField(max_length=32, blank=True)
     reason = models.TextField(blank=True)
     preemptions = models.PositiveIntegerField(default=0)
+    # Admitted work the reconciler could not start yet: the last error and how many tries
+    # failed; after RECONCILE_START_ATTEMPTS it goes back to the queue (lifecycle.requeue).
+    apply_error = models.TextField(blank=True)
+    apply_attempts = models.PositiveSmallIntegerField(default=0)
+    # Kubernetes Events owed to the workload's Job ([{"reason", "message", "warning"}]):
+    # written by the transition that owes them, in its transaction; posted and cleared by
+    # the reconciler, so a decision and what its owner is told never disagree.
+    job_events = models.JSONField(default=list, blank=True)
     # Runs that ended in preemption: [{"admitted_at", "ended_at" (ISO 8601), "flavour",
     # "gpu_equivalent", "placements", "borrowed", "gpus"}]. They held GPUs, so billing and
     # the fair-share usage history count them like the current run.
@@ -120,3 +145,20 @@ class Workload(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tenant.slug}/{self.name} ({self.state})"
+
+    @property
+    def pod_set_records(self) -> list[PodSetRecord]:
+        return parse_pod_sets(self.pod_sets)
+
+    @property
+    def placement_records(self) -> list[Placement]:
+        return parse_placements(self.placements)
+
+    @property
+    def borrowed_gpus(self) -> dict[str, int]:
+        return parse_borrowed(self.borrowed)
+
+    @property
+    def gpus_asked(self) -> int:
+        """GPUs of all its pod sets together."""
+        return sum(record.gpus for record in self.pod_set_records)

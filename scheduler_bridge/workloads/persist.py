@@ -19,6 +19,7 @@ MAX_PARAMETERS = 60_000
 COLUMN_TYPES = {
     "state": "varchar",
     "admitted_at": "timestamptz",
+    "started_at": "timestamptz",
     "flavour_id": "bigint",
     "placements": "jsonb",
     "borrowed": "jsonb",
@@ -28,6 +29,9 @@ COLUMN_TYPES = {
     "reason": "text",
     "preemptions": "integer",
     "past_runs": "jsonb",
+    "apply_error": "text",
+    "apply_attempts": "integer",
+    "job_events": "jsonb",
 }
 
 

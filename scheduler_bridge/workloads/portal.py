@@ -17,6 +17,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import path
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
 from scheduler_bridge import selectors
@@ -160,13 +161,34 @@ def runs_chart(workload: Workload) -> str:
     return str(figure.to_html(full_html=False, include_plotlyjs=False, div_id="runs-chart"))
 
 
+# How the history names each life-cycle transition (lifecycle.TRANSITIONS).
+TRANSITION_LABELS = {
+    "submit": gettext_lazy("submitted"),
+    "reject": gettext_lazy("rejected"),
+    "admit": gettext_lazy("admitted"),
+    "start": gettext_lazy("started"),
+    "requeue": gettext_lazy("back in the queue"),
+    "preempt": gettext_lazy("preempted"),
+    "finish": gettext_lazy("finished"),
+    "fail": gettext_lazy("failed"),
+    "time_out": gettext_lazy("stopped at its time limit"),
+    "cancel": gettext_lazy("cancelled"),
+}
+
+
 @login_required
 def workload_detail(request: HttpRequest, pk: int) -> HttpResponse:
     workload = get_object_or_404(workloads_visible_to(request.user), pk=pk)
     # whoever may see the workload sees what happened to it (preempted by whom, stopped)
-    history = AuditEvent.objects.filter(
-        object_type=Workload._meta.label_lower, object_id=str(workload.pk)
-    ).order_by("-created_at")[:50]
+    history = list(
+        AuditEvent.objects.filter(
+            object_type=Workload._meta.label_lower, object_id=str(workload.pk)
+        ).order_by("-created_at", "-id")[:50]
+    )
+    for event in history:
+        after = event.after if isinstance(event.after, dict) else {}
+        label = TRANSITION_LABELS.get(str(after.get("transition", "")))
+        event.label = label or event.get_action_display()  # type: ignore[attr-defined]
     has_runs = workload.admitted_at is not None or bool(workload.past_runs)
     context = {
         "workload": workload,

@@ -1,10 +1,10 @@
 """Writes to workloads and priority classes: submission with "can it ever run?" checks,
-cancel, finish; every change audited, then an admission cycle queued after commit."""
+cancel and finish on a user's behalf, time limits. Who may do what is checked here; the
+state changes themselves are life-cycle transitions (lifecycle.py)."""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -21,15 +21,14 @@ from scheduler_bridge.inventory.catalogue import (
     profile_by_name,
 )
 from scheduler_bridge.inventory.models import Cluster, Flavour, Node
-from scheduler_bridge.quotas.services import queue_quota_sync
-from scheduler_bridge.workloads.locks import hold_admission_lock
+from scheduler_bridge.workloads import lifecycle
 from scheduler_bridge.workloads.models import PriorityClass, Workload
+from scheduler_bridge.workloads.records import PodSetRecord, dump_pod_sets
 from scheduler_bridge.workloads.snapshot import flavour_index, node_flavours
 from tenants import access
 from tenants.audit import audit_record, snapshot
 from tenants.errors import Conflict, PermissionDenied, ValidationFailed
 from tenants.models import Role, Tenant
-from tenants.transactions import queue_once
 
 SUBMIT_ROLES = (Role.MEMBER, Role.LEAD, Role.ADMIN)
 MANAGE_ROLES = (Role.LEAD, Role.ADMIN)
@@ -123,26 +122,26 @@ def resolve_flavours(cluster: Cluster, spec: PodSetSpec) -> list[str]:
     return whole
 
 
-def check_can_ever_run(shape: ClusterShape, pod_sets: list[dict[str, Any]], topology: str) -> None:
+def check_can_ever_run(shape: ClusterShape, pod_sets: list[PodSetRecord], topology: str) -> None:
     """ValidationFailed when no state of the cluster could ever run this workload."""
     for ps in pod_sets:
-        needed = ps["count"] * ps["gpus_per_pod"]
-        fits = [f for f in ps["flavours"] if shape.total.get(f, 0) >= needed]
-        best = max(ps["flavours"], key=lambda f: shape.total.get(f, 0))
+        needed = ps.gpus
+        fits = [f for f in ps.flavours if shape.total.get(f, 0) >= needed]
+        best = max(ps.flavours, key=lambda f: shape.total.get(f, 0))
         if not fits:
             raise ValidationFailed(
-                f"Pod set {ps['name']} needs {needed} GPUs of {'/'.join(ps['flavours'])}; "
+                f"Pod set {ps.name} needs {needed} GPUs of {'/'.join(ps.flavours)}; "
                 f"the cluster has {shape.total.get(best, 0)} {best} in all.",
                 field="pod_sets",
             )
-        if not any(shape.largest_node.get(f, 0) >= ps["gpus_per_pod"] for f in ps["flavours"]):
+        if not any(shape.largest_node.get(f, 0) >= ps.gpus_per_pod for f in ps.flavours):
             raise ValidationFailed(
-                f"A pod of {ps['name']} needs {ps['gpus_per_pod']} GPUs on one node; the "
+                f"A pod of {ps.name} needs {ps.gpus_per_pod} GPUs on one node; the "
                 f"largest node offers {shape.largest_node.get(best, 0)} {best}.",
                 field="pod_sets",
             )
         if topology == Workload.Topology.ONE_NODE and not any(
-            shape.largest_node.get(f, 0) >= needed for f in ps["flavours"]
+            shape.largest_node.get(f, 0) >= needed for f in ps.flavours
         ):
             raise ValidationFailed(
                 f"Needs {needed} GPUs on one node; the largest node has "
@@ -150,25 +149,23 @@ def check_can_ever_run(shape: ClusterShape, pod_sets: list[dict[str, Any]], topo
                 field="topology",
             )
         if topology == Workload.Topology.ONE_DOMAIN and not any(
-            shape.largest_domain.get(f, 0) >= needed for f in ps["flavours"]
+            shape.largest_domain.get(f, 0) >= needed for f in ps.flavours
         ):
             raise ValidationFailed(
                 f"Needs {needed} GPUs in one NVLink domain; the largest domain has "
                 f"{shape.largest_domain.get(best, 0)} {best}.",
                 field="topology",
             )
-    pod_set_specs = [
-        engine.PodSet(ps["count"], ps["gpus_per_pod"], tuple(ps["flavours"])) for ps in pod_sets
-    ]
+    pod_set_specs = [engine.PodSet(ps.count, ps.gpus_per_pod, ps.flavours) for ps in pod_sets]
     if not engine.fits_when_idle(shape.nodes, pod_set_specs, engine.Topology(topology)):
         raise ValidationFailed(_together_message(shape, pod_sets, topology), field="pod_sets")
 
 
-def _together_message(shape: ClusterShape, pod_sets: list[dict[str, Any]], topology: str) -> str:
+def _together_message(shape: ClusterShape, pod_sets: list[PodSetRecord], topology: str) -> str:
     """Why pod sets that each fit cannot be placed together (first flavour of each)."""
     need: dict[str, int] = defaultdict(int)
     for ps in pod_sets:
-        need[ps["flavours"][0]] += ps["count"] * ps["gpus_per_pod"]
+        need[ps.flavours[0]] += ps.gpus
     asked = " and ".join(f"{n} {f}" for f, n in sorted(need.items()))
     if topology == Workload.Topology.ONE_NODE:
         where = ", ".join(f"{shape.largest_node.get(f, 0)} {f}" for f in sorted(need))
@@ -180,7 +177,7 @@ def _together_message(shape: ClusterShape, pod_sets: list[dict[str, Any]], topol
             f"has {where}."
         )
     have = ", ".join(f"{shape.total.get(f, 0)} {f}" for f in sorted(need))
-    pods = ", ".join(f"{ps['count']} x {ps['gpus_per_pod']} GPUs" for ps in pod_sets)
+    pods = ", ".join(f"{ps.count} x {ps.gpus_per_pod} GPUs" for ps in pod_sets)
     return (
         f"The pods ({pods}) cannot be placed together even with every GPU free: they need "
         f"{asked}; the cluster has {have} in all, on nodes of "
@@ -235,45 +232,35 @@ def workload_submit(
                 f"Pod set {index}: count and gpus_per_pod must be at least 1.", field="pod_sets"
             )
         stored.append(
-            {
-                "name": spec.name or f"set-{index}",
-                "count": spec.count,
-                "gpus_per_pod": spec.gpus_per_pod,
-                "flavours": resolve_flavours(cluster, spec),
-            }
+            PodSetRecord(
+                name=spec.name or f"set-{index}",
+                count=spec.count,
+                gpus_per_pod=spec.gpus_per_pod,
+                flavours=tuple(resolve_flavours(cluster, spec)),
+            )
         )
     check_can_ever_run(cluster_shape(cluster), stored, topology)
     pclass = priority_class_named(priority_class)
-    with transaction.atomic():
-        workload = Workload.objects.create(
-            cluster=cluster,
-            tenant=tenant,
-            name=name,
-            source=source,
-            namespace=namespace,
-            job_name=job_name,
-            job_uid=job_uid,
-            priority_class=pclass,
-            priority=pclass.value if pclass else 0,
-            preemptible=pclass.preemptible if pclass else True,
-            pod_sets=stored,
-            gang=gang,
-            topology=topology,
-            max_run_time_s=max_run_time_s,
-            submitted_by=actor if getattr(actor, "is_authenticated", False) else None,
-            submitted_at=timezone.now(),
-            reason="waiting for the next admission cycle",
-        )
-        audit_record(
-            actor=actor,
-            action="create",
-            instance=workload,
-            before=None,
-            after=snapshot(workload),
-            source=audit_source,
-        )
-        queue_cycle(cluster.pk)
-    return workload
+    workload = Workload(
+        cluster=cluster,
+        tenant=tenant,
+        name=name,
+        source=source,
+        namespace=namespace,
+        job_name=job_name,
+        job_uid=job_uid,
+        priority_class=pclass,
+        priority=pclass.value if pclass else 0,
+        preemptible=pclass.preemptible if pclass else True,
+        pod_sets=dump_pod_sets(stored),
+        gang=gang,
+        topology=topology,
+        max_run_time_s=max_run_time_s,
+        submitted_by=actor if getattr(actor, "is_authenticated", False) else None,
+        submitted_at=timezone.now(),
+        reason="waiting for the next admission cycle",
+    )
+    return lifecycle.submit(workload, actor=actor, source=audit_source)
 
 
 def may_manage(actor: Any, workload: Workload) -> bool:
@@ -287,7 +274,7 @@ def workload_cancel(*, actor: Any, workload: Workload, source: str = "api") -> W
     """Withdraw pending or admitted work (the submitter, or the tenant's leads/admins)."""
     if not may_manage(actor, workload):
         raise PermissionDenied("Only the submitter or a lead of the tenant may cancel it.")
-    return _close(actor, workload, Workload.State.CANCELLED, "cancelled", source)
+    return lifecycle.cancel(workload, "cancelled", actor=actor, source=source)
 
 
 def workload_finish(*, actor: Any, workload: Workload, source: str = "api") -> Workload:
@@ -296,7 +283,7 @@ def workload_finish(*, actor: Any, workload: Workload, source: str = "api") -> W
         raise PermissionDenied("Only the submitter or a lead of the tenant may finish it.")
     if workload.state not in Workload.ACTIVE_STATES:
         raise Conflict(f"Workload {workload.pk} is {workload.state}; only running work finishes.")
-    return _close(actor, workload, Workload.State.FINISHED, "finished", source)
+    return lifecycle.finish(workload, "finished", actor=actor, source=source)
 
 
 def stop_overrunning(cluster: Cluster, now: datetime | None = None) -> list[int]:
@@ -318,15 +305,7 @@ def stop_overrunning(cluster: Cluster, now: datetime | None = None) -> list[int]
         limit = duration(float(workload.max_run_time_s or 0))
         reason = f"stopped: ran past its declared max run time of {limit}"
         try:
-            _close(
-                None,
-                workload,
-                Workload.State.TIMED_OUT,
-                reason,
-                "system",
-                still=lambda locked: _overran(locked, now),
-                queue_next_cycle=False,  # the caller's cycle follows
-            )
+            lifecycle.time_out(workload, reason, still=lambda locked: _overran(locked, now))
         except Conflict:
             continue  # it ended, or was preempted, on its own meanwhile
         stopped.append(workload.pk)
@@ -340,63 +319,6 @@ def _overran(workload: Workload, now: datetime) -> bool:
         and workload.max_run_time_s is not None
         and workload.admitted_at + timedelta(seconds=workload.max_run_time_s) <= now
     )
-
-
-def lock_for_change(workload: Workload) -> Workload:
-    """Take the cluster's admission lock (as a cycle does), then lock the workload: a
-    cancel or finish then never lands in the middle of a cycle that would overwrite it."""
-    hold_admission_lock(workload.cluster_id)
-    return Workload.objects.select_for_update().get(pk=workload.pk)
-
-
-def _close(
-    actor: Any,
-    workload: Workload,
-    state: str,
-    reason: str,
-    source: str,
-    *,
-    still: Callable[[Workload], bool] | None = None,
-    queue_next_cycle: bool = True,
-) -> Workload:
-    """Close open work under the admission lock. ``still`` re-checks, on the locked row,
-    that the reason to close holds (a cycle may have changed it meanwhile)."""
-    with transaction.atomic():
-        locked = lock_for_change(workload)
-        if locked.state not in Workload.OPEN_STATES:
-            raise Conflict(f"Workload {locked.pk} is already {locked.state}.")
-        if still is not None and not still(locked):
-            raise Conflict(f"Workload {locked.pk} changed meanwhile; nothing to do.")
-        before = snapshot(locked)
-        was_active = locked.state in Workload.ACTIVE_STATES
-        locked.state = state
-        locked.finished_at = timezone.now() if was_active else None
-        locked.queue_position = None
-        locked.reason = reason
-        locked.save()
-        audit_record(
-            actor=actor,
-            action="update",
-            instance=locked,
-            before=before,
-            after=snapshot(locked),
-            source=source,
-            message=reason,
-        )
-        if queue_next_cycle:
-            queue_cycle(locked.cluster_id)
-        if locked.borrowed:
-            queue_quota_sync(locked.cluster_id)  # lower the ceiling it had raised
-        if was_active and locked.source == Workload.Source.JOB:
-            from scheduler_bridge.tasks import job_stop
-
-            transaction.on_commit(lambda: job_stop.delay(locked.pk))
-    return locked
-
-
-def queue_cycle(cluster_id: int) -> None:
-    """Run an admission cycle of the cluster after the current transaction commits (once)."""
-    queue_once("scheduler_bridge.tasks.admission_cycle", cluster_id)
 
 
 def priority_class_save(

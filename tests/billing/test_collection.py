@@ -17,9 +17,8 @@ from billing.collection import usage_collect
 from billing.models import CollectorWatermark, UsageRecord
 from billing.prometheus import PrometheusClient, PrometheusUnavailable, hourly_busy
 from scheduler_bridge.gateways.base import PodInfo
-from scheduler_bridge.workloads.cycle import requeue
+from scheduler_bridge.workloads import lifecycle
 from scheduler_bridge.workloads.models import PriorityClass, Workload
-from scheduler_bridge.workloads.runs import close_run
 from tests.billing.conftest import GpuCluster
 from tests.billing.prometheus_server import Series, available, prometheus_serving
 from tests.conftest import Cast
@@ -144,6 +143,12 @@ class FakeGateway:
     def list_gpu_pods(self) -> list[PodInfo]:
         self.calls += 1
         return list(self.listed)
+
+    def __enter__(self) -> FakeGateway:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.closed = True
 
 
 @pytest.fixture(scope="session")
@@ -330,9 +335,7 @@ def test_a_run_ended_by_preemption_is_billed_as_well_as_the_run_after_it(
         borrowed={"nvidia.com/gpu": 2},
         gpus=2,
     )
-    close_run(workload, H10 + timedelta(minutes=30))
-    requeue(workload, "preempted: reclaim", "preempted")
-    workload.preemptions = 1
+    lifecycle.preempt(workload, now=H10 + timedelta(minutes=30), by="vision", message="reclaim")
     workload.save()
     assert workload.admitted_at is None and len(workload.past_runs) == 1
     Workload.objects.filter(pk=workload.pk).update(

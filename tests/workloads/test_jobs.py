@@ -168,33 +168,67 @@ def test_a_deleted_job_frees_its_capacity(fake_cluster: FakeCluster, cast: Cast)
     assert workload.reason == "the Job was deleted"
 
 
-def test_a_job_that_cannot_be_started_goes_back_to_pending_with_the_error(
+def test_a_job_the_cluster_refuses_to_start_stays_admitted_with_the_error_then_requeues(
     fake_cluster: FakeCluster, cast: Cast
 ) -> None:
+    from scheduler_bridge.workloads.reconcile import RECONCILE_START_ATTEMPTS, reconcile
+
     create_job(fake_cluster, "vision-train", "flaky", "vision", 2)
     jobs_sync(fake_cluster.cluster, fake_cluster.gateway)
-    fake_cluster.api.fail_next(10, r"/apis/batch/v1/namespaces/vision-train/jobs/flaky", status=403)
+    fake_cluster.api.fail_next(
+        1000, r"/apis/batch/v1/namespaces/vision-train/jobs/flaky", status=403, method="PATCH"
+    )
     outcome = admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
     workload = Workload.objects.get(job_name="flaky")
     assert workload.pk in outcome.apply_errors
-    assert workload.state == "pending" and workload.reason.startswith("could not start the Job")
+    # the decision stands: admitted, holding its GPUs, with the error shown
+    assert workload.state == "admitted" and workload.apply_attempts == 1
+    assert workload.apply_error.startswith("not yet started: ")
+    for _ in range(RECONCILE_START_ATTEMPTS - 1):
+        reconcile(fake_cluster.cluster, fake_cluster.gateway)
+    workload.refresh_from_db()
+    assert workload.state == "pending" and workload.reason_code == "apply_failed"
+    assert workload.reason.startswith("could not start the Job: ")
+    assert workload.admitted_at is None and workload.gpus == 0
+    [not_started] = events_on(fake_cluster, "vision-train", "flaky")
+    assert (not_started["reason"], not_started["type"]) == ("NotStarted", "Warning")
+    assert job(fake_cluster, "vision-train", "flaky")["spec"]["suspend"] is True
 
 
-def test_when_the_cluster_stops_answering_admitted_jobs_go_back_to_pending(
+def test_when_the_cluster_stops_answering_the_decision_stays_and_the_next_reconcile_starts_it(
     fake_cluster: FakeCluster, cast: Cast
 ) -> None:
     from scheduler_bridge.gateways import ClusterUnreachable
+    from scheduler_bridge.workloads.reconcile import reconcile
 
     create_job(fake_cluster, "vision-train", "stranded", "vision", 2)
     jobs_sync(fake_cluster.cluster, fake_cluster.gateway)
-    fake_cluster.api.fail_next(50, status=503)  # the quota sync before the start fails
+    fake_cluster.api.fail_next(50, status=503)  # the reconcile after the decision fails
     with pytest.raises(ClusterUnreachable):
         admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
     fake_cluster.api.clear_faults()
     workload = Workload.objects.get(job_name="stranded")
-    assert workload.state == "pending" and workload.reason_code == "apply_failed"
-    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    assert workload.state == "admitted" and workload.admitted_at is not None
+    assert job(fake_cluster, "vision-train", "stranded")["spec"]["suspend"] is True
+    result = reconcile(fake_cluster.cluster, fake_cluster.gateway)
+    assert result.started == [workload.pk]
     assert job(fake_cluster, "vision-train", "stranded")["spec"]["suspend"] is False
+    workload.refresh_from_db()
+    assert workload.state == "running" and workload.started_at is not None
+    # nothing was admitted twice: one admission in its history, one Admitted Event
+    admit(fake_cluster.cluster, fake_cluster.gateway)
+    transitions = [
+        (e.after or {})["transition"]
+        for e in AuditEvent.objects.filter(object_id=str(workload.pk)).order_by("id")
+    ]
+    assert transitions == ["submit", "admit", "start"]
+    assert [e["reason"] for e in events_on(fake_cluster, "vision-train", "stranded")] == [
+        "Admitted"
+    ]
+
+
+def admit(cluster: Any, gateway: Any) -> None:
+    admission_cycle(cluster, gateway)
 
 
 def test_an_odd_annotation_never_stops_the_job_sync(fake_cluster: FakeCluster, cast: Cast) -> None:

@@ -48,7 +48,7 @@ def test_work_within_guarantee_is_admitted_with_placements(
     outcome = admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
     workload = Workload.objects.get(pk=response.json()["id"])
     assert outcome.admitted == [workload.pk]
-    assert workload.state == "admitted" and workload.gpus == 4
+    assert workload.state == "running" and workload.gpus == 4
     assert workload.flavour is not None and workload.flavour.name == "h100-80gb"
     assert sum(p["gpus"] for p in workload.placements) == 4
     assert workload.borrowed == {}
@@ -65,7 +65,7 @@ def test_waiting_work_gets_a_position_and_a_precise_reason(
     ids = [submit(cast.platform_admin, "speech", 2, name=f"s{i}").json()["id"] for i in range(3)]
     admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
     states = {w.pk: w for w in Workload.objects.filter(pk__in=ids)}
-    assert states[ids[0]].state == "admitted"
+    assert states[ids[0]].state == "running"
     waiting = [states[i] for i in ids[1:]]
     assert [w.state for w in waiting] == ["pending", "pending"]
     assert [w.queue_position for w in waiting] == [1, 2]
@@ -80,14 +80,14 @@ def test_a_borrower_is_preempted_when_the_owner_needs_its_guarantee(
     borrower = submit(cast.platform_admin, "speech", 8, name="big").json()["id"]
     admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
     big = Workload.objects.get(pk=borrower)
-    assert big.state == "admitted" and sum(big.borrowed.values()) > 0
+    assert big.state == "running" and sum(big.borrowed.values()) > 0
     owner = submit(cast.lead, "vision", 6, name="owner").json()["id"]
     outcome = admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
     big.refresh_from_db()
     assert outcome.preempted == [big.pk]
     assert big.state == "pending" and big.reason_code == "preempted" and big.preemptions == 1
     admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
-    assert Workload.objects.get(pk=owner).state == "admitted"
+    assert Workload.objects.get(pk=owner).state == "running"
 
 
 def test_a_preempted_run_is_kept_and_counts_in_the_fair_share_history(
@@ -198,7 +198,7 @@ def test_finishing_api_work_frees_its_gpus(fake_cluster: FakeCluster, cast: Cast
     assert client.post(f"/api/v1/workloads/{first}/finish/").json()["state"] == "finished"
     assert client.post(f"/api/v1/workloads/{first}/finish/").status_code == 409
     admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
-    assert Workload.objects.get(pk=second).state == "admitted"
+    assert Workload.objects.get(pk=second).state == "running"
 
 
 @pytest.mark.parametrize("role", ROLE_NAMES)
@@ -232,7 +232,7 @@ def test_the_queue_command_prints_positions_and_reasons(
     out = StringIO()
     call_command("queue", "--cluster", "gpu-east", stdout=out)
     text = out.getvalue()
-    assert "waits" in text and "pending" in text and "admitted" in text
+    assert "waits" in text and "pending" in text and "running" in text
     assert "h100-80gb on h100-" in text and "cohort acme can lend only 4 h100-80gb" in text
 
 
@@ -246,7 +246,7 @@ def test_the_queue_command_filters_a_subtree_and_speaks_json(
     call_command("queue", "--cluster", "gpu-east", "--tenant", "research", "--json", stdout=out)
     records = [json.loads(line) for line in out.getvalue().splitlines()]
     assert {r["name"] for r in records} == {"vision-job", "speech-job"}  # research's subtree
-    assert all(r["state"] == "admitted" and r["where"].startswith("h100-80gb on") for r in records)
+    assert all(r["state"] == "running" and r["where"].startswith("h100-80gb on") for r in records)
     assert all(r["age_s"] >= 0 and "priority" in r for r in records)
     only = StringIO()
     call_command("queue", "--cluster", "gpu-east", "--tenant", "speech", "--json", stdout=only)
@@ -279,7 +279,7 @@ def test_two_cycles_at_once_admit_no_more_than_fits(fake_cluster: FakeCluster, c
     for thread in threads:
         thread.join()
     assert errors == []
-    admitted = Workload.objects.filter(state="admitted")
+    admitted = Workload.objects.filter(state="running")
     assert admitted.count() == 3
     per_node: dict[str, int] = {}
     for workload in admitted:
@@ -370,8 +370,8 @@ def test_work_past_its_declared_max_run_time_is_stopped_and_its_gpus_reused(
     stopped = Workload.objects.get(pk=short["id"])
     assert stopped.state == "timed_out" and stopped.finished_at is not None
     assert stopped.reason == "stopped: ran past its declared max run time of 10 min"
-    assert Workload.objects.get(pk=late).state == "admitted"  # in the same cycle
-    assert Workload.objects.get(pk=again).state in ("admitted", "pending")
+    assert Workload.objects.get(pk=late).state == "running"  # in the same cycle
+    assert Workload.objects.get(pk=again).state in ("running", "pending")
     event = AuditEvent.objects.filter(object_id=str(stopped.pk)).latest("created_at")
     assert event.actor is None and "max run time" in event.message
 
@@ -389,7 +389,7 @@ def test_work_within_its_max_run_time_or_without_one_keeps_running(
     states = set(
         Workload.objects.filter(pk__in=[timed["id"], untimed["id"]]).values_list("state", flat=True)
     )
-    assert states == {"admitted"}
+    assert states == {"running"}
 
 
 def test_borrowing_of_running_work_follows_its_tenant_after_a_reclaim(
@@ -498,7 +498,7 @@ def test_work_that_cannot_be_preempted_is_admitted_inside_the_guarantee_not_as_b
     prod = submit(cast.platform_admin, "vision", 2, name="prod", priority_class="prod").json()
     admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
     started = Workload.objects.get(pk=prod["id"])
-    assert started.state == "admitted" and started.borrowed == {}
+    assert started.state == "running" and started.borrowed == {}
     assert started.reason.startswith("within guarantee (cannot be preempted): 2/6")
     assert Workload.objects.get(pk=batch).borrowed == {"nvidia.com/gpu": 2}
     admission_cycle(fake_cluster.cluster, fake_cluster.gateway)  # and it stays that way
@@ -510,18 +510,18 @@ def test_a_time_limit_is_checked_again_under_the_lock(
 ) -> None:
     """A cycle may preempt the workload between the pick and the stop: then it is left
     alone (pending, not timed_out)."""
-    from scheduler_bridge.workloads import services
+    from scheduler_bridge.workloads import lifecycle, services
 
     pk = submit(cast.platform_admin, "vision", 2, name="short", max_run_time_s=60).json()["id"]
     admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
     Workload.objects.filter(pk=pk).update(admitted_at=timezone.now() - timedelta(seconds=61))
-    real_lock = services.lock_for_change
+    real_lock = lifecycle.hold_admission_lock
 
-    def preempted_meanwhile(workload: Workload) -> Workload:
-        Workload.objects.filter(pk=workload.pk).update(state="pending", admitted_at=None)
-        return real_lock(workload)
+    def preempted_meanwhile(cluster_id: int) -> None:
+        Workload.objects.filter(pk=pk).update(state="pending", admitted_at=None)
+        real_lock(cluster_id)
 
-    monkeypatch.setattr(services, "lock_for_change", preempted_meanwhile)
+    monkeypatch.setattr(lifecycle, "hold_admission_lock", preempted_meanwhile)
     assert services.stop_overrunning(fake_cluster.cluster) == []
     # (the simulated preemption was made in the refused transaction, so it is undone too)
     assert Workload.objects.get(pk=pk).state != "timed_out"

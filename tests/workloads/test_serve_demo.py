@@ -29,7 +29,7 @@ def test_a_tick_admits_the_reclaimer_once_its_victims_stopped(
     admission_cycle(fake_cluster.cluster, fake_cluster.gateway)  # preempts "big"
     assert Workload.objects.get(pk=owner).reason_code == "preempting"
     assert QueueTicker(every_s=60).tick() == 1  # nobody clicked anything
-    assert Workload.objects.get(pk=owner).state == "admitted"
+    assert Workload.objects.get(pk=owner).state == "running"
 
 
 def test_a_broken_cluster_does_not_stop_the_tick(

@@ -24,7 +24,7 @@ def test_a_submission_is_admitted_by_the_worker(
     celery_worker: Worker, fake_cluster: FakeCluster, cast: Cast
 ) -> None:
     pk = submit(cast.member, "vision", 4, name="by-the-worker").json()["id"]
-    assert wait_for(lambda: Workload.objects.get(pk=pk).state == "admitted", timeout=60)
+    assert wait_for(lambda: Workload.objects.get(pk=pk).state == "running", timeout=60)
     admitted = Workload.objects.get(pk=pk)
     assert sum(p["gpus"] for p in admitted.placements) == 4
     assert admitted.reason_code == "within_guarantee"
@@ -37,7 +37,7 @@ def test_the_tick_picks_up_a_suspended_job_and_the_worker_starts_it(
     queue_tick_all.delay().get(timeout=60)
     assert wait_for(lambda: job(fake_cluster, "vision-train", "resnet")["spec"]["suspend"] is False)
     workload = Workload.objects.get(job_name="resnet")
-    assert workload.state == "admitted" and workload.tenant == cast.team_a
+    assert workload.state == "running" and workload.tenant == cast.team_a
 
 
 def test_two_workers_running_cycles_at_once_admit_no_more_than_fits(
@@ -50,7 +50,7 @@ def test_two_workers_running_cycles_at_once_admit_no_more_than_fits(
     results = [admission_cycle.delay(fake_cluster.cluster.pk) for _ in range(8)]
     for result in results:
         result.get(timeout=120)
-    admitted = list(Workload.objects.filter(state="admitted"))
+    admitted = list(Workload.objects.filter(state="running"))
     assert len(admitted) == 3
     per_node: dict[str, int] = {}
     for workload in admitted:

@@ -1,0 +1,21 @@
+"""Background work the bridge queues when a change commits, by task name (so no service
+imports the task module, which imports the services): one function per kind of work."""
+
+from __future__ import annotations
+
+from tenants.transactions import queue_after_commit
+
+
+def queue_admission_cycle(cluster_id: int) -> None:
+    """Decide, then reconcile, the cluster's queue after commit: waiting work may fit now."""
+    queue_after_commit("scheduler_bridge.tasks.admission_cycle", cluster_id)
+
+
+def queue_quota_sync(cluster_id: int) -> None:
+    """Bring the cluster's ResourceQuotas up to date after commit."""
+    queue_after_commit("scheduler_bridge.tasks.quota_sync", cluster_id)
+
+
+def queue_reconcile(cluster_id: int) -> None:
+    """Make the cluster match the workloads' states after commit (start, suspend, Events)."""
+    queue_after_commit("scheduler_bridge.tasks.cluster_reconcile", cluster_id)

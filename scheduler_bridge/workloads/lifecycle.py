@@ -1,0 +1,390 @@
+"""The life of a workload: every change of its state is one function in this module.
+
+    transition  from                          to          follow-up
+    ----------  ----------------------------  ----------  -----------------------------------
+    submit      (new)                         pending     admission cycle
+    reject      (new)                         rejected    Event QueueRejected
+    admit       pending                       admitted    reconcile starts it
+    start       admitted                      running     Event Admitted (where, and why)
+    requeue     admitted                      pending     admission cycle; Event NotStarted
+    preempt     admitted, running             pending     reconcile suspends it; Event Preempted
+    finish      admitted, running             finished    admission cycle, reconcile
+    fail        admitted, running             failed      admission cycle, reconcile
+    time_out    admitted, running             timed_out   admission cycle, reconcile; Event TimedOut
+    cancel      pending, admitted, running    cancelled   admission cycle, reconcile
+
+*Admitted* means the cycle gave the workload its GPUs (they count as held from then on);
+*running* means the reconciler told the cluster to run it. Each function checks that the
+transition is legal from the current state (``IllegalTransition``, HTTP 409, otherwise),
+writes the state and its timestamps, leaves exactly one audit record, owes the Job's
+owner the Kubernetes Event named above (``Workload.job_events``, posted by the
+reconciler) and queues its follow-up work after commit.
+
+Single transitions lock the cluster's admission lock and then the row, as a cycle does,
+so none lands in the middle of a cycle that would overwrite it. ``admit`` and ``preempt``
+are called by the cycle, which holds that lock and saves many workloads at once: they
+change the row in memory and return the audit record for the caller to save.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from scheduler_bridge.followups import (
+    queue_admission_cycle,
+    queue_quota_sync,
+    queue_reconcile,
+)
+from scheduler_bridge.inventory.models import Flavour
+from scheduler_bridge.workloads.locks import hold_admission_lock
+from scheduler_bridge.workloads.models import Workload
+from scheduler_bridge.workloads.records import Placement, dump_placements, placement_nodes
+from scheduler_bridge.workloads.runs import close_run
+from tenants.audit import audit_event, audit_record, snapshot
+from tenants.errors import Conflict
+from tenants.models import AuditEvent
+
+State = Workload.State
+ACTIVE = (State.ADMITTED, State.RUNNING)
+
+# transition -> (states it may start from, state it ends in); () = a new workload
+TRANSITIONS: dict[str, tuple[tuple[str, ...], str]] = {
+    "submit": ((), State.PENDING),
+    "reject": ((), State.REJECTED),
+    "admit": ((State.PENDING,), State.ADMITTED),
+    "start": ((State.ADMITTED,), State.RUNNING),
+    "requeue": ((State.ADMITTED,), State.PENDING),
+    "preempt": (ACTIVE, State.PENDING),
+    "finish": (ACTIVE, State.FINISHED),
+    "fail": (ACTIVE, State.FAILED),
+    "time_out": (ACTIVE, State.TIMED_OUT),
+    "cancel": ((State.PENDING, *ACTIVE), State.CANCELLED),
+}
+
+
+class IllegalTransition(Conflict):
+    """The workload is not in a state this transition may start from (HTTP 409)."""
+
+
+def check(workload: Workload, transition: str) -> str:
+    """The state `transition` leads to; IllegalTransition when `workload` cannot take it."""
+    sources, target = TRANSITIONS[transition]
+    if workload.pk is None and not sources:
+        return target
+    if workload.state not in sources:
+        if workload.state not in Workload.OPEN_STATES:
+            raise IllegalTransition(f"Workload {workload.pk} is already {workload.state}.")
+        allowed = ", ".join(str(s) for s in sources) or "a new workload"
+        raise IllegalTransition(
+            f"Workload {workload.pk} is {workload.state}; it cannot {transition.replace('_', ' ')} "
+            f"(only from {allowed})."
+        )
+    return target
+
+
+# --- new workloads ---------------------------------------------------------------------
+
+
+def submit(workload: Workload, *, actor: Any, source: str) -> Workload:
+    """Save a new, checked workload as pending and queue an admission cycle."""
+    workload.state = check(workload, "submit")
+    with transaction.atomic():
+        workload.save()
+        audit_record(
+            actor=actor,
+            action="create",
+            instance=workload,
+            before=None,
+            after=snapshot(workload) | {"transition": "submit"},
+            source=source,
+            message=f"submitted: {workload.gpus_asked} GPUs",
+        )
+        queue_admission_cycle(workload.cluster_id)
+    return workload
+
+
+def reject(workload: Workload, reason: str, *, code: str = "rejected") -> Workload:
+    """Save a new workload that will never be admitted (its Job is refused), saying why."""
+    workload.state = check(workload, "reject")
+    workload.reason_code = code
+    workload.reason = reason
+    _owe_event(workload, "QueueRejected", reason, warning=True)
+    with transaction.atomic():
+        workload.save()
+        audit_record(
+            actor=None,
+            action="action",
+            instance=workload,
+            before=None,
+            after={"transition": "reject", "state": workload.state},
+            message=f"Job {workload.namespace}/{workload.job_name} not admitted: {reason}",
+        )
+        queue_reconcile(workload.cluster_id)
+    return workload
+
+
+# --- the cycle's transitions (many at once, under the cycle's lock) ---------------------
+
+
+def admit(
+    workload: Workload,
+    *,
+    now: datetime,
+    flavour: Flavour,
+    placements: Sequence[Placement],
+    borrowed: dict[str, int],
+    gpus: int,
+    code: str,
+    message: str,
+) -> AuditEvent:
+    """Give pending work its GPUs (in memory; the cycle saves the row and the record)."""
+    before = workload.state
+    workload.state = check(workload, "admit")
+    workload.admitted_at = now
+    workload.started_at = None
+    workload.flavour = flavour
+    workload.placements = dump_placements(placements)
+    workload.borrowed = dict(borrowed)
+    workload.gpus = gpus
+    workload.queue_position = None
+    workload.reason_code = code
+    workload.reason = message
+    workload.apply_error = ""
+    workload.apply_attempts = 0
+    nodes = ", ".join(sorted({p.node for p in placements}))
+    return _transition_event(
+        workload, "admit", before, f"admitted onto {flavour.name} ({nodes}): {message}"
+    )
+
+
+def preempt(workload: Workload, *, now: datetime, by: str, message: str) -> AuditEvent:
+    """Take running work's GPUs back and queue it again, keeping its submit time (and so
+    its place among equals); the run it had is kept (runs.close_run) for billing and the
+    fair-share history. In memory; the cycle saves the row and the record."""
+    before = workload.state
+    target = check(workload, "preempt")
+    close_run(workload, now)
+    _clear_admission(workload)
+    workload.state = target
+    workload.preemptions += 1
+    workload.reason_code = "preempted"
+    workload.reason = f"preempted: {message}"
+    _owe_event(workload, "Preempted", workload.reason, warning=True)
+    return _transition_event(
+        workload, "preempt", before, workload.reason, extra={"preempted_by": by}
+    )
+
+
+# --- single transitions ------------------------------------------------------------------
+
+
+def start(workload: Workload, *, now: datetime | None = None) -> Workload:
+    """The cluster was told to run admitted work (its Job unsuspended, or nothing to do)."""
+    return _single(
+        workload,
+        "start",
+        "started on the cluster",
+        actor=None,
+        source="system",
+        change=lambda w: _mark_started(w, now or timezone.now()),
+    )
+
+
+def requeue(workload: Workload, reason: str) -> Workload:
+    """Admitted work that could not be started goes back to the queue, saying why."""
+
+    def back(locked: Workload) -> None:
+        _clear_admission(locked)
+        locked.reason_code = "apply_failed"
+        locked.reason = reason
+        _owe_event(locked, "NotStarted", reason, warning=True)
+
+    return _single(
+        workload,
+        "requeue",
+        reason,
+        actor=None,
+        source="system",
+        change=back,
+        follow_up=(queue_admission_cycle,),
+    )
+
+
+def finish(
+    workload: Workload, reason: str, *, actor: Any = None, source: str = "system"
+) -> Workload:
+    """Work that ended on its own (its Job completed, or its owner says so)."""
+    return _close(workload, "finish", reason, actor=actor, source=source)
+
+
+def fail(workload: Workload, reason: str, *, actor: Any = None, source: str = "system") -> Workload:
+    """Work that ended in failure (its Job failed)."""
+    return _close(workload, "fail", reason, actor=actor, source=source)
+
+
+def time_out(
+    workload: Workload, reason: str, *, still: Callable[[Workload], bool] | None = None
+) -> Workload:
+    """Stop running work past its declared max run time. ``still`` re-checks, on the
+    locked row, that it still overran (a cycle may have changed it meanwhile)."""
+    return _close(
+        workload,
+        "time_out",
+        reason,
+        actor=None,
+        source="system",
+        still=still,
+        event=("TimedOut", True),
+        queue_cycle=False,
+    )
+
+
+def cancel(
+    workload: Workload, reason: str, *, actor: Any = None, source: str = "system"
+) -> Workload:
+    """Withdraw work, pending or not; running work is stopped by the reconciler."""
+    return _close(
+        workload, "cancel", reason, actor=actor, source=source, event=("Cancelled", False)
+    )
+
+
+def note_start_failure(workload: Workload, error: str) -> Workload:
+    """Record that starting admitted work failed this time (not a transition: it stays
+    admitted, shows the error, and the next reconcile tries again)."""
+    with transaction.atomic():
+        locked = Workload.objects.select_for_update().get(pk=workload.pk)
+        if locked.state != State.ADMITTED:
+            return locked
+        locked.apply_attempts += 1
+        locked.apply_error = f"not yet started: {error}"
+        locked.save(update_fields=["apply_attempts", "apply_error"])
+    return locked
+
+
+# --- helpers -----------------------------------------------------------------------------
+
+
+def _close(
+    workload: Workload,
+    transition: str,
+    reason: str,
+    *,
+    actor: Any,
+    source: str,
+    still: Callable[[Workload], bool] | None = None,
+    event: tuple[str, bool] | None = None,
+    queue_cycle: bool = True,
+) -> Workload:
+    def close(locked: Workload) -> None:
+        if locked.state in ACTIVE:
+            locked.finished_at = timezone.now()
+        locked.queue_position = None
+        locked.reason_code = str(TRANSITIONS[transition][1])
+        locked.reason = reason
+        locked.apply_error = ""
+        if event is not None and locked.started_at is not None:
+            _owe_event(locked, event[0], reason, warning=event[1])
+
+    follow_up: list[Callable[[int], None]] = [queue_reconcile]
+    if queue_cycle:
+        follow_up.append(queue_admission_cycle)
+    return _single(
+        workload,
+        transition,
+        reason,
+        actor=actor,
+        source=source,
+        change=close,
+        still=still,
+        follow_up=tuple(follow_up),
+    )
+
+
+def _single(
+    workload: Workload,
+    transition: str,
+    message: str,
+    *,
+    actor: Any,
+    source: str,
+    change: Callable[[Workload], None],
+    still: Callable[[Workload], bool] | None = None,
+    follow_up: tuple[Callable[[int], None], ...] = (),
+) -> Workload:
+    with transaction.atomic():
+        hold_admission_lock(workload.cluster_id)
+        locked = Workload.objects.select_for_update().get(pk=workload.pk)
+        target = check(locked, transition)
+        if still is not None and not still(locked):
+            raise Conflict(f"Workload {locked.pk} changed meanwhile; nothing to do.")
+        before = locked.state
+        held_borrowed = bool(locked.borrowed)
+        change(locked)
+        locked.state = target
+        locked.save()
+        event = _transition_event(locked, transition, before, message, actor=actor, source=source)
+        event.save()
+        for queue in follow_up:
+            queue(locked.cluster_id)
+        if held_borrowed and target not in ACTIVE:
+            queue_quota_sync(locked.cluster_id)  # lower the ceiling its borrowing raised
+    workload.refresh_from_db()
+    return locked
+
+
+def _mark_started(workload: Workload, now: datetime) -> None:
+    workload.started_at = now
+    workload.apply_error = ""
+    workload.apply_attempts = 0
+    flavour = workload.flavour.name if workload.flavour else ""
+    nodes = ", ".join(placement_nodes(workload.placements))
+    _owe_event(
+        workload, "Admitted", f"admitted by Tidegate onto {flavour} ({nodes}): {workload.reason}"
+    )
+
+
+def _clear_admission(workload: Workload) -> None:
+    workload.admitted_at = None
+    workload.started_at = None
+    workload.flavour = None
+    workload.placements = []
+    workload.borrowed = {}
+    workload.gpus = 0
+    workload.apply_error = ""
+    workload.apply_attempts = 0
+
+
+def _owe_event(workload: Workload, reason: str, message: str, *, warning: bool = False) -> None:
+    """Owe the Job's owner a Kubernetes Event (only work that has a Job)."""
+    if workload.source != Workload.Source.JOB or not workload.job_uid:
+        return
+    workload.job_events = [
+        *(workload.job_events or []),
+        {"reason": reason, "message": message[:1000], "warning": warning},
+    ]
+
+
+def _transition_event(
+    workload: Workload,
+    transition: str,
+    before: str,
+    message: str,
+    *,
+    actor: Any = None,
+    source: str = "system",
+    extra: dict[str, Any] | None = None,
+) -> AuditEvent:
+    return audit_event(
+        actor=actor,
+        action="action",
+        instance=workload,
+        before={"state": before},
+        after={"transition": transition, "state": workload.state, **(extra or {})},
+        source=source,
+        message=message,
+    )

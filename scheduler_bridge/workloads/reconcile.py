@@ -1,0 +1,196 @@
+"""Make a cluster match what the queue decided: the per-cluster reconciler.
+
+The admission cycle only decides and saves (cycle.py). This module reads the saved
+states and brings the cluster to them, level-triggered and idempotent:
+
+1. Jobs of work that must not run (pending again after a preemption, cancelled, stopped
+   at its time limit, finished by its owner) and whose Job still runs are suspended.
+2. ResourceQuota ceilings are synced (before anything starts, so no pod is refused).
+3. Admitted work is started: its Job gets the flavour's node selector and tolerations
+   and is unsuspended (``start``); work with no Job to start (API submissions) is
+   started at once. A start that fails leaves the work admitted with the error shown
+   (``note_start_failure``) for the next run to retry; after
+   ``RECONCILE_START_ATTEMPTS`` failures it goes back to the queue (``requeue``).
+4. Kubernetes Events the transitions owe the Jobs' owners are posted.
+
+Running it twice with nothing changed in between sends no write to the cluster: it
+lists the queue's Jobs and finds nothing to do. It runs after every admission cycle (so
+on the queue tick too); a cluster that stops answering raises ClusterUnreachable, and the
+task retries with backoff, the decisions staying saved meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from django.db.models import Q
+from django.utils import timezone
+
+from scheduler_bridge.gateways import ClusterGateway, ClusterUnreachable, GatewayError, JobRef
+from scheduler_bridge.gateways.base import JobInfo
+from scheduler_bridge.inventory.connection import cluster_gateway
+from scheduler_bridge.inventory.models import Cluster
+from scheduler_bridge.quotas.sync import quota_sync
+from scheduler_bridge.workloads import lifecycle
+from scheduler_bridge.workloads.jobs import QUEUE_LABEL
+from scheduler_bridge.workloads.models import Workload
+from scheduler_bridge.workloads.records import placement_nodes
+from tenants.errors import Conflict
+
+logger = logging.getLogger(__name__)
+
+# Failed tries to start admitted work before it goes back to the queue.
+RECONCILE_START_ATTEMPTS = 3
+
+State = Workload.State
+# States whose Job must be suspended if it runs (rejected Jobs are left as their owners made them).
+MUST_NOT_RUN = (State.PENDING, State.CANCELLED, State.TIMED_OUT, State.FINISHED, State.FAILED)
+
+
+@dataclass
+class ReconcileResult:
+    started: list[int] = field(default_factory=list)
+    suspended: list[int] = field(default_factory=list)
+    start_errors: dict[int, str] = field(default_factory=dict)
+    requeued: list[int] = field(default_factory=list)
+    events: int = 0
+    quota_writes: int = 0
+
+
+def reconcile(
+    cluster: Cluster, gateway: ClusterGateway | None = None, *, sync_quotas: bool = False
+) -> ReconcileResult:
+    """Bring ``cluster`` to the saved decisions (see the module docstring).
+    ``sync_quotas`` asks for a ResourceQuota sync even when no Job starts or stops (the
+    cycle changed what tenants borrow)."""
+    with cluster_gateway(cluster, gateway) as opened:
+        return _reconcile(cluster, opened, sync_quotas)
+
+
+def _reconcile(cluster: Cluster, gateway: ClusterGateway, sync_quotas: bool) -> ReconcileResult:
+    result = ReconcileResult()
+    live = {job.uid: job for job in gateway.list_jobs(QUEUE_LABEL) if not job.finished}
+    to_suspend, to_start = _work_to_do(cluster, live)
+    for workload in to_suspend:
+        try:
+            gateway.suspend_job(workload.namespace, workload.job_name)
+        except ClusterUnreachable:
+            raise
+        except GatewayError as error:  # level-triggered: the next run tries again
+            logger.warning(
+                "could not suspend %s/%s: %s", workload.namespace, workload.job_name, error
+            )
+            continue
+        result.suspended.append(workload.pk)
+    if to_start or result.suspended or sync_quotas:
+        # Raise ceilings before any Job starts, so its pods are never refused.
+        result.quota_writes += quota_sync(cluster, gateway).writes
+    for workload in to_start:
+        _start(gateway, workload, live.get(workload.job_uid), result)
+    if result.suspended or result.start_errors:
+        result.quota_writes += quota_sync(cluster, gateway).writes  # lower them again
+    result.events = _post_events(cluster, gateway)
+    return result
+
+
+def _work_to_do(
+    cluster: Cluster, live: dict[str, JobInfo]
+) -> tuple[list[Workload], list[Workload]]:
+    """Workloads whose Job runs but must not, and admitted or running work to start."""
+    running_uids = [uid for uid, job in live.items() if not job.suspended]
+    to_suspend = list(
+        Workload.objects.filter(
+            cluster=cluster,
+            source=Workload.Source.JOB,
+            state__in=MUST_NOT_RUN,
+            job_uid__in=running_uids,
+        ).order_by("pk")
+    )
+    suspended_uids = [uid for uid, job in live.items() if job.suspended]
+    to_start = list(
+        Workload.objects.filter(cluster=cluster)
+        .filter(
+            Q(state=State.ADMITTED)
+            # running work whose Job was suspended behind Tidegate's back runs again
+            | Q(state=State.RUNNING, source=Workload.Source.JOB, job_uid__in=suspended_uids)
+        )
+        .select_related("flavour")
+        .order_by("admitted_at", "pk")
+    )
+    return to_suspend, to_start
+
+
+def _start(
+    gateway: ClusterGateway, workload: Workload, job: JobInfo | None, result: ReconcileResult
+) -> None:
+    if workload.source == Workload.Source.JOB:
+        if job is None:
+            return  # the Job is gone or over: the Job sync closes the workload
+        if job.suspended:
+            try:
+                _admit_job(gateway, workload)
+            except ClusterUnreachable:
+                raise
+            except GatewayError as error:
+                _start_failed(workload, str(error), result)
+                return
+    if workload.state == State.ADMITTED:
+        try:
+            lifecycle.start(workload, now=timezone.now())
+        except Conflict:
+            return  # cancelled or preempted meanwhile; the next run suspends it
+    result.started.append(workload.pk)
+
+
+def _admit_job(gateway: ClusterGateway, workload: Workload) -> None:
+    flavour = workload.flavour
+    if flavour is None:
+        raise GatewayError(f"workload {workload.pk} is admitted without a flavour")
+    nodes = None
+    if workload.topology != Workload.Topology.NONE:
+        nodes = placement_nodes(workload.placements)
+    gateway.admit_job(
+        workload.namespace,
+        workload.job_name,
+        dict(flavour.node_selector),
+        list(flavour.tolerations),
+        nodes,
+    )
+
+
+def _start_failed(workload: Workload, error: str, result: ReconcileResult) -> None:
+    result.start_errors[workload.pk] = error
+    noted = lifecycle.note_start_failure(workload, error)
+    if noted.state == State.ADMITTED and noted.apply_attempts >= RECONCILE_START_ATTEMPTS:
+        try:
+            lifecycle.requeue(noted, f"could not start the Job: {error}")
+        except Conflict:
+            return
+        result.requeued.append(workload.pk)
+
+
+def _post_events(cluster: Cluster, gateway: ClusterGateway) -> int:
+    """Post the Events transitions owe Jobs' owners, oldest workload first, then clear
+    them (only if no new one was owed meanwhile). Best effort: the decision is saved and
+    shown in Tidegate, a lost Event costs a log line."""
+    posted = 0
+    owing = Workload.objects.filter(cluster=cluster).exclude(job_events=[]).order_by("pk")
+    for workload in owing.only("pk", "namespace", "job_name", "job_uid", "job_events"):
+        events = list(workload.job_events or [])
+        ref = JobRef(workload.namespace, workload.job_name, workload.job_uid)
+        for event in events:
+            try:
+                gateway.record_job_event(
+                    ref,
+                    str(event.get("reason", "")),
+                    str(event.get("message", "")),
+                    warning=bool(event.get("warning")),
+                )
+                posted += 1
+            except ClusterUnreachable:
+                raise
+            except GatewayError as error:
+                logger.warning("no Event on Job %s/%s: %s", ref.namespace, ref.name, error)
+        Workload.objects.filter(pk=workload.pk, job_events=events).update(job_events=[])
+    return posted

@@ -1,0 +1,109 @@
+"""Typed records of the workload's JSON fields, with one parse and one dump each.
+
+``Workload.pod_sets``, ``placements`` and ``borrowed`` are read by admission, the
+reconciler, quota sync, inventory, billing and the portal; they all go through these
+records instead of indexing raw dicts. (Past runs have theirs in runs.py.)
+
+    pod_sets    [{"name": "main", "count": 2, "gpus_per_pod": 4, "flavours": ["h100-80gb"]}]
+    placements  [{"node": "h100-1", "flavour": "h100-80gb", "gpus": 8}]
+    borrowed    {"nvidia.com/gpu": 4}   (Kubernetes resource name -> GPUs held above the
+                                        tenant's guarantee)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class PodSetRecord:
+    """One group of identical pods: how many, GPUs each, acceptable flavours best first."""
+
+    name: str
+    count: int
+    gpus_per_pod: int
+    flavours: tuple[str, ...]
+
+    @property
+    def gpus(self) -> int:
+        return self.count * self.gpus_per_pod
+
+    def dump(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "count": self.count,
+            "gpus_per_pod": self.gpus_per_pod,
+            "flavours": list(self.flavours),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """GPUs of one flavour that admission gave a workload on one node."""
+
+    node: str
+    flavour: str
+    gpus: int
+
+    def dump(self) -> dict[str, Any]:
+        return {"node": self.node, "flavour": self.flavour, "gpus": self.gpus}
+
+
+def parse_pod_sets(raw: Any) -> list[PodSetRecord]:
+    """The stored pod sets; ValueError naming the bad entry when one is damaged."""
+    records = []
+    for index, item in enumerate(raw or []):
+        try:
+            records.append(
+                PodSetRecord(
+                    name=str(item.get("name") or f"set-{index}"),
+                    count=int(item["count"]),
+                    gpus_per_pod=int(item["gpus_per_pod"]),
+                    flavours=tuple(str(f) for f in item["flavours"]),
+                )
+            )
+        except (AttributeError, KeyError, TypeError, ValueError) as error:
+            raise ValueError(f"pod set {index} is unreadable ({item!r}): {error}") from error
+    return records
+
+
+def dump_pod_sets(records: Iterable[PodSetRecord]) -> list[dict[str, Any]]:
+    return [record.dump() for record in records]
+
+
+def parse_placements(raw: Any) -> list[Placement]:
+    """The stored placements; entries that are not placements are skipped (they hold
+    nothing anyone can find on a node)."""
+    found = []
+    for item in raw or []:
+        if not isinstance(item, Mapping):
+            continue
+        try:
+            found.append(Placement(str(item["node"]), str(item["flavour"]), int(item["gpus"])))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return found
+
+
+def dump_placements(records: Iterable[Placement]) -> list[dict[str, Any]]:
+    return [record.dump() for record in records]
+
+
+def placement_nodes(raw: Any) -> list[str]:
+    """The nodes a workload was placed on, sorted, each once."""
+    return sorted({p.node for p in parse_placements(raw)})
+
+
+def parse_borrowed(raw: Any) -> dict[str, int]:
+    """Resource name -> GPUs borrowed; anything that is not a whole number counts 0."""
+    borrowed: dict[str, int] = {}
+    if not isinstance(raw, Mapping):
+        return borrowed
+    for resource, amount in raw.items():
+        try:
+            borrowed[str(resource)] = int(amount)
+        except (TypeError, ValueError):
+            borrowed[str(resource)] = 0
+    return borrowed
