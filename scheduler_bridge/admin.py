@@ -1,15 +1,25 @@
-"""Django admin for every scheduler-bridge model; changes are audited."""
+"""Django admin for every scheduler-bridge model; changes are audited. Clusters and
+quotas are saved through their services, so an admin edit syncs ResourceQuotas and runs
+an admission cycle exactly as an API edit does."""
 
 from typing import Any
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.http import HttpRequest
 
 from scheduler_bridge.inventory.models import Cluster, Flavour, Node
+from scheduler_bridge.inventory.services import cluster_delete, cluster_save
 from scheduler_bridge.quotas.models import Quota, QuotaRequest
 from scheduler_bridge.quotas.rules import quota_violations
-from scheduler_bridge.quotas.services import quota_context
+from scheduler_bridge.quotas.services import (
+    quota_context,
+    quota_delete,
+    quota_upsert,
+)
+from tenants import access
 from tenants.admin import AuditedAdmin
+from tenants.errors import TidegateError
 
 
 @admin.register(Cluster)
@@ -18,6 +28,15 @@ class ClusterAdmin(AuditedAdmin):
     list_filter = ["gateway", "status"]
     search_fields = ["name", "display_name"]
     readonly_fields = ["status", "status_message", "last_synced_at"]
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        cluster_save(actor=request.user, cluster=obj, source="admin")
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        try:
+            cluster_delete(actor=request.user, cluster=obj, source="admin")
+        except TidegateError as error:
+            messages.error(request, error.message)
 
 
 @admin.register(Node)
@@ -84,6 +103,29 @@ class QuotaAdmin(AuditedAdmin):
     list_filter = ["flavour__cluster", "overcommit_allowed"]
     search_fields = ["tenant__slug", "flavour__name"]
     autocomplete_fields = ["tenant"]
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        data = form.cleaned_data
+        overcommit = (
+            data.get("overcommit_allowed") if access.is_platform_admin(request.user) else None
+        )
+        saved, _ = quota_upsert(
+            actor=request.user,
+            tenant=data["tenant"],
+            flavour=data["flavour"],
+            guaranteed=data["guaranteed"],
+            borrow_limit=data.get("borrow_limit"),
+            lend_limit=data.get("lend_limit"),
+            overcommit_allowed=overcommit,
+            source="admin",
+        )
+        obj.pk = saved.pk
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        try:
+            quota_delete(actor=request.user, quota=obj, source="admin")
+        except TidegateError as error:
+            messages.error(request, error.message)
 
 
 @admin.register(QuotaRequest)

@@ -19,3 +19,9 @@ def queue_quota_sync(cluster_id: int) -> None:
 def queue_reconcile(cluster_id: int) -> None:
     """Make the cluster match the workloads' states after commit (start, suspend, Events)."""
     queue_after_commit("scheduler_bridge.tasks.cluster_reconcile", cluster_id)
+
+
+def queue_inventory_sync(cluster_id: int) -> None:
+    """Read the cluster's nodes again, then its ResourceQuotas, after commit."""
+    queue_after_commit("scheduler_bridge.tasks.inventory_sync", cluster_id)
+    queue_after_commit("scheduler_bridge.tasks.quota_sync", cluster_id)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import transaction
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -18,15 +17,15 @@ from rest_framework.response import Response
 
 from scheduler_bridge import selectors
 from scheduler_bridge.api import serializers as s
+from scheduler_bridge.followups import queue_inventory_sync
 from scheduler_bridge.inventory import pins
 from scheduler_bridge.inventory.models import Cluster, Flavour, Node
+from scheduler_bridge.inventory.services import cluster_delete, cluster_save
 from scheduler_bridge.mig.services import mig_plan
 from scheduler_bridge.quotas import services as quota_services
 from scheduler_bridge.quotas.models import Quota, QuotaRequest
 from tenants import access
-from tenants.audit import audit_record, snapshot
 from tenants.errors import PermissionDenied
-from tenants.transactions import queue_after_commit
 
 
 class PlatformAdminWrites(BasePermission):
@@ -55,50 +54,25 @@ class ClusterViewSet(viewsets.ModelViewSet[Cluster]):
         return s.PublicClusterSerializer
 
     def perform_create(self, serializer: Any) -> None:
-        with transaction.atomic():
-            cluster = serializer.save()
-            audit_record(
-                actor=self.request.user,
-                action="create",
-                instance=cluster,
-                before=None,
-                after=snapshot(cluster),
-                source="api",
-            )
-        _queue_inventory_sync(cluster.pk)
+        serializer.instance = cluster_save(
+            actor=self.request.user, cluster=Cluster(**serializer.validated_data), source="api"
+        )
 
     def perform_update(self, serializer: Any) -> None:
-        with transaction.atomic():
-            before = snapshot(serializer.instance)
-            cluster = serializer.save()
-            audit_record(
-                actor=self.request.user,
-                action="update",
-                instance=cluster,
-                before=before,
-                after=snapshot(cluster),
-                source="api",
-            )
-        _queue_inventory_sync(cluster.pk)
+        cluster = serializer.instance
+        for name, value in serializer.validated_data.items():
+            setattr(cluster, name, value)
+        serializer.instance = cluster_save(actor=self.request.user, cluster=cluster, source="api")
 
     def perform_destroy(self, instance: Cluster) -> None:
-        with transaction.atomic():
-            audit_record(
-                actor=self.request.user,
-                action="delete",
-                instance=instance,
-                before=snapshot(instance),
-                after=None,
-                source="api",
-            )
-            instance.delete()
+        cluster_delete(actor=self.request.user, cluster=instance, source="api")
 
     @extend_schema(request=None, responses={202: None})
     @action(detail=True, methods=["post"])
     def sync(self, request: Request, name: str | None = None) -> Response:
         """Queue an inventory sync (then a quota sync) of this cluster now."""
         cluster = self.get_object()
-        _queue_inventory_sync(cluster.pk)
+        queue_inventory_sync(cluster.pk)
         return Response(
             {"detail": f"sync of {cluster.name} queued"}, status=status.HTTP_202_ACCEPTED
         )
@@ -131,11 +105,6 @@ class ClusterViewSet(viewsets.ModelViewSet[Cluster]):
             "changed": plan.changed,
         }
         return Response(s.MigPlanSerializer(data).data)
-
-
-def _queue_inventory_sync(cluster_id: int) -> None:
-    queue_after_commit("scheduler_bridge.tasks.inventory_sync", cluster_id)
-    queue_after_commit("scheduler_bridge.tasks.quota_sync", cluster_id)
 
 
 class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[Node]):
@@ -208,14 +177,13 @@ class QuotaViewSet(viewsets.ModelViewSet[Quota]):
         body = self.get_serializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = dict(body.validated_data)
-        existed = Quota.objects.filter(tenant=data["tenant"], flavour=data["flavour"]).exists()
         if "overcommit_allowed" in request.data:
             data["overcommit_allowed"] = bool(data["overcommit_allowed"])
         else:
             data.pop("overcommit_allowed", None)
-        quota = quota_services.quota_set(actor=request.user, source="api", **data)
+        quota, created = quota_services.quota_upsert(actor=request.user, source="api", **data)
         out = self.get_serializer(quota).data
-        return Response(out, status=status.HTTP_200_OK if existed else status.HTTP_201_CREATED)
+        return Response(out, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
     def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         quota = self.get_object()

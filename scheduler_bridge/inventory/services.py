@@ -6,11 +6,12 @@ import logging
 from collections import defaultdict
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
-from scheduler_bridge.followups import queue_admission_cycle
+from scheduler_bridge.followups import queue_admission_cycle, queue_inventory_sync
 from scheduler_bridge.gateways import ClusterGateway, GatewayConfigError, GatewayError, NodeInfo
 from scheduler_bridge.gateways.base import GPU_RESOURCE, PodInfo
 from scheduler_bridge.inventory.catalogue import (
@@ -22,6 +23,8 @@ from scheduler_bridge.inventory.catalogue import (
 from scheduler_bridge.inventory.connection import cluster_gateway
 from scheduler_bridge.inventory.layouts import derive_gpu_layouts, layout_from_json, layout_to_json
 from scheduler_bridge.inventory.models import Cluster, Flavour, Node
+from tenants.audit import audit_record, snapshot
+from tenants.errors import Conflict
 
 logger = logging.getLogger(__name__)
 
@@ -282,3 +285,48 @@ __all__ = [
     "logger",
     "node_layouts",
 ]
+
+
+def cluster_save(*, actor: Any, cluster: Cluster, source: str = "api") -> Cluster:
+    """Create or change a cluster's connection settings (platform admins, checked by the
+    caller), audited in the same transaction; its nodes and quotas are synced after
+    commit, so a wrong setting shows up in the cluster's status within seconds."""
+    with transaction.atomic():
+        before = snapshot(Cluster.objects.get(pk=cluster.pk)) if cluster.pk else None
+        cluster.save()
+        audit_record(
+            actor=actor,
+            action="update" if before else "create",
+            instance=cluster,
+            before=before,
+            after=snapshot(cluster),
+            source=source,
+        )
+        queue_inventory_sync(cluster.pk)
+    return cluster
+
+
+def cluster_delete(*, actor: Any, cluster: Cluster, source: str = "api") -> None:
+    """Remove a cluster Tidegate no longer manages. Conflict while quotas or workloads
+    still refer to it (their history and bills need it): remove those first."""
+    from scheduler_bridge.quotas.models import Quota
+    from scheduler_bridge.workloads.models import Workload
+
+    workloads = Workload.objects.filter(cluster=cluster).count()
+    quotas = Quota.objects.filter(flavour__cluster=cluster).count()
+    if workloads or quotas:
+        raise Conflict(
+            f"Cluster {cluster.name} still has {quotas} quota(s) and {workloads} workload(s); "
+            "remove its quotas first, and keep the cluster while its workloads' history is "
+            "needed for billing."
+        )
+    with transaction.atomic():
+        audit_record(
+            actor=actor,
+            action="delete",
+            instance=cluster,
+            before=snapshot(cluster),
+            after=None,
+            source=source,
+        )
+        cluster.delete()

@@ -89,7 +89,36 @@ def quota_set(
     source: str = "api",
     message: str = "",
 ) -> Quota:
-    """Create or change the quota of `tenant` on `flavour`, checking every quota rule.
+    """Create or change the quota of `tenant` on `flavour` (see ``quota_upsert``)."""
+    quota, _ = quota_upsert(
+        actor=actor,
+        tenant=tenant,
+        flavour=flavour,
+        guaranteed=guaranteed,
+        borrow_limit=borrow_limit,
+        lend_limit=lend_limit,
+        overcommit_allowed=overcommit_allowed,
+        source=source,
+        message=message,
+    )
+    return quota
+
+
+def quota_upsert(
+    *,
+    actor: Any,
+    tenant: Tenant,
+    flavour: Flavour,
+    guaranteed: int,
+    borrow_limit: int | None = None,
+    lend_limit: int | None = None,
+    overcommit_allowed: bool | None = None,
+    source: str = "api",
+    message: str = "",
+) -> tuple[Quota, bool]:
+    """Create or change the quota of `tenant` on `flavour`, checking every quota rule;
+    returns it and whether it was created. Syncs the cluster's ResourceQuotas and runs an
+    admission cycle after commit.
 
     Raises PermissionDenied unless the actor administers the tenant's parent (platform
     admins for top-level tenants; only they may allow an overcommit), ValidationFailed
@@ -133,9 +162,9 @@ def quota_set(
             source=source,
             message=message,
         )
-    queue_quota_sync(flavour.cluster_id)
-    _queue_admission(flavour.cluster_id)
-    return quota
+        queue_quota_sync(flavour.cluster_id)
+        _queue_admission(flavour.cluster_id)
+    return quota, before is None
 
 
 def _queue_admission(cluster_id: int) -> None:

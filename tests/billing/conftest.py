@@ -10,10 +10,15 @@ from decimal import Decimal
 import pytest
 
 from billing.models import RateCard
-from scheduler_bridge.inventory.models import Cluster, Flavour, Node
-from scheduler_bridge.quotas.models import Quota
+from scheduler_bridge.inventory.models import Cluster, Flavour
 from tests.conftest import Cast
-from tests.factories import BindingFactory
+from tests.factories import (
+    BindingFactory,
+    ClusterFactory,
+    FlavourFactory,
+    NodeFactory,
+    QuotaFactory,
+)
 
 # February 2026: 28 days, far enough in the past to close.
 FEB = datetime(2026, 2, 1, tzinfo=UTC)
@@ -31,29 +36,11 @@ class GpuCluster:
 
 @pytest.fixture
 def gpu(cast: Cast) -> GpuCluster:
-    cluster = Cluster.objects.create(name="gpu-east", gateway="kubernetes")
-    Node.objects.create(
-        cluster=cluster,
-        name="h100-1",
-        product="H100-80GB",
-        gpu_count=8,
-        labels={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
-    )
-    Node.objects.create(
-        cluster=cluster,
-        name="a100-1",
-        product="A100-SXM4-40GB",
-        gpu_count=8,
-        labels={"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"},
-    )
-    h100 = Flavour.objects.create(
-        cluster=cluster,
-        name="h100-80gb",
-        product="H100-80GB",
-        resource_name="nvidia.com/gpu",
-        capacity=8,
-    )
-    mig_1g = Flavour.objects.create(
+    cluster = ClusterFactory(name="gpu-east")
+    NodeFactory(cluster=cluster, name="h100-1", product="H100-80GB")
+    NodeFactory(cluster=cluster, name="a100-1", product="A100-SXM4-40GB")
+    h100 = FlavourFactory(cluster=cluster)
+    mig_1g = FlavourFactory(
         cluster=cluster,
         name="a100-sxm4-40gb-mig-1g.5gb",
         product="A100-SXM4-40GB",
@@ -62,7 +49,7 @@ def gpu(cast: Cast) -> GpuCluster:
         gpu_equivalent=Decimal("0.1429"),
         capacity=14,
     )
-    mig_3g = Flavour.objects.create(
+    mig_3g = FlavourFactory(
         cluster=cluster,
         name="a100-sxm4-40gb-mig-3g.20gb",
         product="A100-SXM4-40GB",
@@ -85,7 +72,7 @@ def gpu(cast: Cast) -> GpuCluster:
         (cast.team_b, h100, 2),
         (cast.other_org, h100, 2),
     ]:
-        Quota.objects.create(tenant=tenant, flavour=flavour, guaranteed=guaranteed)
+        QuotaFactory(tenant=tenant, flavour=flavour, guaranteed=guaranteed)
     card = RateCard.objects.create(
         name="Standard",
         currency="USD",

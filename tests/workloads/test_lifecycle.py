@@ -18,6 +18,7 @@ from scheduler_bridge.workloads.reconcile import reconcile
 from scheduler_bridge.workloads.records import Placement
 from tenants.models import AuditEvent
 from tests.conftest import Cast, client_for
+from tests.factories import WorkloadFactory
 from tests.tenants.test_portal import logged_in
 from tests.workloads.conftest import FakeCluster
 from tests.workloads.test_jobs import create_job, events_on, job
@@ -38,11 +39,10 @@ def audit_count(workload: Workload) -> int:
 def stored(fake: FakeCluster, cast: Cast, state: str, **fields: Any) -> Workload:
     """A workload saved in ``state`` directly (as if earlier transitions had happened)."""
     active = state in (State.ADMITTED, State.RUNNING)
-    return Workload.objects.create(
+    workload: Workload = WorkloadFactory(
         cluster=fake.cluster,
         tenant=cast.team_a,
         name=f"w-{state}",
-        pod_sets=[{"name": "main", "count": 1, "gpus_per_pod": 2, "flavours": ["h100-80gb"]}],
         submitted_at=timezone.now() - timedelta(minutes=5),
         state=state,
         admitted_at=timezone.now() - timedelta(minutes=1) if active else None,
@@ -51,6 +51,7 @@ def stored(fake: FakeCluster, cast: Cast, state: str, **fields: Any) -> Workload
         gpus=2 if active else 0,
         **fields,
     )
+    return workload
 
 
 def admit(workload: Workload, fake: FakeCluster) -> AuditEvent:
