@@ -197,7 +197,7 @@ def running_cost_per_hour(
         devices = int(workload.gpus or 0)
         if devices <= 0:
             continue
-        borrowed = workload.borrowed or {}
+        borrowed = workload.borrowed_gpus
         lent = borrowed.get(workload.flavour.name, borrowed.get(workload.flavour.resource_name, 0))
         usage.append(
             pricing.Usage(

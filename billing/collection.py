@@ -16,7 +16,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Protocol
 
 from django.db import transaction
 from django.db.models import Q
@@ -31,6 +31,7 @@ from scheduler_bridge.gateways.base import PodInfo
 from scheduler_bridge.inventory.connection import cluster_gateway
 from scheduler_bridge.inventory.models import Cluster, Flavour, Node
 from scheduler_bridge.workloads.models import Workload
+from scheduler_bridge.workloads.records import Placement
 from scheduler_bridge.workloads.runs import past_runs
 from tenants.models import NamespaceBinding
 
@@ -105,7 +106,13 @@ def _workloads(cluster: Cluster, start: datetime, end: datetime) -> list[meterin
         if end_at is None and not still_holding:
             continue  # stopped without a recorded end: nothing we can measure
         refs.append(
-            _ref(workload, workload.admitted_at, end_at, workload.placements, workload.borrowed)
+            _ref(
+                workload,
+                workload.admitted_at,
+                end_at,
+                workload.placement_records,
+                workload.borrowed_gpus,
+            )
         )
     return refs
 
@@ -114,8 +121,8 @@ def _ref(
     workload: Workload,
     admitted_at: datetime,
     end: datetime | None,
-    placements: Any,
-    borrowed: Any,
+    placements: list[Placement],
+    borrowed: dict[str, int],
 ) -> metering.WorkloadRef:
     return metering.WorkloadRef(
         id=workload.pk,
@@ -125,12 +132,8 @@ def _ref(
         priority_class=workload.priority_class.name if workload.priority_class else "",
         admitted_at=admitted_at,
         end=end,
-        placements=tuple(
-            (str(p.get("node", "")), str(p.get("flavour", "")), int(p.get("gpus", 0)))
-            for p in placements or []
-            if isinstance(p, dict)
-        ),
-        borrowed={str(k): int(v) for k, v in (borrowed or {}).items()},
+        placements=tuple((p.node, p.flavour, p.gpus) for p in placements),
+        borrowed=dict(borrowed),
     )
 
 

@@ -54,7 +54,7 @@ def holdings_chart(cluster: Any, visible_slugs: set[str]) -> str:
         cluster=cluster, state__in=Workload.ACTIVE_STATES
     ).select_related("tenant", "flavour"):
         weight = float(workload.flavour.gpu_equivalent) if workload.flavour else 1.0
-        lent = sum(int(v) for v in (workload.borrowed or {}).values())
+        lent = sum(workload.borrowed_gpus.values())
         held[workload.tenant.slug] += (workload.gpus - lent) * weight
         borrowed[workload.tenant.slug] += lent * weight
     guaranteed: dict[str, float] = defaultdict(float)

@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from scheduler_bridge.workloads.models import Workload
+from scheduler_bridge.workloads.records import Placement, parse_borrowed, parse_placements
 
 logger = logging.getLogger(__name__)
 
@@ -21,7 +22,7 @@ class PastRun:
     flavour: str
     gpu_equivalent: float
     gpus: int
-    placements: list[dict[str, Any]] = field(default_factory=list)
+    placements: list[Placement] = field(default_factory=list)
     borrowed: dict[str, int] = field(default_factory=dict)
 
 
@@ -57,8 +58,8 @@ def past_runs(raw: Any, workload_id: int | None = None) -> list[PastRun]:
                     flavour=str(record.get("flavour", "")),
                     gpu_equivalent=float(record.get("gpu_equivalent") or 1),
                     gpus=int(record["gpus"]),
-                    placements=list(record.get("placements") or []),
-                    borrowed=dict(record.get("borrowed") or {}),
+                    placements=parse_placements(record.get("placements")),
+                    borrowed=parse_borrowed(record.get("borrowed")),
                 )
             )
         except (AttributeError, KeyError, TypeError, ValueError):

@@ -52,12 +52,9 @@ def flavour_index(cluster: Cluster) -> dict[tuple[str, str], Flavour]:
 def pod_sets_of(workload: Workload) -> tuple[engine.PodSet, ...]:
     return tuple(
         engine.PodSet(
-            count=int(ps["count"]),
-            gpus_per_pod=int(ps["gpus_per_pod"]),
-            flavours=tuple(ps["flavours"]),
-            name=str(ps.get("name", "main")),
+            count=ps.count, gpus_per_pod=ps.gpus_per_pod, flavours=ps.flavours, name=ps.name
         )
-        for ps in workload.pod_sets
+        for ps in workload.pod_set_records
     )
 
 
@@ -80,12 +77,12 @@ def running_of(workload: Workload) -> engine.RunningWorkload:
         id=str(workload.pk),
         tenant_id=workload.tenant.slug,
         placements=tuple(
-            engine.Placement(node=p["node"], flavour=p["flavour"], gpus=int(p["gpus"]))
-            for p in workload.placements
+            engine.Placement(node=p.node, flavour=p.flavour, gpus=p.gpus)
+            for p in workload.placement_records
         ),
         priority=workload.priority,
         admitted_at=epoch(workload.admitted_at),
-        borrowed={k: int(v) for k, v in (workload.borrowed or {}).items()},
+        borrowed=workload.borrowed_gpus,
         preemptible=workload.preemptible,
         max_run_time_s=float(workload.max_run_time_s) if workload.max_run_time_s else None,
         request=pending_of(workload),
@@ -152,8 +149,8 @@ def build_snapshot(cluster: Cluster, now: datetime | None = None) -> engine.Clus
     running = [w for w in open_workloads if w.state in Workload.ACTIVE_STATES]
     held: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for workload in running:
-        for placement in workload.placements:
-            held[placement["node"]][placement["flavour"]] += int(placement["gpus"])
+        for placement in workload.placement_records:
+            held[placement.node][placement.flavour] += placement.gpus
     nodes = []
     for node in Node.objects.filter(cluster=cluster, present=True, unschedulable=False).order_by(
         "name"

@@ -14,14 +14,14 @@ from rich.table import Table
 from scheduler_bridge.admission.reasons import duration
 from scheduler_bridge.management.commands._cluster import cluster_named
 from scheduler_bridge.workloads.models import Workload
+from scheduler_bridge.workloads.records import placement_nodes
 from tenants.models import Tenant
 
 
 def request_text(workload: Workload) -> str:
     parts = []
-    for ps in workload.pod_sets:
-        flavours = "|".join(ps["flavours"])
-        parts.append(f"{ps['count']}x{ps['gpus_per_pod']} {flavours}")
+    for ps in workload.pod_set_records:
+        parts.append(f"{ps.count}x{ps.gpus_per_pod} {'|'.join(ps.flavours)}")
     return ", ".join(parts)
 
 
@@ -84,7 +84,7 @@ class Command(BaseCommand):
     def _record(workload: Workload, now: datetime) -> dict[str, Any]:
         where = ""
         if workload.state in Workload.ACTIVE_STATES:
-            nodes = sorted({p["node"] for p in workload.placements})
+            nodes = placement_nodes(workload.placements)
             flavour = workload.flavour.name if workload.flavour else ""
             where = f"{flavour} on {', '.join(nodes)}"
         return {
