@@ -1,12 +1,17 @@
 """Celery tasks of the scheduler bridge: thin, take ids, idempotent, retry on transient errors.
 
 Each `*_all` task fans out one task per cluster, so one broken cluster never stops the
-others.
+others. Every per-cluster task runs its service through ``_on_cluster``: a cluster that
+does not answer raises ClusterUnreachable and the task retries with backoff; bad settings
+(any other gateway error) are logged, recorded where the service records them, and not
+retried until an admin fixes them.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import TypeVar
 
 from celery import shared_task
 
@@ -14,6 +19,8 @@ from scheduler_bridge.gateways import ClusterUnreachable, GatewayError
 from scheduler_bridge.inventory.models import Cluster
 
 logger = logging.getLogger(__name__)
+
+Result = TypeVar("Result")
 
 # Clusters that do not answer are retried with exponential backoff; bad settings are not
 # (they are recorded on the cluster for an admin to fix).
@@ -26,34 +33,52 @@ retrying_task = shared_task(
 )
 
 
-def _cluster(cluster_id: int) -> Cluster | None:
-    return Cluster.objects.filter(pk=cluster_id).first()
+def _on_cluster(
+    cluster_id: int,
+    work: str,
+    run: Callable[[Cluster], Result],
+    on_error: Callable[[Cluster, GatewayError], None] | None = None,
+) -> Result | None:
+    """``run(cluster)``; None when the cluster is gone or its settings cannot work."""
+    cluster = Cluster.objects.filter(pk=cluster_id).first()
+    if cluster is None:
+        return None
+    try:
+        return run(cluster)
+    except ClusterUnreachable:
+        raise  # retried with backoff; whatever was decided and saved stays saved
+    except GatewayError as error:
+        if on_error is not None:
+            on_error(cluster, error)
+        logger.warning("%s of %s failed: %s", work, cluster.name, error)
+        return None
+
+
+def _all_clusters(task: Callable[..., object]) -> int:
+    ids = list(Cluster.objects.values_list("pk", flat=True))
+    for cluster_id in ids:
+        task.delay(cluster_id)  # type: ignore[attr-defined]
+    return len(ids)
 
 
 @retrying_task
 def inventory_sync(cluster_id: int) -> dict[str, int] | None:
-    """Sync nodes and flavours of one cluster, then its quotas (capacity may have changed)."""
+    """Sync nodes and flavours of one cluster (capacity may have changed)."""
     from scheduler_bridge.inventory.services import inventory_sync as sync
 
-    cluster = _cluster(cluster_id)
-    if cluster is None:
-        return None
-    try:
-        result = sync(cluster)
-    except ClusterUnreachable:
-        raise
-    except GatewayError as error:  # bad settings: recorded on the cluster, no retry
-        logger.warning("inventory sync of %s failed: %s", cluster.name, error)
+    result = _on_cluster(cluster_id, "inventory sync", sync)
+    if result is None:
         return None
     return {"nodes": result.nodes, "gpus": result.gpus, "flavours": result.flavours}
 
 
 @shared_task
 def inventory_sync_all() -> int:
-    ids = list(Cluster.objects.values_list("pk", flat=True))
-    for cluster_id in ids:
-        inventory_sync.delay(cluster_id)
-    return len(ids)
+    return _all_clusters(inventory_sync)
+
+
+def _mark_error(cluster: Cluster, error: GatewayError) -> None:
+    Cluster.objects.filter(pk=cluster.pk).update(status="error", status_message=str(error))
 
 
 @retrying_task
@@ -61,16 +86,8 @@ def quota_sync(cluster_id: int) -> dict[str, int] | None:
     """Apply the ResourceQuotas of every namespace bound on one cluster."""
     from scheduler_bridge.quotas.sync import quota_sync as sync
 
-    cluster = _cluster(cluster_id)
-    if cluster is None:
-        return None
-    try:
-        result = sync(cluster)
-    except ClusterUnreachable:
-        raise
-    except GatewayError as error:
-        Cluster.objects.filter(pk=cluster.pk).update(status="error", status_message=str(error))
-        logger.warning("quota sync of %s failed: %s", cluster.name, error)
+    result = _on_cluster(cluster_id, "quota sync", sync, on_error=_mark_error)
+    if result is None:
         return None
     return {
         "namespaces": result.namespaces,
@@ -82,10 +99,7 @@ def quota_sync(cluster_id: int) -> dict[str, int] | None:
 
 @shared_task
 def quota_sync_all() -> int:
-    ids = list(Cluster.objects.values_list("pk", flat=True))
-    for cluster_id in ids:
-        quota_sync.delay(cluster_id)
-    return len(ids)
+    return _all_clusters(quota_sync)
 
 
 @retrying_task
@@ -94,25 +108,15 @@ def mig_reconcile(cluster_id: int) -> dict[str, int] | None:
     on earlier requests (success or failure)."""
     from scheduler_bridge.mig.services import mig_reconcile as reconcile
 
-    cluster = _cluster(cluster_id)
-    if cluster is None:
-        return None
-    try:
-        result = reconcile(cluster)
-    except ClusterUnreachable:
-        raise
-    except GatewayError as error:
-        logger.warning("MIG reconcile of %s failed: %s", cluster.name, error)
+    result = _on_cluster(cluster_id, "MIG reconcile", reconcile)
+    if result is None:
         return None
     return {"requested": result.requested, "succeeded": result.succeeded, "failed": result.failed}
 
 
 @shared_task
 def mig_reconcile_all() -> int:
-    ids = list(Cluster.objects.values_list("pk", flat=True))
-    for cluster_id in ids:
-        mig_reconcile.delay(cluster_id)
-    return len(ids)
+    return _all_clusters(mig_reconcile)
 
 
 @retrying_task
@@ -120,15 +124,8 @@ def admission_cycle(cluster_id: int) -> dict[str, int] | None:
     """One admission cycle of a cluster: decide and save, then reconcile the cluster."""
     from scheduler_bridge.workloads.cycle import admission_cycle as cycle
 
-    cluster = _cluster(cluster_id)
-    if cluster is None:
-        return None
-    try:
-        outcome = cycle(cluster)
-    except ClusterUnreachable:
-        raise  # decisions are saved; the retry reconciles them
-    except GatewayError as error:  # bad settings: decisions saved, applying waits for a fix
-        logger.warning("admission cycle of %s could not apply: %s", cluster.name, error)
+    outcome = _on_cluster(cluster_id, "admission cycle", cycle)
+    if outcome is None:
         return None
     return {
         "admitted": len(outcome.admitted),
@@ -144,15 +141,8 @@ def cluster_reconcile(cluster_id: int) -> dict[str, int] | None:
     sync ResourceQuotas, start admitted work, post owed Events."""
     from scheduler_bridge.workloads.reconcile import reconcile
 
-    cluster = _cluster(cluster_id)
-    if cluster is None:
-        return None
-    try:
-        result = reconcile(cluster)
-    except ClusterUnreachable:
-        raise
-    except GatewayError as error:
-        logger.warning("reconcile of %s failed: %s", cluster.name, error)
+    result = _on_cluster(cluster_id, "reconcile", reconcile)
+    if result is None:
         return None
     return {
         "started": len(result.started),
@@ -167,15 +157,8 @@ def jobs_sync(cluster_id: int) -> dict[str, int] | None:
     """Pick up queue-labelled Jobs and close workloads whose Job ended; then a cycle."""
     from scheduler_bridge.workloads.jobs import jobs_sync as sync
 
-    cluster = _cluster(cluster_id)
-    if cluster is None:
-        return None
-    try:
-        result = sync(cluster)
-    except ClusterUnreachable:
-        raise
-    except GatewayError as error:
-        logger.warning("Job sync of %s failed: %s", cluster.name, error)
+    result = _on_cluster(cluster_id, "Job sync", sync)
+    if result is None:
         return None
     admission_cycle.delay(cluster_id)
     return {
@@ -188,10 +171,7 @@ def jobs_sync(cluster_id: int) -> dict[str, int] | None:
 @shared_task
 def queue_tick_all() -> int:
     """The short period: Job sync and an admission cycle for every cluster."""
-    ids = list(Cluster.objects.values_list("pk", flat=True))
-    for cluster_id in ids:
-        jobs_sync.delay(cluster_id)
-    return len(ids)
+    return _all_clusters(jobs_sync)
 
 
 @shared_task(autoretry_for=(ConnectionError, TimeoutError), retry_backoff=True, max_retries=5)

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import json
 import uuid
 from typing import Any
 
-from django.db import models
+from django.db import connection, models
+from django.utils import timezone
 
 from tenants.models import AuditEvent, Tenant
 
@@ -93,3 +95,60 @@ def audit_record(
     )
     event.save()
     return event
+
+
+# AuditEvent columns written by audit_save_many, in COPY order.
+_COPY_COLUMNS = (
+    "created_at",
+    "actor_id",
+    "actor_repr",
+    "source",
+    "action",
+    "object_type",
+    "object_id",
+    "object_repr",
+    "tenant_id",
+    "tenant_path",
+    "before",
+    "after",
+    "message",
+)
+
+
+def audit_save_many(events: list[AuditEvent]) -> None:
+    """Save many unsaved events (``audit_event``) at once, in the caller's transaction:
+    one COPY on PostgreSQL (an admission cycle may record thousands of transitions),
+    ``bulk_create`` elsewhere."""
+    if not events:
+        return
+    now = timezone.now()
+    for event in events:
+        event.created_at = event.created_at or now
+    if connection.vendor != "postgresql":
+        AuditEvent.objects.bulk_create(events, batch_size=500)
+        return
+    table = AuditEvent._meta.db_table
+    with (
+        connection.cursor() as cursor,
+        cursor.cursor.copy(
+            f'COPY "{table}" ({", ".join(_COPY_COLUMNS)}) FROM STDIN'  # noqa: S608 - our names
+        ) as copy,
+    ):
+        for event in events:
+            copy.write_row(
+                (
+                    event.created_at,
+                    event.actor_id,
+                    event.actor_repr,
+                    event.source,
+                    event.action,
+                    event.object_type,
+                    event.object_id,
+                    event.object_repr,
+                    event.tenant_id,
+                    event.tenant_path,
+                    None if event.before is None else json.dumps(event.before),
+                    None if event.after is None else json.dumps(event.after),
+                    event.message,
+                )
+            )

@@ -12,6 +12,7 @@ cluster match the saved decisions afterwards, and a failure there never loses on
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +32,8 @@ from scheduler_bridge.workloads.reconcile import reconcile
 from scheduler_bridge.workloads.records import Placement
 from scheduler_bridge.workloads.services import stop_overrunning
 from scheduler_bridge.workloads.snapshot import build_snapshot
-from tenants.models import AuditEvent
+from tenants.audit import audit_save_many
+from tenants.models import AuditEvent, Tenant
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +86,10 @@ def decide_and_persist(cluster: Cluster) -> tuple[CycleOutcome, engine.CycleResu
             .select_related("flavour")
             .in_bulk(changed)
         )
+        # The audit records name each workload's tenant: one query, not one per workload.
+        tenants = Tenant.objects.in_bulk({w.tenant_id for w in workloads.values()})
+        for workload in workloads.values():
+            workload.tenant = tenants[workload.tenant_id]
         events: list[AuditEvent] = []
         for admission in result.admissions:
             workload = workloads[int(admission.workload_id)]
@@ -111,31 +117,11 @@ def decide_and_persist(cluster: Cluster) -> tuple[CycleOutcome, engine.CycleResu
                 )
             )
             outcome.preempted.append(victim.pk)
-        AuditEvent.objects.bulk_create(events, batch_size=1000)
-        update_workloads(
-            [
-                {
-                    "id": w.pk,
-                    "state": w.state,
-                    "admitted_at": w.admitted_at,
-                    "started_at": w.started_at,
-                    "flavour_id": w.flavour_id,
-                    "placements": w.placements,
-                    "borrowed": w.borrowed,
-                    "gpus": w.gpus,
-                    "queue_position": w.queue_position,
-                    "reason_code": w.reason_code,
-                    "reason": w.reason,
-                    "preemptions": w.preemptions,
-                    "past_runs": w.past_runs,
-                    "apply_error": w.apply_error,
-                    "apply_attempts": w.apply_attempts,
-                    "job_events": w.job_events,
-                }
-                for w in workloads.values()
-            ],
-            list(COLUMN_TYPES),
-        )
+        audit_save_many(events)
+        admitted = [workloads[pk] for pk in outcome.admitted]
+        update_workloads([_row(w, ADMIT_COLUMNS) for w in admitted], ADMIT_COLUMNS)
+        victims = [workloads[pk] for pk in outcome.preempted]
+        update_workloads([_row(w, COLUMN_TYPES) for w in victims], list(COLUMN_TYPES))
         # Waiting work only changes its place and its reason.
         update_workloads(
             [
@@ -153,6 +139,28 @@ def decide_and_persist(cluster: Cluster) -> tuple[CycleOutcome, engine.CycleResu
         borrowing = admission_engine.borrowing_after(snapshot, result)
         outcome.rebalanced = _rebalance_borrowing(cluster, borrowing, flavours, set(workloads))
     return outcome, result
+
+
+# What admission changes on a row (the preemption also writes the run it ends, its count
+# and the Event it owes, so it writes every column).
+ADMIT_COLUMNS = [
+    "state",
+    "admitted_at",
+    "started_at",
+    "flavour_id",
+    "placements",
+    "borrowed",
+    "gpus",
+    "queue_position",
+    "reason_code",
+    "reason",
+    "apply_error",
+    "apply_attempts",
+]
+
+
+def _row(workload: Workload, columns: Iterable[str]) -> dict[str, Any]:
+    return {"id": workload.pk} | {column: getattr(workload, column) for column in columns}
 
 
 def _rebalance_borrowing(

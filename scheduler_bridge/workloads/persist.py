@@ -8,12 +8,14 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from django.db import connection
+from django.db import connection, transaction
 
 from scheduler_bridge.workloads.models import Workload
 
 # PostgreSQL binds at most 65,535 parameters per statement.
 MAX_PARAMETERS = 60_000
+# From this many rows on, rows are streamed with COPY instead of bound as parameters.
+COPY_FROM_ROWS = 500
 
 # column -> SQL type used to cast the VALUES list
 COLUMN_TYPES = {
@@ -51,6 +53,9 @@ def update_workloads(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> 
     table = Workload._meta.db_table
     assignments = ", ".join(f'"{c}" = v."{c}"' for c in columns)
     names = ", ".join(f'"{c}"' for c in columns)
+    if len(rows) >= COPY_FROM_ROWS:
+        _update_through_copy(table, rows, columns, assignments, names)
+        return
     casts = ", ".join(["%s::bigint", *(f"%s::{COLUMN_TYPES[c]}" for c in columns)])
     per_row = len(columns) + 1
     chunk = max(1, MAX_PARAMETERS // per_row)
@@ -61,13 +66,40 @@ def update_workloads(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> 
             params: list[Any] = []
             for row in part:
                 params.append(row["id"])
-                for column in columns:
-                    value = row[column]
-                    if COLUMN_TYPES[column] == "jsonb":
-                        value = json.dumps(value)
-                    params.append(value)
+                params.extend(_value(row, column) for column in columns)
             cursor.execute(
                 f'UPDATE "{table}" AS t SET {assignments} '  # noqa: S608 - names are ours
                 f'FROM (VALUES {values}) AS v("id", {names}) WHERE t."id" = v."id"',
                 params,
             )
+
+
+def _value(row: dict[str, Any], column: str) -> Any:
+    value = row[column]
+    return json.dumps(value) if COLUMN_TYPES[column] == "jsonb" else value
+
+
+def _update_through_copy(
+    table: str,
+    rows: Sequence[dict[str, Any]],
+    columns: Sequence[str],
+    assignments: str,
+    names: str,
+) -> None:
+    """Many rows: COPY them into a temporary table, then one UPDATE ... FROM it (binding
+    tens of thousands of parameters costs more than streaming them)."""
+    staging = "tidegate_workload_changes"
+    definitions = ", ".join(['"id" bigint', *(f'"{c}" {COLUMN_TYPES[c]}' for c in columns)])
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            f"CREATE TEMPORARY TABLE IF NOT EXISTS {staging} ({definitions}) ON COMMIT DROP"
+        )
+        cursor.execute(f"TRUNCATE {staging}")
+        with cursor.cursor.copy(f'COPY {staging} ("id", {names}) FROM STDIN') as copy:
+            for row in rows:
+                copy.write_row((row["id"], *(_value(row, column) for column in columns)))
+        cursor.execute(
+            f'UPDATE "{table}" AS t SET {assignments} '  # noqa: S608 - names are ours
+            f'FROM {staging} AS v WHERE t."id" = v."id"'
+        )
+        cursor.execute(f"DROP TABLE {staging}")
