@@ -11,14 +11,9 @@ import pytest
 
 from billing.models import RateCard
 from scheduler_bridge.inventory.models import Cluster, Flavour
+from tests.clusters import bind_team_namespaces, hand_down
 from tests.conftest import Cast
-from tests.factories import (
-    BindingFactory,
-    ClusterFactory,
-    FlavourFactory,
-    NodeFactory,
-    QuotaFactory,
-)
+from tests.factories import ClusterFactory, FlavourFactory, NodeFactory
 
 # February 2026: 28 days, far enough in the past to close.
 FEB = datetime(2026, 2, 1, tzinfo=UTC)
@@ -58,21 +53,16 @@ def gpu(cast: Cast) -> GpuCluster:
         gpu_equivalent=Decimal("0.4286"),
         capacity=4,
     )
-    for tenant, namespace in [
-        (cast.team_a, "vision-train"),
-        (cast.team_a, "vision-dev"),
-        (cast.team_b, "speech-train"),
-        (cast.other_org, "globex-train"),
-    ]:
-        BindingFactory(tenant=tenant, cluster_name="gpu-east", namespace=namespace)
-    for tenant, flavour, guaranteed in [
-        (cast.org, h100, 6),
-        (cast.dept, h100, 6),
-        (cast.team_a, h100, 4),
-        (cast.team_b, h100, 2),
-        (cast.other_org, h100, 2),
-    ]:
-        QuotaFactory(tenant=tenant, flavour=flavour, guaranteed=guaranteed)
+    bind_team_namespaces(cast)
+    hand_down(
+        [
+            (cast.org, h100, 6),
+            (cast.dept, h100, 6),
+            (cast.team_a, h100, 4),
+            (cast.team_b, h100, 2),
+            (cast.other_org, h100, 2),
+        ]
+    )
     card = RateCard.objects.create(
         name="Standard",
         currency="USD",

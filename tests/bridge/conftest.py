@@ -12,9 +12,8 @@ import pytest
 from scheduler_bridge.gateways.kubernetes import KubernetesGateway, RetryPolicy
 from scheduler_bridge.inventory.models import Cluster, Flavour
 from scheduler_bridge.inventory.services import inventory_sync
-from scheduler_bridge.quotas.models import Quota
+from tests.clusters import bind_team_namespaces, hand_down
 from tests.conftest import Cast
-from tests.factories import BindingFactory
 from tests.kube_fake.fixtures import kube_api, kubeconfig
 from tests.kube_fake.server import FakeKubeApi
 
@@ -81,20 +80,18 @@ def fake_cluster(cast: Cast, kube_api: FakeKubeApi, kubeconfig: tuple[Path, str]
     inventory_sync(cluster, gateway)
     h100 = Flavour.objects.get(cluster=cluster, name="h100-80gb")
     mig = Flavour.objects.get(cluster=cluster, name="a100-sxm4-40gb-mig-1g.5gb")
-    BindingFactory(tenant=cast.team_a, cluster_name="gpu-east", namespace="vision-train")
-    BindingFactory(tenant=cast.team_a, cluster_name="gpu-east", namespace="vision-dev")
-    BindingFactory(tenant=cast.team_b, cluster_name="gpu-east", namespace="speech-train")
-    BindingFactory(tenant=cast.other_org, cluster_name="gpu-east", namespace="globex-train")
-    for tenant, flavour, guaranteed in [
-        (cast.org, h100, 12),
-        (cast.dept, h100, 10),
-        (cast.team_a, h100, 6),
-        (cast.team_b, h100, 2),
-        (cast.other_org, h100, 4),
-        (cast.org, mig, 28),
-        (cast.dept, mig, 28),
-        (cast.team_a, mig, 14),
-    ]:
-        Quota.objects.create(tenant=tenant, flavour=flavour, guaranteed=guaranteed)
+    bind_team_namespaces(cast)
+    hand_down(
+        [
+            (cast.org, h100, 12),
+            (cast.dept, h100, 10),
+            (cast.team_a, h100, 6),
+            (cast.team_b, h100, 2),
+            (cast.other_org, h100, 4),
+            (cast.org, mig, 28),
+            (cast.dept, mig, 28),
+            (cast.team_a, mig, 14),
+        ]
+    )
     yield FakeCluster(kube_api, cluster, gateway, h100, mig)
     gateway.close()

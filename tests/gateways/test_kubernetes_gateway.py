@@ -4,7 +4,6 @@ conflicts, ownership, pagination; the real client against the fake API server.""
 from __future__ import annotations
 
 import socket
-import time
 from pathlib import Path
 
 import pytest
@@ -144,12 +143,12 @@ def test_429_is_retried(kube_api, gateway) -> None:
 def test_slow_answers_time_out_after_bounded_retries(kube_api, tmp_path) -> None:
     kube_api.delay(2.0, "/api/v1/nodes")
     gw = kubernetes_gateway(kube_api, tmp_path, read_timeout=0.2)
-    started = time.monotonic()
 
+    # Every answer would come after 2 s and succeed: raising proves each attempt gave up
+    # at its 0.2 s read timeout (how long that takes is benchmarks' business, not a test's).
     with gw, pytest.raises(ClusterUnreachable, match="did not answer after 3 attempts"):
         gw.list_nodes()
 
-    assert time.monotonic() - started < 1.5  # 3 x 0.2 s, not 3 x 2 s
     assert kube_api.count("list") == 3
 
 

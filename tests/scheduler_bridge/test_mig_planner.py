@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
@@ -581,7 +580,8 @@ def test_the_plan_meets_demand_whenever_some_legal_assignment_does_with_fewest_c
     assert (unmet, len(plan.changed)) == _oracle(product, gpus, wanted)
 
 
-def test_a_thousand_node_cluster_is_planned_in_well_under_two_seconds() -> None:
+def test_a_thousand_node_cluster_is_planned_whole_without_touching_busy_gpus() -> None:
+    """(How fast: benchmarks/mig_plan.py, on the same shape.)"""
     rng = random.Random(7)
     products = [A100_SXM4_40GB, A100_SXM4_80GB, H100_80GB, H200_141GB]
     gpus = []
@@ -594,7 +594,8 @@ def test_a_thousand_node_cluster_is_planned_in_well_under_two_seconds() -> None:
     instances = {(p.name, q.name): 300 for p in products for q in p.mig_profiles}
     for p in products:
         layout_table(p)
-    started = time.perf_counter()
     plan = plan_mig_layouts(gpus, MigDemand(instances, {p.name: 100 for p in products}))
-    assert time.perf_counter() - started < 2.0
     assert len(plan.gpus) == 8000
+    busy = {(g.node, g.index) for g in gpus if g.busy}
+    assert busy and not [p for p in plan.changed if (p.node, p.index) in busy]
+    assert plan.changed  # the demand made it repartition idle GPUs
