@@ -683,16 +683,19 @@ class _Cycle:
         cycle, once the victims are gone."""
         st = self.state
         node = item.node
-        # Charge only what the victims do not free: they still count until they stop,
-        # and charging the whole need would count the same GPUs twice. What is charged
-        # is the part taken from quota that is free now, which no later workload of
-        # this cycle may take. (Releasing the victims instead would let capacity grow
-        # within a cycle, and the engine relies on it only ever shrinking.)
-        freed: dict[int, int] = {}
-        for victim in found.victims:
-            for f, gpus in victim.totals.items():
-                freed[f] = freed.get(f, 0) + gpus
-        st.add_usage(node, [(f, max(0, need - freed.get(f, 0))) for f, need in option.totals])
+        # The part of the need its victims do not free is taken from the quota free
+        # now, which no later workload of this cycle may take; the part they free is
+        # taken over from them (CycleState.take_over: charged where their usage does not
+        # already count it). Releasing the victims instead would let capacity grow
+        # within a cycle, and the engine relies on it only ever shrinking.
+        for f, need in option.totals:
+            for victim in found.victims:
+                gpus = min(need, victim.totals.get(f, 0)) if victim.node >= 0 else 0
+                if gpus:
+                    st.take_over(node, f, gpus, victim, item.wl.id)
+                    need -= gpus
+            if need:
+                st.add_usage(node, [(f, need)])
         if not item.shape.may_borrow:
             st.add_pinned(node, option.totals)  # victims are preemptible: none was pinned
         # GPUs: the victims' first, then free ones, then those a borrowing gang holds

@@ -167,6 +167,13 @@ class Explainer:
         protecting = st.config.reclaim and st.config.reclaim_min_run_s > 0
         cls = st.guarantee_class(node, shape) if st.reservations or protecting else 1
         for option in shape.options:
+            # Whether it could ever fit the nodes comes first: work no node layout can
+            # hold has no place in line, whatever its quota says (a shortage would give
+            # it one and promise a start that never comes)
+            never = self._never_fits(shape, option)
+            if never is not None:
+                parts.append(never)
+                continue
             quota = self._quota(node, option) if shape.may_borrow else self._guarantee(node, option)
             if quota is None:
                 nodes_key = (shape.id, option.index, cls)
@@ -223,10 +230,20 @@ class Explainer:
         return label
 
     def _quota(self, node: int, option: Option) -> tuple[ReasonCode, str, int] | None:
-        tree = self.state.tree
-        usage = self.state.usage
+        st = self.state
+        tree = st.tree
+        usage = st.usage
         room = self._room
         for f, need in option.totals:
+            claimed = st.reclaiming[f][node]
+            guaranteed = tree.guaranteed[f][node]
+            if claimed and usage[f][node] - claimed + need <= guaranteed < usage[f][node] + need:
+                # inside the guarantee on its own, but not together with the tenant's
+                # reclaimers of this cycle: it waits for them, it does not reclaim more
+                message = reasons.waiting_reclaim(
+                    st.reclaimers[(f, node)], tree.label[node], guaranteed, self.names[f], need
+                )
+                return ReasonCode.WAITING_RECLAIM, message, f
             free = room.get((node, f))
             if free is None:
                 free = tree.available(f, node, usage[f]) if tree.access[f][node] else -1
@@ -258,6 +275,20 @@ class Explainer:
                 code = ReasonCode.NEVER_FITS if need > guaranteed else ReasonCode.QUOTA_LIMIT
                 return code, message, f
         return self._quota(node, option)
+
+    def _never_fits(self, shape: Shape, option: Option) -> tuple[ReasonCode, str, int] | None:
+        """NEVER_FITS when no layout of the nodes, all GPUs free, holds the option."""
+        key = (shape.id, option.index, -1)
+        verdict = self._by_nodes.get(key)
+        if verdict is None:
+            pool = self.state.pool
+            full = {f: list(pool.flavours[f].total) for f, _ in option.totals}
+            if pool.plan_generic(option.needs, shape.topology, full) is None:
+                verdict = (ReasonCode.NEVER_FITS, self._never(shape, option), option.needs[0][0])
+            else:
+                verdict = (ReasonCode.NODE_CAPACITY, "", -1)  # fits an idle cluster
+            self._by_nodes[key] = verdict
+        return None if verdict[2] < 0 else verdict
 
     def _nodes(self, shape: Shape, option: Option, cls: int) -> tuple[ReasonCode, str, int]:
         """Node-side verdict for a shape whose quota fits; ``cls`` 0 (inside the

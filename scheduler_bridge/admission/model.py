@@ -45,6 +45,7 @@ class ReasonCode(StrEnum):
     RESERVED = "reserved"
     RESERVATION_HELD = "reservation_held"
     PREEMPTING = "preempting"
+    WAITING_RECLAIM = "waiting_reclaim"
     BUDGET = "budget"
 
 

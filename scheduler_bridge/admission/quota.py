@@ -187,6 +187,25 @@ class QuotaTree:
             if delta == 0:
                 return
 
+    def add_below(self, f: int, node: int, delta: int, usage: list[int], stop: int) -> None:
+        """``add``, carried up the path only as far as the level below ``stop``."""
+        private = self.private[f]
+        for n in self.paths[node]:
+            if n == stop:
+                return
+            old = usage[n]
+            new = old + delta
+            usage[n] = new
+            priv = private[n]
+            delta = (new - priv if new > priv else 0) - (old - priv if old > priv else 0)
+            if delta == 0:
+                return
+
+    def lowest_common(self, a: int, b: int) -> int:
+        """The lowest node on both paths (``a`` itself when ``b`` is ``a``)."""
+        above_b = set(self.paths[b])
+        return next(n for n in self.paths[a] if n in above_b)
+
     def borrowed(self, f: int, node: int, need: int, usage: list[int]) -> int:
         """GPUs of ``need`` that land above the node's own guarantee."""
         g = self.guaranteed[f][node]

@@ -176,6 +176,16 @@ def reservation_held(
     return f"holding a reservation for {gpus} {flavour} on {shown}; expected start {when}"
 
 
+def waiting_reclaim(
+    reclaimers: Sequence[str], tenant: str, guaranteed: int, flavour: str, need: int
+) -> str:
+    who = ", ".join(reclaimers)
+    return (
+        f"waits for {who}'s reclaim: together they would pass {tenant}'s guarantee of "
+        f"{guaranteed} {flavour} (it needs {need})"
+    )
+
+
 def preempting(count: int, tenants: Sequence[str], flavour: str, reclaim: bool) -> str:
     who = ", ".join(tenants)
     if count == 0:

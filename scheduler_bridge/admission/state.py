@@ -118,6 +118,10 @@ class CycleState:
         # what work that cannot be preempted holds, per flavour and workload node: it must
         # stay within the guarantee, so that whatever a tenant borrows is preemptible
         self.pinned: list[list[int]] = [[0] * self.tree.size for _ in range(nflavours)]
+        # GPUs preemptors of this cycle took over from their victims, per flavour and
+        # preemptor node, and who took them (for the reasons of work left waiting)
+        self.reclaiming: list[list[int]] = [[0] * self.tree.size for _ in range(nflavours)]
+        self.reclaimers: dict[tuple[int, int], list[str]] = {}
         nodes = sorted(snapshot.nodes, key=lambda n: n.name)
         held = self._compile_running(snapshot.running, static)
         self.pool = NodePool(nodes, static.flavour_names, held)
@@ -259,6 +263,19 @@ class CycleState:
     def add_pinned(self, node: int, totals: Sequence[tuple[int, int]]) -> None:
         for f, gpus in totals:
             self.pinned[f][node] += gpus
+
+    def take_over(self, node: int, f: int, gpus: int, victim: Run, workload_id: str) -> None:
+        """A preemptor at ``node`` takes over ``gpus`` of flavour ``f`` from ``victim``.
+        The victim keeps counting where it counts until it stops (next cycle), so the
+        GPUs are charged to the preemptor only on the levels the victim's usage does not
+        reach: its own tenant and the levels up to, not including, the lowest one the
+        two share. Its tenant's guarantee then counts the preemptor's whole need, so a
+        second reclaimer of the tenant cannot claim the same unused guarantee, while no
+        shared level counts the GPUs twice (and capacity still only shrinks)."""
+        shared = self.tree.lowest_common(node, victim.node)
+        self.tree.add_below(f, node, gpus, self.usage[f], shared)
+        self.reclaiming[f][node] += gpus
+        self.reclaimers.setdefault((f, node), []).append(workload_id)
 
     def add_usage(self, node: int, totals: Sequence[tuple[int, int]], sign: int = 1) -> None:
         """Charge (or, with sign -1, release) quota usage of a workload node."""

@@ -10,7 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from scheduler_bridge.admission import ClusterSnapshot, CycleResult, RunningWorkload
+from scheduler_bridge.admission import (
+    ClusterSnapshot,
+    CycleResult,
+    ReasonCode,
+    RunningWorkload,
+    fits_when_idle,
+)
 from scheduler_bridge.admission.simulator import apply_result
 
 
@@ -97,10 +103,67 @@ def _flavour_violations(
     return out
 
 
+def reclaim_violations(snapshot: ClusterSnapshot, result: CycleResult) -> list[str]:
+    """A tenant's preemptors of one cycle, each charged its whole need, stay inside its
+    guarantee together with what it keeps running and what it got inside the guarantee
+    this cycle (a preemptor must end inside its guarantee; two of them must not each
+    count the same unused guarantee)."""
+    guaranteed = {(q.tenant_id, q.flavour): q.guaranteed for q in snapshot.quotas}
+    requests = {wl.id: wl for wl in snapshot.pending}
+    victims = {p.victim_id for p in result.preemptions}
+    claimed: dict[tuple[str, str], int] = {}
+    preemptors: dict[tuple[str, str], list[str]] = {}
+    for decision in result.pending:
+        if decision.code is ReasonCode.PREEMPTING and decision.flavour:
+            wl = requests[decision.workload_id]
+            key = (wl.tenant_id, decision.flavour)
+            need = sum(ps.count * ps.gpus_per_pod for ps in wl.pod_sets)
+            claimed[key] = claimed.get(key, 0) + need
+            preemptors.setdefault(key, []).append(wl.id)
+    for run in snapshot.running:
+        if run.id in victims:
+            continue
+        for p in run.placements:
+            key = (run.tenant_id, p.flavour)
+            if key in claimed:
+                claimed[key] += p.gpus
+    for admission in result.admissions:
+        for p in admission.placements:
+            key = (admission.tenant_id, p.flavour)
+            if key in claimed:
+                claimed[key] += p.gpus
+        for flavour, amount in admission.borrowed.items():
+            key = (admission.tenant_id, flavour)
+            if key in claimed:
+                claimed[key] -= amount
+    return [
+        f"{tenant} holds and reclaims {held} {flavour} ({preemptors[(tenant, flavour)]}), "
+        f"guarantee {guaranteed.get((tenant, flavour), 0)}"
+        for (tenant, flavour), held in claimed.items()
+        if held > guaranteed.get((tenant, flavour), 0)
+    ]
+
+
+def position_violations(snapshot: ClusterSnapshot, result: CycleResult) -> list[str]:
+    """Only work that some state of the cluster could run has a place in line."""
+    requests = {wl.id: wl for wl in snapshot.pending}
+    return [
+        f"{d.workload_id} has position {d.position} but no node layout holds it ({d.message})"
+        for d in result.pending
+        if d.position is not None
+        and not fits_when_idle(
+            snapshot.nodes, requests[d.workload_id].pod_sets, requests[d.workload_id].topology
+        )
+    ]
+
+
 def check_cycle(snapshot: ClusterSnapshot, result: CycleResult) -> None:
-    """Capacity and quota hold with admissions and victims both still holding GPUs."""
+    """Capacity and quota hold with admissions and victims both still holding GPUs, and
+    a tenant's preemptors together stay inside its guarantee."""
     problems = capacity_violations(snapshot, result)
     problems += quota_violations(snapshot, running_after(snapshot, result))
+    problems += reclaim_violations(snapshot, result)
+    problems += position_violations(snapshot, result)
     assert not problems, problems
     ids = [a.workload_id for a in result.admissions]
     assert len(ids) == len(set(ids))

@@ -133,7 +133,7 @@ def test_deep_tree_borrows_from_nearest_level_up_to_the_root():
 
 def test_workload_larger_than_quota_could_ever_allow_is_marked_never_fits():
     tree, quotas = two_teams(a=8, b=8, a_limit=4)
-    result = run_cycle(snapshot(tree, quotas, nodes(4), [workload("a1", "a", 16)]))
+    result = run_cycle(snapshot(tree, quotas, nodes(4), [workload("a1", "a", 8, count=2)]))
     why = reason_of(result, "a1")
     assert why.code is ReasonCode.NEVER_FITS
     assert "at most 12" in why.message

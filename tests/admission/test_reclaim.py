@@ -282,3 +282,29 @@ def test_young_work_that_cannot_be_preempted_does_not_shield_older_borrowing():
     owner = workload("a1", "a", 4, submitted=9995.0)
     full = snapshot(tree, quotas, nodes(2, gpus=6), [owner], busy, now=10000.0)
     assert victims(run_cycle(full, config)) == ["b-batch"]
+
+
+def test_two_reclaimers_of_one_tenant_never_take_more_than_its_guarantee():
+    """org 16 -> a (8), b (0); b borrows both nodes. a's two 8-GPU jobs each fit a's
+    guarantee alone, not together: one reclaims, the other waits for it and says so, and
+    b keeps the node a is not owed."""
+    tree = tenants({"org": None, "a": "org", "b": "org"})
+    quotas = (quota("org", 16), quota("a", 8), quota("b", 0))
+    busy = [
+        running("b1", "b", {"n000": 8}, admitted=1),
+        running("b2", "b", {"n001": 8}, admitted=2),
+    ]
+    pending = [workload("a1", "a", 8, submitted=50), workload("a2", "a", 8, submitted=51)]
+    snap = snapshot(tree, quotas, nodes(2), pending, busy)
+    first = run_cycle(snap)
+    check_cycle(snap, first)
+    assert victims(first) == ["b2"]  # the most recently admitted of b's
+    waiting = {d.workload_id: d for d in first.pending}
+    assert waiting["a1"].code is ReasonCode.PREEMPTING
+    assert waiting["a2"].code is ReasonCode.WAITING_RECLAIM
+    assert waiting["a2"].message == (
+        "waits for a1's reclaim: together they would pass a's guarantee of 8 H100 (it needs 8)"
+    )
+    second = run_cycle(apply_result(snap, first))
+    assert [a.workload_id for a in second.admissions] == ["a1"]
+    assert second.preemptions == ()
