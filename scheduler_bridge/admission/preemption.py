@@ -193,6 +193,22 @@ def _merge(lists: list[list[Run]]) -> list[Run]:
     return sorted(seen.values(), key=_victim_order)
 
 
+def _closed_to(state: CycleState, item: Item) -> set[tuple[int, int]]:
+    """(flavour, node) of every reservation plan ``item`` may not use: not its own, not
+    one of a borrowing gang (a preemptor ends inside its guarantee, and reservations never
+    outrank guarantees), and not one it would finish before (backfill)."""
+    closed: set[tuple[int, int]] = set()
+    runtime = item.wl.max_run_time_s
+    for entry in state.reservations:
+        if entry.workload_id == item.wl.id or entry.cls > 0:
+            continue
+        start = entry.expected_start
+        if runtime is not None and start is not None and state.now + runtime <= start:
+            continue
+        closed.update((f, j) for f, j, _ in entry.plan)
+    return closed
+
+
 class _Search:
     """Greedy removal then minimisation (undone by ``undo``)."""
 
@@ -206,6 +222,11 @@ class _Search:
         # those reserved for borrowing gangs (a preemptor ends inside its guarantee,
         # and reservations never outrank guarantees)
         self.extra: dict[tuple[int, int], int] = state.borrowing_holds()
+        # Nodes where a reservation the preemptor may not use is waiting for GPUs to be
+        # released: what a victim frees there is the gang's, not the preemptor's, so a
+        # preemption for it would stop work for nothing (and the victim, back in the
+        # queue, would backfill there again: a loop)
+        self.closed = _closed_to(state, item)
 
     def _remove(self, run: Run) -> None:
         if run.node >= 0:
@@ -213,7 +234,8 @@ class _Search:
                 self.st.tree.add(f, run.node, -gpus, self.st.usage[f])
                 self.st.add_victim_view(run.node, f, -gpus)
         for f, j, gpus in run.parts:
-            self.extra[(f, j)] = self.extra.get((f, j), 0) + gpus
+            if (f, j) not in self.closed:
+                self.extra[(f, j)] = self.extra.get((f, j), 0) + gpus
         self.out.add(run.wl.id)
 
     def _restore(self, run: Run) -> None:
@@ -222,7 +244,8 @@ class _Search:
                 self.st.tree.add(f, run.node, gpus, self.st.usage[f])
                 self.st.add_victim_view(run.node, f, gpus)
         for f, j, gpus in run.parts:
-            self.extra[(f, j)] -= gpus
+            if (f, j) not in self.closed:
+                self.extra[(f, j)] -= gpus
         self.out.discard(run.wl.id)
 
     def fits(self) -> bool:

@@ -15,6 +15,7 @@ from scheduler_bridge.admission import (
 from scheduler_bridge.admission.simulator import apply_result
 
 from .factories import H100, nodes, quota, running, snapshot, tenants, workload
+from .invariants import check_cycle
 
 TREE = tenants({"org": None, "a": "org", "b": "org"})
 QUOTAS = (quota("a", 16), quota("b", 16))
@@ -175,3 +176,28 @@ def test_a_reservation_holder_that_fails_does_not_take_down_backfill_of_its_shap
     result = run_cycle(snap, CONFIG)
     assert [(a.workload_id, a.code) for a in result.admissions] == [("C", AdmitCode.BACKFILL)]
     assert sorted(r.workload_id for r in result.reservations) == ["A", "B"]
+
+
+def test_no_preemption_for_gpus_reserved_for_someone_elses_gang():
+    """a's 2 x 8 gang holds a reservation on n000 and n001 (a-long on n000 ends at 7200);
+    b-short backfills 4 GPUs of n001. a-small, inside a's guarantee, must not preempt
+    b-short: the GPUs it would free are the gang's, a-small could not use them, and
+    b-short would come back through backfill and be preempted again, every other cycle."""
+    tree = tenants({"org": None, "a": "org", "b": "org"})
+    quotas = (quota("org", 32), quota("a", 32), quota("b", 0))
+    busy = [
+        running("a-long", "a", {"n000": 8}, admitted=0, max_run=7200),
+        running("b-short", "b", {"n001": 4}, admitted=3990, max_run=600),
+    ]
+    pending = [
+        workload("gang", "a", 8, count=2, submitted=0),
+        workload("a-small", "a", 4, submitted=3995),
+    ]
+    snap = snapshot(tree, quotas, nodes(2), pending, busy, now=4000)
+    result = run_cycle(snap)
+    check_cycle(snap, result)
+    assert result.preemptions == ()
+    why = {d.workload_id: d for d in result.pending}
+    assert why["gang"].code is ReasonCode.RESERVATION_HELD
+    assert why["a-small"].code is ReasonCode.RESERVED
+    assert why["a-small"].message.startswith("reserved for job gang")
