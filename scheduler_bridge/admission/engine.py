@@ -32,6 +32,7 @@ import gc
 import heapq
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from time import perf_counter
 
 from . import reasons, records
@@ -47,13 +48,20 @@ from .model import (
     EngineConfig,
     Node,
     PendingWorkload,
+    Placement,
     Preemption,
     ReasonCode,
 )
 from .pending import NO_REACH, Group, Item, Option, Shape, TenantQueue, group_items
 from .placement import Plan
 from .preemption import PreemptionPlan, Preemptor
-from .reservation import backfill_overlay, consume, release, reserve_for_starving
+from .reservation import (
+    backfill_overlay,
+    consume,
+    hold_for_preemptors,
+    release,
+    reserve_for_starving,
+)
 from .state import CycleState, Layout, ReservationEntry, Static, node_layout
 
 _DECIDED = "decided"
@@ -251,6 +259,7 @@ class _Cycle:
         self.admissions: list[Admission] = []
         self.preemptions: list[Preemption] = []
         self.outcomes: dict[str, Outcome] = {}
+        self.holds: dict[str, tuple[Placement, ...]] = {}  # preemptors' planned placements
         self.admitted: set[str] = set()
         self.admitted_priority: dict[int, int] = {}
         self.quota_memo: dict[tuple[int, int], int] = {}
@@ -270,6 +279,7 @@ class _Cycle:
     def run(self, explain: bool) -> CycleResult:
         st = self.state
         queues = self._build_queues()
+        hold_for_preemptors(st, self.items)
         reserve_for_starving(st, self.items, self._start_order)
         if st.reservations:
             for item in self.items:
@@ -287,12 +297,17 @@ class _Cycle:
                 st, start_caps, self.admitted, self.admitted_priority, self.outcomes
             )
             pending = explainer.decisions(self.group_lists, self.unqueued)
+            if self.holds:
+                pending = tuple(
+                    replace(d, held=self.holds[d.workload_id]) if d.workload_id in self.holds else d
+                    for d in pending
+                )
         return CycleResult(
             now=st.now,
             admissions=tuple(self.admissions),
             preemptions=tuple(self.preemptions),
             pending=pending,
-            reservations=tuple(records.reservation(st, e) for e in st.reservations),
+            reservations=tuple(records.reservation(st, e) for e in st.reservations if not e.hold),
         )
 
     def _build_queues(self) -> dict[int, TenantQueue]:
@@ -717,3 +732,4 @@ class _Cycle:
         tenants = sorted({v.wl.tenant_id for v in found.victims})
         message = reasons.preempting(len(fresh), tenants, self.names[f0], found.reclaim)
         self.outcomes[item.wl.id] = (ReasonCode.PREEMPTING, message, self.names[f0])
+        self.holds[item.wl.id] = records.placements(st, found.plan)

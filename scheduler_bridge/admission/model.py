@@ -14,7 +14,7 @@ convert from timezone-aware datetimes at the boundary.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 DAY_S = 86_400.0
@@ -156,6 +156,11 @@ class PendingWorkload:
     topology: Topology = Topology.NONE
     max_run_time_s: float | None = None
     preemptible: bool = True
+    # Where its preemption of the previous cycle planned it (PendingDecision.held): the
+    # GPUs its victims freed are held for it at the start of the next cycle, so nothing
+    # queued before it - a returning victim, a reservation, its own tenant's other work -
+    # takes them (the caller keeps this from one cycle to the next).
+    held: tuple[Placement, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.pod_sets:
@@ -215,7 +220,7 @@ class RunningWorkload:
             borrowed=admission.borrowed,
             preemptible=workload.preemptible,
             max_run_time_s=workload.max_run_time_s,
-            request=workload,
+            request=replace(workload, held=()) if workload.held else workload,
         )
 
 
@@ -316,6 +321,9 @@ class PendingDecision:
     code: ReasonCode
     message: str
     flavour: str | None = None
+    # for work preempting: where it will start once its victims stop (pass it back as
+    # PendingWorkload.held next cycle)
+    held: tuple[Placement, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

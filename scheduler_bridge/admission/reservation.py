@@ -46,6 +46,7 @@ def reserve_for_starving(
         and item.shape.gpus >= config.reservation_min_gpus
         and state.now - item.wl.submitted_at >= config.reservation_wait_s
     ]
+    starving = [item for item in starving if item.wl.id not in state.reservation_of]
     starving.sort(key=order)
     excluded: set[tuple[int, int]] = set()
     for item in starving[: config.max_reservations]:
@@ -77,6 +78,42 @@ def reserve_for_starving(
             state.reservation_of[item.wl.id] = entry
             item.holder = True
             break
+
+
+def hold_for_preemptors(state: CycleState, items: Sequence[Item]) -> None:
+    """Hold, for each workload that preempted in the previous cycle, the GPUs its plan
+    named (``PendingWorkload.held``) that are free now: before reservations and the main
+    pass, so nothing queued ahead of it takes what its victims freed. Only it may use
+    them; whatever it leaves unused is free again from the next cycle (``release``)."""
+    pool = state.pool
+    names = state.static
+    for item in items:
+        held = item.wl.held
+        if not held or item.node < 0 or not item.shape.options:
+            continue
+        plan: list[tuple[int, int, int]] = []
+        for placement in held:
+            f = names.flavour_index.get(placement.flavour)
+            n = names.node_index.get(placement.node)
+            j = pool.local[f][n] if f is not None and n is not None else -1
+            if j >= 0 and placement.gpus > 0:
+                plan.append((f, j, placement.gpus))  # type: ignore[arg-type]
+        flavours = {f for f, _, _ in plan}
+        option = next((o for o in item.shape.options if set(o.flavours) == flavours), None)
+        if option is None:
+            continue
+        entry = ReservationEntry(
+            item.wl.id, item.wl.tenant_id, option.index, plan, None, 0, hold=True
+        )
+        for f, j, gpus in plan:
+            fn = pool.flavours[f]
+            blocked = min(fn.avail[j], gpus)
+            if blocked > 0:
+                fn.set_avail(j, fn.avail[j] - blocked)
+                entry.blocked[(f, j)] = entry.blocked.get((f, j), 0) + blocked
+        state.reservations.append(entry)
+        state.reservation_of[item.wl.id] = entry
+        item.holder = True
 
 
 def _earliest(

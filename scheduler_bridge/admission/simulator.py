@@ -279,6 +279,7 @@ class _Run:
             self.generation[workload.id] = generation
             end = now + self.sim.jobs[workload.id].run_time_s
             heapq.heappush(self.finishes, (end, workload.id, generation))
+        _carry_holds(self.pending, result)
         self.admissions += len(result.admissions)
         self.preemptions += len(result.preemptions)
         self.decisions += len(result.admissions) + len(result.preemptions) + len(result.pending)
@@ -350,10 +351,20 @@ def apply_result(
         running[workload.id] = RunningWorkload.from_admission(workload, admission, snapshot.now)
         for p in admission.placements:
             delta[(p.node, p.flavour)] = delta.get((p.node, p.flavour), 0) - p.gpus
+    _carry_holds(pending, result)
     nodes = tuple(_adjust(node, delta) for node in snapshot.nodes)
     return replace(
         snapshot, running=tuple(running.values()), pending=tuple(pending.values()), nodes=nodes
     )
+
+
+def _carry_holds(pending: dict[str, PendingWorkload], result: CycleResult) -> None:
+    """What the caller keeps between cycles: where each preemptor will start."""
+    held = {d.workload_id: d.held for d in result.pending}
+    for wid, workload in pending.items():
+        hold = held.get(wid, ())
+        if workload.held != hold:
+            pending[wid] = replace(workload, held=hold)
 
 
 def _adjust(node: Node, delta: Mapping[tuple[str, str], int]) -> Node:

@@ -103,6 +103,7 @@ class ReservationEntry:
     expected_start: float | None
     cls: int = 1  # guarantee class of the gang: 0 inside its tenant's guarantee
     blocked: dict[tuple[int, int], int] = field(default_factory=dict)
+    hold: bool = False  # GPUs a preemption freed for this workload, not a gang's
 
 
 class CycleState:

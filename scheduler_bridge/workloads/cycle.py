@@ -29,7 +29,7 @@ from scheduler_bridge.workloads.locks import hold_admission_lock
 from scheduler_bridge.workloads.models import Workload
 from scheduler_bridge.workloads.persist import COLUMN_TYPES, update_workloads
 from scheduler_bridge.workloads.reconcile import reconcile
-from scheduler_bridge.workloads.records import Placement
+from scheduler_bridge.workloads.records import Placement, dump_placements
 from scheduler_bridge.workloads.services import stop_overrunning
 from scheduler_bridge.workloads.snapshot import build_snapshot
 from tenants.audit import audit_save_many
@@ -130,10 +130,13 @@ def decide_and_persist(cluster: Cluster) -> tuple[CycleOutcome, engine.CycleResu
                     "queue_position": d.position,
                     "reason_code": d.code.value,
                     "reason": d.message,
+                    "held_placements": dump_placements(
+                        Placement(p.node, p.flavour, p.gpus) for p in d.held
+                    ),
                 }
                 for d in result.pending
             ],
-            ["queue_position", "reason_code", "reason"],
+            ["queue_position", "reason_code", "reason", "held_placements"],
         )
         outcome.pending = len(result.pending)
         borrowing = admission_engine.borrowing_after(snapshot, result)
@@ -156,6 +159,7 @@ ADMIT_COLUMNS = [
     "reason",
     "apply_error",
     "apply_attempts",
+    "held_placements",
 ]
 
 

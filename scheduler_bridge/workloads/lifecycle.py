@@ -156,6 +156,7 @@ def admit(
     workload.reason = message
     workload.apply_error = ""
     workload.apply_attempts = 0
+    workload.held_placements = []
     nodes = ", ".join(sorted({p.node for p in placements}))
     return _transition_event(
         workload, "admit", before, f"admitted onto {flavour.name} ({nodes}): {message}"

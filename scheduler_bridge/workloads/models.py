@@ -127,6 +127,9 @@ class Workload(models.Model):
     # written by the transition that owes them, in its transaction; posted and cleared by
     # the reconciler, so a decision and what its owner is told never disagree.
     job_events = models.JSONField(default=list, blank=True)
+    # While it preempts: where it will start once its victims stop ([{"node", "flavour",
+    # "gpus"}]); the next cycle holds those GPUs for it, so nothing takes what it freed.
+    held_placements = models.JSONField(default=list, blank=True)
     # Runs that ended in preemption: [{"admitted_at", "ended_at" (ISO 8601), "flavour",
     # "gpu_equivalent", "placements", "borrowed", "gpus"}]. They held GPUs, so billing and
     # the fair-share usage history count them like the current run.

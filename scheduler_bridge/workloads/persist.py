@@ -34,6 +34,7 @@ COLUMN_TYPES = {
     "apply_error": "text",
     "apply_attempts": "integer",
     "job_events": "jsonb",
+    "held_placements": "jsonb",
 }
 
 

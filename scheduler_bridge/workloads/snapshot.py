@@ -21,6 +21,7 @@ from scheduler_bridge.gateways.base import is_gpu_resource
 from scheduler_bridge.inventory.models import Cluster, Flavour, Node
 from scheduler_bridge.quotas.models import Quota
 from scheduler_bridge.workloads.models import Workload
+from scheduler_bridge.workloads.records import parse_placements
 from scheduler_bridge.workloads.runs import past_runs
 from tenants.models import Tenant
 
@@ -69,6 +70,10 @@ def pending_of(workload: Workload) -> engine.PendingWorkload:
         topology=engine.Topology(workload.topology),
         max_run_time_s=float(workload.max_run_time_s) if workload.max_run_time_s else None,
         preemptible=workload.preemptible,
+        held=tuple(
+            engine.Placement(node=p.node, flavour=p.flavour, gpus=p.gpus)
+            for p in parse_placements(workload.held_placements)
+        ),
     )
 
 

@@ -7,13 +7,15 @@ from dataclasses import replace
 from scheduler_bridge.admission import (
     AdmissionEngine,
     EngineConfig,
+    Node,
     PreemptionCode,
     ReasonCode,
+    Topology,
     run_cycle,
 )
 from scheduler_bridge.admission.simulator import apply_result
 
-from .factories import nodes, quota, running, snapshot, tenants, two_teams, workload
+from .factories import H100, nodes, quota, running, snapshot, tenants, two_teams, workload
 from .invariants import check_cycle
 
 
@@ -307,4 +309,36 @@ def test_two_reclaimers_of_one_tenant_never_take_more_than_its_guarantee():
     )
     second = run_cycle(apply_result(snap, first))
     assert [a.workload_id for a in second.admissions] == ["a1"]
+    assert second.preemptions == ()
+
+
+def test_a_reclaimer_finds_the_gpus_it_freed_when_it_returns_topology_included():
+    """Owner a (guarantee 10); n0-n2 have 2 GPUs each in NVLink domain d0, n3 has 4 and
+    no domain; b holds everything. W0 (1 x 2) and W1 (3 x 2 in one domain) fit a's
+    guarantee together: cycle 1 preempts for both; in cycle 2 each starts where its
+    preemption planned it (best fit alone would put W0 inside d0 and leave W1 waiting)."""
+    tree = tenants({"org": None, "a": "org", "b": "org"})
+    quotas = (quota("org", 10), quota("a", 10), quota("b", 0))
+    domain = (Node("n0", {H100: 2}, None, "d0"), Node("n1", {H100: 2}, None, "d0"))
+    cluster = (*domain, Node("n2", {H100: 2}, None, "d0"), Node("n3", {H100: 4}, None, None))
+    busy = [
+        running("b0", "b", {"n0": 2}, admitted=1),
+        running("b1", "b", {"n1": 2}, admitted=2),
+        running("b2", "b", {"n2": 2}, admitted=3),
+        running("b3", "b", {"n3": 4}, admitted=4),
+    ]
+    pending = [
+        workload("W0", "a", 2, submitted=10),
+        workload("W1", "a", 2, count=3, submitted=11, topology=Topology.ONE_DOMAIN),
+    ]
+    snap = snapshot(tree, quotas, cluster, pending, busy)
+    first = run_cycle(snap)
+    check_cycle(snap, first)
+    held = {d.workload_id: sorted(p.node for p in d.held) for d in first.pending}
+    assert held == {"W0": ["n3"], "W1": ["n0", "n1", "n2"]}
+    after = apply_result(snap, first)
+    second = run_cycle(after)
+    check_cycle(after, second)
+    placed = {a.workload_id: sorted(p.node for p in a.placements) for a in second.admissions}
+    assert placed == {"W0": ["n3"], "W1": ["n0", "n1", "n2"]}
     assert second.preemptions == ()

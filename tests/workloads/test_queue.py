@@ -525,3 +525,24 @@ def test_a_time_limit_is_checked_again_under_the_lock(
     assert services.stop_overrunning(fake_cluster.cluster) == []
     # (the simulated preemption was made in the refused transaction, so it is undone too)
     assert Workload.objects.get(pk=pk).state != "timed_out"
+
+
+def test_a_reclaimer_keeps_the_gpus_it_freed_from_one_cycle_to_the_next(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    """The preemption's planned placement is saved on the workload, the next cycle holds
+    those GPUs for it and starts it there, and the hold is dropped once it runs."""
+    borrower = submit(cast.platform_admin, "speech", 8, name="big").json()["id"]
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    big_nodes = {p["node"] for p in Workload.objects.get(pk=borrower).placements}
+    owner = submit(cast.lead, "vision", 6, name="owner").json()["id"]
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    waiting = Workload.objects.get(pk=owner)
+    assert waiting.reason_code == "preempting"
+    held = {p["node"] for p in waiting.held_placements}
+    assert held and held <= big_nodes
+    assert sum(p["gpus"] for p in waiting.held_placements) == 6
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    started = Workload.objects.get(pk=owner)
+    assert started.state == "running" and started.held_placements == []
+    assert {p["node"] for p in started.placements} == held
