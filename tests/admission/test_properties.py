@@ -168,8 +168,8 @@ def _filled(data, world) -> ClusterSnapshot:
 def test_one_tenants_reclaimers_together_stay_inside_its_guarantee(data):
     """An owner submits several workloads that each fit its unused guarantee but not
     all together: one cycle preempts for at most what the guarantee leaves (each
-    preemptor charged its whole need; check_cycle's reclaim_violations), and the rest
-    wait for those reclaims."""
+    preemptor charged its whole need; check_cycle's reclaim_violations), the rest wait
+    for those reclaims."""
     world = data.draw(worlds(backed=True))
     rows = {(q.tenant_id, q.flavour): q for q in world.quotas}
     snap = _filled(data, world)
@@ -206,15 +206,24 @@ def test_one_tenants_reclaimers_together_stay_inside_its_guarantee(data):
 
 
 @PROFILE
-@given(data=st.data(), priority_preemption=st.booleans())
-def test_no_preemption_loops_across_repeated_cycles(data, priority_preemption):
+@given(
+    data=st.data(),
+    priority_preemption=st.booleans(),
+    reservations=st.booleans(),
+)
+def test_no_preemption_loops_across_repeated_cycles(data, priority_preemption, reservations):
     """Nothing arrives and nothing ends, victims go back to the queue: preemptions die
     out within a few cycles, and no tenant ever takes back a flavour from the tenant
     that preempted it for that flavour. (A victim may be hit twice: when fragmentation keeps an owner out for
     a cycle, a borrower can slip into the scattered GPUs and be reclaimed again; that
     is churn that ends, not a loop.)"""
     world = data.draw(worlds())
-    config = EngineConfig(priority_preemption=priority_preemption)
+    config = EngineConfig(
+        priority_preemption=priority_preemption,
+        # with reservations on, the first wave is starving by the second cycle
+        reservation_wait_s=60.0 if reservations else EngineConfig().reservation_wait_s,
+        reservation_min_gpus=2 if reservations else EngineConfig().reservation_min_gpus,
+    )
     first_wave = [data.draw(workloads(world, f"a{i}", float(i))) for i in range(15)]
     second_wave = [data.draw(workloads(world, f"b{i}", 50.0 + i)) for i in range(15)]
     snap = ClusterSnapshot(
