@@ -95,14 +95,10 @@ def test_same_input_same_output_whatever_the_order_of_the_input(data, config, se
     assert first == run_cycle(shuffled, config)
 
 
-@PROFILE
-@given(data=st.data())
-def test_a_guarantee_is_reclaimable_within_one_cycle(data):
-    """Borrowers fill the cluster; then an owner below its guarantee submits work that
-    fits its unused guarantee, at the lowest priority of all. Once the preemptions of
-    one cycle are carried out (the victims stopped), the next cycle admits it. Some of
-    the fillers cannot be preempted: they never borrow, so they never stand in the way."""
-    world = data.draw(worlds(backed=True))
+def _filled_with_room(data, world) -> tuple[ClusterSnapshot, str, str, int]:
+    """Borrowers fill the cluster (two cycles of 30 fillers, some not preemptible); then
+    a leaf tenant below its guarantee of a flavour is drawn: (snapshot, tenant, flavour,
+    its unused guarantee)."""
     rows = {(q.tenant_id, q.flavour): q for q in world.quotas}
     fillers = [data.draw(workloads(world, f"f{i}", float(i), simple=True)) for i in range(30)]
     fillers = [replace(w, max_run_time_s=None) for w in fillers]
@@ -128,6 +124,18 @@ def test_a_guarantee_is_reclaimable_within_one_cycle(data):
     ]
     assume(owners)
     tenant, flavour, room = data.draw(st.sampled_from(owners))
+    return snap, tenant, flavour, room
+
+
+@PROFILE
+@given(data=st.data())
+def test_a_guarantee_is_reclaimable_within_one_cycle(data):
+    """Borrowers fill the cluster; then an owner below its guarantee submits work that
+    fits its unused guarantee, at the lowest priority of all. Once the preemptions of
+    one cycle are carried out (the victims stopped), the next cycle admits it. Some of
+    the fillers cannot be preempted: they never borrow, so they never stand in the way."""
+    world = data.draw(worlds(backed=True))
+    snap, tenant, flavour, room = _filled_with_room(data, world)
     gpus = data.draw(st.integers(1, room))
     owner = PendingWorkload(
         id="owner",
@@ -147,22 +155,6 @@ def test_a_guarantee_is_reclaimable_within_one_cycle(data):
     assert [a.workload_id for a in second.admissions] == ["owner"], second.pending
 
 
-def _filled(data, world) -> ClusterSnapshot:
-    """Borrowers fill the cluster (two cycles of 30 fillers)."""
-    fillers = [data.draw(workloads(world, f"f{i}", float(i), simple=True)) for i in range(30)]
-    fillers = [replace(w, max_run_time_s=None) for w in fillers]
-    snap = ClusterSnapshot(
-        now=100.0,
-        tenants=world.tenants,
-        flavours=world.flavours,
-        quotas=world.quotas,
-        nodes=world.nodes,
-        pending=tuple(fillers),
-    )
-    snap = apply_result(snap, run_cycle(snap))
-    return apply_result(snap, run_cycle(snap))
-
-
 @PROFILE
 @given(data=st.data())
 def test_one_tenants_reclaimers_together_stay_inside_its_guarantee(data):
@@ -171,20 +163,7 @@ def test_one_tenants_reclaimers_together_stay_inside_its_guarantee(data):
     preemptor charged its whole need; check_cycle's reclaim_violations), the rest wait
     for those reclaims."""
     world = data.draw(worlds(backed=True))
-    rows = {(q.tenant_id, q.flavour): q for q in world.quotas}
-    snap = _filled(data, world)
-    used: dict[tuple[str, str], int] = {}
-    for wl in snap.running:
-        for p in wl.placements:
-            used[(wl.tenant_id, p.flavour)] = used.get((wl.tenant_id, p.flavour), 0) + p.gpus
-    owners = [
-        (t, f.name, rows[(t, f.name)].guaranteed - used.get((t, f.name), 0))
-        for t in world.leaves
-        for f in world.flavours
-        if (t, f.name) in rows and rows[(t, f.name)].guaranteed > used.get((t, f.name), 0)
-    ]
-    assume(owners)
-    tenant, flavour, room = data.draw(st.sampled_from(owners))
+    snap, tenant, flavour, room = _filled_with_room(data, world)
     sizes = data.draw(st.lists(st.integers(1, room), min_size=2, max_size=4))
     assume(sum(sizes) > room)
     owned = tuple(
