@@ -8,6 +8,7 @@ from scheduler_bridge.admission import (
     AdmissionEngine,
     EngineConfig,
     Node,
+    PodSet,
     PreemptionCode,
     ReasonCode,
     Topology,
@@ -342,3 +343,29 @@ def test_a_reclaimer_finds_the_gpus_it_freed_when_it_returns_topology_included()
     placed = {a.workload_id: sorted(p.node for p in a.placements) for a in second.admissions}
     assert placed == {"W0": ["n3"], "W1": ["n0", "n1", "n2"]}
     assert second.preemptions == ()
+
+
+def test_a_victim_returning_through_its_reservation_never_displaces_its_preemptor():
+    """Priority preemption and reservations on (a hypothesis find, shrunk): team a
+    (guarantee 2, one 2-GPU node) runs the starving gang a-low; a-high, of higher
+    priority and not preemptible, preempts it. Before, a-low's reservation then blocked
+    the GPUs a-high had freed, a-low started again through it, a-high preempted it
+    again, and so on every other cycle. Now a-high starts where it preempted."""
+    two = (PodSet(1, 1, (H100,), "main"), PodSet(1, 1, (H100,), "launcher"))
+    low = replace(workload("a-low", "a", submitted=63.0), pod_sets=two)
+    high = replace(
+        workload("a-high", "a", priority=1, submitted=64.0, gang=False, preemptible=False),
+        pod_sets=two,
+    )
+    config = EngineConfig(priority_preemption=True, reservation_wait_s=60.0, reservation_min_gpus=2)
+    snap = snapshot(tenants({"a": None}), (quota("a", 2),), nodes(1, gpus=2), [low, high])
+    engine = AdmissionEngine(config)
+    stopped: list[str] = []
+    for cycle in range(8):
+        snap = replace(snap, now=200.0 + cycle)
+        result = engine.run_cycle(snap)
+        check_cycle(snap, result)
+        stopped += [p.victim_id for p in result.preemptions]
+        snap = apply_result(snap, result)
+    assert stopped == ["a-low"]
+    assert [wl.id for wl in snap.running] == ["a-high"]

@@ -36,8 +36,9 @@ def test_the_tick_picks_up_a_suspended_job_and_the_worker_starts_it(
     create_job(fake_cluster, "vision-train", "resnet", "vision", 4, parallelism=2)
     queue_tick_all.delay().get(timeout=60)
     assert wait_for(lambda: job(fake_cluster, "vision-train", "resnet")["spec"]["suspend"] is False)
-    workload = Workload.objects.get(job_name="resnet")
-    assert workload.state == "running" and workload.tenant == cast.team_a
+    # the reconciler unsuspends the Job, then records the start: wait for both
+    assert wait_for(lambda: Workload.objects.get(job_name="resnet").state == "running")
+    assert Workload.objects.get(job_name="resnet").tenant == cast.team_a
 
 
 def test_two_workers_running_cycles_at_once_admit_no_more_than_fits(
