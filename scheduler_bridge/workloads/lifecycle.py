@@ -8,10 +8,10 @@
     start       admitted                      running     Event Admitted (where, and why)
     requeue     admitted                      pending     admission cycle; Event NotStarted
     preempt     admitted, running             pending     reconcile suspends it; Event Preempted
-    finish      admitted, running             finished    admission cycle, reconcile
-    fail        admitted, running             failed      admission cycle, reconcile
-    time_out    admitted, running             timed_out   admission cycle, reconcile; Event TimedOut
-    cancel      pending, admitted, running    cancelled   admission cycle, reconcile
+    finish      admitted, running             finished    admission cycle (which reconciles)
+    fail        admitted, running             failed      admission cycle (which reconciles)
+    time_out    admitted, running             timed_out   the running cycle reconciles; Event TimedOut
+    cancel      pending, admitted, running    cancelled   admission cycle (which reconciles)
 
 *Admitted* means the cycle gave the workload its GPUs (they count as held from then on);
 *running* means the reconciler told the cluster to run it. Each function checks that the
@@ -291,9 +291,9 @@ def _close(
         if event is not None and locked.started_at is not None:
             _owe_event(locked, event[0], reason, warning=event[1])
 
-    follow_up: list[Callable[[int], None]] = [queue_reconcile]
-    if queue_cycle:
-        follow_up.append(queue_admission_cycle)
+    # The admission cycle reconciles after deciding, so it also stops the Job; work
+    # closed from inside a cycle (time_out) is reconciled by that cycle.
+    follow_up: tuple[Callable[[int], None], ...] = (queue_admission_cycle,) if queue_cycle else ()
     return _single(
         workload,
         transition,
@@ -302,7 +302,7 @@ def _close(
         source=source,
         change=close,
         still=still,
-        follow_up=tuple(follow_up),
+        follow_up=follow_up,
     )
 
 
