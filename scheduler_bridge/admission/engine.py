@@ -404,8 +404,9 @@ class _Cycle:
                 heapq.heappush(heap, key)
 
     def _head(self, queue: TenantQueue) -> tuple | None:
-        """The tenant's next workload and its heap key: work inside its guarantee first,
-        then priority, share, submit time, id. The guarantee class comes before priority
+        """The tenant's next workload and its heap key: a preemptor whose victims have
+        stopped first, then work inside its guarantee, then priority, share, submit
+        time, id. The guarantee class comes before priority
         everywhere, within a tenant too, so that no borrowing admission can take GPUs a
         pending owner would reclaim right after (which would start a preemption loop).
 
@@ -433,15 +434,22 @@ class _Cycle:
                     heapq.heapreplace(heap, (fresh, stamp, queue.version, group))
                     continue
             queue.head = group
-            queue.head_class = key[0]
-            return (key[0], key[1], queue.share, key[2], key[3], queue.node)
+            queue.head_class = key[1]
+            return (key[0], key[1], key[2], queue.share, key[3], key[4], queue.node)
         queue.head = None
         return None
 
     def _group_key(self, queue: TenantQueue, group: Group) -> tuple:
-        order = group.items[group.pos].order
+        """(returning preemptor first, guarantee class, priority, submit time, id).
+
+        A workload whose victims stopped for it in the previous cycle goes before all
+        other work: it was charged its whole need when it preempted, and what its
+        victims freed, GPUs and quota alike, is its own; work ordered ahead of it by
+        share would otherwise borrow that quota back and leave it waiting."""
+        head = group.items[group.pos]
+        order = head.order
         cls = 1 if group.borrows else self.state.guarantee_class(queue.node, group.shape)
-        return (cls, order[0], order[1], order[2])
+        return (0 if head.wl.held else 1, cls, order[0], order[1], order[2])
 
     def _requeue(self, queue: TenantQueue, group: Group) -> None:
         """The group's head changed: its old heap entry is stale, push the new one."""

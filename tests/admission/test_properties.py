@@ -230,3 +230,36 @@ def test_no_preemption_loops_across_repeated_cycles(data, priority_preemption, r
     # per flavour: two tenants may well swap borrowed H100 for borrowed A100
     pairs = {(a, b, f) for a, b, f, _ in events if a != b}
     assert not {(b, a, f) for a, b, f in pairs} & pairs, events
+
+
+@PROFILE
+@given(data=st.data())
+def test_every_reclaimer_is_admitted_within_two_cycles_of_its_victims_stopping(data):
+    """An owner submits several workloads, each inside its unused guarantee. Every
+    workload a cycle preempts for is admitted at most two cycles after its victims
+    stopped (their tenants' other work may move in between, the reclaimer is not
+    pushed back)."""
+    world = data.draw(worlds(backed=True))
+    snap, tenant, flavour, room = _filled_with_room(data, world)
+    sizes = data.draw(st.lists(st.integers(1, room), min_size=1, max_size=4))
+    owned = tuple(
+        PendingWorkload(
+            id=f"owner{i}",
+            tenant_id=tenant,
+            pod_sets=(PodSet(gpus, 1, (flavour,)),),
+            submitted_at=99.0 + i,
+            topology=Topology.NONE,
+        )
+        for i, gpus in enumerate(sizes)
+    )
+    snap = replace(snap, pending=owned, now=200.0)
+    waiting: dict[str, int] = {}  # reclaimer -> first cycle after its victims stopped
+    admitted: set[str] = set()
+    for cycle in range(8):
+        result = run_cycle(replace(snap, now=200.0 + 30 * cycle))
+        admitted |= {a.workload_id for a in result.admissions}
+        for p in result.preemptions:
+            waiting.setdefault(p.preemptor_id, cycle + 1)
+        for reclaimer, stopped in waiting.items():
+            assert reclaimer in admitted or cycle <= stopped, (reclaimer, stopped, result.pending)
+        snap = apply_result(snap, result)

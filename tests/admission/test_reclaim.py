@@ -369,3 +369,28 @@ def test_a_victim_returning_through_its_reservation_never_displaces_its_preempto
         snap = apply_result(snap, result)
     assert stopped == ["a-low"]
     assert [wl.id for wl in snap.running] == ["a-high"]
+
+
+def test_a_returning_reclaimer_goes_before_borrowers_that_would_take_back_its_quota():
+    """org (no guarantee of its own) with a (guarantee 3), s (guarantee 2, idle) and a
+    member team m. org's own job borrows 2, m's 1. a submits a-big (3) and a-small (1):
+    a-big reclaims org's job, a-small borrows what s leaves idle. Next cycle org's job
+    comes back first by share and would borrow the quota a-big was charged; a-big,
+    whose victim stopped for it, goes first and starts."""
+    tree = tenants({"org": None, "m": "org", "a": "org", "s": "org"})
+    quotas = (quota("org", 0), quota("a", 3), quota("s", 2))
+    busy = [
+        running("org-job", "org", {"n000": 2}, admitted=28),
+        running("m-job", "m", {"n000": 1}, admitted=29),
+    ]
+    owned = [workload("a-big", "a", 3, submitted=99), workload("a-small", "a", 1, submitted=100)]
+    snap = snapshot(tree, quotas, nodes(2, gpus=4), owned, busy, now=200)
+    first = run_cycle(snap)
+    check_cycle(snap, first)
+    assert victims(first) == ["org-job"]
+    assert [a.workload_id for a in first.admissions] == ["a-small"]
+    after = apply_result(snap, first)
+    second = run_cycle(replace(after, now=230))
+    check_cycle(after, second)
+    assert [a.workload_id for a in second.admissions] == ["a-big"]
+    assert [d.workload_id for d in second.pending] == ["org-job"]
