@@ -76,15 +76,6 @@ class RetryPolicy:
         return wait + random.uniform(0, wait * 0.1)  # noqa: S311 - not cryptographic
 
 
-class _Retry(Exception):
-    """Raised inside an operation to ask for one more attempt (e.g. a 422 while the
-    Job controller has not caught up yet)."""
-
-    def __init__(self, cause: ApiException) -> None:
-        super().__init__(str(cause))
-        self.cause = cause
-
-
 class KubernetesGateway(ClusterGateway):
     """:class:`ClusterGateway` for a real cluster. Build it with :meth:`from_kubeconfig`,
     :meth:`from_environment` or :meth:`in_cluster`."""
@@ -361,6 +352,11 @@ class KubernetesGateway(ClusterGateway):
                         retryable=False,
                     )
                 return job_info(job)
+            if _scheduling_changes(patch) and _started(job):
+                job = self._clear_start_time(namespace, name, job)
+                patch = _job_patch(
+                    manifests.job_admission_patch, job, node_selector, tolerations, node_names
+                )
             return job_info(self._patch_job(namespace, name, patch))
 
         return self._run(
@@ -378,14 +374,10 @@ class KubernetesGateway(ClusterGateway):
             patch = _job_patch(manifests.job_restore_patch, job)
             if not patch:
                 return job_info(job)
-            try:
-                return job_info(self._patch_job(namespace, name, patch))
-            except ApiException as exc:
-                # Kubernetes accepts template changes only once the Job controller has
-                # seen the suspension (status.startTime cleared); give it a moment.
-                if exc.status == 422:
-                    raise _Retry(exc) from exc
-                raise
+            if _scheduling_changes(patch) and _started(job):
+                job = self._clear_start_time(namespace, name, job)
+                patch = _job_patch(manifests.job_restore_patch, job)
+            return job_info(self._patch_job(namespace, name, patch))
 
         what = f"suspend Job {namespace}/{name}"
         self._run(what, stop, namespace=namespace, retry_conflict=True)
@@ -415,6 +407,35 @@ class KubernetesGateway(ClusterGateway):
         if job is None:
             raise ObjectMissing("Job", name, namespace)
         return job
+
+    def _clear_start_time(self, namespace: str, name: str, job: dict[str, Any]) -> dict[str, Any]:
+        """Clear ``status.startTime`` of a suspended Job through the ``jobs/status``
+        subresource, as Kueue does before it changes scheduling directives.
+
+        Kubernetes lets a Job's node selector, tolerations and node affinity change only
+        while it is suspended and has no start time (``validationOptionsForJob`` in
+        ``pkg/registry/batch/job/strategy.go``); the Job controller sets ``startTime``
+        whenever a Job resumes and never clears it (``syncJob`` in
+        ``pkg/controller/job/job_controller.go``), so a Job that ever ran would refuse
+        every new placement. The status write is allowed because the Job is suspended
+        (``RejectStartTimeUpdateForUnsuspendedJob`` in
+        ``pkg/apis/batch/validation/validation.go``); the resourceVersion makes it a
+        compare-and-swap, so a resume in between is a 409 and the caller re-reads.
+        Returns the Job as stored after the write."""
+        body = {
+            "metadata": {"resourceVersion": job["metadata"]["resourceVersion"]},
+            "status": {"startTime": None},
+        }
+        return self._dict(
+            self._call(
+                self._batch.patch_namespaced_job_status,
+                name,
+                namespace,
+                body,
+                field_manager=self._manager,
+                _content_type=_MERGE,
+            )
+        )
 
     def _patch_job(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         return self._dict(
@@ -475,10 +496,6 @@ class KubernetesGateway(ClusterGateway):
                 return operation()
             except GatewayError:
                 raise
-            except _Retry as exc:
-                if attempt == attempts:
-                    raise self._translate(what, exc.cause, attempt, namespace) from exc
-                self._back_off(what, attempt, f"{exc.cause.status} {exc.cause.reason}")
             except ApiException as exc:
                 # A 410 means a list continue token expired: listing again from the start
                 # is the documented remedy.
@@ -556,6 +573,15 @@ def _job_patch(builder: Callable[..., dict[str, Any]], *args: Any) -> dict[str, 
         return builder(*args)
     except ValueError as exc:  # an unreadable original-scheduling annotation
         raise GatewayError(str(exc)) from exc
+
+
+def _started(job: Mapping[str, Any]) -> bool:
+    return bool((job.get("status") or {}).get("startTime"))
+
+
+def _scheduling_changes(patch: Mapping[str, Any]) -> bool:
+    """Whether a Job patch touches the pod template (its scheduling directives)."""
+    return "template" in (patch.get("spec") or {})
 
 
 def _status_body(exc: ApiException) -> dict[str, Any]:

@@ -201,6 +201,9 @@ class SimulatedGateway(ClusterGateway):
                         retryable=False,
                     )
                 return job_info(job)
+            if _template_changes(job, admitted):
+                job = self._clear_start_time(job)
+                admitted["status"] = job["status"]
             return job_info(self.cluster.store(admitted))
 
     def record_job_event(
@@ -229,11 +232,27 @@ class SimulatedGateway(ClusterGateway):
             except ValueError as exc:
                 raise GatewayError(str(exc)) from exc
             if restored != job:
+                if _template_changes(job, restored):
+                    job = self._clear_start_time(job)
+                    restored["status"] = job["status"]
                 job = self.cluster.store(restored)
             return job_info(job)
+
+    def _clear_start_time(self, job: dict[str, Any]) -> dict[str, Any]:
+        """The jobs/status write the Kubernetes gateway makes: a suspended Job's
+        template may change only once ``status.startTime`` is cleared."""
+        if not job.get("status", {}).get("startTime"):
+            return job
+        cleared = copy.deepcopy(job)
+        del cleared["status"]["startTime"]
+        return self.cluster.store(cleared)
 
     def _job(self, namespace: str, name: str) -> dict[str, Any]:
         job = self.cluster.get_object("Job", namespace, name)
         if job is None:
             raise ObjectMissing("Job", name, namespace)
         return job
+
+
+def _template_changes(live: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
+    return (live.get("spec") or {}).get("template") != (desired.get("spec") or {}).get("template")

@@ -37,7 +37,7 @@ from .parsing import gpu_requests, parse_time
 from .placement import node_accepts
 from .quantity import resource_amounts
 from .simulated_objects import DURATION_ANNOTATION, stamp
-from .validation import validate_object
+from .validation import validate_job_update, validate_object
 
 MIG_NAMESPACE = "gpu-operator"
 DEFAULT_MIG_CONFIG_MAP = "default-mig-parted-config"
@@ -109,6 +109,9 @@ class SimulatedCluster:
                 or _key("Namespace", None, meta["namespace"]) in self._objects
             )
             validate_object(stored, namespace_known=namespace_known)
+            old = self._objects.get(_key(kind, meta.get("namespace"), meta["name"]))
+            if kind == "Job" and old is not None:
+                validate_job_update(old, stored)
             self.write_count += 1
             return self._save(stored)
 
@@ -346,12 +349,11 @@ class SimulatedCluster:
             self._schedule(pod)
 
     def _stop_job(self, job: dict[str, Any]) -> None:
-        # Suspension deletes active pods and clears startTime (which is what lets the
-        # template be changed again), as the real Job controller does.
+        # Suspension deletes active pods and keeps startTime, as the real Job controller
+        # does (whoever wants to change the template clears startTime first).
         for pod in self._job_pods(job):
             if _holds_resources(pod):
                 self.delete_object("Pod", pod["metadata"]["namespace"], pod["metadata"]["name"])
-        job["status"].pop("startTime", None)
         job["status"]["active"] = 0
         job["status"]["conditions"] = [
             {

@@ -73,3 +73,58 @@ def validate_object(obj: Mapping[str, Any], *, namespace_known: bool = True) -> 
                 problems.append(f"data[{key}]: Invalid value: {key!r}: not a valid config key")
     if problems:
         raise GatewayError(f'{kind} "{name}" is invalid: ' + "; ".join(problems))
+
+
+# Pod-template fields of a Job that may change while it is suspended and has no
+# status.startTime (validatePodTemplateUpdate in pkg/apis/batch/validation/validation.go;
+# validationOptionsForJob in pkg/registry/batch/job/strategy.go). Of spec.affinity only
+# nodeAffinity.
+_SCHEDULING_DIRECTIVES = (
+    ("spec", "nodeSelector"),
+    ("spec", "tolerations"),
+    ("spec", "schedulingGates"),
+    ("metadata", "labels"),
+    ("metadata", "annotations"),
+)
+
+
+def _fixed_part(template: Mapping[str, Any]) -> dict[str, Any]:
+    fixed = {k: dict(v) if isinstance(v, Mapping) else v for k, v in template.items()}
+    for section, key in _SCHEDULING_DIRECTIVES:
+        if isinstance(fixed.get(section), dict):
+            fixed[section].pop(key, None)
+    spec = fixed.get("spec")
+    if isinstance(spec, dict) and isinstance(spec.get("affinity"), Mapping):
+        rest = {k: v for k, v in spec["affinity"].items() if k != "nodeAffinity"}
+        if rest:
+            spec["affinity"] = rest
+        else:
+            spec.pop("affinity")
+    return fixed
+
+
+def validate_job_update(old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
+    """Raise GatewayError where Kubernetes refuses a Job update with 422: a pod template
+    changed beyond its scheduling directives, or scheduling directives changed on a Job
+    that is not suspended or still has ``status.startTime``; ``status.startTime``
+    removed while the Job runs (ValidateJobStatusUpdate)."""
+    name = (new.get("metadata") or {}).get("name", "")
+    old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}
+    old_template, template = old_spec.get("template") or {}, new_spec.get("template") or {}
+    started = bool((old.get("status") or {}).get("startTime"))
+    problems: list[str] = []
+    if _fixed_part(old_template) != _fixed_part(template):
+        problems.append("spec.template: Invalid value: field is immutable")
+    elif old_template != template and (not old_spec.get("suspend") or started):
+        problems.append(
+            "spec.template: Invalid value: field is immutable: only a suspended Job that "
+            "has not started may change scheduling directives"
+        )
+    new_start = (new.get("status") or {}).get("startTime")
+    moved = new_start != (old.get("status") or {}).get("startTime")
+    if started and moved and not new_spec.get("suspend"):
+        problems.append(
+            "status.startTime: Required value: startTime cannot be removed for unsuspended job"
+        )
+    if problems:
+        raise GatewayError(f'Job "{name}" is invalid: ' + "; ".join(problems))

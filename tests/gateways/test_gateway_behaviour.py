@@ -273,6 +273,28 @@ def test_admit_then_suspend_restores_the_original_template(queued_job: Backend) 
     assert queued_job.pods_of("team-a", "train") == []
 
 
+def test_a_preempted_job_is_admitted_again_on_another_flavour(queued_job: Backend) -> None:
+    """A Job that ran keeps status.startTime after suspension (the Job controller never
+    clears it) and Kubernetes freezes its scheduling directives while startTime is set:
+    the gateway clears it through jobs/status before restoring and before admitting."""
+    gateway = queued_job.gateway
+    h100 = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    a100 = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+    queued_job.add_gpu_node("a100-a", {**a100, "team": "a"})
+    gateway.admit_job("team-a", "train", h100, [GPU_TOLERATION], ["h100-a"])
+    assert queued_job.get("Job", "team-a", "train")["status"]["startTime"]
+
+    preempted = gateway.suspend_job("team-a", "train")
+    assert preempted.suspended and not preempted.admitted
+
+    again = gateway.admit_job("team-a", "train", a100, [], ["a100-a"])
+
+    assert not again.suspended and again.node_selector == {"team": "a", **a100}
+    live = queued_job.get("Job", "team-a", "train")
+    assert live["status"]["startTime"]  # set again by the resume
+    assert {p["spec"]["nodeName"] for p in queued_job.pods_of("team-a", "train")} <= {"a100-a"}
+
+
 def test_admitting_an_admitted_job_again_writes_nothing(queued_job: Backend) -> None:
     flavour = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
     queued_job.gateway.admit_job("team-a", "train", flavour, [])

@@ -219,7 +219,15 @@ def test_jobs_follow_suspension_like_the_job_controller(kube_api, api_client) ->
 
     batch.patch_namespaced_job("train", "team-a", {"spec": {"suspend": True}})
     assert kube_api.objects("Pod") == []
-    assert "startTime" not in kube_api.get_object("Job", "team-a", "train")["status"]
+    # the Job controller keeps startTime on suspension: the template stays frozen ...
+    assert kube_api.get_object("Job", "team-a", "train")["status"]["startTime"]
+    moved = {"spec": {"template": {"spec": {"nodeSelector": {"pool": "a100"}}}}}
+    with pytest.raises(ApiException) as caught:
+        batch.patch_namespaced_job("train", "team-a", moved)
+    assert caught.value.status == 422
+    # ... until startTime is cleared through jobs/status, allowed only while suspended
+    batch.patch_namespaced_job_status("train", "team-a", {"status": {"startTime": None}})
+    batch.patch_namespaced_job("train", "team-a", moved)
 
     batch.patch_namespaced_job("train", "team-a", {"spec": {"suspend": False}})
     kube_api.run_job("team-a", "train")
@@ -228,6 +236,56 @@ def test_jobs_follow_suspension_like_the_job_controller(kube_api, api_client) ->
     assert {p["status"]["phase"] for p in kube_api.objects("Pod")} == {"Succeeded"}
     for obj in [*kube_api.objects("Job"), *kube_api.objects("Pod")]:
         assert_valid_kubernetes(obj)
+
+
+def _suspended_job(batch: client.BatchV1Api, name: str = "train") -> None:
+    body = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": "team-a"},
+        "spec": {
+            "suspend": True,
+            "template": {
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "i"}]}
+            },
+        },
+    }
+    batch.create_namespaced_job("team-a", body)
+
+
+def test_start_time_stays_while_a_job_runs(kube_api, api_client) -> None:
+    """pkg/apis/batch/validation/validation.go, RejectStartTimeUpdateForUnsuspendedJob."""
+    batch = client.BatchV1Api(api_client)
+    _suspended_job(batch)
+    batch.patch_namespaced_job("train", "team-a", {"spec": {"suspend": False}})
+    with pytest.raises(ApiException) as caught:
+        batch.patch_namespaced_job_status("train", "team-a", {"status": {"startTime": None}})
+    assert caught.value.status == 422
+    assert status_of(caught.value)["details"]["causes"][0]["field"] == "status.startTime"
+
+
+def test_of_the_affinity_only_node_affinity_may_change_while_suspended(api_client) -> None:
+    """pkg/apis/batch/validation/validation.go, validatePodTemplateUpdate."""
+    batch = client.BatchV1Api(api_client)
+    _suspended_job(batch)
+    term = {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["h100"]}]}
+    node_affinity = {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
+    }
+    pod_affinity = {
+        "requiredDuringSchedulingIgnoredDuringExecution": [
+            {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"a": "b"}}}
+        ]
+    }
+
+    def set_affinity(affinity: dict) -> None:
+        patch = {"spec": {"template": {"spec": {"affinity": affinity}}}}
+        batch.patch_namespaced_job("train", "team-a", patch)
+
+    set_affinity({"nodeAffinity": node_affinity})
+    with pytest.raises(ApiException) as caught:
+        set_affinity({"podAffinity": pod_affinity})
+    assert caught.value.status == 422
 
 
 def test_requests_need_the_kubeconfig_token(kube_api) -> None:

@@ -497,7 +497,9 @@ class Store:
             obj.setdefault("status", {})
 
     def _react(self, resource: Resource, old: dict[str, Any] | None, obj: dict[str, Any]) -> None:
-        """The Job controller's part that Tidegate depends on, done synchronously."""
+        """The Job controller's part that Tidegate depends on, done synchronously
+        (``syncJob`` in ``pkg/controller/job/job_controller.go``): suspending deletes the
+        active pods and keeps ``status.startTime``; resuming sets ``startTime`` to now."""
         if resource.kind != "Job":
             return
         suspended = bool(obj["spec"].get("suspend"))
@@ -511,7 +513,6 @@ class Store:
                             RESOURCES["pods"], pod["metadata"]["namespace"], pod["metadata"]["name"]
                         )
                     ]
-            status.pop("startTime", None)
             status["active"] = 0
             status["conditions"] = [_condition("Suspended", "True", "JobSuspended")]
         elif not suspended and was is not False:

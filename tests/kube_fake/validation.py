@@ -13,11 +13,11 @@ _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a
 _NAME_PART = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _CONFIG_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 # Pod-template fields Kubernetes lets you change on a Job that is suspended and has not
-# started yet ("mutable scheduling directives").
+# started yet ("mutable scheduling directives", validatePodTemplateUpdate in
+# pkg/apis/batch/validation/validation.go); of spec.affinity only nodeAffinity.
 _MUTABLE_TEMPLATE = (
     ("spec", "nodeSelector"),
     ("spec", "tolerations"),
-    ("spec", "affinity"),
     ("spec", "schedulingGates"),
     ("metadata", "labels"),
     ("metadata", "annotations"),
@@ -51,6 +51,15 @@ def _without_mutable(template: dict[str, Any]) -> dict[str, Any]:
     for section, key in _MUTABLE_TEMPLATE:
         if isinstance(stripped.get(section), dict):
             stripped[section].pop(key, None)
+    spec = stripped.get("spec")
+    if isinstance(spec, dict) and isinstance(spec.get("affinity"), dict):
+        # podAffinity and podAntiAffinity stay immutable; an affinity left empty once
+        # nodeAffinity is taken out counts as absent
+        affinity = {k: v for k, v in spec["affinity"].items() if k != "nodeAffinity"}
+        if affinity:
+            spec["affinity"] = affinity
+        else:
+            spec.pop("affinity")
     return stripped
 
 
@@ -132,14 +141,23 @@ def _job_problems(job: dict[str, Any], old: dict[str, Any] | None) -> list[tuple
     if old is None:
         return found
     old_spec, new_spec = old.get("spec") or {}, job.get("spec") or {}
+    # ValidateJobStatusUpdate (pkg/apis/batch/validation/validation.go,
+    # RejectStartTimeUpdateForUnsuspendedJob): startTime stays while the Job runs.
+    old_start = (old.get("status") or {}).get("startTime")
+    moved = old_start != (job.get("status") or {}).get("startTime")
+    if old_start and moved and not new_spec.get("suspend"):
+        found.append(
+            ("status.startTime", "Required value: startTime cannot be removed for unsuspended job")
+        )
     if old_spec.get("selector") != new_spec.get("selector"):
         found.append(("spec.selector", "Invalid value: field is immutable"))
     old_template = old_spec.get("template") or {}
     if _without_mutable(old_template) != _without_mutable(template):
         found.append(("spec.template", "Invalid value: field is immutable"))
     elif old_template != template:
-        # Scheduling directives may change only while the Job is suspended and has not
-        # started (the Job controller clears status.startTime when it suspends).
+        # Scheduling directives may change only while the Job is suspended and has no
+        # status.startTime (validationOptionsForJob in pkg/registry/batch/job/strategy.go);
+        # the Job controller never clears startTime, whoever changes them clears it first.
         suspended = bool(old_spec.get("suspend"))
         started = bool((old.get("status") or {}).get("startTime"))
         if not suspended or started:
