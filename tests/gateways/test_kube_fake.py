@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client, config
@@ -239,7 +240,7 @@ def test_jobs_follow_suspension_like_the_job_controller(kube_api, api_client) ->
 
 
 def _suspended_job(batch: client.BatchV1Api, name: str = "train") -> None:
-    body = {
+    body: dict[str, Any] = {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {"name": name, "namespace": "team-a"},
