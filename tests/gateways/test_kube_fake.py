@@ -251,7 +251,9 @@ def _suspended_job(batch: client.BatchV1Api, name: str = "train") -> None:
             },
         },
     }
-    batch.create_namespaced_job("team-a", body)
+    job = client.V1Job.from_dict(body)
+    assert job is not None
+    batch.create_namespaced_job("team-a", job)
 
 
 def test_start_time_stays_while_a_job_runs(kube_api, api_client) -> None:
