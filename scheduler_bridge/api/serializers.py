@@ -9,6 +9,7 @@ from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 
 from scheduler_bridge import selectors
+from scheduler_bridge.gateways.tolerations import untolerated
 from scheduler_bridge.inventory.models import Cluster, Flavour, Node
 from scheduler_bridge.quotas.models import Quota, QuotaRequest
 from tenants.api.serializers import VisibleTenantField
@@ -106,6 +107,9 @@ class FlavourSerializer(serializers.ModelSerializer[Flavour]):
         slug_field="name", read_only=True
     )
     overcommitted = serializers.SerializerMethodField()
+    untolerated_taints = serializers.SerializerMethodField()
+    # validated by the service (gateways/tolerations.py), which names each bad entry
+    tolerations = serializers.JSONField()
 
     class Meta:
         model = Flavour
@@ -119,13 +123,22 @@ class FlavourSerializer(serializers.ModelSerializer[Flavour]):
             "gpu_equivalent",
             "capacity",
             "node_selector",
+            "tolerations",
+            "node_taints",
+            "untolerated_taints",
             "overcommitted",
         ]
-        read_only_fields = fields
+        read_only_fields = [f for f in fields if f != "tolerations"]
 
     @extend_schema_field(OpenApiTypes.BOOL)
     def get_overcommitted(self, flavour: Flavour) -> bool:
         return flavour.pk in self.context.get("overcommitted", set())
+
+    @extend_schema_field(serializers.ListField(child=serializers.DictField()))
+    def get_untolerated_taints(self, flavour: Flavour) -> list[dict[str, Any]]:
+        """Taints of the flavour's nodes that its tolerations leave out: admitted pods
+        cannot run on those nodes."""
+        return untolerated(flavour.node_taints, flavour.tolerations)
 
 
 @extend_schema_field(OpenApiTypes.STR)

@@ -20,7 +20,11 @@ from scheduler_bridge.api import serializers as s
 from scheduler_bridge.followups import queue_inventory_sync
 from scheduler_bridge.inventory import pins
 from scheduler_bridge.inventory.models import Cluster, Flavour, Node
-from scheduler_bridge.inventory.services import cluster_delete, cluster_save
+from scheduler_bridge.inventory.services import (
+    cluster_delete,
+    cluster_save,
+    flavour_set_tolerations,
+)
 from scheduler_bridge.mig.services import mig_plan
 from scheduler_bridge.quotas import services as quota_services
 from scheduler_bridge.quotas.models import Quota, QuotaRequest
@@ -137,15 +141,34 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
         return Response(s.NodeSerializer(node).data)
 
 
-class FlavourViewSet(viewsets.ReadOnlyModelViewSet[Flavour]):
-    """GPU flavours found by inventory: whole GPUs per product and MIG profiles."""
+class FlavourViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.UpdateModelMixin,
+    viewsets.GenericViewSet[Flavour],
+):
+    """GPU flavours found by inventory: whole GPUs per product and MIG profiles.
+    Platform admins set a flavour's `tolerations` (PATCH); `node_taints` are what its
+    nodes carry, `untolerated_taints` those the tolerations leave out."""
 
     serializer_class = s.FlavourSerializer
+    # no write permission class: a flavour the caller cannot see is 404 before the
+    # service answers 403 to a caller who is not a platform admin
+    http_method_names = ["get", "patch", "head", "options"]
     filterset_fields = {"cluster__name": ["exact"], "product": ["exact"], "mig_profile": ["exact"]}
     ordering_fields = ["name", "capacity"]
 
     def get_queryset(self) -> Any:
         return selectors.flavours_visible_to(self.request.user)
+
+    def perform_update(self, serializer: Any) -> None:
+        data = serializer.validated_data
+        flavour = serializer.instance
+        if "tolerations" in data:
+            flavour = flavour_set_tolerations(
+                actor=self.request.user, flavour=flavour, tolerations=data["tolerations"]
+            )
+        serializer.instance = flavour
 
     def get_serializer_context(self) -> dict[str, Any]:
         return super().get_serializer_context() | {

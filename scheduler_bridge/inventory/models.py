@@ -127,8 +127,11 @@ class Flavour(models.Model):
     gpu_equivalent = models.DecimalField(max_digits=6, decimal_places=4, default=Decimal("1"))
     capacity = models.PositiveIntegerField(default=0)
     node_selector = models.JSONField(default=dict)
-    # Tolerations for the taints of the nodes offering it (admission injects them).
+    # Tolerations admission injects into the pods it admits here: an admin's choice
+    # (API: PATCH /flavours/{id}/), never node-condition taints (gateways/tolerations.py).
     tolerations = models.JSONField(default=list)
+    # NoSchedule/NoExecute taints inventory saw on the nodes offering it (read-only).
+    node_taints = models.JSONField(default=list)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -13,7 +13,13 @@ from django.utils import timezone
 
 from scheduler_bridge.followups import queue_admission_cycle, queue_inventory_sync
 from scheduler_bridge.gateways import ClusterGateway, GatewayConfigError, GatewayError, NodeInfo
-from scheduler_bridge.gateways.base import GPU_RESOURCE, PodInfo
+from scheduler_bridge.gateways.base import GPU_RESOURCE, PodInfo, Taint
+from scheduler_bridge.gateways.tolerations import (
+    normalised,
+    scheduling_taints,
+    toleration_problems,
+    untolerated,
+)
 from scheduler_bridge.inventory.catalogue import (
     GpuProduct,
     mig_profile_name_from_resource,
@@ -23,8 +29,9 @@ from scheduler_bridge.inventory.catalogue import (
 from scheduler_bridge.inventory.connection import cluster_gateway
 from scheduler_bridge.inventory.layouts import derive_gpu_layouts, layout_from_json, layout_to_json
 from scheduler_bridge.inventory.models import Cluster, Flavour, Node
+from tenants import access
 from tenants.audit import audit_record, snapshot
-from tenants.errors import Conflict
+from tenants.errors import Conflict, PermissionDenied, ValidationFailed
 
 logger = logging.getLogger(__name__)
 
@@ -205,45 +212,45 @@ def inventory_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> I
                 node.present = False
                 node.save(update_fields=["present"])
                 result.removed_nodes += 1
-        result.flavours = _store_flavours(
-            cluster, flavour_totals, _tolerations(infos, flavours_on_node)
+        result.flavours, untolerated_note = _store_flavours(
+            cluster, flavour_totals, _node_taints(infos, flavours_on_node)
         )
-        _mark_cluster(cluster, Cluster.Status.OK, f"{result.nodes} nodes, {result.gpus} GPUs")
+        _mark_cluster(
+            cluster,
+            Cluster.Status.OK,
+            f"{result.nodes} nodes, {result.gpus} GPUs" + untolerated_note,
+        )
         # Capacity may have changed: waiting work may fit now (or admitted work not).
         queue_admission_cycle(cluster.pk)
     return result
 
 
-def _tolerations(
+def _node_taints(
     infos: list[NodeInfo], flavour_names: dict[str, set[str]]
 ) -> dict[str, list[dict[str, str]]]:
-    """Per flavour, a toleration for every scheduling taint of the nodes offering it."""
-    found: dict[str, dict[tuple[str, str, str], dict[str, str]]] = defaultdict(dict)
+    """Per flavour, the scheduling taints of the nodes offering it (node-condition taints
+    left out): shown beside the flavour's tolerations, never tolerated on their own."""
+    found: dict[str, list[Taint]] = defaultdict(list)
     for info in infos:
         for name in flavour_names.get(info.name, set()):
-            for taint in info.taints:
-                if taint.effect not in ("NoSchedule", "NoExecute"):
-                    continue
-                toleration = {"key": taint.key, "effect": taint.effect}
-                toleration |= (
-                    {"operator": "Equal", "value": taint.value}
-                    if taint.value
-                    else {"operator": "Exists"}
-                )
-                found[name][(taint.key, taint.value, taint.effect)] = toleration
-    return {name: [t for _, t in sorted(items.items())] for name, items in found.items()}
+            found[name].extend(info.taints)
+    return {name: scheduling_taints(taints) for name, taints in found.items()}
 
 
 def _store_flavours(
-    cluster: Cluster, totals: dict[FlavourSpec, int], tolerations: dict[str, list[dict[str, str]]]
-) -> int:
+    cluster: Cluster, totals: dict[FlavourSpec, int], taints: dict[str, list[dict[str, str]]]
+) -> tuple[int, str]:
+    """Save the flavours offered now (their tolerations are left as the admin set
+    them); returns how many, and a note naming flavours whose tolerations leave a taint
+    of their nodes out (admitted pods would not schedule there)."""
     by_name: dict[str, tuple[FlavourSpec, int]] = {}
     for spec, amount in totals.items():
         known = by_name.get(spec.name)
         by_name[spec.name] = (spec, amount + (known[1] if known else 0))
     seen = set()
-    for name, (spec, amount) in by_name.items():
-        Flavour.objects.update_or_create(
+    left_out: list[str] = []
+    for name, (spec, amount) in sorted(by_name.items()):
+        flavour, _ = Flavour.objects.update_or_create(
             cluster=cluster,
             name=name,
             defaults={
@@ -253,13 +260,23 @@ def _store_flavours(
                 "gpu_equivalent": spec.gpu_equivalent,
                 "capacity": amount,
                 "node_selector": dict(spec.node_selector),
-                "tolerations": tolerations.get(name, []),
+                "node_taints": taints.get(name, []),
             },
         )
+        missing = untolerated(flavour.node_taints, flavour.tolerations)
+        if missing:
+            keys = ", ".join(sorted({t["key"] for t in missing}))
+            left_out.append(f"{name} ({keys})")
         seen.add(name)
     # Flavours no node offers any more keep their quotas (history) but have no capacity.
     Flavour.objects.filter(cluster=cluster).exclude(name__in=seen).update(capacity=0)
-    return len(seen)
+    note = (
+        "; nodes of " + "; ".join(left_out) + " carry taints the flavour does not tolerate: "
+        "set its tolerations (PATCH /api/flavours/{id}/) or its pods will not schedule there"
+        if left_out
+        else ""
+    )
+    return len(seen), note
 
 
 def _mark_cluster(cluster: Cluster, status: str, message: str) -> None:
@@ -330,3 +347,32 @@ def cluster_delete(*, actor: Any, cluster: Cluster, source: str = "api") -> None
             source=source,
         )
         cluster.delete()
+
+
+def flavour_set_tolerations(
+    *, actor: Any, flavour: Flavour, tolerations: Any, source: str = "api"
+) -> Flavour:
+    """Set the tolerations admission gives the pods it admits to ``flavour`` (platform
+    admins only), audited; work admitted from now on gets them. Refused, naming each
+    bad entry, when a toleration is malformed, has no key, or names a node-condition
+    taint."""
+    if not access.is_platform_admin(actor):
+        raise PermissionDenied("Only platform administrators set a flavour's tolerations.")
+    problems = toleration_problems(tolerations)
+    if problems:
+        raise ValidationFailed("; ".join(problems), field_errors={"tolerations": problems})
+    with transaction.atomic():
+        locked = Flavour.objects.select_for_update().get(pk=flavour.pk)
+        before = snapshot(locked)
+        locked.tolerations = normalised(tolerations)
+        locked.save(update_fields=["tolerations", "updated_at"])
+        audit_record(
+            actor=actor,
+            action="update",
+            instance=locked,
+            before=before,
+            after=snapshot(locked),
+            source=source,
+            message="tolerations set",
+        )
+    return locked

@@ -78,31 +78,39 @@ def test_a_suspended_job_is_admitted_onto_its_flavour_and_finishes(
     assert workload.state == "finished" and workload.finished_at is not None
 
 
-def test_admission_injects_tolerations_for_the_flavours_node_taints(
+def test_admission_injects_the_tolerations_an_admin_set_and_no_others(
     fake_cluster: FakeCluster, cast: Cast
 ) -> None:
-    from scheduler_bridge.inventory.services import inventory_sync
+    from scheduler_bridge.inventory.models import Flavour
+    from scheduler_bridge.inventory.services import flavour_set_tolerations, inventory_sync
 
+    gpu_taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
     for name in ("h100-1", "h100-2"):
         fake_cluster.api.edit_object(
             "Node",
             None,
             name,
             lambda n: n["spec"].update(
-                taints=[{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+                taints=[gpu_taint, {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}]
             ),
         )
     inventory_sync(fake_cluster.cluster, fake_cluster.gateway)
-    create_job(fake_cluster, "vision-train", "tainted", "vision", 1)
-    jobs_sync(fake_cluster.cluster, fake_cluster.gateway)
-    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
-    spec = job(fake_cluster, "vision-train", "tainted")["spec"]["template"]["spec"]
-    assert {
+    chosen = {
         "key": "nvidia.com/gpu",
         "operator": "Equal",
         "value": "present",
         "effect": "NoSchedule",
-    } in spec["tolerations"]
+    }
+    flavour_set_tolerations(
+        actor=cast.platform_admin,
+        flavour=Flavour.objects.get(pk=fake_cluster.h100.pk),
+        tolerations=[chosen],
+    )
+    create_job(fake_cluster, "vision-train", "tainted", "vision", 1)
+    jobs_sync(fake_cluster.cluster, fake_cluster.gateway)
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    spec = job(fake_cluster, "vision-train", "tainted")["spec"]["template"]["spec"]
+    assert spec["tolerations"] == [chosen]
 
 
 def test_preemption_suspends_the_job_and_restores_its_template(
