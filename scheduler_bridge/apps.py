@@ -8,8 +8,9 @@ class SchedulerBridgeConfig(AppConfig):
 
     def ready(self) -> None:
         # Lower apps ask; this app answers through their registries (docs/architecture.md#registries).
-        from scheduler_bridge import demo, portal
+        from scheduler_bridge import bindings, demo, portal
         from scheduler_bridge.workloads import portal as queue_portal
+        from tenants.binding_rules import register_binding_check, register_binding_listener
         from tenants.context_processors import register_nav_entry
         from tenants.deletion import register_deletion_blocker
         from tenants.demo import register_demo_seeder
@@ -21,3 +22,5 @@ class SchedulerBridgeConfig(AppConfig):
         register_tenant_panel(queue_portal.queue_panel)
         register_deletion_blocker(queue_portal.workload_deletion_blocker)
         register_nav_entry("portal-clusters", _("Clusters"), None)
+        register_binding_check(bindings.binding_check)
+        register_binding_listener(bindings.sync_quotas_of)

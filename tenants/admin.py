@@ -10,6 +10,7 @@ from django.db import transaction
 from django.http import HttpRequest
 
 from tenants.audit import audit_record, snapshot
+from tenants.binding_rules import bindings_changed
 from tenants.deletion import deletion_blockers
 from tenants.models import AuditEvent, Membership, NamespaceBinding, Tenant
 
@@ -132,6 +133,14 @@ class NamespaceBindingAdmin(AuditedAdmin):
     list_filter = ["cluster_name", "sync_state"]
     search_fields = ["namespace", "tenant__slug"]
     autocomplete_fields = ["tenant"]
+
+    def after_save(self, obj: Any) -> None:
+        bindings_changed(obj.cluster_name)
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        with transaction.atomic():
+            super().delete_model(request, obj)
+            bindings_changed(obj.cluster_name)
 
 
 @admin.register(AuditEvent)

@@ -5,9 +5,12 @@ from __future__ import annotations
 from decimal import Decimal
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.utils.translation import gettext_lazy as _
+
+from tenants.binding_rules import binding_problems
 
 # RFC 1123 label, as Kubernetes requires for namespace names: lower-case alphanumerics and
 # '-', starting and ending with an alphanumeric, at most 63 characters.
@@ -124,6 +127,13 @@ class NamespaceBinding(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster_name}/{self.namespace} -> {self.tenant_id}"
+
+    def clean(self) -> None:
+        """Refuse system namespaces and whatever the registered checks refuse (a
+        cluster that does not exist, its MIG ConfigMap namespace)."""
+        problems = binding_problems(self.cluster_name, self.namespace)
+        if problems:
+            raise ValidationError(problems)
 
 
 class AuditEvent(models.Model):

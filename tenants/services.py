@@ -18,6 +18,7 @@ from django.db.models.functions import Concat, Substr
 
 from tenants import access
 from tenants.audit import audit_record, snapshot
+from tenants.binding_rules import bindings_changed
 from tenants.deletion import deletion_blockers
 from tenants.errors import (
     NamespaceAlreadyBound,
@@ -297,7 +298,7 @@ def binding_create(
     if not access.can_manage_bindings(actor, tenant):
         raise PermissionDenied(f"Binding namespaces to {tenant.slug} needs the lead or admin role.")
     binding = NamespaceBinding(tenant=tenant, cluster_name=cluster_name, namespace=namespace)
-    _full_clean(binding, exclude=["tenant"])
+    _full_clean(binding, exclude=["tenant"])  # NamespaceBinding.clean: binding_rules
     with transaction.atomic():
         try:
             with transaction.atomic():
@@ -312,6 +313,7 @@ def binding_create(
             after=snapshot(binding),
             source=source,
         )
+        bindings_changed(cluster_name)
     return binding
 
 
@@ -349,10 +351,13 @@ def binding_update(
             after=snapshot(binding),
             source=source,
         )
+        bindings_changed(binding.cluster_name)
     return binding
 
 
 def binding_delete(*, actor: Any, binding: NamespaceBinding, source: str = "api") -> None:
+    """Unbind a namespace; the listeners (the bridge's quota sync) then delete
+    Tidegate's ResourceQuota there."""
     if not access.can_manage_bindings(actor, binding.tenant):
         raise PermissionDenied(
             f"Removing bindings of {binding.tenant.slug} needs the lead or admin role."
@@ -367,6 +372,7 @@ def binding_delete(*, actor: Any, binding: NamespaceBinding, source: str = "api"
             source=source,
         )
         binding.delete()
+        bindings_changed(binding.cluster_name)
 
 
 def user_by_username(username: str) -> Any:

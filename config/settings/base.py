@@ -196,4 +196,10 @@ TIDEGATE = {
     "MIG_CONFIG_NAMESPACE": env("TIDEGATE_MIG_CONFIG_NAMESPACE", default="gpu-operator"),
     # Seconds borrowed work runs before an owner may reclaim its GPUs (0: at once).
     "RECLAIM_MIN_RUN_S": env.float("TIDEGATE_RECLAIM_MIN_RUN_S", default=0.0),
+    # Namespaces no tenant may bind besides Kubernetes' own: Tidegate's and the GPU
+    # operator's (its usual names under Helm and on OpenShift).
+    "RESERVED_NAMESPACES": env.list(
+        "TIDEGATE_RESERVED_NAMESPACES",
+        default=["tidegate-system", "gpu-operator", "nvidia-gpu-operator"],
+    ),
 }

@@ -186,6 +186,11 @@ class ClusterGateway(abc.ABC):
         """Delete the ResourceQuota; False when it (or its namespace) was already gone."""
 
     @abc.abstractmethod
+    def list_resource_quotas(self, label_selector: str) -> list[tuple[str, str]]:
+        """(namespace, name) of the ResourceQuotas in every namespace that match
+        ``label_selector``, sorted."""
+
+    @abc.abstractmethod
     def apply_config_map(
         self,
         namespace: str,

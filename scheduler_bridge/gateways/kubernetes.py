@@ -305,6 +305,15 @@ class KubernetesGateway(ClusterGateway):
 
         return self._run(f"delete ResourceQuota {namespace}/{name}", attempt)
 
+    def list_resource_quotas(self, label_selector: str) -> list[tuple[str, str]]:
+        items = self._run(
+            "list resourcequotas",
+            lambda: self._list(
+                self._core.list_resource_quota_for_all_namespaces, label_selector=label_selector
+            ),
+        )
+        return sorted((i["metadata"]["namespace"], i["metadata"]["name"]) for i in items)
+
     # --- nodes -----------------------------------------------------------------------
 
     def set_node_labels(self, node: str, labels: Mapping[str, str | None]) -> bool:

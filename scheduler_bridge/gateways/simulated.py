@@ -162,6 +162,13 @@ class SimulatedGateway(ClusterGateway):
     def delete_resource_quota(self, namespace: str, name: str) -> bool:
         return self.cluster.delete_object("ResourceQuota", namespace, name, counted=True)
 
+    def list_resource_quotas(self, label_selector: str) -> list[tuple[str, str]]:
+        return sorted(
+            (q["metadata"]["namespace"], q["metadata"]["name"])
+            for q in self.cluster.objects("ResourceQuota")
+            if matches_label_selector(label_selector, q["metadata"].get("labels") or {})
+        )
+
     # --- nodes -----------------------------------------------------------------------
 
     def set_node_labels(self, node: str, labels: Mapping[str, str | None]) -> bool:

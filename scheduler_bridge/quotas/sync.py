@@ -41,6 +41,8 @@ class QuotaSyncResult:
     updated: int = 0
     unchanged: int = 0
     drift_repaired: int = 0
+    # namespaces no longer bound whose Tidegate quota was deleted
+    removed: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
 
@@ -114,7 +116,9 @@ def used_by_namespace(cluster: Cluster, gateway: ClusterGateway) -> dict[str, di
 
 
 def quota_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> QuotaSyncResult:
-    """Apply the ResourceQuota of every namespace bound on `cluster`.
+    """Apply the ResourceQuota of every namespace bound on `cluster`, and delete
+    Tidegate's ResourceQuota from namespaces no longer bound (found by its labels, so a
+    binding removed while no worker ran is cleaned up too).
 
     Idempotent: a namespace whose quota already matches costs no write call. A quota
     edited or deleted by hand is restored and an audit event says so. A bound namespace
@@ -176,8 +180,41 @@ def _quota_sync(cluster: Cluster, gateway: ClusterGateway) -> QuotaSyncResult:
                 ),
             )
         _mark(binding, NamespaceBinding.SyncState.OK, f"quota {applied.action}", now)
+    _remove_unbound(cluster, gateway, {b.namespace for b in bindings}, result)
     logger.info("quota sync of %s: %s", cluster.name, result)
     return result
+
+
+def _remove_unbound(
+    cluster: Cluster, gateway: ClusterGateway, bound: set[str], result: QuotaSyncResult
+) -> None:
+    """Delete Tidegate's quota from every namespace that has one but no binding: an
+    unbound namespace is no tenant's, and a stale limit would keep throttling it."""
+    selector = f"{MANAGED_BY_LABEL}=tidegate"
+    for namespace, name in gateway.list_resource_quotas(selector):
+        if name != QUOTA_NAME or namespace in bound:
+            continue
+        try:
+            removed = gateway.delete_resource_quota(namespace, name)
+        except ClusterUnreachable:
+            raise
+        except GatewayError as error:
+            result.errors[namespace] = str(error)
+            continue
+        if removed:
+            result.removed.append(namespace)
+            audit_record(
+                actor=None,
+                action="action",
+                instance=cluster,
+                before={"namespace": namespace, "resource_quota": name},
+                after=None,
+                source="system",
+                message=(
+                    f"deleted ResourceQuota {namespace}/{name} on {cluster.name}: the "
+                    "namespace is no longer bound to a tenant"
+                ),
+            )
 
 
 def _mark(binding: NamespaceBinding, state: str, message: str, now: object) -> None:

@@ -115,3 +115,33 @@ def test_an_unreachable_cluster_fails_the_run_for_a_later_retry(fake_cluster: Fa
     fake_cluster.api.fail_next(50, status=503)
     with pytest.raises(ClusterUnreachable):
         quota_sync(fake_cluster.cluster, fake_cluster.gateway)
+
+
+def test_unbinding_a_namespace_deletes_tidegates_quota_there(
+    fake_cluster: FakeCluster, cast: object, django_capture_on_commit_callbacks: object
+) -> None:
+    from tenants.services import binding_delete
+
+    quota_sync(fake_cluster.cluster, fake_cluster.gateway)
+    # someone else's quota in the namespace is not Tidegate's to delete
+    fake_cluster.api.put_object(
+        {
+            "kind": "ResourceQuota",
+            "metadata": {"name": "team-cpu", "namespace": "speech-train"},
+            "spec": {"hard": {"requests.cpu": "64"}},
+        }
+    )
+    binding = NamespaceBinding.objects.get(namespace="speech-train")
+    with django_capture_on_commit_callbacks() as queued:  # type: ignore[operator]
+        binding_delete(actor=cast.platform_admin, binding=binding)  # type: ignore[attr-defined]
+    assert queued, "unbinding queues a quota sync of the cluster"
+
+    result = quota_sync(fake_cluster.cluster, fake_cluster.gateway)
+
+    assert result.removed == ["speech-train"]
+    api = fake_cluster.api
+    assert api.get_object("ResourceQuota", "speech-train", "tidegate-gpu") is None
+    assert api.get_object("ResourceQuota", "speech-train", "team-cpu") is not None
+    assert api.get_object("ResourceQuota", "vision-dev", "tidegate-gpu") is not None
+    assert AuditEvent.objects.filter(message__contains="no longer bound").count() == 1
+    assert quota_sync(fake_cluster.cluster, fake_cluster.gateway).removed == []
