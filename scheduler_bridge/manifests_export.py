@@ -12,7 +12,7 @@ from scheduler_bridge.gateways.manifests import (
 )
 from scheduler_bridge.inventory.connection import gateway_for_cluster
 from scheduler_bridge.inventory.models import Cluster, Node
-from scheduler_bridge.mig.services import mig_config_manifest, tidegate_configs
+from scheduler_bridge.mig.services import has_requested_configs, mig_config_manifest
 from scheduler_bridge.quotas.resource_quota import QUOTA_NAME
 from scheduler_bridge.quotas.sync import desired_quotas, used_by_namespace
 from tenants.models import NamespaceBinding
@@ -33,7 +33,7 @@ def cluster_manifests(cluster: Cluster) -> dict[str, dict[str, Any]]:
         files[f"resourcequotas/{binding.namespace}.yaml"] = resource_quota(
             binding.namespace, desired[binding.namespace], labels, QUOTA_NAME
         )
-    if tidegate_configs(cluster):
+    if has_requested_configs(cluster):
         files["mig/configmap.yaml"] = mig_config_manifest(cluster)
         for node in Node.objects.filter(cluster=cluster).exclude(mig_requested_config=""):
             patch = node_label_patch(node_mig_config_labels(node.mig_requested_config))

@@ -404,11 +404,13 @@ class _Cycle:
                 heapq.heappush(heap, key)
 
     def _head(self, queue: TenantQueue) -> tuple | None:
-        """The tenant's next workload and its heap key: a preemptor whose victims have
-        stopped first, then work inside its guarantee, then priority, share, submit
-        time, id. The guarantee class comes before priority
-        everywhere, within a tenant too, so that no borrowing admission can take GPUs a
-        pending owner would reclaim right after (which would start a preemption loop).
+        """The tenant's next workload and its heap key: work inside its guarantee
+        first, within that a preemptor whose victims have stopped, then priority, share,
+        submit time, id. The guarantee class comes before priority everywhere, within a
+        tenant too (except that a returning preemptor goes first of its tenant's work:
+        reclaim is between tenants, so no loop can start there), so that no borrowing
+        admission can take GPUs a pending owner would reclaim right after (which would
+        start a preemption loop).
 
         Each tenant keeps a heap of its groups. A group's class can only go from 0
         (inside the guarantee) to 1 as the tenant's usage grows, so keys only ever
@@ -435,17 +437,22 @@ class _Cycle:
                     continue
             queue.head = group
             queue.head_class = key[1]
-            return (key[0], key[1], key[2], queue.share, key[3], key[4], queue.node)
+            # across tenants the guarantee class comes first, then returning preemptors
+            return (key[1], key[0], key[2], queue.share, key[3], key[4], queue.node)
         queue.head = None
         return None
 
     def _group_key(self, queue: TenantQueue, group: Group) -> tuple:
-        """(returning preemptor first, guarantee class, priority, submit time, id).
+        """(returning preemptor first, guarantee class, priority, submit time, id): the
+        order within one tenant.
 
-        A workload whose victims stopped for it in the previous cycle goes before all
-        other work: it was charged its whole need when it preempted, and what its
-        victims freed, GPUs and quota alike, is its own; work ordered ahead of it by
-        share would otherwise borrow that quota back and leave it waiting."""
+        A workload whose victims stopped for it in the previous cycle goes first: it was
+        charged its whole need when it preempted, and what its victims freed, GPUs and
+        quota alike, is its own. The tenant's later work may have started in the
+        reclaim cycle and now counts against the guarantee first, so that the returning
+        preemptor looks like borrowing; it still goes before that work, and (see
+        ``_head``) before other tenants' borrowing work, which would otherwise borrow
+        its quota back and leave it waiting."""
         head = group.items[group.pos]
         order = head.order
         cls = 1 if group.borrows else self.state.guarantee_class(queue.node, group.shape)

@@ -179,7 +179,7 @@ class SimulatedCluster:
         ``gpu-operator`` defines it, else all its GPUs are whole."""
         node = objects.gpu_node(name, **options)
         with self._lock:
-            self._configure_mig(node)
+            self._configure_mig(node, seeding=True)
             return self.put_object(node)
 
     def add_pod(self, namespace: str, name: str, **options: Any) -> dict[str, Any]:
@@ -273,29 +273,33 @@ class SimulatedCluster:
                 quota["status"] = {"hard": hard, "used": counted}
 
     def _mig_configs(self) -> dict[str, list[MigDeviceGroup]]:
-        configs: dict[str, list[MigDeviceGroup]] = {}
-        # Tidegate's ConfigMap wins over the operator's default one for the same name.
-        for name in (DEFAULT_MIG_CONFIG_MAP, manifests.MIG_CONFIG_MAP_NAME):
+        # MIG Manager reads the one ConfigMap ClusterPolicy names
+        # (spec.migManager.config.name): Tidegate's once the cluster is set up as
+        # platform/README.md says, the operator's default before Tidegate wrote one.
+        for name in (manifests.MIG_CONFIG_MAP_NAME, DEFAULT_MIG_CONFIG_MAP):
             config_map = self._objects.get(_key("ConfigMap", MIG_NAMESPACE, name))
             text = ((config_map or {}).get("data") or {}).get(manifests.MIG_CONFIG_KEY)
             if text:
                 try:
-                    configs.update(manifests.parse_mig_parted_yaml(text))
+                    return manifests.parse_mig_parted_yaml(text)
                 except ValueError:
-                    continue  # MIG Manager would log it; the other ConfigMap may still help
-        return configs
+                    return {}  # MIG Manager logs it and applies nothing
+        return {}
 
-    def _configure_mig(self, node: dict[str, Any]) -> None:
+    def _configure_mig(self, node: dict[str, Any], *, seeding: bool = False) -> None:
+        """What MIG Manager does for the node's config label; an unknown config fails,
+        except for a node being seeded (its GPUs are then whole)."""
         labels = node["metadata"]["labels"]
         state = manifests.MIG_CONFIG_STATE_LABEL
         if node["metadata"]["name"] in self._failing_mig_nodes:
             self._failing_mig_nodes.discard(node["metadata"]["name"])
             labels[state] = "failed"
             return
-        labels[state] = "success"
         groups = self._mig_configs().get(labels.get(manifests.MIG_CONFIG_LABEL, ""))
-        if groups is None and GPU_RESOURCE in node["status"]["allocatable"]:
-            return  # a layout nobody defined: nothing to apply, the GPUs stay as they are
+        if groups is None and not seeding:
+            labels[state] = "failed"  # mig-parted: the selected config does not exist
+            return
+        labels[state] = "success"
         gpus = int(labels.get("nvidia.com/gpu.count", "0"))
         device_id, _ = PRODUCTS.get(labels.get("nvidia.com/gpu.product", ""), ("", 0))
         amounts = mig_allocatable(groups or [], gpus, device_id)

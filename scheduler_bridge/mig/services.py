@@ -20,9 +20,10 @@ from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
-from scheduler_bridge.gateways import ClusterGateway
+from scheduler_bridge.gateways import ClusterGateway, GatewayError
 from scheduler_bridge.gateways.manifests import (
     MIG_CONFIG_MAP_NAME,
+    MIG_CONFIG_STATE_LABEL,
     MigDeviceGroup,
     managed_labels,
     mig_config_map,
@@ -34,6 +35,7 @@ from scheduler_bridge.inventory.layouts import busy_gpu_flags, layout_from_json,
 from scheduler_bridge.inventory.models import Cluster, Node
 from scheduler_bridge.mig.layouts import MigLayout
 from scheduler_bridge.mig.planner import GpuState, MigDemand, MigPlan, NodePin, plan_mig_layouts
+from scheduler_bridge.mig.standard import standard_mig_configs
 from scheduler_bridge.quotas.models import Quota
 from tenants.audit import audit_record
 from tenants.transactions import queue_after_commit
@@ -42,6 +44,14 @@ logger = logging.getLogger(__name__)
 
 IN_FLIGHT_STATES = {"pending", "rebooting"}
 CONFIG_PREFIX = "tidegate-"
+# Kubernetes refuses objects above 1 MiB (etcd's request limit, "Request entity too
+# large: limit is 3145728" for the request, 1 MiB for ConfigMap data per
+# pkg/apis/core/validation/validation.go, MaxConfigMapSize / totalSize).
+MAX_CONFIG_MAP_BYTES = 1024 * 1024
+
+
+class MigConfigTooLarge(GatewayError):
+    """The MIG ConfigMap would pass Kubernetes' size limit; nothing was written."""
 
 
 @dataclass
@@ -81,11 +91,15 @@ def pending_mig_demand(cluster: Cluster) -> dict[tuple[str, str], int]:
 
 def _plannable_nodes(cluster: Cluster) -> list[Node]:
     nodes = Node.objects.filter(cluster=cluster, present=True, mig_capable=True).order_by("name")
-    return [
-        n
-        for n in nodes
-        if n.mig_config_state not in IN_FLIGHT_STATES and not n.mig_failure_reported
-    ]
+    return [n for n in nodes if not n.mig_failure_reported]
+
+
+def _in_flight(node: Node) -> bool:
+    """MIG Manager is applying (or has not yet answered) the node's requested config."""
+    return bool(node.mig_requested_config) and (
+        node.mig_config_state in IN_FLIGHT_STATES
+        or (node.mig_request_open and not node.mig_config_state)
+    )
 
 
 def _gpu_states(nodes: list[Node]) -> tuple[list[GpuState], dict[str, NodePin]]:
@@ -97,6 +111,13 @@ def _gpu_states(nodes: list[Node]) -> tuple[list[GpuState], dict[str, NodePin]]:
         except UnknownGpuProduct:
             continue
         layouts = [layout_from_json(entry) for entry in node.gpu_layouts]
+        requested = node.mig_requested_layouts or []
+        if _in_flight(node) and len(requested) == len(layouts):
+            # counted as what it is becoming, and left alone until MIG Manager answers
+            layouts = [layout_from_json(entry) for entry in requested]
+            pins[node.name] = NodePin(per_gpu=dict(enumerate(layouts)))
+            gpus.extend(GpuState(node.name, i, product, x) for i, x in enumerate(layouts))
+            continue
         for index, (layout, busy) in enumerate(
             zip(layouts, busy_gpu_flags(layouts, node.busy), strict=True)
         ):
@@ -114,10 +135,12 @@ def mig_plan(cluster: Cluster) -> MigPlan:
     return plan_mig_layouts(gpus, mig_demand(cluster), pins)
 
 
-def config_name(node: str, layouts: list[Any]) -> str:
-    """A stable name per (node, layouts): the same plan maps to the same config."""
-    digest = hashlib.sha256(json.dumps(layouts, sort_keys=True).encode()).hexdigest()[:8]
-    return f"{CONFIG_PREFIX}{node}-{digest}"[:63]
+def config_name(layouts: list[Any]) -> str:
+    """The config's name, from its content: nodes planned alike share one config, so
+    the ConfigMap grows with the number of distinct layouts, not of nodes. Always a
+    valid label value (``tidegate-`` and 16 hex digits, 25 characters)."""
+    digest = hashlib.sha256(json.dumps(layouts, sort_keys=True).encode()).hexdigest()[:16]
+    return f"{CONFIG_PREFIX}{digest}"
 
 
 def device_groups(layouts: list[MigLayout]) -> list[MigDeviceGroup]:
@@ -133,18 +156,43 @@ def device_groups(layouts: list[MigLayout]) -> list[MigDeviceGroup]:
 
 
 def tidegate_configs(cluster: Cluster) -> dict[str, list[MigDeviceGroup]]:
-    """Every mig-parted config Tidegate has asked for on `cluster` (one per node)."""
-    configs: dict[str, list[MigDeviceGroup]] = {}
-    for node in (
-        Node.objects.filter(cluster=cluster).exclude(mig_requested_config="").order_by("name")
-    ):
-        layouts = [layout_from_json(entry) for entry in node.mig_requested_layouts or []]
-        configs[node.mig_requested_config] = device_groups(layouts)
+    """Every mig-parted config Tidegate has asked for on `cluster` (one per distinct
+    layout), after the operator's standard configs (mig/standard.py), which nodes
+    Tidegate never planned keep using."""
+    configs: dict[str, list[MigDeviceGroup]] = {
+        name: list(groups) for name, groups in standard_mig_configs().items()
+    }
+    requested = (
+        Node.objects.filter(cluster=cluster)
+        .exclude(mig_requested_config="")
+        .order_by("mig_requested_config")
+        .values_list("mig_requested_config", "mig_requested_layouts")
+        .distinct()
+    )
+    for name, stored in requested:
+        layouts = [layout_from_json(entry) for entry in stored or []]
+        configs[name] = device_groups(layouts)
     return configs
 
 
+def has_requested_configs(cluster: Cluster) -> bool:
+    """Whether Tidegate has ever asked for a layout on `cluster` (then it keeps the
+    ConfigMap written; a cluster it never partitioned gets none)."""
+    return Node.objects.filter(cluster=cluster).exclude(mig_requested_config="").exists()
+
+
 def mig_config_manifest(cluster: Cluster) -> dict[str, Any]:
-    return mig_config_map(cluster.mig_config_namespace, tidegate_configs(cluster))
+    """The ConfigMap, refused (MigConfigTooLarge) when it would pass the API server's
+    1 MiB object limit."""
+    manifest = mig_config_map(cluster.mig_config_namespace, tidegate_configs(cluster))
+    size = len(json.dumps(manifest).encode())
+    if size > MAX_CONFIG_MAP_BYTES:
+        raise MigConfigTooLarge(
+            f"The MIG ConfigMap of {cluster.name} would be {size:,} bytes; Kubernetes "
+            f"stores at most {MAX_CONFIG_MAP_BYTES:,} in one object. Nodes are planned "
+            "into too many distinct layouts: pin some nodes to a shared layout."
+        )
+    return manifest
 
 
 def _follow_up(cluster: Cluster, result: ReconcileResult) -> None:
@@ -153,7 +201,8 @@ def _follow_up(cluster: Cluster, result: ReconcileResult) -> None:
     for node in Node.objects.filter(cluster=cluster, mig_request_open=True):
         if node.mig_config != node.mig_requested_config:
             continue
-        if node.mig_config_state in IN_FLIGHT_STATES:
+        if node.mig_config_state in IN_FLIGHT_STATES or not node.mig_config_state:
+            # no state yet: MIG Manager has not answered the label change
             result.in_flight += 1
         elif node.mig_config_state == "success":
             node.mig_request_open = False
@@ -209,13 +258,13 @@ def _mig_reconcile(cluster: Cluster, gateway: ClusterGateway) -> ReconcileResult
         for name in changed_nodes:
             node = Node.objects.select_for_update().get(cluster=cluster, name=name)
             layouts = [layout_to_json(g.target) for g in plan.node(name)]
-            node.mig_requested_config = config_name(name, layouts)
+            node.mig_requested_config = config_name(layouts)
             node.mig_requested_layouts = layouts
             node.mig_request_open = True
             node.save(
                 update_fields=["mig_requested_config", "mig_requested_layouts", "mig_request_open"]
             )
-    if tidegate_configs(cluster):
+    if has_requested_configs(cluster):
         # Idempotent: also restores the ConfigMap if somebody edited or deleted it.
         gateway.apply_config_map(
             cluster.mig_config_namespace,
@@ -225,9 +274,14 @@ def _mig_reconcile(cluster: Cluster, gateway: ClusterGateway) -> ReconcileResult
         )
     for name in changed_nodes:
         node = Node.objects.get(cluster=cluster, name=name)
-        gateway.set_node_labels(name, node_mig_config_labels(node.mig_requested_config))
+        # The state label goes with the change: a "success" seen later is MIG Manager's
+        # answer to this request, never one left from an earlier config.
+        gateway.set_node_labels(
+            name,
+            {**node_mig_config_labels(node.mig_requested_config), MIG_CONFIG_STATE_LABEL: None},
+        )
         result.requested += 1
     Node.objects.filter(cluster=cluster, name__in=changed_nodes).update(
-        mig_config_state="pending", last_seen_at=timezone.now()
+        mig_config_state="", last_seen_at=timezone.now()
     )
     return result

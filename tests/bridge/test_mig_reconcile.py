@@ -176,3 +176,124 @@ def test_export_manifests_writes_valid_objects_for_review(
     for path in tmp_path.rglob("*.yaml"):
         assert_valid_kubernetes(yaml.safe_load(path.read_text()))
     assert fake_cluster.api.write_count() == 0  # exporting applies nothing
+
+
+def test_config_names_are_valid_label_values_shared_by_nodes_planned_alike() -> None:
+    from scheduler_bridge.gateways.validation import is_label_value
+    from scheduler_bridge.mig.services import config_name
+
+    one = [{"mig_enabled": True, "instances": [["3g.40gb", 0], ["3g.40gb", 4]]}] * 8
+    other = [{"mig_enabled": False, "instances": []}] * 8
+    assert config_name(one) == config_name(list(one))  # content, not node, names it
+    assert config_name(one) != config_name(other)
+    for layouts in (one, other):
+        name = config_name(layouts)
+        assert is_label_value(name) and len(name) <= 63 and name.startswith("tidegate-")
+
+
+def test_the_configmap_keeps_the_operators_standard_configs(sim: Cluster, cast: Cast) -> None:
+    """With ClusterPolicy pointing MIG Manager at Tidegate's ConfigMap, a node still on
+    all-disabled (or any other standard config) is reconfigured, not failed."""
+    guarantee(cast, sim, "h100-80gb-mig-3g.40gb", 18)
+    gateway = simulated.SimulatedGateway.for_cluster("sim")
+    mig_reconcile(sim, gateway)
+    config_map = gateway.cluster.get_object("ConfigMap", "gpu-operator", MIG_CONFIG_MAP_NAME)
+    assert config_map is not None
+    configs = parse_mig_parted_yaml(config_map["data"]["config.yaml"])
+    assert {"all-disabled", "all-enabled", "all-1g.10gb", "all-3g.40gb", "all-balanced"} <= set(
+        configs
+    )
+    h100 = [g for g in configs["all-1g.10gb"] if "0x233010DE" in g.device_filter]
+    assert [dict(g.mig_devices) for g in h100] == [{"1g.10gb": 7}]
+    # a node Tidegate never planned goes back to all-disabled: MIG Manager finds it
+    untouched = next(
+        n
+        for n in Node.objects.filter(cluster=sim, product="H100-80GB")
+        if not n.mig_requested_config
+    )
+    gateway.set_node_labels(untouched.name, {"nvidia.com/mig.config": "all-balanced"})
+    gateway.cluster.tick()
+    live = gateway.cluster.get_object("Node", None, untouched.name)
+    assert live is not None
+    assert live["metadata"]["labels"]["nvidia.com/mig.config.state"] == "success"
+
+
+def test_success_counts_only_when_seen_after_the_label_change(sim: Cluster, cast: Cast) -> None:
+    """A node's state still says success from its previous config: Tidegate removes the
+    state with its label change, so the request stays in flight until MIG Manager
+    answers it."""
+    guarantee(cast, sim, "h100-80gb-mig-3g.40gb", 18)
+    gateway = simulated.SimulatedGateway.for_cluster("sim")
+    first = mig_reconcile(sim, gateway)
+    assert first.plan is not None
+    (name,) = first.plan.nodes_to_reconfigure
+    # MIG Manager has not seen the change yet: put back the stale "success"
+    gateway.cluster.edit_object(
+        "Node",
+        None,
+        name,
+        lambda n: n["metadata"]["labels"].update({"nvidia.com/mig.config.state": "success"}),
+    )
+    live = gateway.cluster.get_object("Node", None, name)
+    assert live is not None
+    labels = live["metadata"]["labels"]
+    assert (
+        labels["nvidia.com/mig.config"]
+        == Node.objects.get(cluster=sim, name=name).mig_requested_config
+    )
+    gateway.cluster.edit_object(
+        "Node", None, name, lambda n: n["metadata"]["labels"].pop("nvidia.com/mig.config.state")
+    )
+    waiting = mig_reconcile(sim, gateway)
+    assert (waiting.succeeded, waiting.in_flight, waiting.requested) == (0, 1, 0)
+    gateway.cluster.edit_object(
+        "Node",
+        None,
+        name,
+        lambda n: n["metadata"]["labels"].update({"nvidia.com/mig.config.state": "pending"}),
+    )
+    gateway.cluster.tick()
+    assert mig_reconcile(sim, gateway).succeeded == 1
+
+
+def test_a_configmap_past_the_api_servers_size_limit_is_refused_before_any_label(
+    sim: Cluster, cast: Cast, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from scheduler_bridge.mig import services
+
+    guarantee(cast, sim, "h100-80gb-mig-3g.40gb", 18)
+    gateway = simulated.SimulatedGateway.for_cluster("sim")
+    monkeypatch.setattr(services, "MAX_CONFIG_MAP_BYTES", 2000)
+    with pytest.raises(services.MigConfigTooLarge, match="at most 2,000"):
+        mig_reconcile(sim, gateway)
+    assert gateway.cluster.get_object("ConfigMap", "gpu-operator", MIG_CONFIG_MAP_NAME) is None
+    labels = [
+        n["metadata"]["labels"]["nvidia.com/mig.config"] for n in gateway.cluster.objects("Node")
+    ]
+    assert not any(label.startswith("tidegate-") for label in labels)
+
+
+def test_five_thousand_nodes_planned_alike_fit_one_configmap() -> None:
+    """Configs are named by content, so 5,000 nodes on a handful of layouts make a
+    ConfigMap far below Kubernetes' 1 MiB (one config per node came to 1.67 MB)."""
+    import json
+
+    from scheduler_bridge.gateways.manifests import mig_config_map
+    from scheduler_bridge.inventory.layouts import layout_to_json
+    from scheduler_bridge.mig.layouts import MigLayout
+    from scheduler_bridge.mig.services import MAX_CONFIG_MAP_BYTES, config_name, device_groups
+    from scheduler_bridge.mig.standard import standard_mig_configs
+
+    kinds = [
+        [MigLayout.of(("3g.40gb", 0), ("3g.40gb", 4))] * 4 + [MigLayout.disabled()] * 4,
+        [MigLayout.of(*[("1g.10gb", i) for i in range(7)])] * 8,
+        [MigLayout.disabled()] * 8,
+    ]
+    configs = dict(standard_mig_configs())
+    for node in range(5000):
+        layouts = kinds[node % len(kinds)]
+        stored = [layout_to_json(x) for x in layouts]
+        configs[config_name(stored)] = device_groups(layouts)  # type: ignore[assignment]
+    size = len(json.dumps(mig_config_map("gpu-operator", configs)).encode())
+    assert len(configs) == len(standard_mig_configs()) + 3
+    assert size < MAX_CONFIG_MAP_BYTES / 20

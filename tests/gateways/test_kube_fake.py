@@ -297,3 +297,19 @@ def test_requests_need_the_kubeconfig_token(kube_api) -> None:
     with client.ApiClient(configuration) as anonymous, pytest.raises(ApiException) as caught:
         client.CoreV1Api(anonymous).list_namespace()
     assert caught.value.status == 401
+
+
+def test_a_configmap_above_one_mebibyte_is_invalid(core) -> None:
+    """pkg/apis/core/validation/validation.go, ValidateConfigMap (MaxSecretSize)."""
+    body = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "big", "namespace": "team-a"},
+        "data": {"config.yaml": "x" * (1024 * 1024)},
+    }
+    with pytest.raises(ApiException) as caught:
+        core.create_namespaced_config_map("team-a", body)
+    assert caught.value.status == 422
+    assert "1048576" in status_of(caught.value)["message"]
+    body["data"] = {"config.yaml": "x" * (1024 * 1024 - 20)}
+    core.create_namespaced_config_map("team-a", body)

@@ -179,14 +179,16 @@ def test_gateways_for_the_same_name_share_one_cluster() -> None:
     simulated.reset()
 
 
-def test_an_unknown_mig_config_succeeds_without_changing_the_layout(demo) -> None:
+def test_an_unknown_mig_config_fails_without_changing_the_layout(demo) -> None:
+    """mig-parted cannot apply a config its ConfigMap does not define: MIG Manager
+    reports failed and the GPUs keep their layout."""
     cluster, gateway = demo
 
     gateway.set_node_labels("h100-05", node_mig_config_labels("nobody-defined-this"))
     cluster.tick()
 
     node = next(n for n in gateway.list_nodes() if n.name == "h100-05")
-    assert node.labels[MIG_CONFIG_STATE_LABEL] == "success"
+    assert node.labels[MIG_CONFIG_STATE_LABEL] == "failed"
     assert node.allocatable["nvidia.com/mig-1g.10gb"] == 16
 
 

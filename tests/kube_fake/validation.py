@@ -107,6 +107,12 @@ def problems(kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> list
                     )
                 )
     elif kind == "ConfigMap":
+        # ValidateConfigMap (pkg/apis/core/validation/validation.go): keys and values of
+        # data and binaryData together at most MaxSecretSize, 1 MiB.
+        data = {**(obj.get("data") or {}), **(obj.get("binaryData") or {})}
+        total = sum(len(k) + len(str(v).encode()) for k, v in data.items())
+        if total > 1024 * 1024:
+            found.append(("", "Too long: may not be more than 1048576 bytes"))
         for key, value in (obj.get("data") or {}).items():
             if len(key) > 253 or not _CONFIG_KEY.match(key):
                 found.append(
