@@ -26,7 +26,12 @@ from billing import metering
 from billing.conf import billing_setting
 from billing.ledger import LedgerRow, ledger_append
 from billing.models import CollectorWatermark, UsageRecord
-from billing.prometheus import PrometheusClient, PrometheusError, hourly_busy
+from billing.prometheus import (
+    PrometheusClient,
+    PrometheusError,
+    detect_pod_labels,
+    hourly_busy,
+)
 from scheduler_bridge.gateways.base import PodInfo
 from scheduler_bridge.inventory.connection import cluster_gateway
 from scheduler_bridge.inventory.models import Cluster, Flavour, Node
@@ -54,6 +59,8 @@ class CollectResult:
     unbound_namespaces: set[str] = field(default_factory=set)
     problems: list[str] = field(default_factory=list)
     without_busy_data: bool = False
+    # the DCGM pod/namespace label pair found (see CollectorWatermark.dcgm_pod_labels)
+    dcgm_pod_labels: str = ""
 
 
 def _hours_due(cluster: Cluster, now: datetime, max_hours: int) -> tuple[list[datetime], bool]:
@@ -205,11 +212,14 @@ def usage_collect(
             cluster.prometheus_url, timeout_s=float(billing_setting("PROMETHEUS_TIMEOUT_S"))
         )
         try:
+            found = detect_pod_labels(client, hours[0] + metering.HOUR, window_end)
+            pod_label, namespace_label = found or (
+                billing_setting("POD_LABEL"),
+                billing_setting("NAMESPACE_LABEL"),
+            )
+            result.dcgm_pod_labels = f"{pod_label}/{namespace_label}" if found else ""
             busy, util = hourly_busy(
-                client,
-                hours,
-                pod_label=billing_setting("POD_LABEL"),
-                namespace_label=billing_setting("NAMESPACE_LABEL"),
+                client, hours, pod_label=pod_label, namespace_label=namespace_label
             )
         except PrometheusError as error:
             _note_prometheus_down(cluster, hours[0], now, error)
@@ -251,6 +261,11 @@ def usage_collect(
                 "last_rows": result.inserted,
                 "last_error": "",
                 **({} if result.without_busy_data else {"prometheus_down_since": None}),
+                **(
+                    {"dcgm_pod_labels": result.dcgm_pod_labels}
+                    if cluster.prometheus_url and not result.without_busy_data
+                    else {}
+                ),
             },
         )
     result.hours = len(hours)

@@ -220,3 +220,25 @@ def hourly_busy(
         if k[3] in wanted
     }
     return busy, fallback
+
+
+# The label pairs DCGM series carry for the pod using a GPU. dcgm-exporter labels its
+# samples pod/namespace; behind a ServiceMonitor with honorLabels: false (the GPU
+# operator's and dcgm-exporter's default), Prometheus keeps the target's own pod and
+# namespace (the exporter pod) and renames the exporter's to exported_pod and
+# exported_namespace (Prometheus docs, scrape_config honor_labels).
+POD_LABEL_PAIRS = (("exported_pod", "exported_namespace"), ("pod", "namespace"))
+
+
+def detect_pod_labels(
+    client: PrometheusClient, start: datetime, end: datetime
+) -> tuple[str, str] | None:
+    """The (pod, namespace) label pair this Prometheus's DCGM series use between
+    ``start`` and ``end``, or None when it has no DCGM series with a pod at all.
+
+    ``exported_pod`` wins: where it exists, ``pod`` names the exporter itself."""
+    for pod_label, namespace_label in POD_LABEL_PAIRS:
+        query = f'count({{__name__=~"{ENGINE_ACTIVE}|{GPU_UTIL}", {pod_label}!=""}})'
+        if client.query_range(query, start, end):
+            return pod_label, namespace_label
+    return None

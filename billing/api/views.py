@@ -490,6 +490,8 @@ class CollectionViewSet(viewsets.ViewSet):
                 "last_run_at": mark.last_run_at.isoformat() if mark.last_run_at else None,
                 "last_rows": mark.last_rows,
                 "last_error": mark.last_error,
+                "dcgm_pod_labels": mark.dcgm_pod_labels,
+                "dcgm_pod_labels_note": _dcgm_note(mark.dcgm_pod_labels),
             }
             for mark in CollectorWatermark.objects.select_related("cluster")
         ]
@@ -509,3 +511,14 @@ class CollectionViewSet(viewsets.ViewSet):
             {"detail": f"usage collection of {cluster.name} queued"},
             status=status.HTTP_202_ACCEPTED,
         )
+
+
+def _dcgm_note(pair: str) -> str:
+    if pair.startswith("exported_"):
+        return (
+            "DCGM series carry exported_pod/exported_namespace (ServiceMonitor with "
+            "honorLabels: false); Tidegate reads those."
+        )
+    if pair:
+        return "DCGM series carry pod/namespace."
+    return "No DCGM series named a pod at the last collection: no busy time was found."

@@ -121,6 +121,10 @@ class CollectorWatermark(models.Model):
     last_rows = models.PositiveIntegerField(default=0)
     last_error = models.TextField(blank=True)
     prometheus_down_since = models.DateTimeField(null=True, blank=True)
+    # The DCGM label pair found on this cluster's series at the last collection:
+    # "exported_pod/exported_namespace" behind a ServiceMonitor with honorLabels false,
+    # "pod/namespace" otherwise, "" when no DCGM series named a pod.
+    dcgm_pod_labels = models.CharField(max_length=80, blank=True)
 
     class Meta:
         ordering = ["cluster__name"]

@@ -15,13 +15,18 @@ import pytest
 
 from billing.collection import usage_collect
 from billing.models import CollectorWatermark, UsageRecord
-from billing.prometheus import PrometheusClient, PrometheusUnavailable, hourly_busy
+from billing.prometheus import (
+    PrometheusClient,
+    PrometheusUnavailable,
+    detect_pod_labels,
+    hourly_busy,
+)
 from scheduler_bridge.gateways.base import PodInfo
 from scheduler_bridge.workloads import lifecycle
 from scheduler_bridge.workloads.models import PriorityClass, Workload
 from tests.billing.conftest import GpuCluster
 from tests.billing.prometheus_server import Series, available, prometheus_serving
-from tests.conftest import Cast
+from tests.conftest import Cast, client_for
 
 DAY = datetime(2026, 3, 10, tzinfo=UTC)
 H10, H11, H12, H13 = (DAY + timedelta(hours=h) for h in (10, 11, 12, 13))
@@ -468,3 +473,55 @@ def test_collection_runs_as_a_celery_task_and_requeues_while_behind(
     # 60 hours due at 48 per run: the task re-queued itself once and caught up.
     assert gateway.calls == 2
     assert UsageRecord.objects.count() >= 59
+
+
+def _as_scraped_without_honor_labels(series: list[Series]) -> list[Series]:
+    """What Prometheus stores behind the GPU operator's ServiceMonitor (honorLabels:
+    false): the exporter's pod/namespace become exported_*, and pod/namespace name the
+    dcgm-exporter pod that was scraped."""
+    out = []
+    for item in series:
+        labels = {k: v for k, v in item.labels.items() if k not in ("pod", "namespace")}
+        labels["exported_pod"] = item.labels["pod"]
+        labels["exported_namespace"] = item.labels["namespace"]
+        labels["pod"] = "nvidia-dcgm-exporter-x7k2p"
+        labels["namespace"] = "gpu-operator"
+        out.append(Series(item.metric, labels, list(item.samples)))
+    return out
+
+
+@pytest.fixture(scope="session")
+def exported_labels_prometheus_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if not available():
+        pytest.skip("Debian's prometheus and promtool are not installed")
+    series = _as_scraped_without_honor_labels(dcgm_series())
+    with prometheus_serving(series, tmp_path_factory.mktemp("prometheus-exported")) as url:
+        yield url
+
+
+@pytest.mark.prometheus
+@pytest.mark.xdist_group("prometheus")
+@pytest.mark.django_db
+def test_exported_pod_labels_are_detected_per_cluster_and_reported(
+    cast: Cast, gpu: GpuCluster, prometheus_url: str, exported_labels_prometheus_url: str
+) -> None:
+    gpu.cluster.prometheus_url = exported_labels_prometheus_url
+    gpu.cluster.save()
+    CollectorWatermark.objects.create(cluster=gpu.cluster, collected_until=H10)
+    usage_collect(cluster=gpu.cluster, gateway=FakeGateway(pods()), now=NOW)
+    rows = rows_by_key()
+    # the same busy time as with plain pod/namespace labels
+    assert rows[("uid-train-0", H10)].gpu_seconds_busy == Decimal("2700")
+    assert rows[("uid-infer-0", H12)].gpu_seconds_busy == Decimal("1440")
+    mark = CollectorWatermark.objects.get(cluster=gpu.cluster)
+    assert mark.dcgm_pod_labels == "exported_pod/exported_namespace"
+    health = client_for(cast.platform_admin).get("/api/v1/billing/collections/").json()
+    assert health[0]["dcgm_pod_labels"] == "exported_pod/exported_namespace"
+    assert "honorLabels: false" in health[0]["dcgm_pod_labels_note"]
+    # another cluster whose Prometheus keeps the exporter's labels: detected on its own
+    client = PrometheusClient(prometheus_url)
+    assert detect_pod_labels(client, H11, H13) == ("pod", "namespace")
+    assert detect_pod_labels(PrometheusClient(exported_labels_prometheus_url), H11, H13) == (
+        "exported_pod",
+        "exported_namespace",
+    )
