@@ -404,13 +404,10 @@ class _Cycle:
                 heapq.heappush(heap, key)
 
     def _head(self, queue: TenantQueue) -> tuple | None:
-        """The tenant's next workload and its heap key: work inside its guarantee
-        first, within that a preemptor whose victims have stopped, then priority, share,
-        submit time, id. The guarantee class comes before priority everywhere, within a
-        tenant too (except that a returning preemptor goes first of its tenant's work:
-        reclaim is between tenants, so no loop can start there), so that no borrowing
-        admission can take GPUs a pending owner would reclaim right after (which would
-        start a preemption loop).
+        """The tenant's next workload and its heap key: work inside its guarantee first,
+        then priority, share, submit time, id. The guarantee class comes before priority
+        everywhere, within a tenant too, so that no borrowing admission can take GPUs a
+        pending owner would reclaim right after (which would start a preemption loop).
 
         Each tenant keeps a heap of its groups. A group's class can only go from 0
         (inside the guarantee) to 1 as the tenant's usage grows, so keys only ever
@@ -436,27 +433,15 @@ class _Cycle:
                     heapq.heapreplace(heap, (fresh, stamp, queue.version, group))
                     continue
             queue.head = group
-            queue.head_class = key[1]
-            # across tenants the guarantee class comes first, then returning preemptors
-            return (key[1], key[0], key[2], queue.share, key[3], key[4], queue.node)
+            queue.head_class = key[0]
+            return (key[0], key[1], queue.share, key[2], key[3], queue.node)
         queue.head = None
         return None
 
     def _group_key(self, queue: TenantQueue, group: Group) -> tuple:
-        """(returning preemptor first, guarantee class, priority, submit time, id): the
-        order within one tenant.
-
-        A workload whose victims stopped for it in the previous cycle goes first: it was
-        charged its whole need when it preempted, and what its victims freed, GPUs and
-        quota alike, is its own. The tenant's later work may have started in the
-        reclaim cycle and now counts against the guarantee first, so that the returning
-        preemptor looks like borrowing; it still goes before that work, and (see
-        ``_head``) before other tenants' borrowing work, which would otherwise borrow
-        its quota back and leave it waiting."""
-        head = group.items[group.pos]
-        order = head.order
+        order = group.items[group.pos].order
         cls = 1 if group.borrows else self.state.guarantee_class(queue.node, group.shape)
-        return (0 if head.wl.held else 1, cls, order[0], order[1], order[2])
+        return (cls, order[0], order[1], order[2])
 
     def _requeue(self, queue: TenantQueue, group: Group) -> None:
         """The group's head changed: its old heap entry is stale, push the new one."""
@@ -536,6 +521,12 @@ class _Cycle:
             allowed = tuple(o for o in options if self.state.pinned_fits(node, o.totals))
         else:
             allowed = options
+        # While the tenant reclaims a flavour in this cycle its other work does not
+        # borrow that flavour: next cycle the reclaimer, charged its whole need now,
+        # would otherwise find the tenant's guarantee taken by work that started after
+        # it and count as borrowing itself (explain.py says it waits for the reclaim).
+        reclaiming = self.state.reclaiming
+        allowed = tuple(o for o in allowed if not any(reclaiming[f][node] for f in o.flavours))
         verdict = self._admit_first(queue, item, allowed) if allowed else None
         if verdict is None and self.state.config.priority_preemption:
             # no option is inside the guarantee, so reclaim is out: only the tenant's

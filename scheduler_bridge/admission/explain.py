@@ -237,12 +237,14 @@ class Explainer:
         for f, need in option.totals:
             claimed = st.reclaiming[f][node]
             guaranteed = tree.guaranteed[f][node]
-            if claimed and usage[f][node] - claimed + need <= guaranteed < usage[f][node] + need:
+            if claimed and usage[f][node] + need > guaranteed:
                 # inside the guarantee on its own, but not together with the tenant's
-                # reclaimers of this cycle: it waits for them, it does not reclaim more
-                message = reasons.waiting_reclaim(
-                    st.reclaimers[(f, node)], tree.label[node], guaranteed, self.names[f], need
-                )
+                # reclaimers of this cycle: it waits for them, it does not reclaim more;
+                # nor does the tenant borrow the flavour while it reclaims it
+                alone = usage[f][node] - claimed + need <= guaranteed
+                message = (
+                    reasons.waiting_reclaim if alone else reasons.borrowing_waits_for_reclaim
+                )(st.reclaimers[(f, node)], tree.label[node], guaranteed, self.names[f], need)
                 return ReasonCode.WAITING_RECLAIM, message, f
             free = room.get((node, f))
             if free is None:

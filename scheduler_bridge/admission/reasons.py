@@ -186,6 +186,16 @@ def waiting_reclaim(
     )
 
 
+def borrowing_waits_for_reclaim(
+    reclaimers: Sequence[str], tenant: str, guaranteed: int, flavour: str, need: int
+) -> str:
+    who = ", ".join(reclaimers)
+    return (
+        f"waits for {who}'s reclaim: {tenant} borrows no {flavour} beyond its guarantee of "
+        f"{guaranteed} while it reclaims it (it needs {need})"
+    )
+
+
 def preempting(count: int, tenants: Sequence[str], flavour: str, reclaim: bool) -> str:
     who = ", ".join(tenants)
     if count == 0:

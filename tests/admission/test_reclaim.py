@@ -371,12 +371,13 @@ def test_a_victim_returning_through_its_reservation_never_displaces_its_preempto
     assert [wl.id for wl in snap.running] == ["a-high"]
 
 
-def test_a_returning_reclaimer_goes_before_borrowers_that_would_take_back_its_quota():
+def test_a_tenant_borrows_nothing_of_a_flavour_while_it_reclaims_it():
     """org (no guarantee of its own) with a (guarantee 3), s (guarantee 2, idle) and a
     member team m. org's own job borrows 2, m's 1. a submits a-big (3) and a-small (1):
-    a-big reclaims org's job, a-small borrows what s leaves idle. Next cycle org's job
-    comes back first by share and would borrow the quota a-big was charged; a-big,
-    whose victim stopped for it, goes first and starts."""
+    a-big reclaims org's job. a-small could borrow what s leaves idle, but it waits for
+    a-big's reclaim: had it started, next cycle it would count against a's guarantee
+    first, a-big would look like borrowing and org's returning job, first by share,
+    would borrow its quota back. Next cycle a-big starts on what it freed."""
     tree = tenants({"org": None, "m": "org", "a": "org", "s": "org"})
     quotas = (quota("org", 0), quota("a", 3), quota("s", 2))
     busy = [
@@ -388,9 +389,36 @@ def test_a_returning_reclaimer_goes_before_borrowers_that_would_take_back_its_qu
     first = run_cycle(snap)
     check_cycle(snap, first)
     assert victims(first) == ["org-job"]
-    assert [a.workload_id for a in first.admissions] == ["a-small"]
+    assert first.admissions == ()
+    small = next(d for d in first.pending if d.workload_id == "a-small")
+    assert small.code is ReasonCode.WAITING_RECLAIM
+    assert small.message == (
+        "waits for a-big's reclaim: together they would pass a's guarantee of 3 H100 "
+        "(it needs 1)"
+    )
     after = apply_result(snap, first)
     second = run_cycle(replace(after, now=230))
     check_cycle(after, second)
-    assert [a.workload_id for a in second.admissions] == ["a-big"]
-    assert [d.workload_id for d in second.pending] == ["org-job"]
+    assert [a.workload_id for a in second.admissions][:1] == ["a-big"]
+
+
+def test_work_that_would_borrow_waits_while_its_tenant_reclaims_the_flavour():
+    """a (guarantee 4) runs 3 and reclaims 1 more for a-one; a-two (2) would borrow even
+    on its own, from what s leaves idle: not while a reclaims H100."""
+    tree = tenants({"org": None, "a": "org", "b": "org", "s": "org"})
+    quotas = (quota("a", 4), quota("b", 0), quota("s", 4))
+    busy = [
+        running("a-run", "a", {"n000": 3}, admitted=1),
+        running("b-job", "b", {"n000": 5}, admitted=2),
+    ]
+    owned = [workload("a-one", "a", 1, submitted=99), workload("a-two", "a", 2, submitted=100)]
+    snap = snapshot(tree, quotas, nodes(1, gpus=8), owned, busy, now=200)
+    first = run_cycle(snap)
+    check_cycle(snap, first)
+    assert victims(first) == ["b-job"] and first.admissions == ()
+    two = next(d for d in first.pending if d.workload_id == "a-two")
+    assert two.code is ReasonCode.WAITING_RECLAIM
+    assert two.message == (
+        "waits for a-one's reclaim: a borrows no H100 beyond its guarantee of 4 while it "
+        "reclaims it (it needs 2)"
+    )
