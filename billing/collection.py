@@ -29,6 +29,7 @@ from billing.models import CollectorWatermark, UsageRecord
 from billing.prometheus import (
     PrometheusClient,
     PrometheusError,
+    PrometheusTooMuchData,
     detect_pod_labels,
     hourly_busy,
 )
@@ -61,6 +62,9 @@ class CollectResult:
     without_busy_data: bool = False
     # the DCGM pod/namespace label pair found (see CollectorWatermark.dcgm_pod_labels)
     dcgm_pod_labels: str = ""
+    # what an admin must see: hours written without busy time for a reason retrying
+    # cannot fix (kept as the watermark's last_error)
+    alert: str = ""
 
 
 def _hours_due(cluster: Cluster, now: datetime, max_hours: int) -> tuple[list[datetime], bool]:
@@ -221,6 +225,18 @@ def usage_collect(
             busy, util = hourly_busy(
                 client, hours, pod_label=pod_label, namespace_label=namespace_label
             )
+        except PrometheusTooMuchData as error:
+            # Even one hour loads more samples than Prometheus allows: retrying cannot
+            # help, and waiting would stall collection for good. The hours are written
+            # without busy time (NULL: not measured) and the collector's health says so.
+            logger.error("%s: busy time not measured: %s", cluster.name, error)
+            busy, util = {}, {}
+            result.without_busy_data = True
+            result.alert = (
+                f"Busy time from {hours[0]:%Y-%m-%d %H:00} to {window_end:%Y-%m-%d %H:00} UTC "
+                f"was not measured: {error.message} Raise --query.max-samples on that "
+                "Prometheus or narrow its DCGM series."
+            )
         except PrometheusError as error:
             _note_prometheus_down(cluster, hours[0], now, error)
             if not error.retryable or not _prometheus_down_too_long(cluster, now):
@@ -259,7 +275,7 @@ def usage_collect(
                 "collected_until": window_end,
                 "last_run_at": now,
                 "last_rows": result.inserted,
-                "last_error": "",
+                "last_error": result.alert,
                 **({} if result.without_busy_data else {"prometheus_down_since": None}),
                 **(
                     {"dcgm_pod_labels": result.dcgm_pod_labels}

@@ -51,6 +51,11 @@ class PrometheusQueryRejected(PrometheusError):
     retryable = False
 
 
+class PrometheusTooMuchData(PrometheusQueryRejected):
+    """HTTP 422: evaluating the query would load more samples than Prometheus allows
+    (``--query.max-samples``); a shorter window may pass."""
+
+
 @dataclass(frozen=True)
 class Series:
     labels: dict[str, str]
@@ -96,7 +101,11 @@ class PrometheusClient:
                 payload = response.read()
         except urllib.error.HTTPError as error:
             detail = _error_detail(error)
-            if error.code in (400, 422):
+            if error.code == 422:
+                raise PrometheusTooMuchData(
+                    f"Prometheus at {self.base_url} refused the query as too large: {detail}"
+                ) from error
+            if error.code == 400:
                 raise PrometheusQueryRejected(
                     f"Prometheus at {self.base_url} rejected the query: {detail}"
                 ) from error
@@ -198,11 +207,33 @@ def hourly_busy(
 ) -> tuple[BusyMap, BusyMap]:
     """(engine activity, GPU_UTIL fallback) per (namespace, pod, MIG profile, hour start).
 
-    ``hours`` are consecutive hour starts. Raises PrometheusError; on error nothing is
-    returned, so the caller writes no partial hour.
+    ``hours`` are consecutive hour starts. A window Prometheus refuses as too large
+    (422) is split in halves and each asked again, down to single hours; a single hour
+    still too large raises PrometheusTooMuchData. Raises PrometheusError; on error
+    nothing is returned, so the caller writes no partial hour.
     """
     if not hours:
         return {}, {}
+    try:
+        return _hourly_busy(client, hours, namespaces, pod_label, namespace_label)
+    except PrometheusTooMuchData:
+        if len(hours) == 1:
+            raise
+    ordered = sorted(hours)
+    middle = len(ordered) // 2
+    labels = {"pod_label": pod_label, "namespace_label": namespace_label}
+    busy, fallback = hourly_busy(client, ordered[:middle], namespaces, **labels)
+    later_busy, later_fallback = hourly_busy(client, ordered[middle:], namespaces, **labels)
+    return busy | later_busy, fallback | later_fallback
+
+
+def _hourly_busy(
+    client: PrometheusClient,
+    hours: Sequence[datetime],
+    namespaces: Sequence[str] | None,
+    pod_label: str,
+    namespace_label: str,
+) -> tuple[BusyMap, BusyMap]:
     first_end = min(hours) + timedelta(hours=1)
     last_end = max(hours) + timedelta(hours=1)
     labels = {"pod_label": pod_label, "namespace_label": namespace_label}
@@ -236,9 +267,16 @@ def detect_pod_labels(
     """The (pod, namespace) label pair this Prometheus's DCGM series use between
     ``start`` and ``end``, or None when it has no DCGM series with a pod at all.
 
-    ``exported_pod`` wins: where it exists, ``pod`` names the exporter itself."""
+    ``exported_pod`` wins: where it exists, ``pod`` names the exporter itself. A window
+    too large to count (422) is narrowed to its last hour."""
     for pod_label, namespace_label in POD_LABEL_PAIRS:
         query = f'count({{__name__=~"{ENGINE_ACTIVE}|{GPU_UTIL}", {pod_label}!=""}})'
-        if client.query_range(query, start, end):
+        try:
+            found = client.query_range(query, start, end)
+        except PrometheusTooMuchData:
+            if end - start <= timedelta(hours=1):
+                raise
+            return detect_pod_labels(client, end - timedelta(hours=1), end)
+        if found:
             return pod_label, namespace_label
     return None

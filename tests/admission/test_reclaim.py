@@ -393,8 +393,7 @@ def test_a_tenant_borrows_nothing_of_a_flavour_while_it_reclaims_it():
     small = next(d for d in first.pending if d.workload_id == "a-small")
     assert small.code is ReasonCode.WAITING_RECLAIM
     assert small.message == (
-        "waits for a-big's reclaim: together they would pass a's guarantee of 3 H100 "
-        "(it needs 1)"
+        "waits for a-big's reclaim: together they would pass a's guarantee of 3 H100 (it needs 1)"
     )
     after = apply_result(snap, first)
     second = run_cycle(replace(after, now=230))

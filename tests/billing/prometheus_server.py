@@ -70,8 +70,12 @@ def available() -> bool:
 
 
 @contextmanager
-def prometheus_serving(series: list[Series], workdir: Path) -> Iterator[str]:
-    """Start Prometheus over blocks made from ``series``; yields its base URL."""
+def prometheus_serving(
+    series: list[Series], workdir: Path, *, max_samples: int | None = None
+) -> Iterator[str]:
+    """Start Prometheus over blocks made from ``series``; yields its base URL.
+    ``max_samples``: Prometheus's ``--query.max-samples`` (a query loading more
+    answers 422)."""
     data = workdir / "data"
     data.mkdir(parents=True)
     source = workdir / "series.om"
@@ -93,6 +97,7 @@ def prometheus_serving(series: list[Series], workdir: Path) -> Iterator[str]:
             f"--storage.tsdb.path={data}",
             "--storage.tsdb.retention.time=100y",
             f"--web.listen-address=127.0.0.1:{port}",
+            *([f"--query.max-samples={max_samples}"] if max_samples else []),
         ],
         stdout=log,
         stderr=subprocess.STDOUT,

@@ -17,8 +17,10 @@ from billing.collection import usage_collect
 from billing.models import CollectorWatermark, UsageRecord
 from billing.prometheus import (
     PrometheusClient,
+    PrometheusTooMuchData,
     PrometheusUnavailable,
     detect_pod_labels,
+    engine_active_query,
     hourly_busy,
 )
 from scheduler_bridge.gateways.base import PodInfo
@@ -525,3 +527,58 @@ def test_exported_pod_labels_are_detected_per_cluster_and_reported(
         "exported_pod",
         "exported_namespace",
     )
+
+
+@pytest.fixture(scope="session")
+def small_prometheus_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Prometheus that refuses (422) a query holding more than 125 samples at once:
+    one hour's window of a series (120 samples) and the few result points of a one-hour
+    query fit, the result points of two or three hours do not."""
+    if not available():
+        pytest.skip("Debian's prometheus and promtool are not installed")
+    workdir = tmp_path_factory.mktemp("prometheus-small")
+    with prometheus_serving(dcgm_series(), workdir, max_samples=125) as url:
+        yield url
+
+
+@pytest.mark.prometheus
+@pytest.mark.xdist_group("prometheus")
+@pytest.mark.django_db
+def test_a_window_too_large_for_prometheus_is_split_and_collected_in_full(
+    cast: Cast, gpu: GpuCluster, small_prometheus_url: str, prometheus_url: str
+) -> None:
+    with pytest.raises(PrometheusTooMuchData):  # the whole window at once is refused
+        PrometheusClient(small_prometheus_url).query_range(engine_active_query(), H11, H13)
+    gpu.cluster.prometheus_url = small_prometheus_url
+    gpu.cluster.save()
+    CollectorWatermark.objects.create(cluster=gpu.cluster, collected_until=H10)
+    result = usage_collect(cluster=gpu.cluster, gateway=FakeGateway(pods()), now=NOW)
+    assert not result.without_busy_data and result.alert == ""
+    rows = rows_by_key()
+    assert [rows[("uid-train-0", h)].gpu_seconds_busy for h in (H10, H11, H12)] == [
+        Decimal("2700"),
+        Decimal("2700"),
+        Decimal("1350"),
+    ]
+
+
+@pytest.mark.prometheus
+@pytest.mark.xdist_group("prometheus")
+@pytest.mark.django_db
+def test_an_hour_too_large_even_alone_is_written_without_busy_time_and_alerted(
+    cast: Cast, gpu: GpuCluster, tmp_path: Any
+) -> None:
+    if not available():
+        pytest.skip("Debian's prometheus and promtool are not installed")
+    with prometheus_serving(dcgm_series(), tmp_path, max_samples=10) as url:
+        gpu.cluster.prometheus_url = url
+        gpu.cluster.save()
+        CollectorWatermark.objects.create(cluster=gpu.cluster, collected_until=H10)
+        result = usage_collect(cluster=gpu.cluster, gateway=FakeGateway(pods()), now=NOW)
+    assert result.without_busy_data and result.inserted == 12
+    assert not UsageRecord.objects.filter(gpu_seconds_busy__isnull=False).exists()
+    mark = CollectorWatermark.objects.get(cluster=gpu.cluster)
+    assert mark.collected_until == H13  # collection goes on
+    assert "was not measured" in mark.last_error and "--query.max-samples" in mark.last_error
+    health = client_for(cast.platform_admin).get("/api/v1/billing/collections/").json()
+    assert "was not measured" in health[0]["last_error"]
