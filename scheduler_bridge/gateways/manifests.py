@@ -227,7 +227,15 @@ def admitted_job(
     to the original template, pods pinned to ``node_names`` if given, the original kept
     in the annotation, ``spec.suspend: false``."""
     original = original_scheduling(job)
-    selector = {**original.get("nodeSelector", {}), **node_selector}
+    own = original.get("nodeSelector", {})
+    clashes = sorted(k for k, v in node_selector.items() if k in own and own[k] != v)
+    if clashes:
+        # never silently override what the Job's owner asked for
+        raise ValueError(
+            "the Job's nodeSelector contradicts the chosen flavour: "
+            + ", ".join(f"{k}={own[k]!r} (flavour needs {node_selector[k]!r})" for k in clashes)
+        )
+    selector = {**own, **node_selector}
     merged_tolerations = list(original.get("tolerations", []))
     merged_tolerations += [t for t in tolerations if t not in merged_tolerations]
     node_affinity = copy.deepcopy(original.get("nodeAffinity"))

@@ -321,10 +321,10 @@ class SimulatedCluster:
         job["status"] = {
             **{k: v for k, v in job.get("status", {}).items() if k != "conditions"},
             "startTime": stamp(self.now),
-            "active": int(spec.get("parallelism", 1)),
+            "active": _pods_at_once(spec),
         }
         template = spec.get("template", {})
-        for _ in range(int(spec.get("parallelism", 1))):
+        for _ in range(_pods_at_once(spec)):
             suffix = "".join(self._rng.choice(_NAME_ALPHABET) for _ in range(5))
             labels = {
                 **(template.get("metadata", {}).get("labels") or {}),
@@ -519,3 +519,11 @@ def _job_finished(job: Mapping[str, Any]) -> bool:
         c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
         for c in job.get("status", {}).get("conditions") or []
     )
+
+
+def _pods_at_once(spec: Mapping[str, Any]) -> int:
+    """The Job controller runs at most ``parallelism`` pods and never more than the
+    completions to go (pkg/controller/job/job_controller.go, manageJob)."""
+    count = int(spec.get("parallelism", 1))
+    completions = spec.get("completions")
+    return min(count, int(completions)) if completions is not None else count

@@ -48,20 +48,34 @@ def _pod_set(cluster: Cluster, job: JobInfo) -> PodSetSpec:
             f"(nvidia.com/gpu or one nvidia.com/mig-*), found: {sorted(gpu) or 'none'}"
         )
     resource, amount = next(iter(gpu.items()))
-    count = max(job.parallelism, 1)
+    count = pods_at_once(job)
     product_label = job.node_selector.get(PRODUCT_LABEL)
-    if resource == GPU_RESOURCE:
-        product = None
-        if product_label:
-            from scheduler_bridge.inventory.catalogue import product_from_gfd_label
+    product = None
+    if product_label:
+        # the Job's own product selector narrows the flavours admission may choose, so
+        # the flavour's selector never contradicts it
+        from scheduler_bridge.inventory.catalogue import product_from_gfd_label
 
-            product = product_from_gfd_label(product_label).name
+        product = product_from_gfd_label(product_label).name
+    if resource == GPU_RESOURCE:
         return PodSetSpec(count=count, gpus_per_pod=amount, product=product)
     return PodSetSpec(
         count=count,
         gpus_per_pod=amount,
+        product=product,
         mig_profile=resource.removeprefix("nvidia.com/mig-").replace(".me", "+me"),
     )
+
+
+def pods_at_once(job: JobInfo) -> int:
+    """How many pods of the Job run at once: the Job controller keeps at most
+    ``parallelism`` active and never more than the completions still to go
+    (``pkg/controller/job/job_controller.go``, ``manageJob``), so a Job of 8 parallel
+    pods and 2 completions holds 2 pods' GPUs, not 8."""
+    count = max(job.parallelism, 1)
+    if job.completions is not None:
+        count = min(count, max(job.completions, 1))
+    return count
 
 
 def _reject(cluster: Cluster, job: JobInfo, tenant: Tenant, reason: str) -> Workload:

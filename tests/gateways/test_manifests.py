@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from scheduler_bridge.gateways import manifests
@@ -208,8 +208,15 @@ placements = st.tuples(
 )
 
 
+def _compatible(original: dict[str, Any], *chosen: tuple[Any, ...]) -> bool:
+    """No chosen flavour selector contradicts the Job's own (that is refused)."""
+    own = original["spec"]["template"]["spec"].get("nodeSelector") or {}
+    return all(own.get(k, v) == v for placement in chosen for k, v in placement[0].items())
+
+
 @given(templates(), placements)
 def test_suspending_restores_exactly_what_admission_changed(original, placement) -> None:
+    assume(_compatible(original, placement))
     admitted = manifests.admitted_job(original, *placement)
     suspended = apply_merge_patch(admitted, manifests.job_suspend_patch(admitted))
 
@@ -223,6 +230,7 @@ def test_suspending_restores_exactly_what_admission_changed(original, placement)
 def test_readmission_starts_from_the_original_template(original, first, second) -> None:
     # A preemption that suspended the Job but failed before restoring the template must
     # not let the next admission stack its placement on top of the previous one.
+    assume(_compatible(original, first, second))
     half_restored = manifests.admitted_job(original, *first)
     half_restored["spec"]["suspend"] = True
 
@@ -233,6 +241,10 @@ def test_readmission_starts_from_the_original_template(original, first, second) 
 
 @given(templates(), placements)
 def test_the_admission_patch_produces_the_admitted_job(original, placement) -> None:
+    if not _compatible(original, placement):
+        with pytest.raises(ValueError, match="contradicts the chosen flavour"):
+            manifests.job_admission_patch(original, *placement)
+        return
     patch = manifests.job_admission_patch(original, *placement)
     patched = apply_merge_patch(original, patch)
     patched["metadata"]["resourceVersion"] = original["metadata"]["resourceVersion"]

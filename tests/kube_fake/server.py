@@ -324,7 +324,13 @@ class FakeKubeApi:
         template = job["spec"]["template"]
         nodes = _candidate_nodes(template.get("spec") or {}, self.objects("Node"))
         pods = []
-        for index in range(int(job["spec"].get("parallelism", 1))):
+        spec = job["spec"]
+        # at most parallelism, never more than the completions to go (manageJob in
+        # pkg/controller/job/job_controller.go)
+        running = int(spec.get("parallelism", 1))
+        if spec.get("completions") is not None:
+            running = min(running, int(spec["completions"]))
+        for index in range(running):
             pod_spec = copy.deepcopy(template.get("spec") or {})
             node = nodes[index % len(nodes)] if nodes else None
             pod = self.add_pod(

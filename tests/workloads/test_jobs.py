@@ -252,3 +252,63 @@ def test_an_odd_annotation_never_stops_the_job_sync(fake_cluster: FakeCluster, c
     result = jobs_sync(fake_cluster.cluster, fake_cluster.gateway)
     assert len(result.created) == 2
     assert Workload.objects.get(job_name="odd").max_run_time_s is None
+
+
+def test_a_job_holds_the_pods_kubernetes_runs_at_once(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    """parallelism 4 but 2 completions: the Job controller never runs more than 2 pods,
+    so the workload asks for 2 x 1 GPU, and 2 pods start."""
+    manifest = job_manifest(
+        "vision-train",
+        "short",
+        requests={"nvidia.com/gpu": 1},
+        parallelism=4,
+        labels={"tidegate.io/queue": "vision"},
+    )
+    manifest["apiVersion"] = "batch/v1"
+    manifest["spec"]["completions"] = 2
+    fake_cluster.api.create_object(manifest)
+    jobs_sync(fake_cluster.cluster, fake_cluster.gateway)
+    workload = Workload.objects.get(job_name="short")
+    assert [(p.count, p.gpus_per_pod) for p in workload.pod_set_records] == [(2, 1)]
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    assert len(fake_cluster.api.run_job("vision-train", "short")) == 2
+
+
+def test_a_selector_contradicting_the_flavour_is_refused_not_overridden() -> None:
+    from scheduler_bridge.gateways.manifests import admitted_job
+
+    manifest = job_manifest(
+        "team-a",
+        "pinned",
+        requests={"nvidia.com/gpu": 1},
+        node_selector={"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"},
+    )
+    with pytest.raises(ValueError, match="contradicts the chosen flavour"):
+        admitted_job(manifest, {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}, [])
+    same = admitted_job(manifest, {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}, [])
+    assert same["spec"]["template"]["spec"]["nodeSelector"] == {
+        "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"
+    }
+
+
+def test_a_mig_job_pinned_to_a_product_only_gets_that_products_slices(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    manifest = job_manifest(
+        "vision-train",
+        "mig-h100",
+        requests={"nvidia.com/mig-1g.5gb": 1},
+        labels={"tidegate.io/queue": "vision"},
+        node_selector={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+    )
+    manifest["apiVersion"] = "batch/v1"
+    fake_cluster.api.create_object(manifest)
+    jobs_sync(fake_cluster.cluster, fake_cluster.gateway)
+    workload = Workload.objects.get(job_name="mig-h100")
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    workload.refresh_from_db()
+    # the cluster's 1g.5gb slices are A100's: the H100-pinned Job is not put there
+    assert workload.state not in Workload.ACTIVE_STATES
+    assert job(fake_cluster, "vision-train", "mig-h100")["spec"]["suspend"] is True
