@@ -24,11 +24,13 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
+from .rbac import Rules
 from .routing import Route, route_request
 from .store import BY_KIND, ApiError, Store, now_stamp
 
 WRITE_VERBS = ("create", "update", "patch", "apply", "delete")
 DEFAULT_TOKEN = "tidegate-test-token"
+RBAC_USER = "system:serviceaccount:tidegate-system:tidegate"
 
 
 @dataclass
@@ -79,6 +81,8 @@ class FakeKubeApi:
         self.store = Store()
         self.token = token
         self.requests: list[RequestRecord] = []
+        self.rbac: Rules | None = None  # enforce_rbac
+        self.rbac_user = RBAC_USER
         self.counts: Counter[str] = Counter()
         self._faults: list[_Rule] = []
         self._delays: list[_Rule] = []
@@ -415,6 +419,7 @@ class FakeKubeApi:
                 headers["Retry-After"] = str(fault.retry_after)
         else:
             try:
+                self._authorize(route)
                 code, body = self._dispatch(route, query, raw, handler)
             except ApiError as exc:
                 code, body = exc.code, exc.status()
@@ -427,6 +432,23 @@ class FakeKubeApi:
         for callback in callbacks:
             callback(self)
         _respond(handler, code, body, headers)
+
+    def enforce_rbac(self, rules: Rules, user: str = RBAC_USER) -> None:
+        """From now on, authorize every request with ``rules`` (403 otherwise)."""
+        self.rbac, self.rbac_user = rules, user
+
+    def _authorize(self, route: Route) -> None:
+        rules = self.rbac
+        if rules is None or route.resource is None:
+            return
+        resource = route.resource
+        group = "" if resource.group_version == "v1" else resource.group_version.split("/")[0]
+        plural = resource.plural + (f"/{route.subresource}" if route.subresource else "")
+        name = route.name or ""
+        verb = {"apply": "patch"}.get(route.verb, route.verb)
+        rules.check(group, plural, verb, route.namespace, name, self.rbac_user)
+        if route.verb == "apply" and not self.store.exists(resource, route.namespace, name):
+            rules.check(group, plural, "create", route.namespace, name, self.rbac_user)
 
     def _dispatch(
         self, route: Route, query: dict[str, str], raw: bytes, handler: BaseHTTPRequestHandler

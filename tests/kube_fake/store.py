@@ -160,6 +160,10 @@ class Store:
 
     # --- reads -----------------------------------------------------------------------
 
+    def exists(self, resource: Resource, namespace: str | None, name: str) -> bool:
+        with self.lock:
+            return self.key(resource, namespace, name) in self.objects
+
     def get(self, resource: Resource, namespace: str | None, name: str) -> dict[str, Any]:
         with self.lock:
             obj = self.objects.get(self.key(resource, namespace, name))

@@ -14,3 +14,24 @@ env:
     value: {{ $value | quote }}
 {{- end }}
 {{- end -}}
+
+
+{{- /* Pods run as a numeric non-root user, no privilege escalation, read-only root
+filesystem (writable /tmp only), seccomp RuntimeDefault. */ -}}
+{{- define "tidegate.podSecurity" -}}
+securityContext:
+  runAsNonRoot: true
+  runAsUser: 10001
+  runAsGroup: 10001
+  fsGroup: 10001
+  seccompProfile: {type: RuntimeDefault}
+{{- end -}}
+
+{{- define "tidegate.containerSecurity" -}}
+securityContext:
+  allowPrivilegeEscalation: false
+  readOnlyRootFilesystem: true
+  capabilities: {drop: ["ALL"]}
+volumeMounts:
+  - {name: tmp, mountPath: /tmp}
+{{- end -}}

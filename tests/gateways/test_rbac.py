@@ -1,0 +1,109 @@
+"""platform/rbac.yaml grants exactly what the Kubernetes gateway uses: every gateway call
+runs against the local API server enforcing those rules (a missing verb is a 403), and
+every verb granted is used by some call."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from scheduler_bridge.gateways import GatewayError
+from scheduler_bridge.gateways.base import JobRef
+from scheduler_bridge.gateways.kubernetes import KubernetesGateway
+from scheduler_bridge.gateways.manifests import managed_labels, quota_hard
+from tests.gateways.conftest import kubernetes_gateway
+from tests.kube_fake.rbac import Rules
+from tests.kube_fake.server import FakeKubeApi
+
+RBAC = Path(__file__).resolve().parents[2] / "platform" / "rbac.yaml"
+H100 = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+
+
+@pytest.fixture
+def gateway(kube_api: FakeKubeApi, tmp_path: Path) -> Iterator[KubernetesGateway]:
+    opened = kubernetes_gateway(kube_api, tmp_path)
+    with opened:
+        yield opened
+
+
+def rules() -> Rules:
+    return Rules.from_documents(d for d in yaml.safe_load_all(RBAC.read_text()) if d)
+
+
+def _job(kube_api) -> None:  # type: ignore[no-untyped-def]
+    kube_api.create_object(
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "train", "namespace": "team-a"},
+            "spec": {
+                "suspend": True,
+                "template": {
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [
+                            {
+                                "name": "c",
+                                "image": "i",
+                                "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                            }
+                        ],
+                    }
+                },
+            },
+        }
+    )
+
+
+def test_every_gateway_call_is_allowed_and_every_grant_is_used(kube_api, gateway) -> None:
+    kube_api.add_namespace("team-a")
+    kube_api.add_namespace("gpu-operator")
+    kube_api.add_node("gpu-1", labels=H100, allocatable={"nvidia.com/gpu": "8"})
+    _job(kube_api)
+    granted = rules()
+    kube_api.enforce_rbac(granted)
+
+    gateway.list_nodes()
+    gateway.list_gpu_pods()
+    gateway.list_namespaces()
+    gateway.list_jobs("tidegate.io/queue")
+    gateway.list_jobs(namespace="team-a")
+    hard = quota_hard({"nvidia.com/gpu": 4})
+    gateway.apply_resource_quota("team-a", "tidegate-gpu", hard, managed_labels("team-a"))
+    gateway.apply_resource_quota(
+        "team-a", "tidegate-gpu", quota_hard({"nvidia.com/gpu": 2}), managed_labels("team-a")
+    )
+    gateway.list_resource_quotas("app.kubernetes.io/managed-by=tidegate")
+    gateway.apply_config_map("gpu-operator", "tidegate-mig-config", {"config.yaml": "a"}, {})
+    gateway.apply_config_map("gpu-operator", "tidegate-mig-config", {"config.yaml": "b"}, {})
+    gateway.set_node_labels("gpu-1", {"nvidia.com/mig.config": "all-disabled"})
+    gateway.admit_job("team-a", "train", H100, [])
+    kube_api.run_job("team-a", "train")
+    job = gateway.suspend_job("team-a", "train")
+    gateway.record_job_event(
+        JobRef(job.namespace, job.name, job.uid), "Preempted", "preempted for a reclaim"
+    )
+    gateway.delete_resource_quota("team-a", "tidegate-gpu")
+
+    assert [r for r in kube_api.requests if r.status == 403] == []
+    assert granted.used == granted.granted(), granted.granted() - granted.used
+
+
+def test_no_configmap_but_the_mig_one_is_writable(kube_api, gateway) -> None:
+    kube_api.add_namespace("team-a")
+    kube_api.add_namespace("gpu-operator")
+    kube_api.enforce_rbac(rules())
+    for namespace, name in (("team-a", "tidegate-mig-config"), ("gpu-operator", "other")):
+        kube_api.create_object(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": namespace},
+                "data": {"k": "v"},
+            }
+        )
+        with pytest.raises(GatewayError, match="refused access"):
+            gateway.apply_config_map(namespace, name, {"k": "changed"}, {})

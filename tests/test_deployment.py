@@ -1,0 +1,76 @@
+"""What the deployment relies on: probes that answer whatever the Host header and the
+HTTPS redirect, and a chart whose pods run locked down with the least access."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from django.test import Client
+
+CHART = Path(__file__).resolve().parents[1] / "platform" / "helm" / "tidegate"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("path", ["/healthz", "/readyz"])
+def test_probes_answer_the_kubelet_by_pod_ip_over_plain_http(settings, path: str) -> None:
+    settings.ALLOWED_HOSTS = ["tidegate.example.com"]
+    settings.SECURE_SSL_REDIRECT = True
+    kubelet = Client(HTTP_HOST="10.244.1.17:8000")
+    assert kubelet.get(path).status_code == 200
+    # an ordinary page is what the probes used to hit: 301 to https, or 400 for the host
+    assert kubelet.get("/accounts/login/").status_code in (301, 400)
+
+
+def test_readiness_fails_while_the_database_is_unreachable(monkeypatch) -> None:
+    from django.db import DatabaseError, connection
+
+    def down() -> None:
+        raise DatabaseError("connection refused")
+
+    monkeypatch.setattr(connection, "ensure_connection", down)
+    response = Client().get("/readyz")
+    assert response.status_code == 503 and b"connection refused" in response.content
+
+
+def _template(name: str) -> str:
+    return (CHART / "templates" / name).read_text()
+
+
+def test_only_the_workers_carry_the_cluster_service_account() -> None:
+    web = _template("web.yaml")
+    workers, beat = _template("workers.yaml").split("\n---\n")
+    assert "serviceAccountName" not in web and "automountServiceAccountToken: false" in web
+    assert "serviceAccountName: {{ .Values.serviceAccount.name }}" in workers
+    assert "automountServiceAccountToken: false" in beat
+    assert "/healthz" in web and "/readyz" in web and "/accounts/login/" not in web
+
+
+def test_every_pod_and_container_runs_locked_down() -> None:
+    helpers = _template("_helpers.tpl")
+    for setting in (
+        "runAsNonRoot: true",
+        "runAsUser: 10001",
+        "seccompProfile: {type: RuntimeDefault}",
+        "allowPrivilegeEscalation: false",
+        "readOnlyRootFilesystem: true",
+    ):
+        assert setting in helpers
+    pods = [_template("web.yaml"), *_template("workers.yaml").split("\n---\n")]
+    for pod in pods:
+        assert 'include "tidegate.podSecurity"' in pod
+        containers = pod.count("image:")
+        assert pod.count('include "tidegate.containerSecurity"') == containers
+    assert "USER 10001" in (CHART.parents[1] / "Dockerfile").read_text()
+
+
+def test_the_charts_cluster_role_matches_platform_rbac() -> None:
+    rbac = [d for d in yaml.safe_load_all((CHART.parents[1] / "rbac.yaml").read_text()) if d]
+    cluster_role = next(d for d in rbac if d["kind"] == "ClusterRole")
+    template = _template("serviceaccount.yaml")
+    start = template.index("rules:\n", template.index("kind: ClusterRole"))
+    end = template.index("---", start)
+    chart_rules = yaml.safe_load(template[start:end])["rules"]
+    assert chart_rules == cluster_role["rules"]
+    assert "kind: Role\n" in template and 'resourceNames: ["tidegate-mig-config"]' in template
