@@ -313,3 +313,55 @@ def test_a_configmap_above_one_mebibyte_is_invalid(core) -> None:
     assert "1048576" in status_of(caught.value)["message"]
     body["data"] = {"config.yaml": "x" * (1024 * 1024 - 20)}
     core.create_namespaced_config_map("team-a", body)
+
+
+def test_a_pod_past_its_namespaces_quota_is_refused_403(kube_api, core) -> None:
+    """plugin/pkg/admission/resourcequota/controller.go: exceeded quota."""
+    core.create_namespaced_resource_quota("team-a", quota(gpus="2"))
+    pod: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p1", "namespace": "team-a"},
+        "spec": {
+            "containers": [
+                {"name": "c", "image": "i", "resources": {"requests": {"nvidia.com/gpu": "2"}}}
+            ]
+        },
+    }
+    core.create_namespaced_pod("team-a", pod)
+    pod["metadata"]["name"] = "p2"
+    with pytest.raises(ApiException) as caught:
+        core.create_namespaced_pod("team-a", pod)
+    assert caught.value.status == 403
+    assert (
+        "exceeded quota: q, requested: requests.nvidia.com/gpu=2"
+        in status_of(caught.value)["message"]
+    )
+
+
+def test_the_job_controller_creates_only_the_pods_the_quota_admits(kube_api, core) -> None:
+    core.create_namespaced_resource_quota("team-a", quota(gpus="3"))
+    kube_api.add_node("gpu-1")
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "train", "namespace": "team-a"},
+        "spec": {
+            "parallelism": 4,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {
+                            "name": "c",
+                            "image": "i",
+                            "resources": {"requests": {"nvidia.com/gpu": "1"}},
+                        }
+                    ],
+                }
+            },
+        },
+    }
+    kube_api.create_object(job)
+    assert len(kube_api.run_job("team-a", "train")) == 3
+    assert "exceeded quota" in kube_api.refused[0]

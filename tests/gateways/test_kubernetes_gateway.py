@@ -279,6 +279,52 @@ def test_big_pod_lists_are_read_in_pages(kube_api, gateway) -> None:
     assert kube_api.count("list") == 2
 
 
+def _many_pods(kube_api) -> None:  # type: ignore[no-untyped-def]
+    for i in range(620):
+        kube_api.add_pod(
+            "team-a", f"pod-{i:04d}", requests={"nvidia.com/gpu": 1}, node_name="gpu-1"
+        )
+
+
+def _meanwhile(api) -> None:  # type: ignore[no-untyped-def]
+    api.add_pod("team-a", "pod-0000a", requests={"nvidia.com/gpu": 1})
+    api.delete_object("Pod", "team-a", "pod-0001")
+
+
+def test_a_paged_list_is_one_snapshot(kube_api, gateway) -> None:
+    """Pages after the first come from the first page's snapshot: pods created or
+    deleted meanwhile neither repeat nor vanish from this list."""
+    _many_pods(kube_api)
+    kube_api.after_request(
+        lambda api: api.add_pod("team-a", "pod-0000a", requests={"nvidia.com/gpu": 1}),
+        r"/pods",
+    )
+
+    names = [p.name for p in gateway.list_gpu_pods()]
+
+    # an offset into the live list would repeat pod-0499 on the second page
+    assert len(names) == len(set(names)) == 620
+    assert "pod-0000a" not in names
+
+
+def test_an_expired_continue_token_lists_again_from_the_start(kube_api, gateway) -> None:
+    """Once etcd has compacted the first page's revision the continue token is 410 Gone;
+    the gateway lists again and gets the state after the changes."""
+    _many_pods(kube_api)
+
+    def meanwhile_and_compact(api) -> None:  # type: ignore[no-untyped-def]
+        _meanwhile(api)
+        api.store.compact()
+
+    kube_api.after_request(meanwhile_and_compact, r"/pods")
+
+    names = [p.name for p in gateway.list_gpu_pods()]
+
+    assert len(names) == len(set(names)) == 620
+    assert "pod-0000a" in names and "pod-0001" not in names
+    assert [r.status for r in kube_api.requests if r.verb == "list"] == [200, 410, 200, 200]
+
+
 def test_objects_written_by_the_gateway_are_schema_valid(kube_api, gateway) -> None:
     kube_api.add_node("gpu-1", labels={"nvidia.com/mig.config": "all-disabled"})
     kube_api.add_namespace("gpu-operator")

@@ -82,6 +82,7 @@ class FakeKubeApi:
         self.token = token
         self.requests: list[RequestRecord] = []
         self.rbac: Rules | None = None  # enforce_rbac
+        self.refused: list[str] = []  # pod creates ResourceQuota admission refused
         self.rbac_user = RBAC_USER
         self.counts: Counter[str] = Counter()
         self._faults: list[_Rule] = []
@@ -336,6 +337,12 @@ class FakeKubeApi:
             running = min(running, int(spec["completions"]))
         for index in range(running):
             pod_spec = copy.deepcopy(template.get("spec") or {})
+            # the Job controller's pod creates go through ResourceQuota admission: a pod
+            # that would pass a quota is refused (403) and not created
+            refusal = self.store.quota_refusal(namespace, f"{name}-{index}", pod_spec)
+            if refusal is not None:
+                self.refused.append(refusal.message)
+                break
             node = nodes[index % len(nodes)] if nodes else None
             pod = self.add_pod(
                 namespace,

@@ -126,6 +126,8 @@ class Store:
         self.lock = threading.RLock()
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.version = 0
+        # paged lists in progress: snapshot id -> (items, resourceVersion); see compact()
+        self.snapshots: dict[str, tuple[list[dict[str, Any]], str]] = {}
 
     # --- helpers ---------------------------------------------------------------------
 
@@ -160,6 +162,12 @@ class Store:
 
     # --- reads -----------------------------------------------------------------------
 
+    def compact(self) -> None:
+        """Forget every list snapshot, as etcd compaction does: continue tokens given
+        out so far answer 410 Gone."""
+        with self.lock:
+            self.snapshots.clear()
+
     def exists(self, resource: Resource, namespace: str | None, name: str) -> bool:
         with self.lock:
             return self.key(resource, namespace, name) in self.objects
@@ -180,22 +188,42 @@ class Store:
         limit: int = 0,
         token: str = "",
     ) -> dict[str, Any]:
-        with self.lock:
-            items = [
-                obj
-                for (plural, ns, _), obj in sorted(self.objects.items())
-                if plural == resource.plural
-                and (namespace is None or ns == namespace)
-                and _matches_labels(label_selector, obj["metadata"].get("labels") or {})
-                and _matches_fields(field_selector, obj)
-            ]
-            version = str(self.version)
+        # A paged list is one consistent snapshot: later pages come from the state at
+        # the first page's resourceVersion (etcd reads at that revision), and once that
+        # revision is compacted the token is refused with 410 Gone ("The provided
+        # continue parameter is too old ..."; staging/src/k8s.io/apiserver/pkg/storage/
+        # etcd3/store.go). ``compact()`` plays etcd's compaction.
         start = 0
         if token:
             try:
-                start = json.loads(base64.urlsafe_b64decode(token))["start"]
-            except (ValueError, KeyError) as exc:
+                decoded = json.loads(base64.urlsafe_b64decode(token))
+                start, snapshot_id = decoded["start"], decoded["snapshot"]
+            except (ValueError, KeyError, TypeError) as exc:
                 raise ApiError(400, "BadRequest", "invalid continue token") from exc
+            with self.lock:
+                snapshot = self.snapshots.get(snapshot_id)
+            if snapshot is None:
+                raise ApiError(
+                    410,
+                    "Expired",
+                    "The provided continue parameter is too old to display a consistent list "
+                    "result. You can start a new list without the continue parameter.",
+                )
+            items, version = snapshot
+        else:
+            with self.lock:
+                items = [
+                    copy.deepcopy(obj)
+                    for (plural, ns, _), obj in sorted(self.objects.items())
+                    if plural == resource.plural
+                    and (namespace is None or ns == namespace)
+                    and _matches_labels(label_selector, obj["metadata"].get("labels") or {})
+                    and _matches_fields(field_selector, obj)
+                ]
+                version = str(self.version)
+                snapshot_id = uuid.uuid4().hex
+                if limit and limit < len(items):
+                    self.snapshots[snapshot_id] = (items, version)
         end = start + limit if limit else len(items)
         page = [copy.deepcopy(o) for o in items[start:end]]
         for obj in page:  # list items do not repeat kind and apiVersion
@@ -204,7 +232,7 @@ class Store:
         meta: dict[str, Any] = {"resourceVersion": version}
         if end < len(items):
             meta["continue"] = base64.urlsafe_b64encode(
-                json.dumps({"start": end}).encode()
+                json.dumps({"start": end, "snapshot": snapshot_id}).encode()
             ).decode()
             meta["remainingItemCount"] = len(items) - end
         return {
@@ -240,6 +268,10 @@ class Store:
                     f'{resource.plural} "{name}" already exists',
                     {"name": name, "kind": resource.plural},
                 )
+            if resource.kind == "Pod":
+                refusal = self.quota_refusal(namespace or "", name, obj.get("spec") or {})
+                if refusal is not None:
+                    raise refusal
             for field in (
                 "uid",
                 "resourceVersion",
@@ -532,6 +564,36 @@ class Store:
             if plural == "pods"
             and any(o.get("uid") == uid for o in obj["metadata"].get("ownerReferences") or [])
         ]
+
+    def quota_refusal(self, namespace: str, name: str, pod_spec: dict[str, Any]) -> ApiError | None:
+        """The 403 ResourceQuota admission answers a pod create that would pass a quota
+        of its namespace (plugin/pkg/admission/resourcequota/controller.go: "exceeded
+        quota: <name>, requested: ..., used: ..., limited: ..."), or None."""
+        with self.lock:
+            self.refresh_quota_status(namespace)
+            for (plural, ns, _), quota in sorted(self.objects.items()):
+                if plural != "resourcequotas" or ns != namespace:
+                    continue
+                hard = (quota.get("spec") or {}).get("hard") or {}
+                used = (quota.get("status") or {}).get("used") or {}
+                for key, limit in sorted(hard.items()):
+                    resource = key.removeprefix("requests.")
+                    asked = sum(
+                        parse_quantity(
+                            ((c.get("resources") or {}).get("requests") or {}).get(resource, 0)
+                        )
+                        for c in pod_spec.get("containers", [])
+                    )
+                    now = parse_quantity(used.get(key, 0))
+                    if asked and now + asked > parse_quantity(limit):
+                        return ApiError(
+                            403,
+                            "Forbidden",
+                            f'pods "{name}" is forbidden: exceeded quota: '
+                            f"{quota['metadata']['name']}, requested: {key}={asked}, "
+                            f"used: {key}={now}, limited: {key}={limit}",
+                        )
+        return None
 
     def refresh_quota_status(self, namespace: str) -> None:
         """status.hard mirrors spec.hard; status.used sums the requests of live pods."""
