@@ -127,6 +127,20 @@ def _filled_with_room(data, world) -> tuple[ClusterSnapshot, str, str, int]:
     return snap, tenant, flavour, room
 
 
+def _owned(tenant: str, flavour: str, sizes: list[int]) -> tuple[PendingWorkload, ...]:
+    """The owner's workloads owner0, owner1, ... of ``sizes`` GPUs, in that order."""
+    return tuple(
+        PendingWorkload(
+            id=f"owner{i}",
+            tenant_id=tenant,
+            pod_sets=(PodSet(gpus, 1, (flavour,)),),
+            submitted_at=99.0 + i,
+            topology=Topology.NONE,
+        )
+        for i, gpus in enumerate(sizes)
+    )
+
+
 @PROFILE
 @given(data=st.data())
 def test_a_guarantee_is_reclaimable_within_one_cycle(data):
@@ -166,17 +180,7 @@ def test_one_tenants_reclaimers_together_stay_inside_its_guarantee(data):
     snap, tenant, flavour, room = _filled_with_room(data, world)
     sizes = data.draw(st.lists(st.integers(1, room), min_size=2, max_size=4))
     assume(sum(sizes) > room)
-    owned = tuple(
-        PendingWorkload(
-            id=f"owner{i}",
-            tenant_id=tenant,
-            pod_sets=(PodSet(gpus, 1, (flavour,)),),
-            submitted_at=99.0 + i,
-            topology=Topology.NONE,
-        )
-        for i, gpus in enumerate(sizes)
-    )
-    snap = replace(snap, pending=owned, now=200.0)
+    snap = replace(snap, pending=_owned(tenant, flavour, sizes), now=200.0)
     first = run_cycle(snap)
     check_cycle(snap, first)
     # the victims stop; the next cycle holds the same accounting
@@ -242,17 +246,7 @@ def test_every_reclaimer_is_admitted_within_two_cycles_of_its_victims_stopping(d
     world = data.draw(worlds(backed=True))
     snap, tenant, flavour, room = _filled_with_room(data, world)
     sizes = data.draw(st.lists(st.integers(1, room), min_size=1, max_size=4))
-    owned = tuple(
-        PendingWorkload(
-            id=f"owner{i}",
-            tenant_id=tenant,
-            pod_sets=(PodSet(gpus, 1, (flavour,)),),
-            submitted_at=99.0 + i,
-            topology=Topology.NONE,
-        )
-        for i, gpus in enumerate(sizes)
-    )
-    snap = replace(snap, pending=owned, now=200.0)
+    snap = replace(snap, pending=_owned(tenant, flavour, sizes), now=200.0)
     waiting: dict[str, int] = {}  # reclaimer -> first cycle after its victims stopped
     admitted: set[str] = set()
     for cycle in range(8):

@@ -15,6 +15,7 @@ from scheduler_bridge.gateways.base import JobRef
 from scheduler_bridge.gateways.kubernetes import KubernetesGateway
 from scheduler_bridge.gateways.manifests import managed_labels, quota_hard
 from tests.gateways.conftest import kubernetes_gateway
+from tests.gateways.test_kubernetes_gateway import _make_job
 from tests.kube_fake.rbac import Rules
 from tests.kube_fake.server import FakeKubeApi
 
@@ -33,36 +34,11 @@ def rules() -> Rules:
     return Rules.from_documents(d for d in yaml.safe_load_all(RBAC.read_text()) if d)
 
 
-def _job(kube_api) -> None:  # type: ignore[no-untyped-def]
-    kube_api.create_object(
-        {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": {"name": "train", "namespace": "team-a"},
-            "spec": {
-                "suspend": True,
-                "template": {
-                    "spec": {
-                        "restartPolicy": "Never",
-                        "containers": [
-                            {
-                                "name": "c",
-                                "image": "i",
-                                "resources": {"limits": {"nvidia.com/gpu": "1"}},
-                            }
-                        ],
-                    }
-                },
-            },
-        }
-    )
-
-
 def test_every_gateway_call_is_allowed_and_every_grant_is_used(kube_api, gateway) -> None:
     kube_api.add_namespace("team-a")
     kube_api.add_namespace("gpu-operator")
     kube_api.add_node("gpu-1", labels=H100, allocatable={"nvidia.com/gpu": "8"})
-    _job(kube_api)
+    _make_job(kube_api)
     granted = rules()
     kube_api.enforce_rbac(granted)
 
