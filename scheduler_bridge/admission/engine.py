@@ -525,8 +525,9 @@ class _Cycle:
         # borrow that flavour: next cycle the reclaimer, charged its whole need now,
         # would otherwise find the tenant's guarantee taken by work that started after
         # it and count as borrowing itself (explain.py says it waits for the reclaim).
-        reclaiming = self.state.reclaiming
-        allowed = tuple(o for o in allowed if not any(reclaiming[f][node] for f in o.flavours))
+        if node in self.state.reclaiming_nodes:  # rare: only reclaiming tenants pay
+            reclaiming = self.state.reclaiming
+            allowed = tuple(o for o in allowed if not any(reclaiming[f][node] for f in o.flavours))
         verdict = self._admit_first(queue, item, allowed) if allowed else None
         if verdict is None and self.state.config.priority_preemption:
             # no option is inside the guarantee, so reclaim is out: only the tenant's

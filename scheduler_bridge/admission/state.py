@@ -123,6 +123,7 @@ class CycleState:
         # preemptor node, and who took them (for the reasons of work left waiting)
         self.reclaiming: list[list[int]] = [[0] * self.tree.size for _ in range(nflavours)]
         self.reclaimers: dict[tuple[int, int], list[str]] = {}
+        self.reclaiming_nodes: set[int] = set()  # tenants with a reclaim in this cycle
         nodes = sorted(snapshot.nodes, key=lambda n: n.name)
         held = self._compile_running(snapshot.running, static)
         self.pool = NodePool(nodes, static.flavour_names, held)
@@ -277,6 +278,7 @@ class CycleState:
         self.tree.add_below(f, node, gpus, self.usage[f], shared)
         self.reclaiming[f][node] += gpus
         self.reclaimers.setdefault((f, node), []).append(workload_id)
+        self.reclaiming_nodes.add(node)
 
     def add_usage(self, node: int, totals: Sequence[tuple[int, int]], sign: int = 1) -> None:
         """Charge (or, with sign -1, release) quota usage of a workload node."""
