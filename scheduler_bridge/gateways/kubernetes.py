@@ -54,6 +54,9 @@ T = TypeVar("T")
 logger = logging.getLogger(__name__)
 _APPLY = "application/apply-patch+yaml"
 _MERGE = "application/merge-patch+json"
+# Every write asks the API server to refuse unknown fields (400) rather than drop them
+# silently (the default, Warn): a misspelt field is a bug to see, not a no-op.
+_STRICT = "Strict"
 _TRANSIENT = frozenset({429, 500, 502, 503, 504})
 _PAGE = 500
 _USER_AGENT = "tidegate/0.1 (kubernetes-python)"
@@ -269,6 +272,7 @@ class KubernetesGateway(ClusterGateway):
                     namespace,
                     plan.body,
                     field_manager=self._manager,
+                    field_validation=_STRICT,
                     force=True,
                     _content_type=_APPLY,
                 )
@@ -287,6 +291,7 @@ class KubernetesGateway(ClusterGateway):
                     namespace,
                     removal,
                     field_manager=self._manager,
+                    field_validation=_STRICT,
                     _content_type=_MERGE,
                 )
             return ApplyResult("created" if plan.create else "updated", plan.drift)
@@ -331,6 +336,7 @@ class KubernetesGateway(ClusterGateway):
                 node,
                 body,
                 field_manager=self._manager,
+                field_validation=_STRICT,
                 _content_type=_MERGE,
             )
             return True
@@ -407,7 +413,9 @@ class KubernetesGateway(ClusterGateway):
         )
 
         def attempt() -> None:
-            self._call(self._core.create_namespaced_event, job.namespace, body)
+            self._call(
+                self._core.create_namespaced_event, job.namespace, body, field_validation=_STRICT
+            )
 
         self._run(f"record an Event on Job {job.namespace}/{job.name}", attempt)
 
@@ -442,6 +450,7 @@ class KubernetesGateway(ClusterGateway):
                 namespace,
                 body,
                 field_manager=self._manager,
+                field_validation=_STRICT,
                 _content_type=_MERGE,
             )
         )
@@ -454,6 +463,7 @@ class KubernetesGateway(ClusterGateway):
                 namespace,
                 patch,
                 field_manager=self._manager,
+                field_validation=_STRICT,
                 _content_type=_MERGE,
             )
         )

@@ -365,3 +365,19 @@ def test_the_job_controller_creates_only_the_pods_the_quota_admits(kube_api, cor
     kube_api.create_object(job)
     assert len(kube_api.run_job("team-a", "train")) == 3
     assert "exceeded quota" in kube_api.refused[0]
+
+
+def test_strict_field_validation_refuses_unknown_fields(core) -> None:
+    """The gateway writes with fieldValidation=Strict: a misspelt field is a 400."""
+    core.create_namespaced_resource_quota("team-a", quota())
+    misspelt = {"spec": {"hardd": {"requests.nvidia.com/gpu": "1"}}}
+    with pytest.raises(ApiException) as caught:
+        core.patch_namespaced_resource_quota("q", "team-a", misspelt, field_validation="Strict")
+    assert caught.value.status == 400
+    assert "hardd" in status_of(caught.value)["message"]
+    core.patch_namespaced_resource_quota(
+        "q",
+        "team-a",
+        {"spec": {"hard": {"requests.nvidia.com/gpu": "1"}}},
+        field_validation="Strict",
+    )

@@ -22,10 +22,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import kubernetes_validate
 import yaml
 
+from . import fieldmanager
 from .rbac import Rules
 from .routing import Route, route_request
+from .schema import SCHEMA_VERSION
 from .store import BY_KIND, ApiError, Store, now_stamp
 
 WRITE_VERBS = ("create", "update", "patch", "apply", "delete")
@@ -495,9 +498,16 @@ class FakeKubeApi:
                 config = yaml.safe_load(raw.decode() or "{}")
             except yaml.YAMLError as exc:
                 raise ApiError(400, "BadRequest", f"error decoding YAML: {exc}") from exc
+            if query.get("fieldValidation") == "Strict":
+                _refuse_unknown_fields(resource, config)
             obj, created = self.store.apply(resource, ns, name, config, manager, force)
             return (201 if created else 200), obj
         body = _json(raw)
+        if query.get("fieldValidation") == "Strict" and isinstance(body, dict):
+            whole = body
+            if route.verb == "patch":
+                whole = fieldmanager.merge_patch(self.store.get(resource, ns, name), body)
+            _refuse_unknown_fields(resource, whole)
         if route.verb == "create":
             return 201, self.store.create(resource, ns, body, manager)
         if route.verb == "update":
@@ -608,3 +618,19 @@ def _candidate_nodes(pod_spec: Mapping[str, Any], nodes: list[dict[str, Any]]) -
         for n in nodes
         if all((n["metadata"].get("labels") or {}).get(k) == v for k, v in selector.items())
     ]
+
+
+def _refuse_unknown_fields(resource: Any, obj: dict[str, Any]) -> None:
+    """fieldValidation=Strict: a field the schema does not declare is 400 BadRequest
+    (staging/src/k8s.io/apiserver/pkg/endpoints/handlers/create.go and patch.go, strict
+    decoding). Without it the API server drops such fields (Warn); the fake keeps them."""
+    typed = {**obj, "kind": resource.kind, "apiVersion": resource.group_version}
+    try:
+        kubernetes_validate.validate(typed, SCHEMA_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        if exc.validator != "additionalProperties":
+            return  # not a field-validation matter; the store's own checks answer it
+        where = ".".join(str(p) for p in exc.absolute_path)
+        raise ApiError(
+            400, "BadRequest", f"strict decoding error: {exc.message} at {where or '.'}"
+        ) from exc
