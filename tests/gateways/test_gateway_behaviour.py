@@ -295,6 +295,25 @@ def test_a_preempted_job_is_admitted_again_on_another_flavour(queued_job: Backen
     assert {p["spec"]["nodeName"] for p in queued_job.pods_of("team-a", "train")} <= {"a100-a"}
 
 
+def test_an_indexed_job_keeps_its_indexes_through_preemption(team_a: Backend) -> None:
+    """Admission and preemption change only scheduling directives: an Indexed Job keeps
+    its completion mode and completions, so its pods keep their indexes."""
+    team_a.add_gpu_node("h100-a", {**H100, "team": "a"})
+    team_a.add_job("team-a", "ranks", requests={"nvidia.com/gpu": 1}, parallelism=2)
+
+    def indexed(job: dict) -> None:
+        job["spec"].update(completionMode="Indexed", completions=2)
+
+    team_a.edit("Job", "team-a", "ranks", indexed)
+    gateway = team_a.gateway
+    gateway.admit_job("team-a", "ranks", H100, [GPU_TOLERATION])
+    gateway.suspend_job("team-a", "ranks")
+    gateway.admit_job("team-a", "ranks", H100, [])
+
+    spec = team_a.get("Job", "team-a", "ranks")["spec"]
+    assert (spec["completionMode"], spec["completions"], spec["suspend"]) == ("Indexed", 2, False)
+
+
 def test_admitting_an_admitted_job_again_writes_nothing(queued_job: Backend) -> None:
     flavour = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
     queued_job.gateway.admit_job("team-a", "train", flavour, [])

@@ -381,3 +381,13 @@ def test_strict_field_validation_refuses_unknown_fields(core) -> None:
         {"spec": {"hard": {"requests.nvidia.com/gpu": "1"}}},
         field_validation="Strict",
     )
+
+
+def test_an_indexed_jobs_completion_mode_and_completions_are_immutable(api_client) -> None:
+    """pkg/apis/batch/validation/validation.go, ValidateJobSpecUpdate."""
+    batch = client.BatchV1Api(api_client)
+    _suspended_job(batch)
+    for change in ({"completionMode": "Indexed"}, {"completions": 3}):
+        with pytest.raises(ApiException) as caught:
+            batch.patch_namespaced_job("train", "team-a", {"spec": change})
+        assert caught.value.status == 422

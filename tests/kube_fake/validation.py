@@ -157,6 +157,12 @@ def _job_problems(job: dict[str, Any], old: dict[str, Any] | None) -> list[tuple
         )
     if old_spec.get("selector") != new_spec.get("selector"):
         found.append(("spec.selector", "Invalid value: field is immutable"))
+    # ValidateJobSpecUpdate (pkg/apis/batch/validation/validation.go): an Indexed Job
+    # stays Indexed, and (without elastic indexed Jobs) keeps its completions
+    if old_spec.get("completionMode") != new_spec.get("completionMode"):
+        found.append(("spec.completionMode", "Invalid value: field is immutable"))
+    if old_spec.get("completions") != new_spec.get("completions"):
+        found.append(("spec.completions", "Invalid value: field is immutable"))
     old_template = old_spec.get("template") or {}
     if _without_mutable(old_template) != _without_mutable(template):
         found.append(("spec.template", "Invalid value: field is immutable"))
