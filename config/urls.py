@@ -7,6 +7,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, Spec
 from rest_framework.routers import DefaultRouter
 
 from billing.api import urls as billing_api
+from scheduler_bridge import webhooks
 from scheduler_bridge.api import urls as scheduler_api
 from tenants.api import urls as tenants_api
 from tenants.api.views import MeView
@@ -30,4 +31,6 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),
     path("admin/", admin.site.urls),
+    # called by the Kubernetes API server (MutatingWebhookConfiguration in the chart)
+    path("webhooks/v1/jobs/suspend", webhooks.suspend_queue_jobs, name="webhook-suspend-jobs"),
 ]

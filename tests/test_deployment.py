@@ -61,7 +61,9 @@ def test_every_pod_and_container_runs_locked_down() -> None:
     for pod in pods:
         assert 'include "tidegate.podSecurity"' in pod
         containers = pod.count("image:")
-        assert pod.count('include "tidegate.containerSecurity"') == containers
+        locked = pod.count('include "tidegate.containerSecurity"')
+        locked += pod.count("readOnlyRootFilesystem: true")  # spelt out (extra mounts)
+        assert locked == containers
     assert "USER 10001" in (CHART.parents[1] / "Dockerfile").read_text()
 
 
@@ -74,3 +76,32 @@ def test_the_charts_cluster_role_matches_platform_rbac() -> None:
     chart_rules = yaml.safe_load(template[start:end])["rules"]
     assert chart_rules == cluster_role["rules"]
     assert "kind: Role\n" in template and 'resourceNames: ["tidegate-mig-config"]' in template
+
+
+def test_the_webhook_is_registered_for_queue_job_creates_only() -> None:
+    configuration = _template("webhook.yaml").split("\n---\n")[0]
+    webhook = yaml.safe_load(
+        "\n".join(
+            line
+            for line in configuration.splitlines()
+            if "{{-" not in line and "{{ .Values.webhook.failurePolicy }}" not in line
+        )
+        .replace("{{", "")
+        .replace("}}", "")
+    )
+    hook = webhook["webhooks"][0]
+    assert hook["admissionReviewVersions"] == ["v1"] and hook["sideEffects"] == "None"
+    assert hook["rules"] == [
+        {
+            "apiGroups": ["batch"],
+            "apiVersions": ["v1"],
+            "operations": ["CREATE"],
+            "resources": ["jobs"],
+            "scope": "Namespaced",
+        }
+    ]
+    assert hook["objectSelector"]["matchExpressions"] == [
+        {"key": "tidegate.io/queue", "operator": "Exists"}
+    ]
+    assert hook["clientConfig"]["service"]["path"] == "/webhooks/v1/jobs/suspend"
+    assert "failurePolicy: {{ .Values.webhook.failurePolicy }}" in _template("webhook.yaml")

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from django.utils import timezone
 
 from scheduler_bridge.gateways import ClusterGateway
+from scheduler_bridge.gateways.admission_webhook import QUEUE_LABEL
 from scheduler_bridge.gateways.base import GPU_RESOURCE, JobInfo, is_gpu_resource
 from scheduler_bridge.inventory.connection import cluster_gateway
 from scheduler_bridge.inventory.models import Cluster
@@ -26,7 +27,6 @@ from tenants.models import NamespaceBinding, Tenant
 
 logger = logging.getLogger(__name__)
 
-QUEUE_LABEL = "tidegate.io/queue"
 PRIORITY_LABEL = "tidegate.io/priority-class"
 TOPOLOGY_ANNOTATION = "tidegate.io/topology"
 MAX_RUN_TIME_ANNOTATION = "tidegate.io/max-run-time-seconds"

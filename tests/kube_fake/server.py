@@ -9,11 +9,13 @@ objects to seed them or change them "by hand".
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import copy
 import json
 import re
 import threading
+import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -86,6 +88,7 @@ class FakeKubeApi:
         self.requests: list[RequestRecord] = []
         self.rbac: Rules | None = None  # enforce_rbac
         self.refused: list[str] = []  # pod creates ResourceQuota admission refused
+        self.webhooks: list[tuple[str, str, bool, float]] = []  # register_mutating_webhook
         self.rbac_user = RBAC_USER
         self.counts: Counter[str] = Counter()
         self._faults: list[_Rule] = []
@@ -219,7 +222,8 @@ class FakeKubeApi:
         user's ``kubectl create`` would."""
         resource = BY_KIND[obj["kind"]]
         namespace = obj.get("metadata", {}).get("namespace")
-        return self.store.create(resource, namespace, dict(obj), manager)
+        body = self._mutate(resource, namespace, dict(obj))  # mutating admission
+        return self.store.create(resource, namespace, body, manager)
 
     def put_object(self, obj: Mapping[str, Any]) -> dict[str, Any]:
         """Store ``obj`` as given, bypassing validation and field ownership."""
@@ -443,6 +447,60 @@ class FakeKubeApi:
             callback(self)
         _respond(handler, code, body, headers)
 
+    def register_mutating_webhook(
+        self, url: str, label: str, *, fail: bool = True, timeout_s: float = 10.0
+    ) -> None:
+        """Send every Job create whose labels carry ``label`` (an objectSelector
+        ``exists``) to ``url`` as an AdmissionReview v1 and apply the JSON Patch it
+        answers; ``fail``: failurePolicy Fail (an unreachable webhook refuses the create)
+        rather than Ignore. (A real API server calls only https URLs.)"""
+        self.webhooks.append((url, label, fail, timeout_s))
+
+    def _mutate(self, resource: Any, namespace: str | None, obj: dict[str, Any]) -> dict[str, Any]:
+        """The mutating admission phase of a create
+        (staging/src/k8s.io/apiserver/pkg/admission/plugin/webhook/mutating/dispatcher.go)."""
+        if resource.kind != "Job":
+            return obj
+        for url, label, fail, timeout_s in self.webhooks:
+            if label not in ((obj.get("metadata") or {}).get("labels") or {}):
+                continue
+            uid = str(uuid.uuid4())
+            review = {
+                "apiVersion": "admission.k8s.io/v1",
+                "kind": "AdmissionReview",
+                "request": {
+                    "uid": uid,
+                    "kind": {"group": "batch", "version": "v1", "kind": "Job"},
+                    "resource": {"group": "batch", "version": "v1", "resource": "jobs"},
+                    "namespace": namespace,
+                    "operation": "CREATE",
+                    "object": obj,
+                },
+            }
+            request = urllib.request.Request(  # noqa: S310 - a test server's own URL
+                url,
+                data=json.dumps(review).encode(),
+                headers={"Content-Type": "application/json"},
+                method="POST",
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=timeout_s) as answer:  # noqa: S310
+                    response = json.loads(answer.read())["response"]
+            except (OSError, ValueError, KeyError) as exc:
+                if not fail:
+                    continue
+                raise ApiError(
+                    500,
+                    "InternalError",
+                    f'Internal error occurred: failed calling webhook "{url}": {exc}',
+                ) from exc
+            if response.get("uid") != uid or not response.get("allowed"):
+                raise ApiError(400, "BadRequest", f"admission webhook {url} denied the request")
+            if response.get("patchType") == "JSONPatch":
+                for op in json.loads(base64.b64decode(response["patch"])):
+                    obj = _json_patch(obj, op)
+        return obj
+
     def enforce_rbac(self, rules: Rules, user: str = RBAC_USER) -> None:
         """From now on, authorize every request with ``rules`` (403 otherwise)."""
         self.rbac, self.rbac_user = rules, user
@@ -503,6 +561,8 @@ class FakeKubeApi:
             obj, created = self.store.apply(resource, ns, name, config, manager, force)
             return (201 if created else 200), obj
         body = _json(raw)
+        if route.verb == "create" and isinstance(body, dict):
+            body = self._mutate(resource, ns, body)
         if query.get("fieldValidation") == "Strict" and isinstance(body, dict):
             whole = body
             if route.verb == "patch":
@@ -634,3 +694,18 @@ def _refuse_unknown_fields(resource: Any, obj: dict[str, Any]) -> None:
         raise ApiError(
             400, "BadRequest", f"strict decoding error: {exc.message} at {where or '.'}"
         ) from exc
+
+
+def _json_patch(obj: dict[str, Any], op: Mapping[str, Any]) -> dict[str, Any]:
+    """One RFC 6902 add/replace operation (what mutating webhooks answer here)."""
+    if op.get("op") not in ("add", "replace"):
+        raise ApiError(500, "InternalError", f"unsupported JSON Patch op {op.get('op')!r}")
+    out = copy.deepcopy(obj)
+    keys = [k.replace("~1", "/").replace("~0", "~") for k in op["path"].split("/")[1:]]
+    target = out
+    for key in keys[:-1]:
+        target = target.setdefault(key, {})
+    if op["op"] == "replace" and keys[-1] not in target:
+        raise ApiError(500, "InternalError", f"JSON Patch replace of missing {op['path']}")
+    target[keys[-1]] = op["value"]
+    return out
