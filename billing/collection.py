@@ -13,6 +13,7 @@ that old are written without busy data so that allocation and budgets do not sta
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -32,6 +33,7 @@ from billing.prometheus import (
     PrometheusTooMuchData,
     detect_pod_labels,
     hourly_busy,
+    ksm_gpu_pod_runs,
 )
 from scheduler_bridge.gateways.base import PodInfo
 from scheduler_bridge.inventory.connection import cluster_gateway
@@ -194,6 +196,12 @@ def usage_collect(
             pods = opened.list_gpu_pods()
     flavours = _flavour_map(cluster)
     window_end = hours[-1] + metering.HOUR
+    client = None
+    if cluster.prometheus_url:
+        client = prometheus or PrometheusClient(
+            cluster.prometheus_url, timeout_s=float(billing_setting("PROMETHEUS_TIMEOUT_S"))
+        )
+        pods = pods + _gone_pods(cluster, client, pods, hours[0], window_end, result)
     workloads = _workloads(cluster, hours[0], window_end)
     by_job = {(w.namespace, w.job_name): w for w in workloads if w.job_name}
     metered = metering.pod_allocations(pods, hours, flavours, by_job)
@@ -211,10 +219,7 @@ def usage_collect(
     allocations = metered.allocations + fallback.allocations
     result.problems = metered.problems + fallback.problems
 
-    if cluster.prometheus_url:
-        client = prometheus or PrometheusClient(
-            cluster.prometheus_url, timeout_s=float(billing_setting("PROMETHEUS_TIMEOUT_S"))
-        )
+    if client is not None:
         try:
             found = detect_pod_labels(client, hours[0] + metering.HOUR, window_end)
             pod_label, namespace_label = found or (
@@ -288,6 +293,49 @@ def usage_collect(
     result.rows = len(rows)
     result.collected_until = window_end
     return result
+
+
+def _gone_pods(
+    cluster: Cluster,
+    client: PrometheusClient,
+    live: Sequence[PodInfo],
+    start: datetime,
+    end: datetime,
+    result: CollectResult,
+) -> list[PodInfo]:
+    """Pods that held GPUs in [start, end) but are gone from the live list (deleted
+    between two collections), from kube-state-metrics' history in Prometheus: they are
+    billed for the time they ran. Best effort: without that history the live list and
+    the workloads' own records still count."""
+    try:
+        runs = ksm_gpu_pod_runs(client, start, end)
+    except PrometheusError as error:
+        result.problems.append(f"no pod history from kube-state-metrics: {error.message}")
+        return []
+    names = {
+        re.sub(r"[^A-Za-z0-9_]", "_", resource): resource
+        for resource in Flavour.objects.filter(cluster=cluster).values_list(
+            "resource_name", flat=True
+        )
+    }
+    known = {p.uid for p in live}
+    gone: dict[str, PodInfo] = {}
+    for run in runs:
+        resource = names.get(run.resource)
+        if not run.uid or run.uid in known or resource is None:
+            continue
+        pod = gone.get(run.uid) or PodInfo(
+            uid=run.uid,
+            name=run.pod,
+            namespace=run.namespace,
+            node_name=run.node or None,
+            phase="Succeeded",
+            started_at=run.start,
+            finished_at=run.end,
+        )
+        pod.gpu_requests[resource] = run.amount
+        gone[run.uid] = pod
+    return list(gone.values())
 
 
 def _ledger_rows(

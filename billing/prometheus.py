@@ -280,3 +280,56 @@ def detect_pod_labels(
         if found:
             return pod_label, namespace_label
     return None
+
+
+# kube-state-metrics: what pods requested and when they ran, kept by Prometheus after the
+# pods are gone (kube-state-metrics docs, pod metrics: kube_pod_container_resource_requests
+# with resource "nvidia_com_gpu" / "nvidia_com_mig_1g_10gb" - "." and "/" written "_" -
+# and kube_pod_status_phase). OpenCost reads allocations the same way.
+KSM_REQUESTS = "kube_pod_container_resource_requests"
+KSM_PHASE = "kube_pod_status_phase"
+
+
+@dataclass(frozen=True)
+class PodRun:
+    """A GPU pod seen running by kube-state-metrics between ``start`` and ``end``."""
+
+    namespace: str
+    pod: str
+    uid: str
+    node: str
+    resource: str  # as kube-state-metrics writes it: nvidia_com_gpu
+    amount: int
+    start: datetime
+    end: datetime
+
+
+def ksm_gpu_pod_runs(
+    client: PrometheusClient, start: datetime, end: datetime, step_s: int = 60
+) -> list[PodRun]:
+    """GPU requests of pods while they were Running, sampled every ``step_s``: a pod's
+    run spans its first to its last sample plus one step (so it is known to the step)."""
+    query = (
+        f"sum by (namespace, pod, uid, node, resource) "
+        f'({KSM_REQUESTS}{{resource=~"nvidia_com_gpu|nvidia_com_mig_.+"}}) '
+        f'and on (namespace, pod, uid) ({KSM_PHASE}{{phase="Running"}} == 1)'
+    )
+    runs = []
+    for item in client.query_range(query, start, end, step_s):
+        seen = [(t, float(v)) for t, v in item.values if float(v) > 0]
+        if not seen:
+            continue
+        labels = item.labels
+        runs.append(
+            PodRun(
+                namespace=labels.get("namespace", ""),
+                pod=labels.get("pod", ""),
+                uid=labels.get("uid", ""),
+                node=labels.get("node", ""),
+                resource=labels.get("resource", ""),
+                amount=int(max(v for _, v in seen)),
+                start=datetime.fromtimestamp(seen[0][0], tz=UTC),
+                end=datetime.fromtimestamp(seen[-1][0] + step_s, tz=UTC),
+            )
+        )
+    return runs

@@ -434,14 +434,23 @@ class _Cycle:
                     continue
             queue.head = group
             queue.head_class = key[0]
-            return (key[0], key[1], queue.share, key[2], key[3], queue.node)
+            # across tenants: class, priority, share, submit time (a returning reclaimer
+            # goes first only among its own tenant's work)
+            return (key[0], key[2], queue.share, key[3], key[4], queue.node)
         queue.head = None
         return None
 
     def _group_key(self, queue: TenantQueue, group: Group) -> tuple:
-        order = group.items[group.pos].order
+        """(guarantee class, returning preemptor first, priority, submit time, id).
+
+        Within its class, a workload whose victims stopped for it in the previous cycle
+        goes before the rest of its tenant's work: the guarantee it reclaimed is its own,
+        and the tenant's other work, ordered by submit time alone, would otherwise take
+        it and leave the reclaimer waiting. (Other tenants' order is not changed.)"""
+        head = group.items[group.pos]
+        order = head.order
         cls = 1 if group.borrows else self.state.guarantee_class(queue.node, group.shape)
-        return (cls, order[0], order[1], order[2])
+        return (cls, 0 if head.wl.held else 1, order[0], order[1], order[2])
 
     def _requeue(self, queue: TenantQueue, group: Group) -> None:
         """The group's head changed: its old heap entry is stale, push the new one."""

@@ -582,3 +582,49 @@ def test_an_hour_too_large_even_alone_is_written_without_busy_time_and_alerted(
     assert "was not measured" in mark.last_error and "--query.max-samples" in mark.last_error
     health = client_for(cast.platform_admin).get("/api/v1/billing/collections/").json()
     assert "was not measured" in health[0]["last_error"]
+
+
+def _kube_state_metrics() -> list[Series]:
+    """kube-state-metrics for gone-0 (1 GPU on h100-1 from 10:00, Succeeded at 11:30,
+    deleted at 11:45, so not in the live pod list) and for train-0 (in the list)."""
+    gone = {"namespace": "vision-train", "pod": "gone-0", "uid": "uid-gone-0"}
+    train = {"namespace": "vision-train", "pod": "train-0", "uid": "uid-train-0"}
+    requests = {"container": "main", "node": "h100-1", "resource": "nvidia_com_gpu"}
+    series = []
+    for pod, end in ((gone, H11 + timedelta(minutes=30)), (train, H12 + timedelta(minutes=30))):
+        series.append(
+            Series(
+                "kube_pod_container_resource_requests", pod | requests | {"unit": "integer"}
+            ).every(H10, end + timedelta(minutes=15), 1, step_s=30)
+        )
+        running = Series("kube_pod_status_phase", pod | {"phase": "Running"})
+        running.every(H10, end, 1, step_s=30)
+        running.every(end, end + timedelta(minutes=15), 0, step_s=30)
+        series.append(running)
+    return series
+
+
+@pytest.mark.prometheus
+@pytest.mark.xdist_group("prometheus")
+@pytest.mark.django_db
+def test_a_pod_deleted_between_collections_is_billed_from_kube_state_metrics(
+    cast: Cast, gpu: GpuCluster, tmp_path: Any
+) -> None:
+    if not available():
+        pytest.skip("Debian's prometheus and promtool are not installed")
+    with prometheus_serving(dcgm_series() + _kube_state_metrics(), tmp_path) as url:
+        gpu.cluster.prometheus_url = url
+        gpu.cluster.save()
+        CollectorWatermark.objects.create(cluster=gpu.cluster, collected_until=H10)
+        result = usage_collect(cluster=gpu.cluster, gateway=FakeGateway(pods()), now=NOW)
+    rows = rows_by_key()
+    gone = [rows[("uid-gone-0", h)] for h in (H10, H11)]
+    assert all(r.tenant_id == cast.team_a.pk and r.flavour_id == gpu.h100.pk for r in gone)
+    # known to the query step (60 s): 10:00-11:30 is 3600 s and 1800 s
+    assert abs(gone[0].gpu_seconds_allocated - 3600) <= 120
+    assert abs(gone[1].gpu_seconds_allocated - 1800) <= 120
+    assert ("uid-gone-0", H12) not in rows
+    # a pod in the live list is not counted twice
+    train = [rows[("uid-train-0", h)].gpu_seconds_allocated for h in (H10, H11, H12)]
+    assert train == [7200, 7200, 3600]
+    assert result.problems == [] or all("kube-state" not in p for p in result.problems)
