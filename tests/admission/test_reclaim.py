@@ -421,3 +421,34 @@ def test_work_that_would_borrow_waits_while_its_tenant_reclaims_the_flavour():
         "waits for a-one's reclaim: a borrows no H100 beyond its guarantee of 4 while it "
         "reclaims it (it needs 2)"
     )
+
+
+def test_a_tenants_earlier_work_does_not_take_the_guarantee_its_reclaimers_freed():
+    """c (guarantee 7) runs 2 GPUs; b borrows 6 on n1 and n2; the cohort is full. c
+    submits c0 (1), c1 (4 x 1) and c2 (2 x 1): c0 and c2 reclaim b's jobs, c1 finds no
+    victims left and waits. Next cycle c1, submitted before c2, would take what c2
+    reclaimed and leave it waiting for good; the returning reclaimers go first among c's
+    work, and c1 waits for room of its own."""
+    tree = tenants({"org": None, "a": "org", "b": "org", "c": "org"})
+    quotas = (quota("a", 3), quota("b", 0), quota("c", 7))
+    busy = [
+        running("a-fixed", "a", {"n000": 2}, preemptible=False),
+        running("c-fixed", "c", {"n000": 2}, preemptible=False),
+        running("b1", "b", {"n001": 3}, admitted=26),
+        running("b2", "b", {"n002": 3}, admitted=28),
+    ]
+    owned = [
+        workload("c0", "c", 1, submitted=99, gang=False),
+        workload("c1", "c", 1, count=4, submitted=100, gang=False),
+        workload("c2", "c", 1, count=2, submitted=101, gang=False),
+    ]
+    snap = snapshot(tree, quotas, nodes(3, gpus=4), owned, busy, now=200)
+    first = run_cycle(snap)
+    check_cycle(snap, first)
+    assert sorted(p.preemptor_id for p in first.preemptions) == ["c0", "c2"]
+    assert sorted(p.victim_id for p in first.preemptions) == ["b1", "b2"]
+    after = apply_result(snap, first)
+    second = run_cycle(replace(after, now=230))
+    check_cycle(after, second)
+    admitted = {a.workload_id for a in second.admissions}
+    assert {"c0", "c2"} <= admitted and "c1" not in admitted
