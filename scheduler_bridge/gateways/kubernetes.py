@@ -353,11 +353,14 @@ class KubernetesGateway(ClusterGateway):
         tolerations: Sequence[Toleration],
         node_names: Sequence[str] | None = None,
     ) -> JobInfo:
-        def attempt() -> JobInfo:
-            job = self._read_job(namespace, name)
-            patch = _job_patch(
+        def admission(job: dict[str, Any]) -> dict[str, Any]:
+            return _job_patch(
                 manifests.job_admission_patch, job, node_selector, tolerations, node_names
             )
+
+        def attempt() -> JobInfo:
+            job = self._read_job(namespace, name)
+            patch = admission(job)
             if not job["spec"].get("suspend"):
                 if patch:  # running, but not the way this admission would run it
                     raise ObjectConflict(
@@ -367,12 +370,7 @@ class KubernetesGateway(ClusterGateway):
                         retryable=False,
                     )
                 return job_info(job)
-            if _scheduling_changes(patch) and _started(job):
-                job = self._clear_start_time(namespace, name, job)
-                patch = _job_patch(
-                    manifests.job_admission_patch, job, node_selector, tolerations, node_names
-                )
-            return job_info(self._patch_job(namespace, name, patch))
+            return self._patch_template(namespace, name, job, patch, admission)
 
         return self._run(
             f"admit Job {namespace}/{name}", attempt, namespace=namespace, retry_conflict=True
@@ -384,15 +382,15 @@ class KubernetesGateway(ClusterGateway):
             if not job["spec"].get("suspend"):
                 self._patch_job(namespace, name, manifests.job_suspend_patch(job))
 
+        def restoring(job: dict[str, Any]) -> dict[str, Any]:
+            return _job_patch(manifests.job_restore_patch, job)
+
         def restore() -> JobInfo:
             job = self._read_job(namespace, name)
-            patch = _job_patch(manifests.job_restore_patch, job)
+            patch = restoring(job)
             if not patch:
                 return job_info(job)
-            if _scheduling_changes(patch) and _started(job):
-                job = self._clear_start_time(namespace, name, job)
-                patch = _job_patch(manifests.job_restore_patch, job)
-            return job_info(self._patch_job(namespace, name, patch))
+            return self._patch_template(namespace, name, job, patch, restoring)
 
         what = f"suspend Job {namespace}/{name}"
         self._run(what, stop, namespace=namespace, retry_conflict=True)
@@ -424,6 +422,22 @@ class KubernetesGateway(ClusterGateway):
         if job is None:
             raise ObjectMissing("Job", name, namespace)
         return job
+
+    def _patch_template(
+        self,
+        namespace: str,
+        name: str,
+        job: dict[str, Any],
+        patch: dict[str, Any],
+        build: Callable[[dict[str, Any]], dict[str, Any]],
+    ) -> JobInfo:
+        """Apply ``patch`` (built from ``job`` by ``build``) to a suspended Job; when it
+        changes the pod template of a Job that has run, clear ``startTime`` first and
+        build the patch again from the Job as it is then."""
+        if _scheduling_changes(patch) and _started(job):
+            job = self._clear_start_time(namespace, name, job)
+            patch = build(job)
+        return job_info(self._patch_job(namespace, name, patch))
 
     def _clear_start_time(self, namespace: str, name: str, job: dict[str, Any]) -> dict[str, Any]:
         """Clear ``status.startTime`` of a suspended Job through the ``jobs/status``
