@@ -199,6 +199,9 @@ TIDEGATE = {
     "RECLAIM_MIN_RUN_S": env.float("TIDEGATE_RECLAIM_MIN_RUN_S", default=0.0),
     # Namespaces no tenant may bind besides Kubernetes' own: Tidegate's and the GPU
     # operator's (its usual names under Helm and on OpenShift).
+    # Keep each cluster's pods, nodes and Tidegate's quotas in a per-process cache fed
+    # by watches (list once, then watch) instead of listing them on every sync.
+    "WATCH_CACHE": env.bool("TIDEGATE_WATCH_CACHE", default=True),
     "RESERVED_NAMESPACES": env.list(
         "TIDEGATE_RESERVED_NAMESPACES",
         default=["tidegate-system", "gpu-operator", "nvidia-gpu-operator"],

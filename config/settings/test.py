@@ -18,3 +18,7 @@ STORAGES["staticfiles"] = {"BACKEND": "django.contrib.staticfiles.storage.Static
 LOGGING["root"]["level"] = "WARNING"  # type: ignore[index]
 WHITENOISE_AUTOREFRESH = True  # serve from the app folders; tests never run collectstatic
 WHITENOISE_USE_FINDERS = True
+# Syncs list what they read, so a test sees a change the moment it makes it; the
+# watched cache is tested on its own (tests/gateways/test_watch_cache.py) and through
+# the syncs with it on (tests/bridge/test_watched_syncs.py).
+TIDEGATE = {**TIDEGATE, "WATCH_CACHE": env.bool("TIDEGATE_WATCH_CACHE", default=False)}  # noqa: F405

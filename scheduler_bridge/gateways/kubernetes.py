@@ -28,9 +28,10 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from . import manifests
+from . import kubernetes_cache, manifests
 from .base import (
     FIELD_MANAGER,
+    MANAGED_BY_LABEL,
     ApplyResult,
     ClusterGateway,
     JobInfo,
@@ -49,6 +50,7 @@ from .errors import (
 )
 from .parsing import job_info, node_info, pod_info
 from .reconcile import get_path, plan_apply
+from .watch_cache import CacheUnavailable, ClusterCache, WatchedCollection, shared_cache
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -58,7 +60,6 @@ _MERGE = "application/merge-patch+json"
 # silently (the default, Warn): a misspelt field is a bug to see, not a no-op.
 _STRICT = "Strict"
 _TRANSIENT = frozenset({429, 500, 502, 503, 504})
-_PAGE = 500
 _USER_AGENT = "tidegate/0.1 (kubernetes-python)"
 
 
@@ -81,7 +82,13 @@ class RetryPolicy:
 
 class KubernetesGateway(ClusterGateway):
     """:class:`ClusterGateway` for a real cluster. Build it with :meth:`from_kubeconfig`,
-    :meth:`from_environment` or :meth:`in_cluster`."""
+    :meth:`from_environment` or :meth:`in_cluster`.
+
+    With ``cache_key``, pods, nodes and Tidegate's ResourceQuotas are read from this
+    process's watched cache of that key (:mod:`.watch_cache`), shared by every gateway
+    built with the same key and kept current by watches, instead of being listed on
+    every read; reads fall back to a list while the cache cannot answer.
+    """
 
     def __init__(
         self,
@@ -91,6 +98,8 @@ class KubernetesGateway(ClusterGateway):
         connect_timeout: float = 5.0,
         read_timeout: float = 30.0,
         field_manager: str = FIELD_MANAGER,
+        cache_key: str | None = None,
+        watch_timeout_s: float = 300.0,
     ) -> None:
         self._api = api_client
         self._core = k8s.CoreV1Api(api_client)
@@ -99,6 +108,19 @@ class KubernetesGateway(ClusterGateway):
         self._timeout = (connect_timeout, read_timeout)
         self._manager = field_manager
         self.server = api_client.configuration.host
+        self.cache: ClusterCache | None = None
+        if cache_key:
+            configuration = api_client.configuration
+            self.cache = shared_cache(
+                cache_key,
+                lambda: kubernetes_cache.cluster_cache(
+                    _api_client(configuration),
+                    connect_timeout=connect_timeout,
+                    read_timeout=read_timeout,
+                    watch_timeout_s=watch_timeout_s,
+                ),
+                replacing=cache_key.split(":", 1)[0] + ":",
+            )
 
     # --- construction ----------------------------------------------------------------
 
@@ -167,14 +189,36 @@ class KubernetesGateway(ClusterGateway):
     # --- reads -----------------------------------------------------------------------
 
     def list_nodes(self) -> list[NodeInfo]:
-        items = self._run("list nodes", lambda: self._list(self._core.list_node))
-        return sorted((node_info(i) for i in items), key=lambda n: n.name)
+        nodes = self._cached_values("nodes")
+        if nodes is None:
+            items = self._run("list nodes", lambda: self._list(self._core.list_node))
+            nodes = [node_info(i) for i in items]
+        return sorted(nodes, key=lambda n: n.name)
 
     def list_gpu_pods(self) -> list[PodInfo]:
-        items = self._run("list pods", lambda: self._list(self._core.list_pod_for_all_namespaces))
-        # pod_info keeps only GPU and MIG requests, so an empty dict means "no GPU".
-        gpu_pods = [p for p in map(pod_info, items) if p.gpu_requests]
-        return sorted(gpu_pods, key=lambda p: (p.namespace, p.name))
+        pods = self._cached_values("pods")
+        if pods is None:
+            items = self._run(
+                "list pods", lambda: self._list(self._core.list_pod_for_all_namespaces)
+            )
+            # pod_info keeps only GPU and MIG requests, so an empty dict means "no GPU".
+            pods = [p for p in map(pod_info, items) if p.gpu_requests]
+        return sorted(pods, key=lambda p: (p.namespace, p.name))
+
+    def _collection(self, name: str) -> WatchedCollection[Any] | None:
+        return self.cache[name] if self.cache is not None else None
+
+    def _cached_values(self, name: str) -> list[Any] | None:
+        """The cached collection's values, or None when there is no cache or it
+        cannot answer (then the caller lists, and the cache says why in its health)."""
+        collection = self._collection(name)
+        if collection is None:
+            return None
+        try:
+            return collection.values(wait_s=self._timeout[1])
+        except CacheUnavailable as exc:
+            logger.warning("reading %s from %s directly: %s", name, self.server, exc)
+            return None
 
     def list_namespaces(self) -> list[str]:
         items = self._run("list namespaces", lambda: self._list(self._core.list_namespace))
@@ -208,6 +252,8 @@ class KubernetesGateway(ClusterGateway):
         expect_existing: bool = False,
     ) -> ApplyResult:
         desired = manifests.resource_quota(namespace, hard, labels, name)
+        cached = self._collection("resourcequotas")
+        selected = labels.get(MANAGED_BY_LABEL) == "tidegate"
         return self._apply(
             desired,
             ("spec", "hard"),
@@ -215,6 +261,7 @@ class KubernetesGateway(ClusterGateway):
             patch=self._core.patch_namespaced_resource_quota,
             expect_existing=expect_existing,
             show_values=True,
+            cached=cached if selected else None,
         )
 
     def apply_config_map(
@@ -250,12 +297,20 @@ class KubernetesGateway(ClusterGateway):
         patch: Callable[..., Any],
         expect_existing: bool,
         show_values: bool,
+        cached: WatchedCollection[Any] | None = None,
     ) -> ApplyResult:
         name, namespace = desired["metadata"]["name"], desired["metadata"]["namespace"]
         what = f"apply {desired['kind']} {namespace}/{name}"
+        tries = 0
 
         def attempt() -> ApplyResult:
-            live = self._read_or_none(read, name, namespace)
+            nonlocal tries
+            tries += 1
+            # The watched copy spares a read per object per sync; a retry (after a
+            # conflict) and an object the cache does not hold read the server.
+            live = self._cached_object(cached, f"{namespace}/{name}") if tries == 1 else None
+            if live is None:
+                live = self._read_or_none(read, name, namespace)
             plan = plan_apply(
                 live,
                 desired,
@@ -265,7 +320,7 @@ class KubernetesGateway(ClusterGateway):
             )
             if not plan.write:
                 return ApplyResult("unchanged")
-            applied = self._dict(
+            applied: dict[str, Any] = self._dict(
                 self._call(
                     patch,
                     name,
@@ -285,32 +340,45 @@ class KubernetesGateway(ClusterGateway):
                 removal: dict[str, Any] = {k: None for k in leftovers}
                 for key in reversed(content_path):
                     removal = {key: removal}
-                self._call(
-                    patch,
-                    name,
-                    namespace,
-                    removal,
-                    field_manager=self._manager,
-                    field_validation=_STRICT,
-                    _content_type=_MERGE,
+                applied = self._dict(
+                    self._call(
+                        patch,
+                        name,
+                        namespace,
+                        removal,
+                        field_manager=self._manager,
+                        field_validation=_STRICT,
+                        _content_type=_MERGE,
+                    )
                 )
+            if cached is not None:
+                cached.observe(applied)
             return ApplyResult("created" if plan.create else "updated", plan.drift)
 
         return self._run(what, attempt, namespace=namespace, retry_conflict=True)
 
     def delete_resource_quota(self, namespace: str, name: str) -> bool:
         def attempt() -> bool:
+            cached = self._collection("resourcequotas")
             try:
                 self._call(self._core.delete_namespaced_resource_quota, name, namespace)
             except ApiException as exc:
                 if exc.status == 404:
+                    if cached is not None:
+                        cached.forget(f"{namespace}/{name}")
                     return False
                 raise
+            if cached is not None:
+                cached.forget(f"{namespace}/{name}")
             return True
 
         return self._run(f"delete ResourceQuota {namespace}/{name}", attempt)
 
     def list_resource_quotas(self, label_selector: str) -> list[tuple[str, str]]:
+        if label_selector == kubernetes_cache.QUOTA_SELECTOR:
+            quotas = self._cached_values("resourcequotas")
+            if quotas is not None:
+                return sorted((q["metadata"]["namespace"], q["metadata"]["name"]) for q in quotas)
         items = self._run(
             "list resourcequotas",
             lambda: self._list(
@@ -331,7 +399,7 @@ class KubernetesGateway(ClusterGateway):
             if not changes:
                 return False
             body = manifests.node_label_patch(changes)
-            self._call(
+            written = self._call(
                 self._core.patch_node,
                 node,
                 body,
@@ -339,6 +407,9 @@ class KubernetesGateway(ClusterGateway):
                 field_validation=_STRICT,
                 _content_type=_MERGE,
             )
+            nodes = self._collection("nodes")
+            if nodes is not None:
+                nodes.observe(self._dict(written))
             return True
 
         return self._run(f"label node {node}", attempt)
@@ -498,15 +569,25 @@ class KubernetesGateway(ClusterGateway):
                 return None
             raise
 
-    def _list(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> list[dict]:
-        # Page through big lists so one answer never has to hold every pod of a cluster.
+    def _cached_object(
+        self, cached: WatchedCollection[Any] | None, key: str
+    ) -> dict[str, Any] | None:
+        if cached is None:
+            return None
+        try:
+            return cached.get(key, wait_s=self._timeout[1])
+        except CacheUnavailable:
+            return None
+
+    def _list(self, method: Callable[..., Any], *args: Any, **selectors: str) -> list[dict]:
+        # Page through big lists so one answer never has to hold every pod of a cluster,
+        # and decode the raw JSON (the client's models cost more than the transfer).
         items: list[dict[str, Any]] = []
         token: str | None = None
         while True:
-            page_args = {"limit": _PAGE, **kwargs}
-            if token:
-                page_args["_continue"] = token
-            page = self._dict(self._call(method, *args, **page_args))
+            page = kubernetes_cache.list_raw(
+                method, *args, timeout=self._timeout, continue_token=token, **selectors
+            )
             items.extend(page.get("items") or [])
             token = (page.get("metadata") or {}).get("continue")
             if not token:

@@ -2,20 +2,36 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+from django.conf import settings
 
 from scheduler_bridge.gateways import ClusterGateway, gateway_for
 from scheduler_bridge.inventory.models import Cluster
 
 
+def cache_key(cluster: Cluster) -> str:
+    """The key of the cluster's watched cache in this process: its id, then a digest of
+    its connection settings, so changed settings start a new cache and stop the old."""
+    digest = hashlib.sha256(json.dumps(cluster.connection(), sort_keys=True).encode())
+    return f"cluster-{cluster.pk}:{digest.hexdigest()[:16]}"
+
+
 def gateway_for_cluster(cluster: Cluster) -> ClusterGateway:
     """The gateway of `cluster`; raises GatewayConfigError for unusable settings.
 
-    A simulated cluster is the in-process demo cluster of that name; the namespaces bound
-    to it exist there by construction, as they would in a real cluster.
+    A Kubernetes cluster's pods, nodes and Tidegate's quotas are read from this
+    process's watched cache (``TIDEGATE["WATCH_CACHE"]``, on by default). A simulated
+    cluster is the in-process demo cluster of that name; the namespaces bound to it
+    exist there by construction, as they would in a real cluster.
     """
-    gateway = gateway_for(cluster.gateway, **cluster.connection())
+    connection = cluster.connection()
+    if cluster.gateway == Cluster.Gateway.KUBERNETES and settings.TIDEGATE["WATCH_CACHE"]:
+        connection["cache_key"] = cache_key(cluster)
+    gateway = gateway_for(cluster.gateway, **connection)
     if cluster.gateway == Cluster.Gateway.SIMULATED:
         from scheduler_bridge.gateways.simulated import SimulatedGateway
         from tenants.models import NamespaceBinding

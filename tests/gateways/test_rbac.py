@@ -4,6 +4,7 @@ every verb granted is used by some call."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from scheduler_bridge.gateways import GatewayError
 from scheduler_bridge.gateways.base import JobRef
 from scheduler_bridge.gateways.kubernetes import KubernetesGateway
 from scheduler_bridge.gateways.manifests import managed_labels, quota_hard
+from scheduler_bridge.gateways.watch_cache import drop_shared_caches
 from tests.gateways.conftest import kubernetes_gateway
 from tests.gateways.test_kubernetes_gateway import _make_job
 from tests.kube_fake.rbac import Rules
@@ -34,7 +36,7 @@ def rules() -> Rules:
     return Rules.from_documents(d for d in yaml.safe_load_all(RBAC.read_text()) if d)
 
 
-def test_every_gateway_call_is_allowed_and_every_grant_is_used(kube_api, gateway) -> None:
+def test_every_gateway_call_is_allowed_and_every_grant_is_used(kube_api, gateway, tmp_path) -> None:
     kube_api.add_namespace("team-a")
     kube_api.add_namespace("gpu-operator")
     kube_api.add_node("gpu-1", labels=H100, allocatable={"nvidia.com/gpu": "8"})
@@ -63,6 +65,15 @@ def test_every_gateway_call_is_allowed_and_every_grant_is_used(kube_api, gateway
         JobRef(job.namespace, job.name, job.uid), "Preempted", "preempted for a reclaim"
     )
     gateway.delete_resource_quota("team-a", "tidegate-gpu")
+    # what the workers do: read pods, nodes and Tidegate's quotas from watched caches
+    with kubernetes_gateway(kube_api, tmp_path, cache_key="rbac-test:watch") as cached:
+        cached.list_nodes()
+        cached.list_gpu_pods()
+        cached.list_resource_quotas("app.kubernetes.io/managed-by=tidegate")
+        deadline = time.monotonic() + 5
+        while kube_api.open_watches < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    drop_shared_caches("rbac-test:")
 
     assert [r for r in kube_api.requests if r.status == 403] == []
     assert granted.used == granted.granted(), granted.granted() - granted.used

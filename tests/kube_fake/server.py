@@ -1,8 +1,9 @@
 """A local HTTP server speaking enough of the Kubernetes REST API for the real client.
 
 Serves core/v1 namespaces, nodes, pods, configmaps, resourcequotas and batch/v1 jobs:
-list (label and field selectors, limit/continue), get, create, update, JSON and
-strategic merge patch, server-side apply, delete; plus /version and discovery. Test
+list (label and field selectors, limit/continue), watch (from a resourceVersion, with
+bookmarks, 410 Gone past the history), get, create, update, JSON and strategic merge
+patch, server-side apply, delete; plus /version and discovery. Test
 hooks inject failures and delays, count requests by verb, and reach into the stored
 objects to seed them or change them "by hand".
 """
@@ -13,8 +14,11 @@ import base64
 import contextlib
 import copy
 import json
+import random
 import re
+import socket
 import threading
+import time
 import urllib.request
 import uuid
 from collections import Counter
@@ -31,7 +35,7 @@ from . import fieldmanager
 from .rbac import Rules
 from .routing import Route, route_request
 from .schema import SCHEMA_VERSION
-from .store import BY_KIND, ApiError, Store, now_stamp
+from .store import BY_KIND, ApiError, Change, Resource, Store, now_stamp, selected
 
 WRITE_VERBS = ("create", "update", "patch", "apply", "delete")
 DEFAULT_TOKEN = "tidegate-test-token"
@@ -44,6 +48,19 @@ class RequestRecord:
     path: str
     verb: str
     status: int = 0
+
+
+@dataclass(frozen=True)
+class _Watch:
+    """A watch request, answered as a stream rather than one body."""
+
+    resource: Resource
+    namespace: str | None
+    label_selector: str
+    field_selector: str
+    since: int | None  # None: the current state first, as synthetic ADDED events
+    bookmarks: bool
+    timeout_s: float
 
 
 @dataclass
@@ -91,6 +108,12 @@ class FakeKubeApi:
         self.webhooks: list[tuple[str, str, bool, float]] = []  # register_mutating_webhook
         self.rbac_user = RBAC_USER
         self.counts: Counter[str] = Counter()
+        # How often an open watch that asked for bookmarks gets one: the API server's
+        # cacher sends one a minute (bookmarkFrequency in staging/src/k8s.io/apiserver/
+        # pkg/storage/cacher/cacher.go) and one just before the watch times out.
+        self.bookmark_interval_s = 60.0
+        self.open_watches = 0
+        self._watch_generation = 0  # drop_watches() moves it; open watches then end
         self._faults: list[_Rule] = []
         self._delays: list[_Rule] = []
         self._after: list[tuple[_Rule, Callable[[FakeKubeApi], Any]]] = []
@@ -180,6 +203,16 @@ class FakeKubeApi:
         with self._hooks_lock:
             self._after.append((_Rule(re.compile(path_pattern), method, count), callback))
 
+    def drop_watches(self, meanwhile: Callable[[FakeKubeApi], Any] | None = None) -> None:
+        """End every open watch at once, as a restarting API server or a broken
+        connection would; ``meanwhile(api)`` runs before any watch can send again
+        (under the store's lock), e.g. to change objects and compact the history."""
+        with self.store.lock:
+            self._watch_generation += 1
+            if meanwhile is not None:
+                meanwhile(self)
+            self.store.changed.notify_all()
+
     def clear_faults(self) -> None:
         with self._hooks_lock:
             self._faults.clear()
@@ -209,11 +242,7 @@ class FakeKubeApi:
     def objects(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
         resource = BY_KIND[kind]
         with self.store.lock:
-            return [
-                copy.deepcopy(o)
-                for (plural, ns, _), o in sorted(self.store.objects.items())
-                if plural == resource.plural and (namespace is None or ns == namespace)
-            ]
+            return [copy.deepcopy(o) for o in self.store.of(resource.plural, namespace)]
 
     def create_object(
         self, obj: Mapping[str, Any], manager: str = "kubectl-create"
@@ -445,7 +474,89 @@ class FakeKubeApi:
                     rule.remaining -= 1
         for callback in callbacks:
             callback(self)
+        if isinstance(body, _Watch):
+            self._stream_watch(handler, body)
+            return
         _respond(handler, code, body, headers)
+
+    def _stream_watch(self, handler: BaseHTTPRequestHandler, watch: _Watch) -> None:
+        """Serve a watch as the API server does (staging/src/k8s.io/apiserver/pkg/
+        endpoints/handlers/watch.go): 200 with a chunked stream of JSON events, one per
+        line, until ``timeoutSeconds`` or the server stops. An error found once the
+        watch has started (a resourceVersion older than the history) is an ERROR event
+        carrying the Status, not an HTTP error (``newErrWatcher`` in cacher.go)."""
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Transfer-Encoding", "chunked")
+        handler.end_headers()
+
+        def send(event: dict[str, Any]) -> None:
+            data = json.dumps(event).encode() + b"\n"
+            handler.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+        def bookmark(version: int) -> dict[str, Any]:
+            kind, group_version = watch.resource.kind, watch.resource.group_version
+            meta = {"resourceVersion": str(version)}
+            return {
+                "type": "BOOKMARK",
+                "object": {"kind": kind, "apiVersion": group_version, "metadata": meta},
+            }
+
+        store = self.store
+        generation = self._watch_generation
+        deadline = time.monotonic() + watch.timeout_s
+        next_bookmark = time.monotonic() + self.bookmark_interval_s
+        with self._hooks_lock:
+            self.open_watches += 1
+        try:
+            with store.lock:
+                if watch.since is None:
+                    plural = watch.resource.plural
+                    initial = [
+                        o
+                        for o in store.of(plural, watch.namespace)
+                        if selected(o, watch.label_selector, watch.field_selector)
+                    ]
+                    since = store.version
+                else:
+                    initial, since = [], watch.since
+                    if since > store.version:
+                        raise _too_large(since, store.version)
+                    store.changes_after(since)  # 410 when too old
+            for obj in initial:
+                send({"type": "ADDED", "object": obj})
+            while not self._stopping.is_set():
+                now = time.monotonic()
+                if now >= deadline:
+                    break
+                with store.changed:
+                    changes = store.changes_after(since)
+                    if not changes:
+                        store.changed.wait(min(deadline, next_bookmark, now + 0.2) - now)
+                        changes = store.changes_after(since)
+                    newest = store.version
+                    dropped = generation != self._watch_generation
+                if dropped:
+                    # the connection breaks off without the stream's last chunk
+                    handler.close_connection = True
+                    handler.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                for change in changes:
+                    event = _watch_event(change, watch)
+                    if event is not None:
+                        send(event)
+                since = newest
+                if watch.bookmarks and time.monotonic() >= next_bookmark:
+                    send(bookmark(since))
+                    next_bookmark = time.monotonic() + self.bookmark_interval_s
+            if watch.bookmarks and not self._stopping.is_set():
+                send(bookmark(since))
+        except ApiError as exc:
+            send({"type": "ERROR", "object": exc.status()})
+        finally:
+            with self._hooks_lock:
+                self.open_watches -= 1
+        handler.wfile.write(b"0\r\n\r\n")
 
     def register_mutating_webhook(
         self, url: str, label: str, *, fail: bool = True, timeout_s: float = 10.0
@@ -530,6 +641,8 @@ class FakeKubeApi:
         force = query.get("force") == "true"
         if force and route.verb != "apply":
             raise _invalid_options("force", "Forbidden: may not be specified for non-apply patch")
+        if route.verb == "watch":
+            return 200, _watch_request(resource, ns, query)
         if route.verb == "list":
             limit = int(query.get("limit") or 0)
             return 200, self.store.list_objects(
@@ -614,6 +727,69 @@ def _respond(
         handler.send_header(key, value)
     handler.end_headers()
     handler.wfile.write(data)
+
+
+def _watch_request(resource: Resource, namespace: str | None, query: dict[str, str]) -> _Watch:
+    labels, fields = query.get("labelSelector", ""), query.get("fieldSelector", "")
+    selected({"metadata": {}}, labels, fields)  # a selector that does not parse is a 400
+    if "sendInitialEvents" in query:
+        raise ApiError(400, "BadRequest", "the fake does not serve sendInitialEvents (WatchList)")
+    version = query.get("resourceVersion", "")
+    if version and not version.isdigit():
+        raise ApiError(400, "BadRequest", f"invalid resource version: {version!r}")
+    timeout = query.get("timeoutSeconds")
+    return _Watch(
+        resource,
+        namespace,
+        labels,
+        fields,
+        # "" and "0": start with the current state (api-concepts, "Semantics for watch")
+        int(version) if version not in ("", "0") else None,
+        query.get("allowWatchBookmarks") == "true",
+        # no timeoutSeconds: the server picks one between --min-request-timeout (1800 s)
+        # and twice that (staging/src/k8s.io/apiserver/pkg/endpoints/handlers/get.go)
+        float(timeout) if timeout else random.uniform(1800, 3600),  # noqa: S311
+    )
+
+
+def _watch_event(change: Change, watch: _Watch) -> dict[str, Any] | None:
+    """What a watch with selectors sees of one change (``convertToWatchEvent`` in
+    staging/src/k8s.io/apiserver/pkg/storage/cacher/cache_watcher.go): an object that
+    starts to match is ADDED, one that stops matching is DELETED (as it was, at the
+    change's resourceVersion)."""
+    if change.plural != watch.resource.plural:
+        return None
+    if watch.namespace is not None and change.namespace != watch.namespace:
+        return None
+    labels, fields = watch.label_selector, watch.field_selector
+    passes = change.type != "DELETED" and selected(change.obj, labels, fields)
+    passed = change.previous is not None and selected(change.previous, labels, fields)
+    if passes:
+        return {"type": "MODIFIED" if passed else "ADDED", "object": change.obj}
+    if not passed:
+        return None
+    previous = change.previous
+    assert previous is not None
+    gone = {**previous, "metadata": {**previous["metadata"]}}
+    gone["metadata"]["resourceVersion"] = str(change.version)
+    return {"type": "DELETED", "object": gone}
+
+
+def _too_large(asked: int, current: int) -> ApiError:
+    # A watch from a resourceVersion the server has not reached: the cacher waits a
+    # little, then answers "Too large resource version" (storage.NewTooLargeResource
+    # VersionError in staging/src/k8s.io/apiserver/pkg/storage/errors.go).
+    return ApiError(
+        504,
+        "Timeout",
+        f"Too large resource version: {asked}, current: {current}",
+        {
+            "causes": [
+                {"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}
+            ],
+            "retryAfterSeconds": 1,
+        },
+    )
 
 
 def _json(raw: bytes) -> Any:

@@ -13,6 +13,7 @@ import json
 import re
 import threading
 import uuid
+from collections import deque
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -119,13 +120,49 @@ def _matches_fields(selector: str, obj: dict[str, Any]) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class Change:
+    """One write as a watch sees it: ``obj`` is the object after the write (for a
+    deletion, the object as it was, carrying the deletion's resourceVersion) and
+    ``previous`` the object before (None for a creation)."""
+
+    version: int
+    type: str  # ADDED, MODIFIED or DELETED
+    plural: str
+    namespace: str
+    obj: dict[str, Any]
+    previous: dict[str, Any] | None
+
+
+def selected(obj: dict[str, Any], label_selector: str, field_selector: str) -> bool:
+    """Whether ``obj`` passes a list's or watch's label and field selectors."""
+    return (
+        not label_selector or _matches_labels(label_selector, obj["metadata"].get("labels") or {})
+    ) and (not field_selector or _matches_fields(field_selector, obj))
+
+
 class Store:
-    """Thread-safe object store with Kubernetes write semantics."""
+    """Thread-safe object store with Kubernetes write semantics.
+
+    Stored objects are never changed in place: every write stores a new dict, so list
+    snapshots and the watch history can hold references instead of copies.
+    """
+
+    # Changes kept for watches that start from a resourceVersion. The API server's watch
+    # cache keeps a bounded window of events too; a watch from before the window gets
+    # 410 Gone ("too old resource version", staging/src/k8s.io/apiserver/pkg/storage/
+    # cacher/watch_cache.go) and the client lists again.
+    HISTORY = 20_000
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
+        self.changed = threading.Condition(self.lock)  # notified on every write
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
+        # (plural, namespace) -> name -> object: the same objects, found without a scan
+        self.index: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
         self.version = 0
+        self.history: deque[Change] = deque(maxlen=self.HISTORY)
+        self.oldest_version = 0  # watches may start from here on
         # paged lists in progress: snapshot id -> (items, resourceVersion); see compact()
         self.snapshots: dict[str, tuple[list[dict[str, Any]], str]] = {}
 
@@ -137,6 +174,70 @@ class Store:
     def _bump(self) -> str:
         self.version += 1
         return str(self.version)
+
+    def _put(self, key: tuple[str, str, str], obj: dict[str, Any]) -> dict[str, Any]:
+        """Store ``obj`` under ``key`` with a new resourceVersion; the one way objects
+        are written, so every write is seen by watches."""
+        previous = self.objects.get(key)
+        obj["metadata"]["resourceVersion"] = self._bump()
+        self.objects[key] = obj
+        self.index.setdefault(key[:2], {})[key[2]] = obj
+        self._record("MODIFIED" if previous is not None else "ADDED", key, obj, previous)
+        return obj
+
+    def _pop(self, key: tuple[str, str, str]) -> dict[str, Any] | None:
+        """Remove the object under ``key``; the one way objects are deleted."""
+        previous = self.objects.pop(key, None)
+        if previous is None:
+            return None
+        self.index.get(key[:2], {}).pop(key[2], None)
+        gone = {**previous, "metadata": {**previous["metadata"], "resourceVersion": self._bump()}}
+        self._record("DELETED", key, gone, previous)
+        return previous
+
+    def _record(
+        self,
+        kind: str,
+        key: tuple[str, str, str],
+        obj: dict[str, Any],
+        previous: dict[str, Any] | None,
+    ) -> None:
+        if len(self.history) == self.history.maxlen:
+            self.oldest_version = self.history[0].version
+        self.history.append(Change(self.version, kind, key[0], key[1], obj, previous))
+        self.changed.notify_all()
+
+    def of(self, plural: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        """Stored objects of ``plural`` (in ``namespace``, or all), by namespace and name;
+        the stored dicts themselves: do not change them."""
+        if namespace is not None:
+            found = self.index.get((plural, namespace), {})
+            return [found[name] for name in sorted(found)]
+        return [
+            objects[name]
+            for (kind, _), objects in sorted(self.index.items())
+            if kind == plural
+            for name in sorted(objects)
+        ]
+
+    def changes_after(self, version: int) -> list[Change]:
+        """Changes with a resourceVersion above ``version``; 410 Gone when the history
+        no longer reaches back that far."""
+        if version < self.oldest_version:
+            raise ApiError(
+                410,
+                "Expired",
+                f"too old resource version: {version} ({self.oldest_version})",
+            )
+        if not self.history or self.history[-1].version <= version:
+            return []
+        found = []
+        for change in reversed(self.history):
+            if change.version <= version:
+                break
+            found.append(change)
+        found.reverse()
+        return found
 
     def _require_namespace(self, resource: Resource, namespace: str | None) -> None:
         if (
@@ -163,10 +264,13 @@ class Store:
     # --- reads -----------------------------------------------------------------------
 
     def compact(self) -> None:
-        """Forget every list snapshot, as etcd compaction does: continue tokens given
-        out so far answer 410 Gone."""
+        """Forget every list snapshot and the watch history, as etcd compaction does:
+        continue tokens given out so far answer 410 Gone, and so do watches from an
+        older resourceVersion."""
         with self.lock:
             self.snapshots.clear()
+            self.history.clear()
+            self.oldest_version = self.version
 
     def exists(self, resource: Resource, namespace: str | None, name: str) -> bool:
         with self.lock:
@@ -213,22 +317,20 @@ class Store:
         else:
             with self.lock:
                 items = [
-                    copy.deepcopy(obj)
-                    for (plural, ns, _), obj in sorted(self.objects.items())
-                    if plural == resource.plural
-                    and (namespace is None or ns == namespace)
-                    and _matches_labels(label_selector, obj["metadata"].get("labels") or {})
-                    and _matches_fields(field_selector, obj)
+                    obj
+                    for obj in self.of(resource.plural, namespace if resource.namespaced else None)
+                    if selected(obj, label_selector, field_selector)
                 ]
                 version = str(self.version)
                 snapshot_id = uuid.uuid4().hex
                 if limit and limit < len(items):
                     self.snapshots[snapshot_id] = (items, version)
         end = start + limit if limit else len(items)
-        page = [copy.deepcopy(o) for o in items[start:end]]
-        for obj in page:  # list items do not repeat kind and apiVersion
-            obj.pop("kind", None)
-            obj.pop("apiVersion", None)
+        # list items do not repeat kind and apiVersion
+        page = [
+            copy.deepcopy({k: v for k, v in o.items() if k not in ("kind", "apiVersion")})
+            for o in items[start:end]
+        ]
         meta: dict[str, Any] = {"resourceVersion": version}
         if end < len(items):
             meta["continue"] = base64.urlsafe_b64encode(
@@ -388,16 +490,13 @@ class Store:
     ) -> dict[str, Any]:
         with self.lock:
             obj = self.get(resource, namespace, name)
-            del self.objects[self.key(resource, namespace, name)]
-            self._bump()
+            self._pop(self.key(resource, namespace, name))
             if resource.plural == "namespaces":
                 for key in [k for k in self.objects if k[1] == name]:
-                    del self.objects[key]
+                    self._pop(key)
             if resource.plural == "jobs" and propagation in ("Background", "Foreground"):
                 for pod in self.owned_pods(obj):
-                    self.objects.pop(
-                        self.key(RESOURCES["pods"], namespace, pod["metadata"]["name"]), None
-                    )
+                    self._pop(self.key(RESOURCES["pods"], namespace, pod["metadata"]["name"]))
             if resource.plural in ("pods", "resourcequotas"):
                 return obj  # these kinds answer with the deleted object
             return {
@@ -459,11 +558,11 @@ class Store:
         ):
             return old  # nothing changed: no write, resourceVersion stays
         self._react(resource, old, obj)
-        meta["resourceVersion"] = self._bump()
-        self.objects[self.key(resource, namespace, meta["name"])] = obj
+        key = self.key(resource, namespace, meta["name"])
+        self._put(key, obj)
         if resource.kind in ("Pod", "ResourceQuota"):
             self.refresh_quota_status(namespace or "")
-        return copy.deepcopy(self.objects[self.key(resource, namespace, meta["name"])])
+        return copy.deepcopy(self.objects[key])
 
     def put_raw(self, obj: dict[str, Any]) -> dict[str, Any]:
         """Store ``obj`` "by hand": no validation, no managedFields, no controllers; only
@@ -482,19 +581,15 @@ class Store:
                 "creationTimestamp", old["metadata"]["creationTimestamp"] if old else now_stamp()
             )
             meta.setdefault("generation", 1)
-            meta["resourceVersion"] = self._bump()
-            self.objects[key] = obj
+            self._put(key, obj)
             if resource.kind in ("Pod", "ResourceQuota"):
                 self.refresh_quota_status(meta.get("namespace", ""))
-            return copy.deepcopy(obj)
+            return copy.deepcopy(self.objects[key])
 
     def remove_raw(self, kind: str, namespace: str | None, name: str) -> bool:
         with self.lock:
             resource = BY_KIND[kind]
-            if self.objects.pop(self.key(resource, namespace, name), None) is None:
-                return False
-            self._bump()
-            return True
+            return self._pop(self.key(resource, namespace, name)) is not None
 
     # --- defaults and controllers ----------------------------------------------------
 
@@ -544,11 +639,11 @@ class Store:
         if suspended and was is not True:
             for pod in self.owned_pods(obj):
                 if (pod.get("status") or {}).get("phase") in ("Pending", "Running"):
-                    del self.objects[
+                    self._pop(
                         self.key(
                             RESOURCES["pods"], pod["metadata"]["namespace"], pod["metadata"]["name"]
                         )
-                    ]
+                    )
             status["active"] = 0
             status["conditions"] = [_condition("Suspended", "True", "JobSuspended")]
         elif not suspended and was is not False:
@@ -560,9 +655,8 @@ class Store:
         uid = job["metadata"]["uid"]
         return [
             obj
-            for (plural, _, _), obj in self.objects.items()
-            if plural == "pods"
-            and any(o.get("uid") == uid for o in obj["metadata"].get("ownerReferences") or [])
+            for obj in self.of("pods", job["metadata"].get("namespace", ""))
+            if any(o.get("uid") == uid for o in obj["metadata"].get("ownerReferences") or [])
         ]
 
     def quota_refusal(self, namespace: str, name: str, pod_spec: dict[str, Any]) -> ApiError | None:
@@ -571,9 +665,7 @@ class Store:
         quota: <name>, requested: ..., used: ..., limited: ..."), or None."""
         with self.lock:
             self.refresh_quota_status(namespace)
-            for (plural, ns, _), quota in sorted(self.objects.items()):
-                if plural != "resourcequotas" or ns != namespace:
-                    continue
+            for quota in self.of("resourcequotas", namespace):
                 hard = (quota.get("spec") or {}).get("hard") or {}
                 used = (quota.get("status") or {}).get("used") or {}
                 for key, limit in sorted(hard.items()):
@@ -596,17 +688,19 @@ class Store:
         return None
 
     def refresh_quota_status(self, namespace: str) -> None:
-        """status.hard mirrors spec.hard; status.used sums the requests of live pods."""
+        """status.hard mirrors spec.hard; status.used sums the requests of live pods. A
+        status that changes is written like the quota controller's status update
+        (pkg/controller/resourcequota/resource_quota_controller.go): a new
+        resourceVersion that watches see."""
+        quotas = self.of("resourcequotas", namespace)
+        if not quotas:
+            return
         pods = [
             o
-            for (p, ns, _), o in self.objects.items()
-            if p == "pods"
-            and ns == namespace
-            and o.get("status", {}).get("phase") in ("Pending", "Running")
+            for o in self.of("pods", namespace)
+            if o.get("status", {}).get("phase") in ("Pending", "Running")
         ]
-        for (plural, ns, _), quota in self.objects.items():
-            if plural != "resourcequotas" or ns != namespace:
-                continue
+        for quota in quotas:
             hard = (quota.get("spec") or {}).get("hard") or {}
             used = {}
             for key in hard:
@@ -619,7 +713,13 @@ class Store:
                     for c in pod["spec"].get("containers", [])
                 )
                 used[key] = str(int(total)) if total == int(total) else str(total)
-            quota["status"] = {"hard": dict(hard), "used": used}
+            status = {"hard": dict(hard), "used": used}
+            if quota.get("status") != status:
+                meta = quota["metadata"]
+                self._put(
+                    ("resourcequotas", namespace, meta["name"]),
+                    {**quota, "metadata": dict(meta), "status": status},
+                )
 
 
 def _condition(kind: str, status: str, reason: str) -> dict[str, str]:
