@@ -143,7 +143,12 @@ class ClusterGateway(abc.ABC):
     idempotent). Every method may raise :class:`~.errors.ClusterUnreachable` when the
     cluster does not answer after bounded retries; other errors are listed per method.
     Use as a context manager or call :meth:`close` to release connections.
+
+    ``write_concurrency``: how many writes callers may have in flight at once from
+    threads (1: the gateway is not thread-safe).
     """
+
+    write_concurrency: int = 1
 
     @abc.abstractmethod
     def list_nodes(self) -> list[NodeInfo]:

@@ -48,7 +48,7 @@ from .errors import (
     ObjectConflict,
     ObjectMissing,
 )
-from .parsing import job_info, node_info, pod_info
+from .parsing import job_info, node_info
 from .reconcile import get_path, plan_apply
 from .watch_cache import CacheUnavailable, ClusterCache, WatchedCollection, shared_cache
 
@@ -60,6 +60,9 @@ _MERGE = "application/merge-patch+json"
 # silently (the default, Warn): a misspelt field is a bug to see, not a no-op.
 _STRICT = "Strict"
 _TRANSIENT = frozenset({429, 500, 502, 503, 504})
+# How long a read waits for a watched collection's first list (a failed list ends the
+# wait at once; the read then lists by itself).
+_FIRST_LIST_WAIT_S = 600.0
 _USER_AGENT = "tidegate/0.1 (kubernetes-python)"
 
 
@@ -89,6 +92,9 @@ class KubernetesGateway(ClusterGateway):
     built with the same key and kept current by watches, instead of being listed on
     every read; reads fall back to a list while the cache cannot answer.
     """
+
+    # The client's connection pool and the API server take parallel writes.
+    write_concurrency = 8
 
     def __init__(
         self,
@@ -191,18 +197,18 @@ class KubernetesGateway(ClusterGateway):
     def list_nodes(self) -> list[NodeInfo]:
         nodes = self._cached_values("nodes")
         if nodes is None:
-            items = self._run("list nodes", lambda: self._list(self._core.list_node))
-            nodes = [node_info(i) for i in items]
+            nodes = self._run("list nodes", lambda: self._list_as(node_info, self._core.list_node))
         return sorted(nodes, key=lambda n: n.name)
 
     def list_gpu_pods(self) -> list[PodInfo]:
         pods = self._cached_values("pods")
         if pods is None:
-            items = self._run(
-                "list pods", lambda: self._list(self._core.list_pod_for_all_namespaces)
+            pods = self._run(
+                "list pods",
+                lambda: self._list_as(
+                    kubernetes_cache.gpu_pod, self._core.list_pod_for_all_namespaces
+                ),
             )
-            # pod_info keeps only GPU and MIG requests, so an empty dict means "no GPU".
-            pods = [p for p in map(pod_info, items) if p.gpu_requests]
         return sorted(pods, key=lambda p: (p.namespace, p.name))
 
     def _collection(self, name: str) -> WatchedCollection[Any] | None:
@@ -215,7 +221,7 @@ class KubernetesGateway(ClusterGateway):
         if collection is None:
             return None
         try:
-            return collection.values(wait_s=self._timeout[1])
+            return collection.values(wait_s=_FIRST_LIST_WAIT_S)
         except CacheUnavailable as exc:
             logger.warning("reading %s from %s directly: %s", name, self.server, exc)
             return None
@@ -575,23 +581,37 @@ class KubernetesGateway(ClusterGateway):
         if cached is None:
             return None
         try:
-            return cached.get(key, wait_s=self._timeout[1])
+            return cached.get(key, wait_s=_FIRST_LIST_WAIT_S)
         except CacheUnavailable:
             return None
 
     def _list(self, method: Callable[..., Any], *args: Any, **selectors: str) -> list[dict]:
-        # Page through big lists so one answer never has to hold every pod of a cluster,
-        # and decode the raw JSON (the client's models cost more than the transfer).
-        items: list[dict[str, Any]] = []
+        return self._list_as(lambda item: item, method, *args, **selectors)
+
+    def _list_as(
+        self,
+        project: Callable[[dict[str, Any]], T | None],
+        method: Callable[..., Any],
+        *args: Any,
+        **selectors: str,
+    ) -> list[T]:
+        """Every object of a list, as ``project`` makes it (None: left out). Pages
+        through big lists and projects each page as it comes, so the answer never holds
+        every pod of a cluster at once; decodes the raw JSON (the client's models cost
+        more than the transfer)."""
+        found: list[T] = []
         token: str | None = None
         while True:
             page = kubernetes_cache.list_raw(
                 method, *args, timeout=self._timeout, continue_token=token, **selectors
             )
-            items.extend(page.get("items") or [])
+            for item in page.get("items") or []:
+                value = project(item)
+                if value is not None:
+                    found.append(value)
             token = (page.get("metadata") or {}).get("continue")
             if not token:
-                return items
+                return found
 
     def _run(
         self,

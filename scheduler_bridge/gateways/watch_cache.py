@@ -140,10 +140,15 @@ class WatchedCollection(Generic[T]):
 
     def _check(self, wait_s: float) -> None:
         self.start()
-        if not self._synced.wait(wait_s):
-            raise CacheUnavailable(
-                f"{self.name}: no complete list yet ({self.health.last_error or 'listing'})"
-            )
+        # The first list of a big cluster takes a while, and listing beside it would
+        # only double the work: wait for it, unless it has failed.
+        errors = self.health.errors
+        deadline = self.clock() + wait_s
+        while not self._synced.wait(min(0.5, wait_s)):
+            if self.health.errors > errors or self.clock() >= deadline:
+                raise CacheUnavailable(
+                    f"{self.name}: no complete list yet ({self.health.last_error or 'listing'})"
+                )
         touched = self.health.in_touch_at
         if touched is None or self.clock() - touched > self.stale_after_s:
             raise CacheUnavailable(
@@ -236,6 +241,8 @@ class WatchedCollection(Generic[T]):
         assert self._version is not None
         with self.source.watch(self._version, self.watch_timeout_s) as events:
             self._stream = events
+            if self._stopping.is_set():  # stop() came before the stream could be closed
+                return
             self.health.watches += 1
             self.health.in_touch_at = self.clock()
             try:

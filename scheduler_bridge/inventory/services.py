@@ -29,6 +29,7 @@ from scheduler_bridge.inventory.catalogue import (
 from scheduler_bridge.inventory.connection import cluster_gateway
 from scheduler_bridge.inventory.layouts import derive_gpu_layouts, layout_from_json, layout_to_json
 from scheduler_bridge.inventory.models import Cluster, Flavour, Node
+from scheduler_bridge.rows import update_rows
 from tenants import access
 from tenants.audit import audit_record, snapshot
 from tenants.errors import Conflict, PermissionDenied, ValidationFailed
@@ -154,6 +155,61 @@ def _node_layouts(existing: Node | None, info: NodeInfo, product: GpuProduct, co
     return [layout_to_json(layout) for layout in layouts]
 
 
+# What inventory writes on a Node row from what the cluster says (column -> SQL type).
+_NODE_FIELDS = {
+    "labels": "jsonb",
+    "allocatable": "jsonb",
+    "product": "varchar",
+    "gpu_count": "integer",
+    "gpu_memory_mib": "integer",
+    "mig_capable": "boolean",
+    "mig_strategy": "varchar",
+    "mig_config": "varchar",
+    "mig_config_state": "varchar",
+    "gpu_layouts": "jsonb",
+    "busy": "jsonb",
+    "busy_foreign": "jsonb",
+    "topology_domain": "varchar",
+    "unschedulable": "boolean",
+    "present": "boolean",
+}
+
+
+def _node_state(node: Node) -> dict[str, Any]:
+    return {name: getattr(node, name) for name in _NODE_FIELDS}
+
+
+def _observe_node(
+    node: Node,
+    info: NodeInfo,
+    existing: Node | None,
+    cluster: Cluster,
+    busy: dict[str, dict[str, int]],
+    busy_foreign: dict[str, dict[str, int]],
+) -> int:
+    """Set ``node``'s fields from what the cluster reports; returns its GPU count."""
+    label = info.labels.get(PRODUCT_LABEL)
+    memory = _int(info.labels.get(MEMORY_LABEL))
+    count = _int(info.labels.get(COUNT_LABEL)) or 0
+    product = product_and_profile_from_gfd_label(label, memory)[0] if label else None
+    node.labels = dict(info.labels)
+    node.allocatable = dict(info.allocatable)
+    node.product = product.name if product else ""
+    node.gpu_count = count
+    node.gpu_memory_mib = memory
+    node.mig_capable = info.labels.get(MIG_CAPABLE_LABEL) == "true"
+    node.mig_strategy = info.labels.get(MIG_STRATEGY_LABEL, "")
+    node.mig_config = info.labels.get(MIG_CONFIG_LABEL, "")
+    node.mig_config_state = info.labels.get(MIG_STATE_LABEL, "")
+    node.gpu_layouts = _node_layouts(existing, info, product, count) if product else []
+    node.busy = busy.get(info.name, {})
+    node.busy_foreign = busy_foreign.get(info.name, {})
+    node.topology_domain = info.labels.get(cluster.topology_label, "")
+    node.unschedulable = info.unschedulable
+    node.present = True
+    return count
+
+
 def inventory_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> InventoryResult:
     """Read nodes and GPU pods from the cluster and store them; derive its flavours.
 
@@ -176,42 +232,36 @@ def inventory_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> I
     flavours_on_node: dict[str, set[str]] = {}
     with transaction.atomic():
         existing = {n.name: n for n in Node.objects.select_for_update().filter(cluster=cluster)}
+        created: list[Node] = []
+        changed: list[tuple[Node, dict[str, Any]]] = []
         for info in infos:
-            label = info.labels.get(PRODUCT_LABEL)
-            node = existing.get(info.name) or Node(cluster=cluster, name=info.name)
-            memory = _int(info.labels.get(MEMORY_LABEL))
-            count = _int(info.labels.get(COUNT_LABEL)) or 0
-            product = product_and_profile_from_gfd_label(label, memory)[0] if label else None
-            node.labels = dict(info.labels)
-            node.allocatable = dict(info.allocatable)
-            node.product = product.name if product else ""
-            node.gpu_count = count
-            node.gpu_memory_mib = memory
-            node.mig_capable = info.labels.get(MIG_CAPABLE_LABEL) == "true"
-            node.mig_strategy = info.labels.get(MIG_STRATEGY_LABEL, "")
-            node.mig_config = info.labels.get(MIG_CONFIG_LABEL, "")
-            node.mig_config_state = info.labels.get(MIG_STATE_LABEL, "")
-            node.gpu_layouts = (
-                _node_layouts(existing.get(info.name), info, product, count) if product else []
-            )
-            node.busy = busy.get(info.name, {})
-            node.busy_foreign = busy_foreign.get(info.name, {})
-            node.topology_domain = info.labels.get(cluster.topology_label, "")
-            node.unschedulable = info.unschedulable
-            node.present = True
-            node.last_seen_at = now
-            node.save()
+            node = existing.get(info.name)
+            fresh = node is None
+            node = node or Node(cluster=cluster, name=info.name, last_seen_at=now)
+            before = {} if fresh else _node_state(node)
+            count = _observe_node(node, info, existing.get(info.name), cluster, busy, busy_foreign)
+            if fresh:
+                created.append(node)
+            else:
+                after = _node_state(node)
+                delta = {k: v for k, v in after.items() if before[k] != v}
+                if delta:
+                    changed.append((node, delta))
             result.nodes += 1
             result.gpus += count
             for spec, amount in flavours_of_node(info).items():
                 flavour_totals[spec] = flavour_totals.get(spec, 0) + amount
                 flavours_on_node.setdefault(info.name, set()).add(spec.name)
-        gone = [n for name, n in existing.items() if name not in {i.name for i in infos}]
-        for node in gone:
-            if node.present:
-                node.present = False
-                node.save(update_fields=["present"])
-                result.removed_nodes += 1
+        # Only what changed is written (a steady cluster of thousands of nodes costs a
+        # few statements, not a save per node); the sighting time moves for all at once.
+        Node.objects.bulk_create(created, batch_size=500)
+        # usually a few fields (busy GPUs) of some nodes: one statement for all of them
+        columns = {c: t for c, t in _NODE_FIELDS.items() if any(c in d for _, d in changed)}
+        update_rows(Node, [{"id": n.pk, **_node_state(n)} for n, _ in changed], columns)
+        seen = {i.name for i in infos}
+        gone = [n.pk for name, n in existing.items() if name not in seen and n.present]
+        result.removed_nodes = Node.objects.filter(pk__in=gone).update(present=False)
+        Node.objects.filter(cluster=cluster, present=True).update(last_seen_at=now)
         result.flavours, untolerated_note = _store_flavours(
             cluster, flavour_totals, _node_taints(infos, flavours_on_node)
         )

@@ -100,3 +100,24 @@ def test_a_broken_kubeconfig_marks_its_cluster_and_spares_the_others(
     good.refresh_from_db()
     assert broken.status == "error" and words in broken.status_message
     assert good.status == "ok"
+
+
+def test_a_steady_sync_writes_only_the_node_whose_state_changed(
+    fake_cluster: FakeCluster,
+) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    fake_cluster.api.add_pod(
+        "vision-train", "trainer", requests={"nvidia.com/gpu": 2}, node_name="h100-2"
+    )
+    table = Node._meta.db_table
+    with CaptureQueriesContext(connection) as queries:
+        inventory_sync(fake_cluster.cluster, fake_cluster.gateway)
+    updates = [q["sql"] for q in queries if q["sql"].startswith(f'UPDATE "{table}"')]
+    # one row for the node that got busy, one statement for every node's sighting time
+    assert len(updates) == 2, updates
+    assert '"busy"' in updates[0] and "last_seen_at" not in updates[0]
+    assert Node.objects.get(name="h100-2").busy == {"nvidia.com/gpu": 2}
+    seen = set(Node.objects.filter(cluster=fake_cluster.cluster).values_list("last_seen_at"))
+    assert len(seen) == 1

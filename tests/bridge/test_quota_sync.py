@@ -145,3 +145,35 @@ def test_unbinding_a_namespace_deletes_tidegates_quota_there(
     assert api.get_object("ResourceQuota", "vision-dev", "tidegate-gpu") is not None
     assert AuditEvent.objects.filter(message__contains="no longer bound").count() == 1
     assert quota_sync(fake_cluster.cluster, fake_cluster.gateway).removed == []
+
+
+def test_every_bindings_outcome_is_written_with_one_statement_per_outcome(
+    fake_cluster: FakeCluster,
+) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    quota_sync(fake_cluster.cluster, fake_cluster.gateway)
+    table = NamespaceBinding._meta.db_table
+    with CaptureQueriesContext(connection) as queries:
+        result = quota_sync(fake_cluster.cluster, fake_cluster.gateway)
+    assert result.unchanged == 4
+    updates = [q for q in queries if q["sql"].startswith(f'UPDATE "{table}"')]
+    assert len(updates) == 1
+    assert set(NamespaceBinding.objects.values_list("sync_state", "sync_message")) == {
+        ("ok", "quota unchanged")
+    }
+
+
+def test_a_cluster_that_stops_answering_mid_sync_leaves_only_true_outcomes(
+    fake_cluster: FakeCluster,
+) -> None:
+    api = fake_cluster.api
+    api.after_request(lambda a: a.fail_next(500, status=503), r"/resourcequotas/", method="PATCH")
+    with pytest.raises(ClusterUnreachable):
+        quota_sync(fake_cluster.cluster, fake_cluster.gateway)
+    for binding in NamespaceBinding.objects.all():
+        applied = api.get_object("ResourceQuota", binding.namespace, "tidegate-gpu") is not None
+        # a binding says "ok" exactly when its quota is in the cluster
+        assert (binding.sync_state == "ok") == applied, binding.namespace
+    assert NamespaceBinding.objects.filter(sync_state="ok").count() >= 1

@@ -2,12 +2,39 @@
 
 from __future__ import annotations
 
+import functools
+import re
 from typing import Any
 
+import jsonschema
 import kubernetes_validate
+from kubernetes_validate.utils import schema_contents
+from referencing import Registry, Resource
 
 # The newest Kubernetes version whose schemas the installed kubernetes-validate ships.
 SCHEMA_VERSION = kubernetes_validate.latest_version()
+
+
+@functools.lru_cache(maxsize=64)
+def _strict_validator(kind: str, api_version: str) -> jsonschema.protocols.Validator:
+    """kubernetes-validate's strict schema of one kind, loaded once: its ``validate``
+    reads and parses the schema files on every call (tens of milliseconds each)."""
+    version = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)
+    folder = f"kubernetes-json-schema/v{SCHEMA_VERSION}-local-strict"
+    schema = schema_contents(f"{folder}/{kind.lower()}-{version}.json", SCHEMA_VERSION)
+    definitions = schema_contents(f"{folder}/_definitions.json", SCHEMA_VERSION)
+    registry: Registry = Resource.from_contents(schema) @ Registry()
+    registry = Resource.from_contents(definitions) @ registry
+    return jsonschema.validators.Draft202012Validator(schema, registry=registry)
+
+
+def validate_strict(obj: dict[str, Any]) -> None:
+    """What ``kubernetes_validate.validate(obj, SCHEMA_VERSION, strict=True)`` checks,
+    raising the same ``kubernetes_validate.ValidationError``."""
+    try:
+        _strict_validator(obj["kind"], obj["apiVersion"]).validate(obj)
+    except jsonschema.ValidationError as exc:
+        raise kubernetes_validate.ValidationError(exc, SCHEMA_VERSION) from exc
 
 
 def assert_valid_kubernetes(obj: dict[str, Any]) -> None:
@@ -15,7 +42,7 @@ def assert_valid_kubernetes(obj: dict[str, Any]) -> None:
     in strict mode (no unknown fields)."""
     name = f"{obj.get('kind')} {obj.get('metadata', {}).get('name')}"
     try:
-        kubernetes_validate.validate(obj, SCHEMA_VERSION, strict=True)
+        validate_strict(obj)
     except kubernetes_validate.ValidationError as exc:
         raise AssertionError(
             f"{name} is not a valid {SCHEMA_VERSION} object: {exc.message} "

@@ -34,7 +34,7 @@ import yaml
 from . import fieldmanager
 from .rbac import Rules
 from .routing import Route, route_request
-from .schema import SCHEMA_VERSION
+from .schema import validate_strict
 from .store import BY_KIND, ApiError, Change, Resource, Store, now_stamp, selected
 
 WRITE_VERBS = ("create", "update", "patch", "apply", "delete")
@@ -862,7 +862,7 @@ def _refuse_unknown_fields(resource: Any, obj: dict[str, Any]) -> None:
     decoding). Without it the API server drops such fields (Warn); the fake keeps them."""
     typed = {**obj, "kind": resource.kind, "apiVersion": resource.group_version}
     try:
-        kubernetes_validate.validate(typed, SCHEMA_VERSION, strict=True)
+        validate_strict(typed)
     except kubernetes_validate.ValidationError as exc:
         if exc.validator != "additionalProperties":
             return  # not a field-validation matter; the store's own checks answer it

@@ -1,0 +1,488 @@
+"""Inventory and quota sync of a 5,000-node, 100,000-pod cluster on the local API server.
+
+The server runs in a child process (its own memory is not Tidegate's); Tidegate reads
+it through the real Kubernetes client with its watched cache, as a worker does:
+
+* ``first_sync_s``: the first inventory sync and quota sync (the cache lists pods,
+  nodes and quotas once, then watches; 1,000 quotas are created);
+* then 1 % of the pods change (1,000: some finish, some are deleted, new ones start),
+  the watches deliver it, and one steady round (inventory sync, then quota sync) runs:
+  ``steady_round_s`` and ``steady_round_requests`` (requests the API server received
+  during the round: the quota writes that the changes call for);
+* ``peak_rss_mb``: the worker process's peak resident memory up to then;
+* for comparison, the same round again with a gateway that lists everything
+  (``listed_round_s``, ``listed_round_requests``).
+
+Prints one JSON line: bench, scenario, nodes, pods, gpu_pods, first_sync_s,
+steady_round_s, steady_round_cpu_s (the worker's own CPU time in it), steady_round_requests, steady_round_writes, peak_rss_mb,
+listed_round_s, listed_round_requests.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import random
+import resource
+import sys
+import tempfile
+import time
+import uuid
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks._support import bench_database, emit, progress  # noqa: E402
+
+# CLUSTER_SCALE=0.1 builds a tenth of the cluster (a quick look while working on it).
+SCALE = float(os.environ.get("CLUSTER_SCALE", "1"))
+NODES = int(5_000 * SCALE)
+GPUS_PER_NODE = 8
+DAEMON_PODS_PER_NODE = 8  # kube-proxy, CNI, node-exporter, dcgm-exporter, device plugin, ...
+GPU_PODS = int(35_000 * SCALE)
+SERVICE_PODS = int(100_000 * SCALE) - NODES * DAEMON_PODS_PER_NODE - GPU_PODS
+TENANTS = max(1, int(100 * SCALE))
+NAMESPACES_PER_TENANT = 10
+CHANGED = 0.01
+
+H100_LABELS = {
+    "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+    "nvidia.com/gpu.count": str(GPUS_PER_NODE),
+    "nvidia.com/gpu.memory": "81559",
+    "nvidia.com/gpu.family": "hopper",
+    "nvidia.com/gpu.machine": "PowerEdge-XE9680",
+    "nvidia.com/gpu.present": "true",
+    "nvidia.com/gpu.deploy.device-plugin": "true",
+    "nvidia.com/gpu.deploy.dcgm-exporter": "true",
+    "nvidia.com/gpu.deploy.gpu-feature-discovery": "true",
+    "nvidia.com/cuda.driver.major": "570",
+    "nvidia.com/cuda.runtime.major": "12",
+    "nvidia.com/mig.capable": "true",
+    "nvidia.com/mig.strategy": "mixed",
+    "nvidia.com/mig.config": "all-disabled",
+    "nvidia.com/mig.config.state": "success",
+    "feature.node.kubernetes.io/cpu-model.vendor_id": "Intel",
+    "feature.node.kubernetes.io/kernel-version.full": "6.8.0-45-generic",
+    "kubernetes.io/arch": "amd64",
+    "kubernetes.io/os": "linux",
+    "node.kubernetes.io/instance-type": "xe9680",
+    "topology.kubernetes.io/zone": "zone-a",
+}
+
+
+def _namespace(i: int) -> str:
+    return f"team-{i // NAMESPACES_PER_TENANT}-ns-{i % NAMESPACES_PER_TENANT}"
+
+
+def _node(i: int) -> dict[str, Any]:
+    name = f"gpu-{i:05d}"
+    images = [
+        {"names": [f"registry.example/image-{k}@sha256:{uuid.uuid4().hex}"], "sizeBytes": 10**9}
+        for k in range(12)
+    ]
+    return {
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                **H100_LABELS,
+                "kubernetes.io/hostname": name,
+                "nvidia.com/gpu.clique": f"fabric-{i // 18}.1",
+            },
+            "annotations": {
+                "node.alpha.kubernetes.io/ttl": "0",
+                "csi.volume.kubernetes.io/nodeid": "{}",
+            },
+        },
+        "spec": {"podCIDR": f"10.{i // 256}.{i % 256}.0/24", "providerID": f"metal://{name}"},
+        "status": {
+            "capacity": {"cpu": "224", "memory": "2063588Mi", "pods": "110", "nvidia.com/gpu": "8"},
+            "allocatable": {
+                "cpu": "220",
+                "memory": "2000000Mi",
+                "pods": "110",
+                "nvidia.com/gpu": "8",
+            },
+            "conditions": [
+                {
+                    "type": t,
+                    "status": "False" if t != "Ready" else "True",
+                    "reason": "KubeletReady",
+                    "lastHeartbeatTime": "2026-11-30T10:00:00Z",
+                    "lastTransitionTime": "2026-11-01T00:00:00Z",
+                }
+                for t in ("MemoryPressure", "DiskPressure", "PIDPressure", "Ready")
+            ],
+            "addresses": [{"type": "InternalIP", "address": f"10.0.{i // 256}.{i % 256}"}],
+            "nodeInfo": {
+                "kubeletVersion": "v1.33.2",
+                "containerRuntimeVersion": "containerd://2.0.5",
+                "kernelVersion": "6.8.0-45-generic",
+                "osImage": "Ubuntu 24.04.1 LTS",
+            },
+            "images": images,
+        },
+    }
+
+
+def _pod(
+    name: str, namespace: str, node: str, requests: dict[str, str], owner: str
+) -> dict[str, Any]:
+    """A pod about as big as a real one (about 3.5 KB of JSON)."""
+    uid = str(uuid.uuid4())
+    return {
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": uid,
+            "labels": {
+                "app.kubernetes.io/name": owner,
+                "batch.kubernetes.io/job-name": owner,
+                "controller-uid": uid,
+                "team": namespace.split("-ns-")[0],
+            },
+            "annotations": {
+                "kubectl.kubernetes.io/default-container": "main",
+                "prometheus.io/scrape": "true",
+            },
+            "ownerReferences": [
+                {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "name": owner,
+                    "uid": uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+            "managedFields": [
+                {
+                    "manager": "kube-controller-manager",
+                    "operation": "Update",
+                    "apiVersion": "v1",
+                    "time": "2026-11-30T10:00:00Z",
+                    "fieldsType": "FieldsV1",
+                    "fieldsV1": {"f:metadata": {"f:labels": {}}},
+                },
+                {
+                    "manager": "kubelet",
+                    "operation": "Update",
+                    "apiVersion": "v1",
+                    "time": "2026-11-30T10:00:05Z",
+                    "fieldsType": "FieldsV1",
+                    "subresource": "status",
+                    "fieldsV1": {"f:status": {"f:phase": {}}},
+                },
+            ],
+        },
+        "spec": {
+            "nodeName": node,
+            "restartPolicy": "Never",
+            "schedulerName": "default-scheduler",
+            "serviceAccountName": "default",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.example/train:2026.11",
+                    "command": ["python", "-m", "train", "--config", "/etc/train/config.yaml"],
+                    "env": [{"name": f"VAR_{k}", "value": f"value-{k}"} for k in range(8)],
+                    "resources": {
+                        "requests": {"cpu": "8", "memory": "64Gi", **requests},
+                        "limits": {"memory": "64Gi", **requests},
+                    },
+                    "volumeMounts": [
+                        {"name": "config", "mountPath": "/etc/train"},
+                        {
+                            "name": "kube-api-access",
+                            "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+                            "readOnly": True,
+                        },
+                    ],
+                    "terminationMessagePath": "/dev/termination-log",
+                    "imagePullPolicy": "IfNotPresent",
+                }
+            ],
+            "volumes": [
+                {"name": "config", "configMap": {"name": "train-config"}},
+                {
+                    "name": "kube-api-access",
+                    "projected": {
+                        "sources": [
+                            {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}}
+                        ]
+                    },
+                },
+            ],
+            "tolerations": [
+                {
+                    "key": "node.kubernetes.io/not-ready",
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": 300,
+                },
+                {
+                    "key": "node.kubernetes.io/unreachable",
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": 300,
+                },
+            ],
+        },
+        "status": {
+            "phase": "Running",
+            "startTime": "2026-11-30T10:00:05Z",
+            "podIP": "10.1.2.3",
+            "hostIP": "10.0.0.1",
+            "qosClass": "Burstable",
+            "conditions": [
+                {"type": t, "status": "True", "lastTransitionTime": "2026-11-30T10:00:05Z"}
+                for t in (
+                    "PodReadyToStartContainers",
+                    "Initialized",
+                    "Ready",
+                    "ContainersReady",
+                    "PodScheduled",
+                )
+            ],
+            "containerStatuses": [
+                {
+                    "name": "main",
+                    "ready": True,
+                    "restartCount": 0,
+                    "started": True,
+                    "image": "registry.example/train:2026.11",
+                    "imageID": f"sha256:{uuid.uuid4().hex}",
+                    "containerID": f"containerd://{uuid.uuid4().hex}",
+                    "state": {"running": {"startedAt": "2026-11-30T10:00:06Z"}},
+                }
+            ],
+        },
+    }
+
+
+def _cluster_objects() -> list[dict[str, Any]]:
+    namespaces = [
+        {
+            "kind": "Namespace",
+            "metadata": {"name": n, "labels": {"kubernetes.io/metadata.name": n}},
+            "spec": {"finalizers": ["kubernetes"]},
+            "status": {"phase": "Active"},
+        }
+        for n in ["kube-system"] + [_namespace(i) for i in range(TENANTS * NAMESPACES_PER_TENANT)]
+    ]
+    objects = namespaces + [_node(i) for i in range(NODES)]
+    for i in range(NODES):
+        for d in range(DAEMON_PODS_PER_NODE):
+            objects.append(
+                _pod(f"daemon-{d}-{i:05d}", "kube-system", f"gpu-{i:05d}", {}, f"daemon-{d}")
+            )
+    namespaces_total = TENANTS * NAMESPACES_PER_TENANT
+    for i in range(GPU_PODS):
+        node = f"gpu-{i % NODES:05d}"
+        objects.append(
+            _pod(
+                f"train-{i:05d}",
+                _namespace(i % namespaces_total),
+                node,
+                {"nvidia.com/gpu": "1"},
+                f"train-{i:05d}",
+            )
+        )
+    for i in range(SERVICE_PODS):
+        objects.append(
+            _pod(
+                f"web-{i:05d}",
+                _namespace(i % namespaces_total),
+                f"gpu-{i % NODES:05d}",
+                {},
+                f"web-{i // 10:05d}",
+            )
+        )
+    return objects
+
+
+def _serve(conn: Connection) -> None:
+    """The child: a local API server holding the whole cluster, driven over ``conn``."""
+    from tests.kube_fake.server import FakeKubeApi
+
+    api = FakeKubeApi().start()
+    api.store.load(_cluster_objects())
+    conn.send(api.url)
+    rng = random.Random(7)
+    added = 0
+    while True:
+        command = conn.recv()
+        if command == "change":
+            changed = int((NODES * DAEMON_PODS_PER_NODE + GPU_PODS + SERVICE_PODS) * CHANGED)
+            gpu_pods = [
+                p["metadata"]
+                for p in api.store.of("pods")
+                if p["metadata"]["name"].startswith("train-")
+            ]
+            picked = rng.sample(gpu_pods, changed // 2)
+            for meta in picked[: changed // 4]:  # finished
+                api.edit_object(
+                    "Pod",
+                    meta["namespace"],
+                    meta["name"],
+                    lambda p: p["status"].update(phase="Succeeded"),
+                )
+            for meta in picked[changed // 4 :]:  # deleted
+                api.delete_object("Pod", meta["namespace"], meta["name"])
+            for _ in range(changed - changed // 2):  # started
+                i = rng.randrange(TENANTS * NAMESPACES_PER_TENANT)
+                api.put_object(
+                    _pod(
+                        f"new-{added:05d}",
+                        _namespace(i),
+                        f"gpu-{rng.randrange(NODES):05d}",
+                        {"nvidia.com/gpu": "1"},
+                        f"new-{added:05d}",
+                    )
+                )
+                added += 1
+            conn.send(api.store.version)
+        elif command == "reset":
+            api.reset_counts()
+            conn.send(None)
+        elif command == "counts":
+            conn.send((api.count(), api.write_count(), api.open_watches))
+        elif command == "stop":
+            api.stop()
+            conn.send(None)
+            return
+
+
+def _ask(conn: Connection, command: str) -> Any:
+    conn.send(command)
+    return conn.recv()
+
+
+def main() -> None:
+    # Follow-up tasks (the admission cycle an inventory sync queues) stay queued in
+    # memory: the benchmark measures the syncs alone.
+    os.environ["CELERY_TASK_ALWAYS_EAGER"] = "false"
+    os.environ["CELERY_BROKER_URL"] = "memory://"
+    os.environ["CELERY_RESULT_BACKEND"] = "cache+memory://"
+    parent, child = multiprocessing.get_context("fork").Pipe()
+    server = multiprocessing.get_context("fork").Process(target=_serve, args=(child,), daemon=True)
+    server.start()
+    progress(
+        f"building a cluster of {NODES} nodes and {NODES * DAEMON_PODS_PER_NODE + GPU_PODS + SERVICE_PODS} pods ..."
+    )
+    url = parent.recv()
+    try:
+        with bench_database("cluster_scale"):
+            _run(parent, url)
+    finally:
+        _ask(parent, "stop")
+        server.join(timeout=10)
+
+
+def _run(conn: Connection, url: str) -> None:
+    from rich.console import Console
+    from rich.progress import track
+
+    from scheduler_bridge.gateways.kubernetes import KubernetesGateway, RetryPolicy
+    from scheduler_bridge.gateways.watch_cache import drop_shared_caches
+    from scheduler_bridge.inventory.models import Cluster
+    from scheduler_bridge.inventory.services import inventory_sync
+    from scheduler_bridge.quotas.models import Quota
+    from scheduler_bridge.quotas.sync import quota_sync
+    from tenants.models import NamespaceBinding, Tenant
+    from tests.kube_fake.fixtures import write_kubeconfig
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path, context = write_kubeconfig(Path(tmp), url)
+        cluster = Cluster.objects.create(
+            name="scale", kubeconfig_path=str(path), kube_context=context
+        )
+        retry = RetryPolicy(attempts=3, base_delay=0.05)
+        gateway = KubernetesGateway.from_kubeconfig(
+            str(path), context, retry=retry, cache_key="scale:bench"
+        )
+        org = Tenant.objects.create(slug="org", name="Org", path="/0/")
+        org.path = f"/{org.pk}/"
+        org.save()
+        teams = []
+        for t in track(
+            range(TENANTS), description="tenants and namespaces", console=Console(stderr=True)
+        ):
+            team = Tenant.objects.create(
+                slug=f"team-{t}", name=f"Team {t}", parent=org, depth=1, path=""
+            )
+            team.path = f"{org.path}{team.pk}/"
+            team.save(update_fields=["path"])
+            teams.append(team)
+            for n in range(NAMESPACES_PER_TENANT):
+                NamespaceBinding.objects.create(
+                    tenant=team, cluster_name="scale", namespace=f"team-{t}-ns-{n}"
+                )
+
+        progress("first inventory and quota sync (lists once, then watches) ...")
+        started = time.perf_counter()
+        inventory = inventory_sync(cluster, gateway)
+        flavour = cluster.flavours.get(name="h100-80gb")
+        Quota.objects.bulk_create(
+            Quota(tenant=team, flavour=flavour, guaranteed=400) for team in teams
+        )
+        first = quota_sync(cluster, gateway)
+        first_s = time.perf_counter() - started
+        assert inventory.nodes == NODES and first.created == TENANTS * NAMESPACES_PER_TENANT, first
+        gpu_pods = len(gateway.list_gpu_pods())
+
+        progress("1 % of the pods change; waiting for the watch to deliver it ...")
+        version = int(_ask(conn, "change"))
+        pods = gateway.cache["pods"] if gateway.cache else None
+        assert pods is not None
+        deadline = time.monotonic() + 120
+        while int(pods._version or 0) < version and time.monotonic() < deadline:
+            time.sleep(0.05)
+        _ask(conn, "reset")
+        progress("steady round: inventory sync, then quota sync ...")
+        started, cpu = time.perf_counter(), time.process_time()
+        inventory_sync(cluster, gateway)
+        steady = quota_sync(cluster, gateway)
+        steady_s = time.perf_counter() - started
+        steady_cpu_s = time.process_time() - cpu
+        requests, writes, watches = _ask(conn, "counts")
+        peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        health = gateway.cache.health() if gateway.cache else {}
+        gateway.close()
+        drop_shared_caches("scale:")
+
+        progress("the same round with a gateway that lists everything ...")
+        listing = KubernetesGateway.from_kubeconfig(str(path), context, retry=retry)
+        _ask(conn, "reset")
+        started = time.perf_counter()
+        inventory_sync(cluster, listing)
+        quota_sync(cluster, listing)
+        listed_s = time.perf_counter() - started
+        listed_requests = _ask(conn, "counts")[0]
+        listing.close()
+
+        emit(
+            bench="cluster_scale",
+            scenario="sync",
+            nodes=NODES,
+            pods=NODES * DAEMON_PODS_PER_NODE + GPU_PODS + SERVICE_PODS,
+            gpu_pods=gpu_pods,
+            first_sync_s=round(first_s, 3),
+            steady_round_s=round(steady_s, 3),
+            steady_round_cpu_s=round(steady_cpu_s, 3),
+            steady_round_requests=requests,
+            steady_round_writes=writes,
+            steady_round_quota_updates=steady.updated,
+            open_watches=watches,
+            peak_rss_mb=round(peak_rss_mb, 1),
+            listed_round_s=round(listed_s, 3),
+            listed_round_requests=listed_requests,
+            relists=sum(c["lists"] for c in health.values()) - len(health),
+        )
+
+
+if __name__ == "__main__":
+    main()
