@@ -445,6 +445,7 @@ def _run(conn: Connection, url: str) -> None:
         progress("steady round: inventory sync, then quota sync ...")
         started, cpu = time.perf_counter(), time.process_time()
         inventory_sync(cluster, gateway)
+        inventory_s = time.perf_counter() - started
         steady = quota_sync(cluster, gateway)
         steady_s = time.perf_counter() - started
         steady_cpu_s = time.process_time() - cpu
@@ -473,6 +474,8 @@ def _run(conn: Connection, url: str) -> None:
             first_sync_s=round(first_s, 3),
             steady_round_s=round(steady_s, 3),
             steady_round_cpu_s=round(steady_cpu_s, 3),
+            steady_inventory_s=round(inventory_s, 3),
+            steady_quota_s=round(steady_s - inventory_s, 3),
             steady_round_requests=requests,
             steady_round_writes=writes,
             steady_round_quota_updates=steady.updated,

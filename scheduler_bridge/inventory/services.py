@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import functools
 import logging
 from collections import defaultdict
 from dataclasses import dataclass
@@ -116,19 +118,25 @@ def _int(value: str | None) -> int | None:
 
 
 def _busy_by_node(
-    pods: list[PodInfo], exclude_jobs: set[tuple[str, str]] | None = None
-) -> dict[str, dict[str, int]]:
-    """GPU resources requested by live pods per node, without the pods of `exclude_jobs`
-    ((namespace, job name) pairs)."""
+    pods: list[PodInfo], queue_jobs: set[tuple[str, str]]
+) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]]:
+    """GPU resources requested by live pods per node: all of them, and those of pods
+    outside the admission queue (not of ``queue_jobs``, (namespace, job name) pairs)."""
     busy: dict[str, dict[str, int]] = defaultdict(dict)
+    foreign: dict[str, dict[str, int]] = defaultdict(dict)
     for pod in pods:
         if not pod.node_name or pod.phase not in ("Pending", "Running"):
             continue
-        if exclude_jobs and pod.job_name and (pod.namespace, pod.job_name) in exclude_jobs:
-            continue
+        outside = not (pod.job_name and (pod.namespace, pod.job_name) in queue_jobs)
+        on_node, foreign_on_node = busy[pod.node_name], foreign[pod.node_name]
         for resource, amount in pod.gpu_requests.items():
-            busy[pod.node_name][resource] = busy[pod.node_name].get(resource, 0) + amount
-    return busy
+            on_node[resource] = on_node.get(resource, 0) + amount
+            if outside:
+                foreign_on_node[resource] = foreign_on_node.get(resource, 0) + amount
+    return (
+        {node: amounts for node, amounts in busy.items() if amounts},
+        {node: amounts for node, amounts in foreign.items() if amounts},
+    )
 
 
 def _queue_jobs(cluster: Cluster) -> set[tuple[str, str]]:
@@ -141,18 +149,29 @@ def _queue_jobs(cluster: Cluster) -> set[tuple[str, str]]:
     return set(rows)
 
 
-def _node_layouts(existing: Node | None, info: NodeInfo, product: GpuProduct, count: int) -> list:
+def _node_layouts(
+    requested: dict[str, Any] | None, info: NodeInfo, product: GpuProduct, count: int
+) -> list:
+    """The node's per-GPU layouts: what Tidegate asked MIG Manager for once the node
+    reports that config applied, else what its allocatable resources show."""
     config = info.labels.get(MIG_CONFIG_LABEL, "")
     state = info.labels.get(MIG_STATE_LABEL, "")
     if (
-        existing is not None
-        and existing.mig_requested_layouts is not None
-        and existing.mig_requested_config == config
+        requested is not None
+        and requested["mig_requested_layouts"] is not None
+        and requested["mig_requested_config"] == config
         and state == "success"
     ):
-        return list(existing.mig_requested_layouts)
-    layouts = derive_gpu_layouts(product, count, info.allocatable)
-    return [layout_to_json(layout) for layout in layouts]
+        return list(requested["mig_requested_layouts"])
+    gpu_resources = tuple(sorted((k, v) for k, v in info.allocatable.items() if "nvidia.com/" in k))
+    return copy.deepcopy(list(_derived(product, count, gpu_resources)))
+
+
+@functools.lru_cache(maxsize=1024)
+def _derived(product: GpuProduct, count: int, gpu_resources: tuple[tuple[str, int], ...]) -> tuple:
+    # Thousands of nodes share a handful of shapes: derive each shape once.
+    layouts = derive_gpu_layouts(product, count, dict(gpu_resources))
+    return tuple(layout_to_json(layout) for layout in layouts)
 
 
 # What inventory writes on a Node row from what the cluster says (column -> SQL type).
@@ -175,39 +194,34 @@ _NODE_FIELDS = {
 }
 
 
-def _node_state(node: Node) -> dict[str, Any]:
-    return {name: getattr(node, name) for name in _NODE_FIELDS}
-
-
-def _observe_node(
-    node: Node,
+def _observed(
     info: NodeInfo,
-    existing: Node | None,
+    stored: dict[str, Any] | None,
     cluster: Cluster,
-    busy: dict[str, dict[str, int]],
-    busy_foreign: dict[str, dict[str, int]],
-) -> int:
-    """Set ``node``'s fields from what the cluster reports; returns its GPU count."""
+    busy: tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]],
+) -> dict[str, Any]:
+    """A Node row's inventory fields (:data:`_NODE_FIELDS`) as the cluster reports them."""
     label = info.labels.get(PRODUCT_LABEL)
     memory = _int(info.labels.get(MEMORY_LABEL))
     count = _int(info.labels.get(COUNT_LABEL)) or 0
     product = product_and_profile_from_gfd_label(label, memory)[0] if label else None
-    node.labels = dict(info.labels)
-    node.allocatable = dict(info.allocatable)
-    node.product = product.name if product else ""
-    node.gpu_count = count
-    node.gpu_memory_mib = memory
-    node.mig_capable = info.labels.get(MIG_CAPABLE_LABEL) == "true"
-    node.mig_strategy = info.labels.get(MIG_STRATEGY_LABEL, "")
-    node.mig_config = info.labels.get(MIG_CONFIG_LABEL, "")
-    node.mig_config_state = info.labels.get(MIG_STATE_LABEL, "")
-    node.gpu_layouts = _node_layouts(existing, info, product, count) if product else []
-    node.busy = busy.get(info.name, {})
-    node.busy_foreign = busy_foreign.get(info.name, {})
-    node.topology_domain = info.labels.get(cluster.topology_label, "")
-    node.unschedulable = info.unschedulable
-    node.present = True
-    return count
+    return {
+        "labels": dict(info.labels),
+        "allocatable": dict(info.allocatable),
+        "product": product.name if product else "",
+        "gpu_count": count,
+        "gpu_memory_mib": memory,
+        "mig_capable": info.labels.get(MIG_CAPABLE_LABEL) == "true",
+        "mig_strategy": info.labels.get(MIG_STRATEGY_LABEL, ""),
+        "mig_config": info.labels.get(MIG_CONFIG_LABEL, ""),
+        "mig_config_state": info.labels.get(MIG_STATE_LABEL, ""),
+        "gpu_layouts": _node_layouts(stored, info, product, count) if product else [],
+        "busy": busy[0].get(info.name, {}),
+        "busy_foreign": busy[1].get(info.name, {}),
+        "topology_domain": info.labels.get(cluster.topology_label, ""),
+        "unschedulable": info.unschedulable,
+        "present": True,
+    }
 
 
 def inventory_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> InventoryResult:
@@ -226,40 +240,41 @@ def inventory_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> I
         raise
     now = timezone.now()
     result = InventoryResult()
-    busy = _busy_by_node(pods)
-    busy_foreign = _busy_by_node(pods, _queue_jobs(cluster))
+    busy = _busy_by_node(pods, _queue_jobs(cluster))
     flavour_totals: dict[FlavourSpec, int] = {}
     flavours_on_node: dict[str, set[str]] = {}
     with transaction.atomic():
-        existing = {n.name: n for n in Node.objects.select_for_update().filter(cluster=cluster)}
+        # Rows, not model instances: thousands of nodes are compared on every sync.
+        existing = {
+            row["name"]: row
+            for row in Node.objects.select_for_update()
+            .filter(cluster=cluster)
+            .values("id", "name", "mig_requested_layouts", "mig_requested_config", *_NODE_FIELDS)
+        }
         created: list[Node] = []
-        changed: list[tuple[Node, dict[str, Any]]] = []
+        changed: list[dict[str, Any]] = []
+        columns: set[str] = set()
         for info in infos:
-            node = existing.get(info.name)
-            fresh = node is None
-            node = node or Node(cluster=cluster, name=info.name, last_seen_at=now)
-            before = {} if fresh else _node_state(node)
-            count = _observe_node(node, info, existing.get(info.name), cluster, busy, busy_foreign)
-            if fresh:
-                created.append(node)
+            stored = existing.get(info.name)
+            observed = _observed(info, stored, cluster, busy)
+            if stored is None:
+                created.append(Node(cluster=cluster, name=info.name, last_seen_at=now, **observed))
             else:
-                after = _node_state(node)
-                delta = {k: v for k, v in after.items() if before[k] != v}
+                delta = {k for k, v in observed.items() if stored[k] != v}
                 if delta:
-                    changed.append((node, delta))
+                    columns |= delta
+                    changed.append({"id": stored["id"], **observed})
             result.nodes += 1
-            result.gpus += count
+            result.gpus += observed["gpu_count"]
             for spec, amount in flavours_of_node(info).items():
                 flavour_totals[spec] = flavour_totals.get(spec, 0) + amount
                 flavours_on_node.setdefault(info.name, set()).add(spec.name)
         # Only what changed is written (a steady cluster of thousands of nodes costs a
         # few statements, not a save per node); the sighting time moves for all at once.
         Node.objects.bulk_create(created, batch_size=500)
-        # usually a few fields (busy GPUs) of some nodes: one statement for all of them
-        columns = {c: t for c, t in _NODE_FIELDS.items() if any(c in d for _, d in changed)}
-        update_rows(Node, [{"id": n.pk, **_node_state(n)} for n, _ in changed], columns)
+        update_rows(Node, changed, {c: t for c, t in _NODE_FIELDS.items() if c in columns})
         seen = {i.name for i in infos}
-        gone = [n.pk for name, n in existing.items() if name not in seen and n.present]
+        gone = [n["id"] for name, n in existing.items() if name not in seen and n["present"]]
         result.removed_nodes = Node.objects.filter(pk__in=gone).update(present=False)
         Node.objects.filter(cluster=cluster, present=True).update(last_seen_at=now)
         result.flavours, untolerated_note = _store_flavours(
