@@ -50,7 +50,7 @@ def test_steady_syncs_read_the_watch_and_write_only_what_changed(watched: FakeCl
 
     api.reset_counts()
     inventory_sync(cluster.pk)
-    assert quota_sync(cluster.pk)["writes"] == 0
+    assert (quota_sync(cluster.pk) or {}).get("writes") == 0
     assert api.count() == 0  # nothing listed, nothing read, nothing written
 
     api.add_pod("vision-dev", "notebook", requests={"nvidia.com/gpu": 1}, node_name="h100-1")
@@ -59,7 +59,7 @@ def test_steady_syncs_read_the_watch_and_write_only_what_changed(watched: FakeCl
     inventory_sync(cluster.pk)
     assert Node.objects.get(name="h100-1").busy == {"nvidia.com/gpu": 1}
     # vision's two namespaces share its headroom anew; no other tenant's quota moves
-    assert quota_sync(cluster.pk)["writes"] == 2
+    assert (quota_sync(cluster.pk) or {}).get("writes") == 2
     assert api.count() == 2
 
 
