@@ -98,6 +98,7 @@ class JobInfo:
     requests_per_pod: dict[str, int] = field(default_factory=dict)
     parallelism: int = 1
     completions: int | None = 1
+    succeeded: int = 0  # pods that completed (status.succeeded)
     priority_class_name: str | None = None
     created_at: datetime | None = None
     finished: bool = False

@@ -326,17 +326,15 @@ class KubernetesGateway(ClusterGateway):
             )
             if not plan.write:
                 return ApplyResult("unchanged")
-            applied: dict[str, Any] = self._dict(
-                self._call(
-                    patch,
-                    name,
-                    namespace,
-                    plan.body,
-                    field_manager=self._manager,
-                    field_validation=_STRICT,
-                    force=True,
-                    _content_type=_APPLY,
-                )
+            applied: dict[str, Any] = self._raw(
+                patch,
+                name,
+                namespace,
+                plan.body,
+                field_manager=self._manager,
+                field_validation=_STRICT,
+                force=True,
+                _content_type=_APPLY,
             )
             # Server-side apply leaves keys that another field manager added (e.g. by
             # `kubectl edit`); the quota must be exactly what Tidegate says, so drop them.
@@ -346,16 +344,14 @@ class KubernetesGateway(ClusterGateway):
                 removal: dict[str, Any] = {k: None for k in leftovers}
                 for key in reversed(content_path):
                     removal = {key: removal}
-                applied = self._dict(
-                    self._call(
-                        patch,
-                        name,
-                        namespace,
-                        removal,
-                        field_manager=self._manager,
-                        field_validation=_STRICT,
-                        _content_type=_MERGE,
-                    )
+                applied = self._raw(
+                    patch,
+                    name,
+                    namespace,
+                    removal,
+                    field_manager=self._manager,
+                    field_validation=_STRICT,
+                    _content_type=_MERGE,
                 )
             if cached is not None:
                 cached.observe(applied)
@@ -405,7 +401,7 @@ class KubernetesGateway(ClusterGateway):
             if not changes:
                 return False
             body = manifests.node_label_patch(changes)
-            written = self._call(
+            written = self._raw(
                 self._core.patch_node,
                 node,
                 body,
@@ -415,7 +411,7 @@ class KubernetesGateway(ClusterGateway):
             )
             nodes = self._collection("nodes")
             if nodes is not None:
-                nodes.observe(self._dict(written))
+                nodes.observe(written)
             return True
 
         return self._run(f"label node {node}", attempt)
@@ -534,29 +530,25 @@ class KubernetesGateway(ClusterGateway):
             "metadata": {"resourceVersion": job["metadata"]["resourceVersion"]},
             "status": {"startTime": None},
         }
-        return self._dict(
-            self._call(
-                self._batch.patch_namespaced_job_status,
-                name,
-                namespace,
-                body,
-                field_manager=self._manager,
-                field_validation=_STRICT,
-                _content_type=_MERGE,
-            )
+        return self._raw(
+            self._batch.patch_namespaced_job_status,
+            name,
+            namespace,
+            body,
+            field_manager=self._manager,
+            field_validation=_STRICT,
+            _content_type=_MERGE,
         )
 
     def _patch_job(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
-        return self._dict(
-            self._call(
-                self._batch.patch_namespaced_job,
-                name,
-                namespace,
-                patch,
-                field_manager=self._manager,
-                field_validation=_STRICT,
-                _content_type=_MERGE,
-            )
+        return self._raw(
+            self._batch.patch_namespaced_job,
+            name,
+            namespace,
+            patch,
+            field_manager=self._manager,
+            field_validation=_STRICT,
+            _content_type=_MERGE,
         )
 
     # --- plumbing --------------------------------------------------------------------
@@ -564,12 +556,16 @@ class KubernetesGateway(ClusterGateway):
     def _call(self, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return method(*args, _request_timeout=self._timeout, **kwargs)
 
-    def _dict(self, model: Any) -> dict[str, Any]:
-        return self._api.sanitize_for_serialization(model)
+    def _raw(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """The call's answer as decoded JSON: the client's models cost more than the
+        call itself (a write's answer would be built into a model, then back)."""
+        return kubernetes_cache.decode(
+            method(*args, _request_timeout=self._timeout, _preload_content=False, **kwargs)
+        )
 
     def _read_or_none(self, read: Callable[..., Any], *args: Any) -> dict[str, Any] | None:
         try:
-            return self._dict(self._call(read, *args))
+            return self._raw(read, *args)
         except ApiException as exc:
             if exc.status == 404:
                 return None

@@ -127,6 +127,7 @@ def job_info(job: Mapping[str, Any]) -> JobInfo:
         requests_per_pod=gpu_requests(pod_spec),
         parallelism=int(spec.get("parallelism", 1)),
         completions=int(completions) if completions is not None else None,
+        succeeded=int(status.get("succeeded") or 0),
         priority_class_name=pod_spec.get("priorityClassName"),
         created_at=parse_time(meta.get("creationTimestamp")),
         finished=failed or conditions.get("Complete", False),

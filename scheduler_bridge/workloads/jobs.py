@@ -10,13 +10,14 @@ workload is recorded as rejected with the reason, and an audit event says so.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from django.utils import timezone
 
 from scheduler_bridge.gateways import ClusterGateway
 from scheduler_bridge.gateways.admission_webhook import QUEUE_LABEL
-from scheduler_bridge.gateways.base import GPU_RESOURCE, JobInfo, is_gpu_resource
+from scheduler_bridge.gateways.base import GPU_RESOURCE, JobInfo, PodInfo, is_gpu_resource
 from scheduler_bridge.inventory.connection import cluster_gateway
 from scheduler_bridge.inventory.models import Cluster
 from scheduler_bridge.workloads import lifecycle
@@ -38,6 +39,8 @@ class JobSyncResult:
     created: list[int] = field(default_factory=list)
     rejected: list[int] = field(default_factory=list)
     finished: list[int] = field(default_factory=list)
+    # running workloads whose completed pods gave their GPUs back
+    released: list[int] = field(default_factory=list)
 
 
 def _pod_set(cluster: Cluster, job: JobInfo) -> PodSetSpec:
@@ -78,6 +81,33 @@ def pods_at_once(job: JobInfo) -> int:
     return count
 
 
+def reclaimable_pods(job: JobInfo) -> int:
+    """Pods of a running Job whose GPUs can go back: once the completions still to go
+    are fewer than the pods it holds, the Job controller never runs more than those
+    again (as Kueue's ``ReclaimablePods`` for batch/v1 Jobs, pkg/controller/jobs/job;
+    without ``completions`` the Job ends when its pods do, so each success frees one)."""
+    parallelism = max(job.parallelism, 1)
+    if parallelism == 1 or job.succeeded == 0:
+        return 0
+    completions = job.completions if job.completions is not None else parallelism
+    remaining = max(completions - job.succeeded, 0)
+    return max(0, pods_at_once(job) - remaining)
+
+
+def _release_completed_pods(
+    workload: Workload, job: JobInfo, completed_on: Callable[[JobInfo], list[str]]
+) -> bool:
+    """Release the GPUs of the Job's completed pods not released yet; True if it did."""
+    due = reclaimable_pods(job) - workload.released_pods
+    if workload.state != Workload.State.RUNNING or due <= 0:
+        return False
+    try:
+        lifecycle.release_pods(workload, pods=due, nodes=completed_on(job))
+    except Conflict:
+        return False
+    return True
+
+
 def _reject(cluster: Cluster, job: JobInfo, tenant: Tenant, reason: str) -> Workload:
     workload = Workload(
         cluster=cluster,
@@ -99,6 +129,28 @@ def jobs_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> JobSyn
     applies."""
     with cluster_gateway(cluster, gateway) as reader:
         jobs = reader.list_jobs(QUEUE_LABEL)
+        pods: list[PodInfo] | None = None
+
+        def completed_on(job: JobInfo) -> list[str]:
+            """Nodes the Job's completed pods ran on (pods read once, when needed)."""
+            nonlocal pods
+            if pods is None:
+                pods = reader.list_gpu_pods()
+            return [
+                p.node_name
+                for p in pods
+                if p.namespace == job.namespace
+                and p.job_name == job.name
+                and p.phase == "Succeeded"
+                and p.node_name
+            ]
+
+        return _sync_jobs(cluster, jobs, completed_on)
+
+
+def _sync_jobs(
+    cluster: Cluster, jobs: list[JobInfo], completed_on: Callable[[JobInfo], list[str]]
+) -> JobSyncResult:
     result = JobSyncResult()
     bindings = {
         b.namespace: b.tenant
@@ -118,6 +170,8 @@ def jobs_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> JobSyn
             over = (job.finished or job.failed) and workload.state in Workload.OPEN_STATES
             if over and _job_ended(workload, failed=job.failed):
                 result.finished.append(workload.pk)
+            elif not over and _release_completed_pods(workload, job, completed_on):
+                result.released.append(workload.pk)
             continue
         owner = bindings.get(job.namespace)
         if owner is None or job.finished or job.failed:

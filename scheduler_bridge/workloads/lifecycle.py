@@ -11,6 +11,7 @@
     finish      admitted, running             finished    admission cycle (which reconciles)
     fail        admitted, running             failed      admission cycle (which reconciles)
     time_out    admitted, running             timed_out   the running cycle reconciles; Event TimedOut
+    release     running                       running     admission cycle, quota sync; Event PodsReleased
     cancel      pending, admitted, running    cancelled   admission cycle (which reconciles)
 
 *Admitted* means the cycle gave the workload its GPUs (they count as held from then on);
@@ -43,8 +44,15 @@ from scheduler_bridge.followups import (
 from scheduler_bridge.inventory.models import Flavour
 from scheduler_bridge.workloads.locks import hold_admission_lock
 from scheduler_bridge.workloads.models import Workload
-from scheduler_bridge.workloads.records import Placement, dump_placements, placement_nodes
-from scheduler_bridge.workloads.runs import close_run
+from scheduler_bridge.workloads.records import (
+    Placement,
+    PodSetRecord,
+    dump_placements,
+    dump_pod_sets,
+    placement_nodes,
+    split_placements,
+)
+from scheduler_bridge.workloads.runs import close_part_of_run, close_run
 from tenants.audit import audit_event, audit_record, snapshot
 from tenants.errors import Conflict
 from tenants.models import AuditEvent
@@ -64,6 +72,7 @@ TRANSITIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "fail": (ACTIVE, State.FAILED),
     "time_out": (ACTIVE, State.TIMED_OUT),
     "cancel": ((State.PENDING, *ACTIVE), State.CANCELLED),
+    "release": ((State.RUNNING,), State.RUNNING),
 }
 
 
@@ -193,6 +202,57 @@ def start(workload: Workload, *, now: datetime | None = None) -> Workload:
         actor=None,
         source="system",
         change=lambda w: _mark_started(w, now or timezone.now()),
+    )
+
+
+def release_pods(
+    workload: Workload, *, pods: int, nodes: Sequence[str], now: datetime | None = None
+) -> Workload:
+    """Give back the GPUs of ``pods`` pods of a running Job that completed and will not
+    run again (``nodes``: where they ran, one entry a pod), as Kueue releases a Job's
+    reclaimable pods: the workload holds, borrows and asks for that many fewer pods from
+    now on, and the part of the run they held is kept as a past run (billing, the
+    fair-share history). Conflict when another worker released them meanwhile."""
+    seen = workload.released_pods
+    now = now or timezone.now()
+
+    def release(locked: Workload) -> None:
+        pod_set = locked.pod_set_records[0]
+        freed = min(pods * pod_set.gpus_per_pod, locked.gpus)
+        kept, released = split_placements(
+            locked.placement_records, freed, pod_set.gpus_per_pod, nodes
+        )
+        borrowed = dict(locked.borrowed_gpus)
+        given_back: dict[str, int] = {}
+        for resource, amount in list(borrowed.items()):  # borrowed GPUs go back first
+            given_back[resource] = min(amount, freed)
+            borrowed[resource] = amount - given_back[resource]
+        close_part_of_run(locked, now, released, {k: v for k, v in given_back.items() if v})
+        locked.placements = dump_placements(kept)
+        locked.borrowed = {k: v for k, v in borrowed.items() if v}
+        locked.gpus -= freed
+        locked.released_pods += pods
+        records = locked.pod_set_records
+        first = records[0]
+        records[0] = PodSetRecord(
+            first.name, max(1, first.count - pods), first.gpus_per_pod, first.flavours
+        )
+        locked.pod_sets = dump_pod_sets(records)
+        _owe_event(locked, "PodsReleased", message)
+
+    message = (
+        f"{pods} completed pod(s) gave back {pods * workload.pod_set_records[0].gpus_per_pod} "
+        "GPU(s); the Job runs on with the rest"
+    )
+    return _single(
+        workload,
+        "release",
+        message,
+        actor=None,
+        source="system",
+        change=release,
+        still=lambda locked: locked.released_pods == seen,
+        follow_up=(queue_admission_cycle, queue_quota_sync),
     )
 
 

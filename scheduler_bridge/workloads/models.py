@@ -130,6 +130,9 @@ class Workload(models.Model):
     # While it preempts: where it will start once its victims stop ([{"node", "flavour",
     # "gpus"}]); the next cycle holds those GPUs for it, so nothing takes what it freed.
     held_placements = models.JSONField(default=list, blank=True)
+    # Pods of a Job that completed and gave their GPUs back while it ran (Kueue's
+    # reclaimable pods), over the workload's life: its pod set asks that many fewer.
+    released_pods = models.PositiveIntegerField(default=0)
     # Runs that ended in preemption: [{"admitted_at", "ended_at" (ISO 8601), "flavour",
     # "gpu_equivalent", "placements", "borrowed", "gpus"}]. They held GPUs, so billing and
     # the fair-share usage history count them like the current run.

@@ -24,7 +24,7 @@ from scheduler_bridge import selectors
 from scheduler_bridge.quotas.models import Quota
 from scheduler_bridge.workloads import services
 from scheduler_bridge.workloads.models import Workload
-from scheduler_bridge.workloads.runs import past_runs
+from scheduler_bridge.workloads.runs import PREEMPTED, past_runs
 from scheduler_bridge.workloads.selectors import workloads_visible_to
 from tenants import access
 from tenants.errors import TidegateError
@@ -136,7 +136,9 @@ def cluster_queue(request: HttpRequest, name: str) -> HttpResponse:
 
 def runs_chart(workload: Workload) -> str:
     """Each run of the workload as a bar from admission to its end (or now)."""
-    runs = [(r.admitted_at, r.ended_at, True) for r in past_runs(workload.past_runs)]
+    runs = [
+        (r.admitted_at, r.ended_at, r.ended_by == PREEMPTED) for r in past_runs(workload.past_runs)
+    ]
     if workload.admitted_at is not None:
         runs.append((workload.admitted_at, workload.finished_at or timezone.now(), False))
     figure = go.Figure()
@@ -173,6 +175,7 @@ TRANSITION_LABELS = {
     "fail": gettext_lazy("failed"),
     "time_out": gettext_lazy("stopped at its time limit"),
     "cancel": gettext_lazy("cancelled"),
+    "release": gettext_lazy("completed pods gave their GPUs back"),
 }
 
 

@@ -91,6 +91,37 @@ def dump_placements(records: Iterable[Placement]) -> list[dict[str, Any]]:
     return [record.dump() for record in records]
 
 
+def split_placements(
+    placements: Iterable[Placement], gpus: int, gpus_per_pod: int, nodes: Iterable[str]
+) -> tuple[list[Placement], list[Placement]]:
+    """(kept, released): ``gpus`` GPUs taken out of ``placements``, ``gpus_per_pod`` at
+    a time from each of ``nodes`` first (where the pods that completed ran, one entry a
+    pod), then from the last placements."""
+    kept = [Placement(p.node, p.flavour, p.gpus) for p in placements]
+    released: dict[tuple[str, str], int] = {}
+
+    def take(index: int, amount: int) -> int:
+        placement = kept[index]
+        taken = min(amount, placement.gpus)
+        kept[index] = Placement(placement.node, placement.flavour, placement.gpus - taken)
+        key = (placement.node, placement.flavour)
+        released[key] = released.get(key, 0) + taken
+        return taken
+
+    left = gpus
+    for node in nodes:
+        at = next((i for i, p in enumerate(kept) if p.node == node and p.gpus), None)
+        if left and at is not None:
+            left -= take(at, min(gpus_per_pod, left))
+    for index in range(len(kept) - 1, -1, -1):
+        if left:
+            left -= take(index, left)
+    return (
+        [p for p in kept if p.gpus],
+        [Placement(node, flavour, n) for (node, flavour), n in released.items() if n],
+    )
+
+
 def placement_nodes(raw: Any) -> list[str]:
     """The nodes a workload was placed on, sorted, each once."""
     return sorted({p.node for p in parse_placements(raw)})

@@ -1,6 +1,7 @@
-"""Runs of a workload that ended in preemption (``Workload.past_runs``): written once,
-when the cycle preempts it, and read by billing, the fair-share history and the portal.
-They held GPUs, so they count like the current run."""
+"""Runs of a workload that ended (``Workload.past_runs``): written once, when the cycle
+preempts it, or when a running Job's completed pods give their GPUs back (the part of
+the run they held, ``ended_by`` ``pods_completed``); read by billing, the fair-share
+history and the portal. They held GPUs, so they count like the current run."""
 
 from __future__ import annotations
 
@@ -14,6 +15,10 @@ from scheduler_bridge.workloads.records import Placement, parse_borrowed, parse_
 
 logger = logging.getLogger(__name__)
 
+# How a past run ended
+PREEMPTED = "preempted"
+PODS_COMPLETED = "pods_completed"  # completed pods gave their GPUs back; the run went on
+
 
 @dataclass(frozen=True)
 class PastRun:
@@ -24,6 +29,32 @@ class PastRun:
     gpus: int
     placements: list[Placement] = field(default_factory=list)
     borrowed: dict[str, int] = field(default_factory=dict)
+    ended_by: str = PREEMPTED
+
+
+def close_part_of_run(
+    workload: Workload,
+    ended_at: datetime,
+    placements: list[Placement],
+    borrowed: dict[str, int],
+) -> None:
+    """Keep the record of the GPUs (``placements``) that completed pods held from the
+    run's admission until ``ended_at``; the run goes on with the rest."""
+    if workload.admitted_at is None or workload.flavour is None:
+        return
+    workload.past_runs = [
+        *(workload.past_runs or []),
+        {
+            "admitted_at": workload.admitted_at.isoformat(),
+            "ended_at": ended_at.isoformat(),
+            "flavour": workload.flavour.name,
+            "gpu_equivalent": float(workload.flavour.gpu_equivalent),
+            "placements": [p.dump() for p in placements],
+            "borrowed": borrowed,
+            "gpus": sum(p.gpus for p in placements),
+            "ended_by": PODS_COMPLETED,
+        },
+    ]
 
 
 def close_run(workload: Workload, ended_at: datetime) -> None:
@@ -60,6 +91,7 @@ def past_runs(raw: Any, workload_id: int | None = None) -> list[PastRun]:
                     gpus=int(record["gpus"]),
                     placements=parse_placements(record.get("placements")),
                     borrowed=parse_borrowed(record.get("borrowed")),
+                    ended_by=str(record.get("ended_by") or PREEMPTED),
                 )
             )
         except (AttributeError, KeyError, TypeError, ValueError):

@@ -393,6 +393,30 @@ class FakeKubeApi:
         self.edit_object("Job", namespace, name, lambda j: j["status"].update(active=len(pods)))
         return pods
 
+    def complete_pods(self, namespace: str, name: str, count: int) -> dict[str, Any]:
+        """``count`` running pods of the Job succeed, and its status counts them
+        (``succeeded`` up, ``active`` down), as the Job controller records finished pods;
+        the Job itself completes only once all its completions are in (complete_job)."""
+        job = self.get_object("Job", namespace, name)
+        assert job is not None
+        running = [p for p in self.store.owned_pods(job) if p["status"].get("phase") == "Running"]
+        for pod in sorted(running, key=lambda p: p["metadata"]["name"])[:count]:
+            self.edit_object(
+                "Pod",
+                namespace,
+                pod["metadata"]["name"],
+                lambda p: p["status"].update(
+                    phase="Succeeded", containerStatuses=[_terminated("Succeeded")]
+                ),
+            )
+
+        def count_them(j: dict[str, Any]) -> None:
+            status = j["status"]
+            status["succeeded"] = int(status.get("succeeded") or 0) + count
+            status["active"] = max(0, int(status.get("active") or 0) - count)
+
+        return self.edit_object("Job", namespace, name, count_them)
+
     def complete_job(self, namespace: str, name: str, *, failed: bool = False) -> dict[str, Any]:
         """Finish a Job: its pods Succeeded (or Failed) and the Complete/Failed condition."""
         job = self.get_object("Job", namespace, name)

@@ -312,3 +312,50 @@ def test_a_mig_job_pinned_to_a_product_only_gets_that_products_slices(
     # the cluster's 1g.5gb slices are A100's: the H100-pinned Job is not put there
     assert workload.state not in Workload.ACTIVE_STATES
     assert job(fake_cluster, "vision-train", "mig-h100")["spec"]["suspend"] is True
+
+
+def test_completed_pods_of_a_running_job_give_their_gpus_back(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    # vision is guaranteed 6 H100s; a 4-pod Job of 1 GPU each runs, then 2 pods finish
+    create_job(fake_cluster, "vision-train", "sweep", "vision", 1, parallelism=4)
+    jobs_sync(fake_cluster.cluster, fake_cluster.gateway)
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    fake_cluster.api.run_job("vision-train", "sweep")
+    workload = Workload.objects.get(job_name="sweep")
+    assert (workload.state, workload.gpus) == ("running", 4)
+    fake_cluster.api.complete_pods("vision-train", "sweep", 2)
+
+    synced = jobs_sync(fake_cluster.cluster, fake_cluster.gateway)
+    workload.refresh_from_db()
+    assert synced.released == [workload.pk]
+    assert (workload.state, workload.gpus, workload.released_pods) == ("running", 2, 2)
+    assert sum(p.gpus for p in workload.placement_records) == 2
+    assert workload.pod_set_records[0].count == 2  # a preempted Job runs only what is left
+    part = workload.past_runs[-1]
+    assert (part["ended_by"], part["gpus"]) == ("pods_completed", 2)
+    assert [e["reason"] for e in workload.job_events][-1] == "PodsReleased"
+    # nothing more to release on the next sync (idempotent)
+    assert jobs_sync(fake_cluster.cluster, fake_cluster.gateway).released == []
+    record = AuditEvent.objects.filter(object_id=str(workload.pk)).latest("id")
+    assert (record.after or {}).get("transition") == "release"
+
+
+def test_the_gpus_completed_pods_gave_back_admit_waiting_work(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    # Two nodes of 8 H100s: four 3-GPU pods leave 2 free on each, too few for a 4-GPU pod.
+    create_job(fake_cluster, "vision-train", "big", "vision", 3, parallelism=4)
+    jobs_sync(fake_cluster.cluster, fake_cluster.gateway)
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    fake_cluster.api.run_job("vision-train", "big")
+    create_job(fake_cluster, "vision-dev", "probe", "vision", 4)
+    jobs_sync(fake_cluster.cluster, fake_cluster.gateway)
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    waiting = Workload.objects.get(job_name="probe")
+    assert waiting.state == "pending"
+    fake_cluster.api.complete_pods("vision-train", "big", 2)
+    jobs_sync(fake_cluster.cluster, fake_cluster.gateway)
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    waiting.refresh_from_db()
+    assert waiting.state in ("admitted", "running"), waiting.reason

@@ -92,7 +92,17 @@ TRANSITIONS: dict[str, Callable[[Workload, FakeCluster], Workload]] = {
     "fail": lambda w, _: lifecycle.fail(w, "the Job failed"),
     "time_out": lambda w, _: lifecycle.time_out(w, "ran past its max run time"),
     "cancel": lambda w, _: lifecycle.cancel(w, "cancelled"),
+    "release": lambda w, _: release_one_of_two(w),
 }
+
+
+def release_one_of_two(workload: Workload) -> Workload:
+    """Of two one-GPU pods, one completed."""
+    workload.pod_sets = [{"name": "main", "count": 2, "gpus_per_pod": 1, "flavours": []}]
+    workload.save(update_fields=["pod_sets"])
+    return lifecycle.release_pods(workload, pods=1, nodes=["h100-1"])
+
+
 LEGAL = [
     (name, source)
     for name, (sources, _) in lifecycle.TRANSITIONS.items()
