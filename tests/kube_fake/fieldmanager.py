@@ -145,13 +145,13 @@ def deep_merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch (strategic merge patches are treated the same)."""
+    """RFC 7386 JSON merge patch (strategic merge patches: strategic.py)."""
     if not isinstance(patch, dict):
         return copy.deepcopy(patch)
     result = copy.deepcopy(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if key.startswith("$"):
-            continue  # strategic-merge directives; lists are replaced whole here
+            continue  # a strategic-merge directive means nothing in a JSON merge patch
         if value is None:
             result.pop(key, None)
         else:

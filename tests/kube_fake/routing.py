@@ -9,7 +9,8 @@ from typing import Any
 from .store import RESOURCES, ApiError, Resource
 
 _APPLY_TYPE = "application/apply-patch+yaml"
-_MERGE_TYPES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
+_STRATEGIC_TYPE = "application/strategic-merge-patch+json"
+_MERGE_TYPES = ("application/merge-patch+json", _STRATEGIC_TYPE)
 
 
 @dataclass
@@ -53,9 +54,19 @@ def route_request(method: str, path: str, query: dict[str, str], content_type: s
             "DELETE": "deletecollection",
         }.get(method, "unsupported")
     elif method == "PATCH":
-        verb = "apply" if content_type.split(";")[0].strip() == _APPLY_TYPE else "patch"
-        if verb == "patch" and content_type.split(";")[0].strip() not in _MERGE_TYPES:
+        media = content_type.split(";")[0].strip()
+        verb = "apply" if media == _APPLY_TYPE else "patch"
+        if verb == "patch" and media not in _MERGE_TYPES:
             verb = "unsupported-patch"
+        if media == _STRATEGIC_TYPE:
+            return Route(
+                verb,
+                resource,
+                namespace,
+                name,
+                rest[2] if len(rest) > 2 else "",
+                extra={"strategic": True},
+            )
     else:
         verb = {"GET": "get", "PUT": "update", "DELETE": "delete"}.get(method, "unsupported")
     return Route(verb, resource, namespace, name, subresource)

@@ -36,6 +36,7 @@ from .rbac import Rules
 from .routing import Route, route_request
 from .schema import validate_strict
 from .store import BY_KIND, ApiError, Change, Resource, Store, now_stamp, selected
+from .strategic import strategic_merge_patch
 
 WRITE_VERBS = ("create", "update", "patch", "apply", "delete")
 DEFAULT_TOKEN = "tidegate-test-token"
@@ -695,12 +696,18 @@ class FakeKubeApi:
             obj, created = self.store.apply(resource, ns, name, config, manager, force)
             return (201 if created else 200), obj
         body = _json(raw)
+        merge: Callable[[dict[str, Any], Any], dict[str, Any]] = fieldmanager.merge_patch
+        if route.extra.get("strategic"):  # lists merged by their patchMergeKey
+
+            def merge(old: dict[str, Any], patch: Any) -> dict[str, Any]:
+                return strategic_merge_patch(resource.kind, old, patch)
+
         if route.verb == "create" and isinstance(body, dict):
             body = self._mutate(resource, ns, body)
         if query.get("fieldValidation") == "Strict" and isinstance(body, dict):
             whole = body
             if route.verb == "patch":
-                whole = fieldmanager.merge_patch(self.store.get(resource, ns, name), body)
+                whole = merge(self.store.get(resource, ns, name), body)
             _refuse_unknown_fields(resource, whole)
         if route.verb == "create":
             return 201, self.store.create(resource, ns, body, manager)
@@ -709,7 +716,9 @@ class FakeKubeApi:
         if route.verb == "patch":
             if not isinstance(body, dict):
                 raise ApiError(415, "UnsupportedMediaType", "the fake supports merge patches only")
-            return 200, self.store.patch(resource, ns, name, body, manager, route.subresource)
+            return 200, self.store.patch(
+                resource, ns, name, body, manager, route.subresource, merge=merge
+            )
         if route.verb == "unsupported-patch":
             raise ApiError(
                 415,

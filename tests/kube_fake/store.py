@@ -14,6 +14,7 @@ import re
 import threading
 import uuid
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -437,13 +438,16 @@ class Store:
         patch: dict[str, Any],
         manager: str,
         subresource: str = "",
+        *,
+        merge: Callable[[dict[str, Any], Any], dict[str, Any]] = fieldmanager.merge_patch,
     ) -> dict[str, Any]:
+        """A JSON merge patch, or with ``merge`` another kind (strategic)."""
         with self.lock:
             old = self.get(resource, namespace, name)
             wanted = (patch.get("metadata") or {}).get("resourceVersion")
             if wanted and wanted != old["metadata"]["resourceVersion"]:
                 raise self.conflict(resource, name)
-            obj = fieldmanager.merge_patch(old, patch)
+            obj = merge(old, patch)
             return self._store(resource, namespace, old, obj, manager, subresource)
 
     def apply(
@@ -713,23 +717,16 @@ class Store:
         quotas = self.of("resourcequotas", namespace)
         if not quotas:
             return
-        pods = [
-            o
-            for o in self.of("pods", namespace)
-            if o.get("status", {}).get("phase") in ("Pending", "Running")
-        ]
+        totals: dict[str, Any] = {}
+        for pod in self.of("pods", namespace):
+            if pod.get("status", {}).get("phase") in ("Pending", "Running"):
+                for resource, amount in _pod_requests(pod).items():
+                    totals[resource] = totals.get(resource, 0) + amount
         for quota in quotas:
             hard = (quota.get("spec") or {}).get("hard") or {}
             used = {}
             for key in hard:
-                resource = key.removeprefix("requests.")
-                total = sum(
-                    parse_quantity(
-                        ((c.get("resources") or {}).get("requests") or {}).get(resource, 0)
-                    )
-                    for pod in pods
-                    for c in pod["spec"].get("containers", [])
-                )
+                total = totals.get(key.removeprefix("requests."), 0)
                 used[key] = str(int(total)) if total == int(total) else str(total)
             status = {"hard": dict(hard), "used": used}
             if quota.get("status") != status:
@@ -738,6 +735,25 @@ class Store:
                     ("resourcequotas", namespace, meta["name"]),
                     {**quota, "metadata": dict(meta), "status": status},
                 )
+
+
+_REQUESTS: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
+
+
+def _pod_requests(pod: dict[str, Any]) -> dict[str, Any]:
+    """The sum of a stored pod's container requests, parsed once per stored version (a
+    stored object never changes, so its identity names its version)."""
+    held = _REQUESTS.get(id(pod))
+    if held is not None and held[0] is pod:
+        return held[1]
+    totals: dict[str, Any] = {}
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        for resource, value in ((container.get("resources") or {}).get("requests") or {}).items():
+            totals[resource] = totals.get(resource, 0) + parse_quantity(value)
+    if len(_REQUESTS) > 200_000:
+        _REQUESTS.clear()
+    _REQUESTS[id(pod)] = (pod, totals)
+    return totals
 
 
 def _condition(kind: str, status: str, reason: str) -> dict[str, str]:

@@ -1,0 +1,101 @@
+"""The local API server applies strategic merge patches as Kubernetes does: lists with a
+patchMergeKey are merged by it, string sets are unioned, other lists are replaced, and
+the $patch / $deleteFromPrimitiveList / $setElementOrder / $retainKeys directives hold
+(staging/src/k8s.io/apimachinery/pkg/util/strategicpatch/patch.go), sent with the
+official client."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+
+from tests.gateways.conftest import kubernetes_gateway
+from tests.kube_fake import FakeKubeApi
+
+SMP = "application/strategic-merge-patch+json"
+
+
+@pytest.fixture
+def core(kube_api: FakeKubeApi, tmp_path: Path) -> k8s.CoreV1Api:
+    kube_api.add_namespace("a")
+    kube_api.create_object(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "a", "finalizers": ["x.io/keep"]},
+            "spec": {
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "train:1",
+                        "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}],
+                    },
+                    {"name": "sidecar", "image": "log:1"},
+                ],
+                "tolerations": [{"key": "a", "operator": "Exists"}],
+            },
+        }
+    )
+    return k8s.CoreV1Api(kubernetes_gateway(kube_api, tmp_path)._api)
+
+
+def patch(core: k8s.CoreV1Api, body: dict[str, Any]) -> dict[str, Any]:
+    answer = core.patch_namespaced_pod("p", "a", body, _content_type=SMP)
+    return core.api_client.sanitize_for_serialization(answer)
+
+
+def test_containers_merge_by_name_and_their_env_by_name(core: k8s.CoreV1Api) -> None:
+    pod = patch(
+        core,
+        {"spec": {"containers": [{"name": "main", "env": [{"name": "B", "value": "20"}]}]}},
+    )
+    containers = pod["spec"]["containers"]
+    assert [c["name"] for c in containers] == ["main", "sidecar"]  # sidecar kept
+    assert containers[0]["image"] == "train:1"
+    assert containers[0]["env"] == [{"name": "A", "value": "1"}, {"name": "B", "value": "20"}]
+
+
+def test_a_list_without_a_merge_key_is_replaced_whole(core: k8s.CoreV1Api) -> None:
+    pod = patch(core, {"spec": {"tolerations": [{"key": "b", "operator": "Exists"}]}})
+    assert pod["spec"]["tolerations"] == [{"key": "b", "operator": "Exists"}]
+
+
+def test_patch_delete_removes_one_element(core: k8s.CoreV1Api) -> None:
+    pod = patch(core, {"spec": {"containers": [{"name": "sidecar", "$patch": "delete"}]}})
+    assert [c["name"] for c in pod["spec"]["containers"]] == ["main"]
+
+
+def test_finalizers_are_a_set_and_can_lose_one(core: k8s.CoreV1Api) -> None:
+    pod = patch(core, {"metadata": {"finalizers": ["y.io/also"]}})
+    assert pod["metadata"]["finalizers"] == ["x.io/keep", "y.io/also"]
+    pod = patch(core, {"metadata": {"$deleteFromPrimitiveList/finalizers": ["x.io/keep"]}})
+    assert pod["metadata"]["finalizers"] == ["y.io/also"]
+
+
+def test_set_element_order_orders_the_merged_list(core: k8s.CoreV1Api) -> None:
+    pod = patch(
+        core,
+        {"spec": {"$setElementOrder/containers": [{"name": "sidecar"}, {"name": "main"}]}},
+    )
+    assert [c["name"] for c in pod["spec"]["containers"]] == ["sidecar", "main"]
+
+
+def test_an_element_without_its_merge_key_is_a_400(core: k8s.CoreV1Api) -> None:
+    with pytest.raises(k8s.ApiException) as refused:
+        patch(core, {"spec": {"containers": [{"image": "x"}]}})
+    assert refused.value.status == 400
+    assert "merge key: name" in (refused.value.body or "")
+
+
+def test_a_merge_patch_still_replaces_lists(kube_api: FakeKubeApi, core: k8s.CoreV1Api) -> None:
+    answer = core.patch_namespaced_pod(
+        "p",
+        "a",
+        {"spec": {"containers": [{"name": "main", "image": "train:2"}]}},
+        _content_type="application/merge-patch+json",
+    )
+    assert answer.spec is not None
+    assert [c.name for c in answer.spec.containers] == ["main"]
