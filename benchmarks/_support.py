@@ -40,3 +40,25 @@ def emit(**figures: Any) -> None:
 
 def progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
+
+
+def teams_under_one_org(count: int, *, description: str = "tenants") -> list[Any]:
+    """An organisation ``org`` with ``count`` teams ``team-0`` ... below it (with their
+    materialised paths), created with a progress bar on stderr."""
+    from rich.console import Console
+    from rich.progress import track
+
+    from tenants.models import Tenant
+
+    org = Tenant.objects.create(slug="org", name="Org", path="/0/")
+    org.path = f"/{org.pk}/"
+    org.save()
+    teams = []
+    for t in track(range(count), description=description, console=Console(stderr=True)):
+        team = Tenant.objects.create(
+            slug=f"team-{t}", name=f"Team {t}", parent=org, depth=1, path=""
+        )
+        team.path = f"{org.path}{team.pk}/"
+        team.save(update_fields=["path"])
+        teams.append(team)
+    return teams

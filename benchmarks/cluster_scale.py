@@ -34,7 +34,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._support import bench_database, emit, progress  # noqa: E402
+from benchmarks._support import (  # noqa: E402
+    bench_database,
+    emit,
+    progress,
+    teams_under_one_org,
+)
 
 # CLUSTER_SCALE=0.1 builds a tenth of the cluster (a quick look while working on it).
 SCALE = float(os.environ.get("CLUSTER_SCALE", "1"))
@@ -383,16 +388,13 @@ def main() -> None:
 
 
 def _run(conn: Connection, url: str) -> None:
-    from rich.console import Console
-    from rich.progress import track
-
     from scheduler_bridge.gateways.kubernetes import KubernetesGateway, RetryPolicy
     from scheduler_bridge.gateways.watch_cache import drop_shared_caches
     from scheduler_bridge.inventory.models import Cluster
     from scheduler_bridge.inventory.services import inventory_sync
     from scheduler_bridge.quotas.models import Quota
     from scheduler_bridge.quotas.sync import quota_sync
-    from tenants.models import NamespaceBinding, Tenant
+    from tenants.models import NamespaceBinding
     from tests.kube_fake.fixtures import write_kubeconfig
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -404,23 +406,12 @@ def _run(conn: Connection, url: str) -> None:
         gateway = KubernetesGateway.from_kubeconfig(
             str(path), context, retry=retry, cache_key="scale:bench"
         )
-        org = Tenant.objects.create(slug="org", name="Org", path="/0/")
-        org.path = f"/{org.pk}/"
-        org.save()
-        teams = []
-        for t in track(
-            range(TENANTS), description="tenants and namespaces", console=Console(stderr=True)
-        ):
-            team = Tenant.objects.create(
-                slug=f"team-{t}", name=f"Team {t}", parent=org, depth=1, path=""
-            )
-            team.path = f"{org.path}{team.pk}/"
-            team.save(update_fields=["path"])
-            teams.append(team)
-            for n in range(NAMESPACES_PER_TENANT):
-                NamespaceBinding.objects.create(
-                    tenant=team, cluster_name="scale", namespace=f"team-{t}-ns-{n}"
-                )
+        teams = teams_under_one_org(TENANTS, description="tenants and namespaces")
+        NamespaceBinding.objects.bulk_create(
+            NamespaceBinding(tenant=team, cluster_name="scale", namespace=f"team-{t}-ns-{n}")
+            for t, team in enumerate(teams)
+            for n in range(NAMESPACES_PER_TENANT)
+        )
 
         progress("first inventory and quota sync (lists once, then watches) ...")
         started = time.perf_counter()

@@ -14,7 +14,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._support import bench_database, emit, progress  # noqa: E402
+from benchmarks._support import (  # noqa: E402
+    bench_database,
+    emit,
+    progress,
+    teams_under_one_org,
+)
 
 NAMESPACES = 1000
 TEAMS = 100
@@ -22,14 +27,12 @@ TEAMS = 100
 
 def main() -> None:
     with bench_database("quota_sync"):
-        from rich.console import Console
-        from rich.progress import track
 
         from scheduler_bridge.gateways.kubernetes import KubernetesGateway, RetryPolicy
         from scheduler_bridge.inventory.models import Cluster, Flavour
         from scheduler_bridge.quotas.models import Quota
         from scheduler_bridge.quotas.sync import quota_sync
-        from tenants.models import NamespaceBinding, Tenant
+        from tenants.models import NamespaceBinding
         from tests.kube_fake.fixtures import write_kubeconfig
         from tests.kube_fake.server import FakeKubeApi
 
@@ -51,18 +54,8 @@ def main() -> None:
                 mig_profile="1g.10gb",
                 capacity=7 * TEAMS,
             )
-            org = Tenant.objects.create(slug="org", name="Org", path="/0/")
-            org.path = f"/{org.pk}/"
-            org.save()
             per_team = NAMESPACES // TEAMS
-            for t in track(
-                range(TEAMS), description="tenants and namespaces", console=Console(stderr=True)
-            ):
-                team = Tenant.objects.create(
-                    slug=f"team-{t}", name=f"Team {t}", parent=org, depth=1, path=""
-                )
-                team.path = f"{org.path}{team.pk}/"
-                team.save(update_fields=["path"])
+            for t, team in enumerate(teams_under_one_org(TEAMS, description="tenants")):
                 Quota.objects.create(tenant=team, flavour=flavour, guaranteed=8)
                 Quota.objects.create(tenant=team, flavour=mig, guaranteed=7)
                 for n in range(per_team):

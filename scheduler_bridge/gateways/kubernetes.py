@@ -693,6 +693,9 @@ def _api_client(configuration: k8s.Configuration) -> k8s.ApiClient:
     # urllib3 would otherwise retry timeouts on its own, multiplying our timeouts by its
     # retry count behind our back; retries are ours, bounded and logged in one place.
     configuration.retries = False
+    # A proxy taken from the environment is looked up again every time the host is set,
+    # which the kubeconfig's token refresh does before every request; look it up once.
+    configuration.proxy = configuration.proxy
     api_client = k8s.ApiClient(configuration=configuration)
     api_client.user_agent = _USER_AGENT
     return api_client

@@ -40,26 +40,30 @@ def close_part_of_run(
 ) -> None:
     """Keep the record of the GPUs (``placements``) that completed pods held from the
     run's admission until ``ended_at``; the run goes on with the rest."""
-    if workload.admitted_at is None or workload.flavour is None:
-        return
-    workload.past_runs = [
-        *(workload.past_runs or []),
-        {
-            "admitted_at": workload.admitted_at.isoformat(),
-            "ended_at": ended_at.isoformat(),
-            "flavour": workload.flavour.name,
-            "gpu_equivalent": float(workload.flavour.gpu_equivalent),
-            "placements": [p.dump() for p in placements],
-            "borrowed": borrowed,
-            "gpus": sum(p.gpus for p in placements),
-            "ended_by": PODS_COMPLETED,
-        },
-    ]
+    _keep(
+        workload,
+        ended_at,
+        placements=[p.dump() for p in placements],
+        borrowed=borrowed,
+        gpus=sum(p.gpus for p in placements),
+        ended_by=PODS_COMPLETED,
+    )
 
 
 def close_run(workload: Workload, ended_at: datetime) -> None:
     """Keep the record of the run that held GPUs until ``ended_at``; call before the
     workload's admission fields are cleared (cycle.requeue)."""
+    _keep(
+        workload,
+        ended_at,
+        placements=workload.placements,
+        borrowed=workload.borrowed,
+        gpus=workload.gpus,
+        ended_by=PREEMPTED,
+    )
+
+
+def _keep(workload: Workload, ended_at: datetime, **held: Any) -> None:
     if workload.admitted_at is None or workload.flavour is None:
         return
     workload.past_runs = [
@@ -69,9 +73,7 @@ def close_run(workload: Workload, ended_at: datetime) -> None:
             "ended_at": ended_at.isoformat(),
             "flavour": workload.flavour.name,
             "gpu_equivalent": float(workload.flavour.gpu_equivalent),
-            "placements": workload.placements,
-            "borrowed": workload.borrowed,
-            "gpus": workload.gpus,
+            **held,
         },
     ]
 

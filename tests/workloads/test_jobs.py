@@ -314,15 +314,22 @@ def test_a_mig_job_pinned_to_a_product_only_gets_that_products_slices(
     assert job(fake_cluster, "vision-train", "mig-h100")["spec"]["suspend"] is True
 
 
+def queued_and_run(
+    fake: FakeCluster, namespace: str, name: str, queue: str, gpus: int, **extra: Any
+) -> Workload:
+    """A queue Job synced, admitted and its pods started; its workload."""
+    create_job(fake, namespace, name, queue, gpus, **extra)
+    jobs_sync(fake.cluster, fake.gateway)
+    admission_cycle(fake.cluster, fake.gateway)
+    fake.api.run_job(namespace, name)
+    return Workload.objects.get(job_name=name)
+
+
 def test_completed_pods_of_a_running_job_give_their_gpus_back(
     fake_cluster: FakeCluster, cast: Cast
 ) -> None:
     # vision is guaranteed 6 H100s; a 4-pod Job of 1 GPU each runs, then 2 pods finish
-    create_job(fake_cluster, "vision-train", "sweep", "vision", 1, parallelism=4)
-    jobs_sync(fake_cluster.cluster, fake_cluster.gateway)
-    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
-    fake_cluster.api.run_job("vision-train", "sweep")
-    workload = Workload.objects.get(job_name="sweep")
+    workload = queued_and_run(fake_cluster, "vision-train", "sweep", "vision", 1, parallelism=4)
     assert (workload.state, workload.gpus) == ("running", 4)
     fake_cluster.api.complete_pods("vision-train", "sweep", 2)
 
@@ -345,10 +352,7 @@ def test_the_gpus_completed_pods_gave_back_admit_waiting_work(
     fake_cluster: FakeCluster, cast: Cast
 ) -> None:
     # Two nodes of 8 H100s: four 3-GPU pods leave 2 free on each, too few for a 4-GPU pod.
-    create_job(fake_cluster, "vision-train", "big", "vision", 3, parallelism=4)
-    jobs_sync(fake_cluster.cluster, fake_cluster.gateway)
-    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
-    fake_cluster.api.run_job("vision-train", "big")
+    queued_and_run(fake_cluster, "vision-train", "big", "vision", 3, parallelism=4)
     create_job(fake_cluster, "vision-dev", "probe", "vision", 4)
     jobs_sync(fake_cluster.cluster, fake_cluster.gateway)
     admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
