@@ -27,7 +27,6 @@ TEAMS = 100
 
 def main() -> None:
     with bench_database("quota_sync"):
-
         from scheduler_bridge.gateways.kubernetes import KubernetesGateway, RetryPolicy
         from scheduler_bridge.inventory.models import Cluster, Flavour
         from scheduler_bridge.quotas.models import Quota
