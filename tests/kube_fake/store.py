@@ -164,6 +164,8 @@ class Store:
         self.version = 0
         self.history: deque[Change] = deque(maxlen=self.HISTORY)
         self.oldest_version = 0  # watches may start from here on
+        # namespace -> requests of its pending and running pods (dropped when one changes)
+        self.pod_totals: dict[str, dict[str, Any]] = {}
         # paged lists in progress: snapshot id -> (items, resourceVersion); see compact()
         self.snapshots: dict[str, tuple[list[dict[str, Any]], str]] = {}
 
@@ -183,6 +185,8 @@ class Store:
         obj["metadata"]["resourceVersion"] = self._bump()
         self.objects[key] = obj
         self.index.setdefault(key[:2], {})[key[2]] = obj
+        if key[0] == "pods":
+            self.pod_totals.pop(key[1], None)
         self._record("MODIFIED" if previous is not None else "ADDED", key, obj, previous)
         return obj
 
@@ -192,6 +196,8 @@ class Store:
         if previous is None:
             return None
         self.index.get(key[:2], {}).pop(key[2], None)
+        if key[0] == "pods":
+            self.pod_totals.pop(key[1], None)
         gone = {**previous, "metadata": {**previous["metadata"], "resourceVersion": self._bump()}}
         self._record("DELETED", key, gone, previous)
         return previous
@@ -279,6 +285,7 @@ class Store:
                 key = self.key(resource, meta.get("namespace"), meta["name"])
                 self.objects[key] = obj
                 self.index.setdefault(key[:2], {})[key[2]] = obj
+            self.pod_totals.clear()
             self.oldest_version = self.version
 
     def compact(self) -> None:
@@ -717,11 +724,13 @@ class Store:
         quotas = self.of("resourcequotas", namespace)
         if not quotas:
             return
-        totals: dict[str, Any] = {}
-        for pod in self.of("pods", namespace):
-            if pod.get("status", {}).get("phase") in ("Pending", "Running"):
-                for resource, amount in _pod_requests(pod).items():
-                    totals[resource] = totals.get(resource, 0) + amount
+        totals = self.pod_totals.get(namespace)
+        if totals is None:
+            totals = self.pod_totals[namespace] = {}
+            for pod in self.of("pods", namespace):
+                if pod.get("status", {}).get("phase") in ("Pending", "Running"):
+                    for resource, amount in _pod_requests(pod).items():
+                        totals[resource] = totals.get(resource, 0) + amount
         for quota in quotas:
             hard = (quota.get("spec") or {}).get("hard") or {}
             used = {}
