@@ -67,6 +67,14 @@ class NodeSerializer(serializers.ModelSerializer[Node]):
     cluster: serializers.SlugRelatedField[Cluster] = serializers.SlugRelatedField(
         slug_field="name", read_only=True
     )
+    last_seen_at = serializers.SerializerMethodField(
+        help_text="When inventory last saw the node: its cluster's last sync while it is "
+        "present, the last sync that found it once it has gone."
+    )
+
+    def get_last_seen_at(self, node: Node) -> str | None:
+        seen = node.last_seen_for_api()
+        return serializers.DateTimeField().to_representation(seen) if seen else None
 
     class Meta:
         model = Node

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
 from django.db import models
 from django.utils.translation import gettext_lazy as _
@@ -98,6 +99,8 @@ class Node(models.Model):
     # A failed request is reported once; the node is then left alone until an admin pins it.
     mig_failure_reported = models.BooleanField(default=False)
     present = models.BooleanField(default=True)
+    # When inventory last saw the node; moved when it leaves (not at every sync: a
+    # present node is seen by each sync, Cluster.last_synced_at says when).
     last_seen_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -108,6 +111,12 @@ class Node(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster.name}/{self.name}"
+
+    def last_seen_for_api(self) -> Any:
+        """When inventory last saw the node (see ``last_seen_at``)."""
+        if self.present and self.cluster.last_synced_at is not None:
+            return self.cluster.last_synced_at
+        return self.last_seen_at
 
     @property
     def topology_short(self) -> str:

@@ -275,8 +275,11 @@ def inventory_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> I
         update_rows(Node, changed, {c: t for c, t in _NODE_FIELDS.items() if c in columns})
         seen = {i.name for i in infos}
         gone = [n["id"] for name, n in existing.items() if name not in seen and n["present"]]
-        result.removed_nodes = Node.objects.filter(pk__in=gone).update(present=False)
-        Node.objects.filter(cluster=cluster, present=True).update(last_seen_at=now)
+        # A node that left was last seen by the sync before this one; present nodes are
+        # seen by every sync (Cluster.last_synced_at), not rewritten for it.
+        result.removed_nodes = Node.objects.filter(pk__in=gone).update(
+            present=False, last_seen_at=cluster.last_synced_at or now
+        )
         result.flavours, untolerated_note = _store_flavours(
             cluster, flavour_totals, _node_taints(infos, flavours_on_node)
         )

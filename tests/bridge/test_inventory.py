@@ -115,9 +115,19 @@ def test_a_steady_sync_writes_only_the_node_whose_state_changed(
     with CaptureQueriesContext(connection) as queries:
         inventory_sync(fake_cluster.cluster, fake_cluster.gateway)
     updates = [q["sql"] for q in queries if q["sql"].startswith(f'UPDATE "{table}"')]
-    # one row for the node that got busy, one statement for every node's sighting time
-    assert len(updates) == 2, updates
+    # one statement, for the node that got busy; the others are not rewritten
+    assert len(updates) == 1, updates
     assert '"busy"' in updates[0] and "last_seen_at" not in updates[0]
     assert Node.objects.get(name="h100-2").busy == {"nvidia.com/gpu": 2}
-    seen = set(Node.objects.filter(cluster=fake_cluster.cluster).values_list("last_seen_at"))
-    assert len(seen) == 1
+
+
+def test_a_node_that_leaves_keeps_the_time_it_was_last_seen(fake_cluster: FakeCluster) -> None:
+    cluster = Cluster.objects.get(pk=fake_cluster.cluster.pk)
+    seen_at = cluster.last_synced_at
+    assert Node.objects.get(name="h100-2").last_seen_for_api() == seen_at  # present: last sync
+    fake_cluster.api.delete_object("Node", None, "h100-2")
+    inventory_sync(cluster, fake_cluster.gateway)
+    gone = Node.objects.select_related("cluster").get(name="h100-2")
+    assert not gone.present and gone.last_seen_for_api() == seen_at
+    later = Cluster.objects.get(pk=cluster.pk).last_synced_at
+    assert seen_at is not None and later is not None and later > seen_at
