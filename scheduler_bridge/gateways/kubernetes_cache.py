@@ -170,7 +170,15 @@ def cluster_cache(
             read_timeout=read_timeout,
             label_selector=label_selector,
         )
-        return WatchedCollection(name, source, project, watch_timeout_s=watch_timeout_s)
+        # A quiet watch is not a stale one: the server may send no bookmark at all, and
+        # only a read that outlasts the watch's own timeout means the connection died.
+        return WatchedCollection(
+            name,
+            source,
+            project,
+            watch_timeout_s=watch_timeout_s,
+            stale_after_s=watch_timeout_s + read_timeout + 30,
+        )
 
     return ClusterCache(
         {

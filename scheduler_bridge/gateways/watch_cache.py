@@ -98,8 +98,9 @@ class WatchedCollection(Generic[T]):
 
     ``project(obj)`` turns a raw object into what is kept, or None to keep nothing.
     ``watch_timeout_s`` is asked of the server for each watch (it closes the stream
-    then and the collection resumes); ``stale_after_s``: how long without an answer
-    from the server before reads give up (:class:`CacheUnavailable`).
+    then and the collection resumes); ``stale_after_s``: how long without a word from
+    the server (an event, a bookmark, a watch opened or closed) before reads give up
+    (:class:`CacheUnavailable`); it must outlast a quiet watch.
     """
 
     name: str
