@@ -1,5 +1,7 @@
 """Tests: PostgreSQL and Redis at 127.0.0.1, fast password hashing, mail kept in memory."""
 
+import hashlib
+
 from config.settings.base import *  # noqa: F403
 
 DEBUG = False
@@ -8,7 +10,10 @@ DATABASES = {
     "default": env.db("DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/tidegate")
 }
 DATABASES["default"]["CONN_MAX_AGE"] = 0
-DATABASES["default"]["TEST"] = {"NAME": "test_tidegate"}
+# One test database (per xdist worker) for each checkout: a suite run from a clean clone
+# beside a working tree on the same PostgreSQL never shares, and clobbers, its tables.
+_CHECKOUT = hashlib.sha256(str(BASE_DIR).encode()).hexdigest()[:8]  # noqa: F405
+DATABASES["default"]["TEST"] = {"NAME": f"test_tidegate_{_CHECKOUT}"}
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 EMAIL_BACKEND = env("EMAIL_BACKEND", default="django.core.mail.backends.locmem.EmailBackend")
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", default="redis://127.0.0.1:6379/15")

@@ -2,26 +2,20 @@
 
 Each gateway owns its ApiClient and Configuration (never the client's global default),
 so several clusters can be talked to from one process. Every call carries connect/read
-timeouts; transient failures (429, 5xx, timeouts, refused connections, and 409 for
-read-modify-write operations) are retried a bounded number of times with exponential
-backoff, re-reading the object each time. What is left is turned into the domain errors
-of :mod:`.errors`.
+timeouts; transient failures are retried a bounded number of times with exponential
+backoff, re-reading the object each time, and what is left is turned into the domain
+errors of :mod:`.errors` (:mod:`.kubernetes_calls`).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import random
-import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-import urllib3
 import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
@@ -41,13 +35,12 @@ from .base import (
     Toleration,
 )
 from .errors import (
-    ClusterUnreachable,
     GatewayConfigError,
     GatewayError,
-    NamespaceMissing,
     ObjectConflict,
     ObjectMissing,
 )
+from .kubernetes_calls import RetryPolicy, run_with_retries
 from .parsing import job_info, node_info
 from .reconcile import get_path, plan_apply
 from .watch_cache import CacheUnavailable, ClusterCache, WatchedCollection, shared_cache
@@ -59,28 +52,10 @@ _MERGE = "application/merge-patch+json"
 # Every write asks the API server to refuse unknown fields (400) rather than drop them
 # silently (the default, Warn): a misspelt field is a bug to see, not a no-op.
 _STRICT = "Strict"
-_TRANSIENT = frozenset({429, 500, 502, 503, 504})
 # How long a read waits for a watched collection's first list (a failed list ends the
 # wait at once; the read then lists by itself).
 _FIRST_LIST_WAIT_S = 600.0
 _USER_AGENT = "tidegate/0.1 (kubernetes-python)"
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Bounded retries: ``attempts`` tries in all, waiting ``base_delay`` seconds, then
-    twice that, ... capped at ``max_delay``. Tests set ``base_delay=0``."""
-
-    attempts: int = 5
-    base_delay: float = 0.5
-    max_delay: float = 10.0
-
-    def delay(self, attempt: int, retry_after: float | None = None) -> float:
-        wait = min(self.base_delay * 2 ** (attempt - 1), self.max_delay)
-        if retry_after is not None:
-            wait = min(max(wait, retry_after), self.max_delay)
-        # A little jitter so many workers hitting the same outage do not retry in step.
-        return wait + random.uniform(0, wait * 0.1)  # noqa: S311 - not cryptographic
 
 
 class KubernetesGateway(ClusterGateway):
@@ -571,6 +546,23 @@ class KubernetesGateway(ClusterGateway):
                 return None
             raise
 
+    def _run(
+        self,
+        what: str,
+        operation: Callable[[], T],
+        *,
+        namespace: str | None = None,
+        retry_conflict: bool = False,
+    ) -> T:
+        return run_with_retries(
+            what,
+            operation,
+            retry=self._retry,
+            server=self.server,
+            namespace=namespace,
+            retry_conflict=retry_conflict,
+        )
+
     def _cached_object(
         self, cached: WatchedCollection[Any] | None, key: str
     ) -> dict[str, Any] | None:
@@ -609,85 +601,6 @@ class KubernetesGateway(ClusterGateway):
             if not token:
                 return found
 
-    def _run(
-        self,
-        what: str,
-        operation: Callable[[], T],
-        *,
-        namespace: str | None = None,
-        retry_conflict: bool = False,
-    ) -> T:
-        """Run ``operation`` (which re-reads what it needs) with bounded retries and turn
-        the final failure into a domain error."""
-        retryable = _TRANSIENT | ({409} if retry_conflict else set())
-        attempts = self._retry.attempts
-        for attempt in range(1, attempts + 1):
-            try:
-                return operation()
-            except GatewayError:
-                raise
-            except ApiException as exc:
-                # A 410 means a list continue token expired: listing again from the start
-                # is the documented remedy.
-                if (exc.status not in retryable and exc.status != 410) or attempt == attempts:
-                    raise self._translate(what, exc, attempt, namespace) from exc
-                self._back_off(what, attempt, f"{exc.status} {exc.reason}", _retry_after(exc))
-            except (urllib3.exceptions.HTTPError, OSError) as exc:
-                if attempt == attempts:
-                    raise ClusterUnreachable(
-                        f"{what}: the Kubernetes API at {self.server} did not answer after "
-                        f"{attempts} attempts ({type(exc).__name__}: {exc})"
-                    ) from exc
-                self._back_off(what, attempt, type(exc).__name__)
-        raise AssertionError("unreachable")  # pragma: no cover - the loop always returns
-
-    def _back_off(
-        self, what: str, attempt: int, problem: str, retry_after: float | None = None
-    ) -> None:
-        wait = self._retry.delay(attempt, retry_after)
-        logger.warning(
-            "%s on %s: attempt %d/%d failed (%s); retrying in %.2fs",
-            what,
-            self.server,
-            attempt,
-            self._retry.attempts,
-            problem,
-            wait,
-        )
-        time.sleep(wait)
-
-    def _translate(
-        self, what: str, exc: ApiException, attempts: int, namespace: str | None
-    ) -> GatewayError:
-        status = _status_body(exc)
-        message = status.get("message") or exc.reason or "no details"
-        details = status.get("details") or {}
-        code = exc.status
-        if code == 404 and namespace and details.get("kind") == "namespaces":
-            return NamespaceMissing(
-                namespace,
-                f"{what}: namespace {namespace!r} does not exist on {self.server}; create "
-                "it or fix the tenant's namespace binding",
-            )
-        if code == 409:
-            return ObjectConflict(
-                f"{what}: still conflicting with other writers after {attempts} attempts "
-                f"({message})"
-            )
-        if code in _TRANSIENT:
-            return ClusterUnreachable(
-                f"{what}: the Kubernetes API at {self.server} answered {code} "
-                f"{exc.reason} {attempts} times in a row ({message})"
-            )
-        if code in (401, 403):
-            return GatewayError(
-                f"{what}: the Kubernetes API at {self.server} refused access ({code}: "
-                f"{message}); check Tidegate's credentials and RBAC"
-            )
-        if code == 0:
-            return ClusterUnreachable(f"{what}: cannot talk to {self.server}: {exc.reason}")
-        return GatewayError(f"{what}: the Kubernetes API rejected it ({code}: {message})")
-
 
 def _api_client(configuration: k8s.Configuration) -> k8s.ApiClient:
     # urllib3 would otherwise retry timeouts on its own, multiplying our timeouts by its
@@ -717,17 +630,4 @@ def _scheduling_changes(patch: Mapping[str, Any]) -> bool:
     return "template" in (patch.get("spec") or {})
 
 
-def _status_body(exc: ApiException) -> dict[str, Any]:
-    try:
-        body = json.loads(exc.body) if exc.body else {}
-    except (TypeError, ValueError):
-        return {}
-    return body if isinstance(body, dict) else {}
-
-
-def _retry_after(exc: ApiException) -> float | None:
-    value = (exc.headers or {}).get("Retry-After") if exc.headers else None
-    try:
-        return float(value) if value is not None else None
-    except ValueError:
-        return None
+__all__ = ["KubernetesGateway", "RetryPolicy"]

@@ -14,11 +14,8 @@ import base64
 import contextlib
 import copy
 import json
-import random
 import re
-import socket
 import threading
-import time
 import urllib.request
 import uuid
 from collections import Counter
@@ -28,15 +25,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-import kubernetes_validate
 import yaml
 
 from . import fieldmanager
 from .rbac import Rules
 from .routing import Route, route_request
-from .schema import validate_strict
-from .store import BY_KIND, ApiError, Change, Resource, Store, now_stamp, selected
+from .schema import refuse_unknown_fields
+from .store import BY_KIND, ApiError, Store, now_stamp
 from .strategic import strategic_merge_patch
+from .watch import WatchRequest, stream_watch, watch_request
 
 WRITE_VERBS = ("create", "update", "patch", "apply", "delete")
 DEFAULT_TOKEN = "tidegate-test-token"
@@ -49,19 +46,6 @@ class RequestRecord:
     path: str
     verb: str
     status: int = 0
-
-
-@dataclass(frozen=True)
-class _Watch:
-    """A watch request, answered as a stream rather than one body."""
-
-    resource: Resource
-    namespace: str | None
-    label_selector: str
-    field_selector: str
-    since: int | None  # None: the current state first, as synthetic ADDED events
-    bookmarks: bool
-    timeout_s: float
 
 
 @dataclass
@@ -114,12 +98,12 @@ class FakeKubeApi:
         # pkg/storage/cacher/cacher.go) and one just before the watch times out.
         self.bookmark_interval_s = 60.0
         self.open_watches = 0
-        self._watch_generation = 0  # drop_watches() moves it; open watches then end
+        self.watch_generation = 0  # drop_watches() moves it; open watches then end
         self._faults: list[_Rule] = []
         self._delays: list[_Rule] = []
         self._after: list[tuple[_Rule, Callable[[FakeKubeApi], Any]]] = []
         self._hooks_lock = threading.Lock()
-        self._stopping = threading.Event()
+        self.stopping = threading.Event()
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -141,7 +125,7 @@ class FakeKubeApi:
         return self
 
     def stop(self) -> None:
-        self._stopping.set()  # wakes delayed handlers so they finish at once
+        self.stopping.set()  # wakes delayed handlers so they finish at once
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
@@ -209,7 +193,7 @@ class FakeKubeApi:
         connection would; ``meanwhile(api)`` runs before any watch can send again
         (under the store's lock), e.g. to change objects and compact the history."""
         with self.store.lock:
-            self._watch_generation += 1
+            self.watch_generation += 1
             if meanwhile is not None:
                 meanwhile(self)
             self.store.changed.notify_all()
@@ -472,7 +456,7 @@ class FakeKubeApi:
                 if rule is not None and rule.remaining is not None:
                     rule.remaining -= 1
         if delay is not None:
-            self._stopping.wait(delay.seconds)
+            self.stopping.wait(delay.seconds)
         headers: dict[str, str] = {}
         if handler.headers.get("Authorization") != f"Bearer {self.token}":
             code, body = 401, ApiError(401, "Unauthorized", "Unauthorized").status()
@@ -499,89 +483,16 @@ class FakeKubeApi:
                     rule.remaining -= 1
         for callback in callbacks:
             callback(self)
-        if isinstance(body, _Watch):
-            self._stream_watch(handler, body)
+        if isinstance(body, WatchRequest):
+            with self._hooks_lock:
+                self.open_watches += 1
+            try:
+                stream_watch(handler, body, self)
+            finally:
+                with self._hooks_lock:
+                    self.open_watches -= 1
             return
         _respond(handler, code, body, headers)
-
-    def _stream_watch(self, handler: BaseHTTPRequestHandler, watch: _Watch) -> None:
-        """Serve a watch as the API server does (staging/src/k8s.io/apiserver/pkg/
-        endpoints/handlers/watch.go): 200 with a chunked stream of JSON events, one per
-        line, until ``timeoutSeconds`` or the server stops. An error found once the
-        watch has started (a resourceVersion older than the history) is an ERROR event
-        carrying the Status, not an HTTP error (``newErrWatcher`` in cacher.go)."""
-        handler.send_response(200)
-        handler.send_header("Content-Type", "application/json")
-        handler.send_header("Transfer-Encoding", "chunked")
-        handler.end_headers()
-
-        def send(event: dict[str, Any]) -> None:
-            data = json.dumps(event).encode() + b"\n"
-            handler.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-
-        def bookmark(version: int) -> dict[str, Any]:
-            kind, group_version = watch.resource.kind, watch.resource.group_version
-            meta = {"resourceVersion": str(version)}
-            return {
-                "type": "BOOKMARK",
-                "object": {"kind": kind, "apiVersion": group_version, "metadata": meta},
-            }
-
-        store = self.store
-        generation = self._watch_generation
-        deadline = time.monotonic() + watch.timeout_s
-        next_bookmark = time.monotonic() + self.bookmark_interval_s
-        with self._hooks_lock:
-            self.open_watches += 1
-        try:
-            with store.lock:
-                if watch.since is None:
-                    plural = watch.resource.plural
-                    initial = [
-                        o
-                        for o in store.of(plural, watch.namespace)
-                        if selected(o, watch.label_selector, watch.field_selector)
-                    ]
-                    since = store.version
-                else:
-                    initial, since = [], watch.since
-                    if since > store.version:
-                        raise _too_large(since, store.version)
-                    store.changes_after(since)  # 410 when too old
-            for obj in initial:
-                send({"type": "ADDED", "object": obj})
-            while not self._stopping.is_set():
-                now = time.monotonic()
-                if now >= deadline:
-                    break
-                with store.changed:
-                    changes = store.changes_after(since)
-                    if not changes:
-                        store.changed.wait(min(deadline, next_bookmark, now + 0.2) - now)
-                        changes = store.changes_after(since)
-                    newest = store.version
-                    dropped = generation != self._watch_generation
-                if dropped:
-                    # the connection breaks off without the stream's last chunk
-                    handler.close_connection = True
-                    handler.connection.shutdown(socket.SHUT_RDWR)
-                    return
-                for change in changes:
-                    event = _watch_event(change, watch)
-                    if event is not None:
-                        send(event)
-                since = newest
-                if watch.bookmarks and time.monotonic() >= next_bookmark:
-                    send(bookmark(since))
-                    next_bookmark = time.monotonic() + self.bookmark_interval_s
-            if watch.bookmarks and not self._stopping.is_set():
-                send(bookmark(since))
-        except ApiError as exc:
-            send({"type": "ERROR", "object": exc.status()})
-        finally:
-            with self._hooks_lock:
-                self.open_watches -= 1
-        handler.wfile.write(b"0\r\n\r\n")
 
     def register_mutating_webhook(
         self, url: str, label: str, *, fail: bool = True, timeout_s: float = 10.0
@@ -667,7 +578,7 @@ class FakeKubeApi:
         if force and route.verb != "apply":
             raise _invalid_options("force", "Forbidden: may not be specified for non-apply patch")
         if route.verb == "watch":
-            return 200, _watch_request(resource, ns, query)
+            return 200, watch_request(resource, ns, query)
         if route.verb == "list":
             limit = int(query.get("limit") or 0)
             return 200, self.store.list_objects(
@@ -692,7 +603,7 @@ class FakeKubeApi:
                 )
             config = _apply_body(raw)
             if query.get("fieldValidation") == "Strict":
-                _refuse_unknown_fields(resource, config)
+                refuse_unknown_fields(resource, config)
             obj, created = self.store.apply(resource, ns, name, config, manager, force)
             return (201 if created else 200), obj
         body = _json(raw)
@@ -708,7 +619,7 @@ class FakeKubeApi:
             whole = body
             if route.verb == "patch":
                 whole = merge(self.store.get(resource, ns, name), body)
-            _refuse_unknown_fields(resource, whole)
+            refuse_unknown_fields(resource, whole)
         if route.verb == "create":
             return 201, self.store.create(resource, ns, body, manager)
         if route.verb == "update":
@@ -757,69 +668,6 @@ def _respond(
         handler.send_header(key, value)
     handler.end_headers()
     handler.wfile.write(data)
-
-
-def _watch_request(resource: Resource, namespace: str | None, query: dict[str, str]) -> _Watch:
-    labels, fields = query.get("labelSelector", ""), query.get("fieldSelector", "")
-    selected({"metadata": {}}, labels, fields)  # a selector that does not parse is a 400
-    if "sendInitialEvents" in query:
-        raise ApiError(400, "BadRequest", "the fake does not serve sendInitialEvents (WatchList)")
-    version = query.get("resourceVersion", "")
-    if version and not version.isdigit():
-        raise ApiError(400, "BadRequest", f"invalid resource version: {version!r}")
-    timeout = query.get("timeoutSeconds")
-    return _Watch(
-        resource,
-        namespace,
-        labels,
-        fields,
-        # "" and "0": start with the current state (api-concepts, "Semantics for watch")
-        int(version) if version not in ("", "0") else None,
-        query.get("allowWatchBookmarks") == "true",
-        # no timeoutSeconds: the server picks one between --min-request-timeout (1800 s)
-        # and twice that (staging/src/k8s.io/apiserver/pkg/endpoints/handlers/get.go)
-        float(timeout) if timeout else random.uniform(1800, 3600),  # noqa: S311
-    )
-
-
-def _watch_event(change: Change, watch: _Watch) -> dict[str, Any] | None:
-    """What a watch with selectors sees of one change (``convertToWatchEvent`` in
-    staging/src/k8s.io/apiserver/pkg/storage/cacher/cache_watcher.go): an object that
-    starts to match is ADDED, one that stops matching is DELETED (as it was, at the
-    change's resourceVersion)."""
-    if change.plural != watch.resource.plural:
-        return None
-    if watch.namespace is not None and change.namespace != watch.namespace:
-        return None
-    labels, fields = watch.label_selector, watch.field_selector
-    passes = change.type != "DELETED" and selected(change.obj, labels, fields)
-    passed = change.previous is not None and selected(change.previous, labels, fields)
-    if passes:
-        return {"type": "MODIFIED" if passed else "ADDED", "object": change.obj}
-    if not passed:
-        return None
-    previous = change.previous
-    assert previous is not None
-    gone = {**previous, "metadata": {**previous["metadata"]}}
-    gone["metadata"]["resourceVersion"] = str(change.version)
-    return {"type": "DELETED", "object": gone}
-
-
-def _too_large(asked: int, current: int) -> ApiError:
-    # A watch from a resourceVersion the server has not reached: the cacher waits a
-    # little, then answers "Too large resource version" (storage.NewTooLargeResource
-    # VersionError in staging/src/k8s.io/apiserver/pkg/storage/errors.go).
-    return ApiError(
-        504,
-        "Timeout",
-        f"Too large resource version: {asked}, current: {current}",
-        {
-            "causes": [
-                {"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}
-            ],
-            "retryAfterSeconds": 1,
-        },
-    )
 
 
 def _apply_body(raw: bytes) -> Any:
@@ -896,42 +744,6 @@ def _candidate_nodes(pod_spec: Mapping[str, Any], nodes: list[dict[str, Any]]) -
         for n in nodes
         if all((n["metadata"].get("labels") or {}).get(k) == v for k, v in selector.items())
     ]
-
-
-def _refuse_unknown_fields(resource: Any, obj: dict[str, Any]) -> None:
-    """fieldValidation=Strict: a field the schema does not declare is 400 BadRequest
-    (staging/src/k8s.io/apiserver/pkg/endpoints/handlers/create.go and patch.go, strict
-    decoding). Without it the API server drops such fields (Warn); the fake keeps them."""
-    typed = {**obj, "kind": resource.kind, "apiVersion": resource.group_version}
-    # Whether a field is declared depends on the keys and the kinds of values only, so an
-    # object shaped like one that passed passes too (the schema check costs a millisecond
-    # or two, and a sync writes hundreds of quotas of one shape).
-    shape = _shape(typed)
-    if shape in _STRICT_PASSED:
-        return
-    try:
-        validate_strict(typed)
-        if len(_STRICT_PASSED) < 10_000:
-            _STRICT_PASSED.add(shape)
-    except kubernetes_validate.ValidationError as exc:
-        if exc.validator != "additionalProperties":
-            return  # not a field-validation matter; the store's own checks answer it
-        where = ".".join(str(p) for p in exc.absolute_path)
-        raise ApiError(
-            400, "BadRequest", f"strict decoding error: {exc.message} at {where or '.'}"
-        ) from exc
-
-
-_STRICT_PASSED: set[Any] = set()
-
-
-def _shape(value: Any) -> Any:
-    """The keys of ``value`` all the way down, with the types of its scalars."""
-    if isinstance(value, dict):
-        return tuple(sorted((k, _shape(v)) for k, v in value.items()))
-    if isinstance(value, list):
-        return tuple(_shape(v) for v in value)
-    return type(value).__name__
 
 
 def _json_patch(obj: dict[str, Any], op: Mapping[str, Any]) -> dict[str, Any]:
