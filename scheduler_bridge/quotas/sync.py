@@ -146,7 +146,11 @@ def _quota_sync(cluster: Cluster, gateway: ClusterGateway) -> QuotaSyncResult:
     result = QuotaSyncResult(namespaces=len(bindings))
     marks = _Marks(timezone.now())
     _mark = marks.add
+    unreachable: ClusterUnreachable | None = None
     for binding, applied in _apply_all(gateway, bindings, desired):
+        if isinstance(applied, ClusterUnreachable):
+            unreachable = unreachable or applied  # the others' outcomes are still kept
+            continue
         if isinstance(applied, NamespaceMissing):
             result.missing.append(binding.namespace)
             _mark(
@@ -155,9 +159,6 @@ def _quota_sync(cluster: Cluster, gateway: ClusterGateway) -> QuotaSyncResult:
                 f"namespace {binding.namespace} does not exist in cluster {cluster.name}",
             )
             continue
-        if isinstance(applied, ClusterUnreachable):
-            marks.write()  # what was applied before the cluster stopped answering
-            raise applied
         if isinstance(applied, GatewayError):
             result.errors[binding.namespace] = str(applied)
             _mark(binding, NamespaceBinding.SyncState.ERROR, str(applied))
@@ -179,6 +180,8 @@ def _quota_sync(cluster: Cluster, gateway: ClusterGateway) -> QuotaSyncResult:
             )
         _mark(binding, NamespaceBinding.SyncState.OK, f"quota {applied.action}")
     marks.write()
+    if unreachable is not None:
+        raise unreachable  # what was applied before the cluster stopped answering is kept
     _remove_unbound(cluster, gateway, {b.namespace for b in bindings}, result)
     logger.info("quota sync of %s: %s", cluster.name, result)
     return result
@@ -190,7 +193,8 @@ def _apply_all(
     """Apply each binding's quota, up to ``gateway.write_concurrency`` at once (a real API
     server answers many writes in parallel; a sync after a busy hour writes hundreds).
     Yields in binding order; once the cluster stops answering, the bindings not yet
-    applied are skipped and the ClusterUnreachable is yielded for the first of them."""
+    applied are skipped (a ClusterUnreachable is yielded for each), while applies already
+    under way finish and yield what they did."""
     unreachable = threading.Event()
 
     def apply(binding: NamespaceBinding) -> ApplyResult | GatewayError:
