@@ -53,7 +53,8 @@ def gateway_for(kind: str, **connection: Any) -> ClusterGateway:
     ``kubernetes``: ``kubeconfig`` (path) with optional ``context``, or
     ``kubeconfig_env`` (an environment variable holding the path) with optional
     ``context``, or ``in_cluster=True``; plus optional ``retry`` (RetryPolicy),
-    ``connect_timeout`` and ``read_timeout`` (seconds).
+    ``connect_timeout`` and ``read_timeout`` (seconds), and ``cache_key`` (read pods,
+    nodes and Tidegate's quotas from this process's watched cache of that key).
     ``simulated``: ``name`` of the in-process cluster (default ``demo``) and ``seed``.
 
     Raises GatewayConfigError for an unknown kind or unusable connection settings.

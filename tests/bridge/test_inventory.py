@@ -131,3 +131,39 @@ def test_a_node_that_leaves_keeps_the_time_it_was_last_seen(fake_cluster: FakeCl
     assert not gone.present and gone.last_seen_for_api() == seen_at
     later = Cluster.objects.get(pk=cluster.pk).last_synced_at
     assert seen_at is not None and later is not None and later > seen_at
+
+
+@pytest.mark.parametrize("count", [3, 520])
+def test_changed_nodes_are_written_exactly_however_many_change(
+    fake_cluster: FakeCluster, count: int
+) -> None:
+    """A few changed nodes are bound as parameters, many go through COPY: either way
+    every node gets its own busy GPUs (JSON), flags and strings."""
+    for i in range(count):
+        fake_cluster.api.add_node(
+            f"extra-{i:03d}",
+            labels={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "team": f"t{i}"},
+            allocatable={"cpu": "64", "nvidia.com/gpu": "8"},
+            unschedulable=bool(i % 2),
+        )
+    inventory_sync(fake_cluster.cluster, fake_cluster.gateway)
+    for i in range(count):
+        fake_cluster.api.add_pod(
+            "vision-train",
+            f"p-{i}",
+            requests={"nvidia.com/gpu": i % 8 + 1},
+            node_name=f"extra-{i:03d}",
+        )
+        fake_cluster.api.edit_object(
+            "Node",
+            None,
+            f"extra-{i:03d}",
+            lambda n: n["metadata"]["labels"].update(team="it's x\\y"),
+        )
+    inventory_sync(fake_cluster.cluster, fake_cluster.gateway)
+    nodes = {n.name: n for n in Node.objects.filter(name__startswith="extra-")}
+    for i in range(count):
+        node = nodes[f"extra-{i:03d}"]
+        assert node.busy == {"nvidia.com/gpu": i % 8 + 1}
+        assert node.labels["team"] == "it's x\\y"
+        assert node.unschedulable is bool(i % 2) and node.product == "H100-80GB"

@@ -746,22 +746,12 @@ class Store:
                 )
 
 
-_REQUESTS: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
-
-
 def _pod_requests(pod: dict[str, Any]) -> dict[str, Any]:
-    """The sum of a stored pod's container requests, parsed once per stored version (a
-    stored object never changes, so its identity names its version)."""
-    held = _REQUESTS.get(id(pod))
-    if held is not None and held[0] is pod:
-        return held[1]
+    """The sum of a pod's container requests."""
     totals: dict[str, Any] = {}
     for container in (pod.get("spec") or {}).get("containers") or []:
         for resource, value in ((container.get("resources") or {}).get("requests") or {}).items():
             totals[resource] = totals.get(resource, 0) + parse_quantity(value)
-    if len(_REQUESTS) > 200_000:
-        _REQUESTS.clear()
-    _REQUESTS[id(pod)] = (pod, totals)
     return totals
 
 
