@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.db import connection, models, transaction
+from django.db.models.expressions import RawSQL
 
 # PostgreSQL binds at most 65,535 parameters per statement.
 MAX_PARAMETERS = 60_000
@@ -88,3 +89,76 @@ def _update_through_copy(
             f'FROM {staging} AS v WHERE t."id" = v."id"'
         )
         cursor.execute(f"DROP TABLE {staging}")
+
+
+class RememberedRows:
+    """Rows of one model as last read or written, each with the version it had then:
+    PostgreSQL's ``xmin`` (the transaction that wrote that version of the row) and
+    ``ctid`` (where the version lies; a write in the same transaction gets a new one).
+    Any write by anyone moves them. Reading again fetches in full only the rows whose
+    version moved, so a sync comparing thousands of rows with what the cluster says
+    decodes their JSON columns once, not on every run.
+
+    Use one instance per set of rows (e.g. a cluster's nodes), inside the transaction
+    that locks them. Other databases (the SQLite demo) read every row every time.
+    """
+
+    def __init__(self, model: type[models.Model], columns: Sequence[str]) -> None:
+        self.model = model
+        self.columns = ["id", *columns]
+        self._rows: dict[Any, tuple[str, dict[str, Any]]] = {}
+
+    def _version(self) -> RawSQL:
+        table = self.model._meta.db_table
+        return RawSQL(f'"{table}".xmin::text || \'@\' || "{table}".ctid::text', ())  # noqa: S611
+
+    def read(self, queryset: models.QuerySet[Any]) -> list[dict[str, Any]]:
+        """The rows of ``queryset`` as ``values(*columns)`` dicts (shared: do not
+        change them)."""
+        if connection.vendor != "postgresql":
+            return list(queryset.values(*self.columns))
+        if not self._rows:  # nothing remembered: one query reads them all
+            self._rows = {}
+            for row in queryset.annotate(_xmin=self._version()).values("_xmin", *self.columns):
+                self._rows[row["id"]] = (row.pop("_xmin"), row)
+            return [row for _, row in self._rows.values()]
+        heads = list(queryset.annotate(_xmin=self._version()).values_list("id", "_xmin"))
+        stale = [pk for pk, version in heads if self._rows.get(pk, ("",))[0] != version]
+        fresh: dict[Any, tuple[str, dict[str, Any]]] = {}
+        for start in range(0, len(stale), 10_000):
+            rows = (
+                self.model._default_manager.filter(pk__in=stale[start : start + 10_000])
+                .annotate(_xmin=self._version())
+                .values("_xmin", *self.columns)
+            )
+            for row in rows:
+                fresh[row["id"]] = (row.pop("_xmin"), row)
+        unchanged = self._rows
+        self._rows = {
+            pk: fresh[pk] if pk in fresh else unchanged[pk]
+            for pk, version in heads
+            if pk in fresh or unchanged.get(pk, ("",))[0] == version
+        }
+        return [row for _, row in self._rows.values()]
+
+    def wrote(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Take in ``rows`` as just written in the current transaction, with the
+        ``xmin`` that gave them: mappings with "id" and some of the columns (a row
+        already remembered) or all of them (a row just created)."""
+        if connection.vendor != "postgresql" or not rows:
+            return
+        ids = [row["id"] for row in rows]
+        versions = dict(
+            self.model._default_manager.filter(pk__in=ids)
+            .annotate(_xmin=self._version())
+            .values_list("id", "_xmin")
+        )
+        columns = set(self.columns)
+        for row in rows:
+            if row["id"] not in versions:
+                continue
+            known = self._rows.get(row["id"])
+            if known is not None:
+                self._rows[row["id"]] = (versions[row["id"]], {**known[1], **row})
+            elif columns <= row.keys():
+                self._rows[row["id"]] = (versions[row["id"]], {c: row[c] for c in self.columns})

@@ -192,9 +192,14 @@ class ClusterGateway(abc.ABC):
         """Delete the ResourceQuota; False when it (or its namespace) was already gone."""
 
     @abc.abstractmethod
+    def resource_quota_limits(self, label_selector: str) -> dict[tuple[str, str], dict[str, str]]:
+        """``spec.hard`` of each ResourceQuota in every namespace that matches
+        ``label_selector``, by (namespace, name)."""
+
     def list_resource_quotas(self, label_selector: str) -> list[tuple[str, str]]:
         """(namespace, name) of the ResourceQuotas in every namespace that match
         ``label_selector``, sorted."""
+        return sorted(self.resource_quota_limits(label_selector))
 
     @abc.abstractmethod
     def apply_config_map(

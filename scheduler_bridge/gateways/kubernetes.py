@@ -351,18 +351,24 @@ class KubernetesGateway(ClusterGateway):
 
         return self._run(f"delete ResourceQuota {namespace}/{name}", attempt)
 
-    def list_resource_quotas(self, label_selector: str) -> list[tuple[str, str]]:
+    def resource_quota_limits(self, label_selector: str) -> dict[tuple[str, str], dict[str, str]]:
+        quotas = None
         if label_selector == kubernetes_cache.QUOTA_SELECTOR:
             quotas = self._cached_values("resourcequotas")
-            if quotas is not None:
-                return sorted((q["metadata"]["namespace"], q["metadata"]["name"]) for q in quotas)
-        items = self._run(
-            "list resourcequotas",
-            lambda: self._list(
-                self._core.list_resource_quota_for_all_namespaces, label_selector=label_selector
-            ),
-        )
-        return sorted((i["metadata"]["namespace"], i["metadata"]["name"]) for i in items)
+        if quotas is None:
+            quotas = self._run(
+                "list resourcequotas",
+                lambda: self._list(
+                    self._core.list_resource_quota_for_all_namespaces,
+                    label_selector=label_selector,
+                ),
+            )
+        return {
+            (q["metadata"]["namespace"], q["metadata"]["name"]): dict(
+                (q.get("spec") or {}).get("hard") or {}
+            )
+            for q in quotas
+        }
 
     # --- nodes -----------------------------------------------------------------------
 

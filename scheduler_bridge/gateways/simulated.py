@@ -162,12 +162,14 @@ class SimulatedGateway(ClusterGateway):
     def delete_resource_quota(self, namespace: str, name: str) -> bool:
         return self.cluster.delete_object("ResourceQuota", namespace, name, counted=True)
 
-    def list_resource_quotas(self, label_selector: str) -> list[tuple[str, str]]:
-        return sorted(
-            (q["metadata"]["namespace"], q["metadata"]["name"])
+    def resource_quota_limits(self, label_selector: str) -> dict[tuple[str, str], dict[str, str]]:
+        return {
+            (q["metadata"]["namespace"], q["metadata"]["name"]): dict(
+                (q.get("spec") or {}).get("hard") or {}
+            )
             for q in self.cluster.objects("ResourceQuota")
             if matches_label_selector(label_selector, q["metadata"].get("labels") or {})
-        )
+        }
 
     # --- nodes -----------------------------------------------------------------------
 

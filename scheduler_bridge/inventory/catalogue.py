@@ -21,6 +21,7 @@ Sources for the tables below (the facts, in our words: docs/mig.md, docs/gpu-lab
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from enum import StrEnum
@@ -363,6 +364,7 @@ def product_from_gfd_label(label: str, memory_mib: int | None = None) -> GpuProd
     return product if product is not None else _opaque_product(base, memory_mib)
 
 
+@functools.lru_cache(maxsize=1024)  # a cluster's nodes carry a handful of labels
 def product_and_profile_from_gfd_label(
     label: str, memory_mib: int | None = None
 ) -> tuple[GpuProduct, MigProfile | None]:

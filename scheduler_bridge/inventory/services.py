@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import functools
 import logging
 from collections import defaultdict
@@ -31,7 +30,7 @@ from scheduler_bridge.inventory.catalogue import (
 from scheduler_bridge.inventory.connection import cluster_gateway
 from scheduler_bridge.inventory.layouts import derive_gpu_layouts, layout_from_json, layout_to_json
 from scheduler_bridge.inventory.models import Cluster, Flavour, Node
-from scheduler_bridge.rows import update_rows
+from scheduler_bridge.rows import RememberedRows, update_rows
 from tenants import access
 from tenants.audit import audit_record, snapshot
 from tenants.errors import Conflict, PermissionDenied, ValidationFailed
@@ -76,11 +75,20 @@ def flavours_of_node(node: NodeInfo) -> dict[FlavourSpec, int]:
     label = node.labels.get(PRODUCT_LABEL)
     if not label:
         return {}
-    memory = _int(node.labels.get(MEMORY_LABEL))
+    shape = tuple(sorted(node.allocatable.items()))
+    return dict(_flavours_of_shape(label, node.labels.get(MEMORY_LABEL), shape))
+
+
+@functools.lru_cache(maxsize=1024)
+def _flavours_of_shape(
+    label: str, memory_label: str | None, allocatable: tuple[tuple[str, int], ...]
+) -> tuple[tuple[FlavourSpec, int], ...]:
+    # Thousands of nodes share a handful of shapes: each is worked out once.
+    memory = _int(memory_label)
     product, single_profile = product_and_profile_from_gfd_label(label, memory)
     selector = ((PRODUCT_LABEL, label),)
     found: dict[FlavourSpec, int] = {}
-    for resource, amount in node.allocatable.items():
+    for resource, amount in allocatable:
         if amount <= 0:
             continue
         profile_name: str | None = None
@@ -107,7 +115,7 @@ def flavours_of_node(node: NodeInfo) -> dict[FlavourSpec, int]:
             node_selector=selector,
         )
         found[spec] = found.get(spec, 0) + amount
-    return found
+    return tuple(found.items())
 
 
 def _int(value: str | None) -> int | None:
@@ -164,7 +172,11 @@ def _node_layouts(
     ):
         return list(requested["mig_requested_layouts"])
     gpu_resources = tuple(sorted((k, v) for k, v in info.allocatable.items() if "nvidia.com/" in k))
-    return copy.deepcopy(list(_derived(product, count, gpu_resources)))
+    # A copy of the shared derivation (None for a whole GPU, else [profile, start] pairs).
+    return [
+        None if gpu is None else [list(instance) for instance in gpu]
+        for gpu in _derived(product, count, gpu_resources)
+    ]
 
 
 @functools.lru_cache(maxsize=1024)
@@ -192,6 +204,28 @@ _NODE_FIELDS = {
     "unschedulable": "boolean",
     "present": "boolean",
 }
+
+
+# What inventory reads of a Node row: its own fields and what the MIG planner asked for.
+_REMEMBERED_COLUMNS = ["name", "mig_requested_layouts", "mig_requested_config", *_NODE_FIELDS]
+
+
+def _as_rows(nodes: list[Node]) -> list[dict[str, Any]]:
+    """Created nodes as the rows RememberedRows keeps (the primary keys are known on
+    PostgreSQL, where rows are remembered)."""
+    columns = ["id", *_REMEMBERED_COLUMNS]
+    return [{c: getattr(n, c) for c in columns} for n in nodes if n.pk is not None]
+
+
+# Per cluster, its Node rows as this process last read or wrote them (see RememberedRows).
+_REMEMBERED_NODES: dict[int, RememberedRows] = {}
+
+
+def _remembered_nodes(cluster_pk: int) -> RememberedRows:
+    remembered = _REMEMBERED_NODES.get(cluster_pk)
+    if remembered is None:
+        remembered = _REMEMBERED_NODES[cluster_pk] = RememberedRows(Node, _REMEMBERED_COLUMNS)
+    return remembered
 
 
 def _observed(
@@ -245,11 +279,10 @@ def inventory_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> I
     flavours_on_node: dict[str, set[str]] = {}
     with transaction.atomic():
         # Rows, not model instances: thousands of nodes are compared on every sync.
+        remembered = _remembered_nodes(cluster.pk)
         existing = {
             row["name"]: row
-            for row in Node.objects.select_for_update()
-            .filter(cluster=cluster)
-            .values("id", "name", "mig_requested_layouts", "mig_requested_config", *_NODE_FIELDS)
+            for row in remembered.read(Node.objects.select_for_update().filter(cluster=cluster))
         }
         created: list[Node] = []
         changed: list[dict[str, Any]] = []
@@ -272,7 +305,9 @@ def inventory_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> I
         # Only what changed is written (a steady cluster of thousands of nodes costs a
         # few statements, not a save per node); the sighting time moves for all at once.
         Node.objects.bulk_create(created, batch_size=500)
+        remembered.wrote(_as_rows(created))
         update_rows(Node, changed, {c: t for c, t in _NODE_FIELDS.items() if c in columns})
+        remembered.wrote(changed)
         seen = {i.name for i in infos}
         gone = [n["id"] for name, n in existing.items() if name not in seen and n["present"]]
         # A node that left was last seen by the sync before this one; present nodes are

@@ -15,6 +15,15 @@ max(ceiling, used): nothing new can start once the ceiling is reached, and runni
 are never pushed over their namespace's limit (Kubernetes would refuse none of them, but
 the numbers stay honest). Every GPU resource of the cluster appears in every quota, with
 0 where the tenant holds no guarantee, so an unbound resource cannot be taken at all.
+
+Limits already in the cluster are kept while they still hold: they add up to
+max(ceiling, used), no namespace is below what it uses, and every namespace keeps at
+least half of its even share of the headroom (rounded up). A pod starting or finishing
+inside those bounds changes no quota; the tenant's limits are split anew only when one
+of the bounds breaks (a guarantee or loan changed, a namespace ran low on headroom, a
+namespace was bound or unbound, somebody edited a quota). Every ResourceQuota write
+costs the API server a write to etcd and a recount by the quota controller, so a busy
+cluster's churn should not rewrite hundreds of them per sync.
 """
 
 from __future__ import annotations
@@ -41,12 +50,16 @@ def desired_hard_limits(
     tenants: Iterable[TenantNamespaces],
     used: Mapping[str, Mapping[str, int]],
     resources: Iterable[str],
+    current: Mapping[str, Mapping[str, str]] | None = None,
 ) -> dict[str, dict[str, str]]:
     """`spec.hard` of the ResourceQuota of every namespace (values as quantity strings).
 
-    `used` maps namespace -> resource -> GPUs requested by its running or pending pods.
+    `used` maps namespace -> resource -> GPUs requested by its running or pending pods;
+    `current` maps namespace -> the `spec.hard` its quota has now (omit it, or leave a
+    namespace out, to split anew).
     """
     resource_names = sorted(set(resources))
+    current = current or {}
     desired: dict[str, dict[str, str]] = {}
     for tenant in tenants:
         namespaces = sorted(tenant.namespaces)
@@ -55,10 +68,39 @@ def desired_hard_limits(
         for namespace in namespaces:
             desired[namespace] = {}
         for resource in resource_names:
+            key = quota_key(resource)
             in_use = {ns: used.get(ns, {}).get(resource, 0) for ns in namespaces}
             headroom = max(0, tenant.ceiling.get(resource, 0) - sum(in_use.values()))
-            share, remainder = divmod(headroom, len(namespaces))
-            for position, namespace in enumerate(namespaces):
-                limit = in_use[namespace] + share + (1 if position < remainder else 0)
-                desired[namespace][quota_key(resource)] = str(limit)
+            limits = _kept_limits(current, key, in_use, headroom)
+            if limits is None:
+                limits = _even_split(namespaces, in_use, headroom)
+            for namespace in namespaces:
+                desired[namespace][key] = str(limits[namespace])
     return desired
+
+
+def _even_split(namespaces: list[str], in_use: dict[str, int], headroom: int) -> dict[str, int]:
+    share, remainder = divmod(headroom, len(namespaces))
+    return {
+        namespace: in_use[namespace] + share + (1 if position < remainder else 0)
+        for position, namespace in enumerate(namespaces)
+    }
+
+
+def _kept_limits(
+    current: Mapping[str, Mapping[str, str]], key: str, in_use: dict[str, int], headroom: int
+) -> dict[str, int] | None:
+    """The namespaces' current limits of ``key`` if they still hold (see the module
+    docstring), else None."""
+    limits: dict[str, int] = {}
+    for namespace in in_use:
+        value = (current.get(namespace) or {}).get(key)
+        if value is None or not value.isdigit():
+            return None  # missing, or not written by this rule (e.g. "1k" by hand)
+        limits[namespace] = int(value)
+    if sum(limits.values()) != sum(in_use.values()) + headroom:
+        return None
+    floor = (headroom // len(in_use) + 1) // 2  # half the even share, rounded up
+    if any(limits[ns] - in_use[ns] < floor for ns in in_use):
+        return None
+    return limits

@@ -39,6 +39,9 @@ from tenants.models import NamespaceBinding
 
 logger = logging.getLogger(__name__)
 
+# Tidegate's own ResourceQuotas, found by label (bound or not).
+_SELECTOR = f"{MANAGED_BY_LABEL}=tidegate"
+
 
 @dataclass
 class QuotaSyncResult:
@@ -65,9 +68,13 @@ def lent_by_queue(cluster: Cluster) -> dict[int, dict[str, int]]:
 
 
 def desired_quotas(
-    cluster: Cluster, bindings: list[NamespaceBinding], used: dict[str, dict[str, int]]
+    cluster: Cluster,
+    bindings: list[NamespaceBinding],
+    used: dict[str, dict[str, int]],
+    current: dict[str, dict[str, str]] | None = None,
 ) -> dict[str, dict[str, str]]:
-    """`spec.hard` per bound namespace of `cluster` (the inputs of the pure rule)."""
+    """`spec.hard` per bound namespace of `cluster` (the inputs of the pure rule);
+    ``current`` is what Tidegate's quotas say now (kept while they still hold)."""
     flavours = Flavour.objects.filter(cluster=cluster)
     resources = set(flavours.filter(capacity__gt=0).values_list("resource_name", flat=True))
     guaranteed: dict[int, dict[str, int]] = defaultdict(dict)
@@ -92,7 +99,7 @@ def desired_quotas(
         TenantNamespaces(slugs[tid], tuple(namespaces), guaranteed.get(tid, {}))
         for tid, namespaces in by_tenant.items()
     ]
-    return desired_hard_limits(tenants, used, resources)
+    return desired_hard_limits(tenants, used, resources, current)
 
 
 def used_by_namespace(cluster: Cluster, gateway: ClusterGateway) -> dict[str, dict[str, int]]:
@@ -142,12 +149,14 @@ def _quota_sync(cluster: Cluster, gateway: ClusterGateway) -> QuotaSyncResult:
         .select_related("tenant")
         .order_by("namespace")
     )
-    desired = desired_quotas(cluster, bindings, used_by_namespace(cluster, gateway))
+    existing = gateway.resource_quota_limits(_SELECTOR)
+    current = {ns: hard for (ns, name), hard in existing.items() if name == QUOTA_NAME}
+    desired = desired_quotas(cluster, bindings, used_by_namespace(cluster, gateway), current)
     result = QuotaSyncResult(namespaces=len(bindings))
     marks = _Marks(timezone.now())
     _mark = marks.add
     unreachable: ClusterUnreachable | None = None
-    for binding, applied in _apply_all(gateway, bindings, desired):
+    for binding, applied in _apply_all(gateway, bindings, desired, current):
         if isinstance(applied, ClusterUnreachable):
             unreachable = unreachable or applied  # the others' outcomes are still kept
             continue
@@ -182,19 +191,27 @@ def _quota_sync(cluster: Cluster, gateway: ClusterGateway) -> QuotaSyncResult:
     marks.write()
     if unreachable is not None:
         raise unreachable  # what was applied before the cluster stopped answering is kept
-    _remove_unbound(cluster, gateway, {b.namespace for b in bindings}, result)
+    _remove_unbound(cluster, gateway, sorted(existing), {b.namespace for b in bindings}, result)
     logger.info("quota sync of %s: %s", cluster.name, result)
     return result
 
 
 def _apply_all(
-    gateway: ClusterGateway, bindings: list[NamespaceBinding], desired: dict[str, dict[str, str]]
+    gateway: ClusterGateway,
+    bindings: list[NamespaceBinding],
+    desired: dict[str, dict[str, str]],
+    current: dict[str, dict[str, str]],
 ) -> Iterator[tuple[NamespaceBinding, ApplyResult | GatewayError]]:
-    """Apply each binding's quota, up to ``gateway.write_concurrency`` at once (a real API
-    server answers many writes in parallel; a sync after a busy hour writes hundreds).
-    Yields in binding order; once the cluster stops answering, the bindings not yet
-    applied are skipped (a ClusterUnreachable is yielded for each), while applies already
-    under way finish and yield what they did."""
+    """Apply each binding's quota; yields in binding order.
+
+    Quotas whose limits change (or that were not applied fine last time) go out up to
+    ``gateway.write_concurrency`` at once (a real API server answers many writes in
+    parallel; a sync after a busy hour writes hundreds). The rest are applied one after
+    the other: they almost always match already, which the gateway tells without a
+    request, and a thread per such check costs more than the check. Once the cluster
+    stops answering, the bindings not yet applied are skipped (a ClusterUnreachable is
+    yielded for each), while applies already under way finish and yield what they did.
+    """
     unreachable = threading.Event()
 
     def apply(binding: NamespaceBinding) -> ApplyResult | GatewayError:
@@ -214,21 +231,32 @@ def _apply_all(
         except GatewayError as error:
             return error
 
-    workers = max(1, min(gateway.write_concurrency, len(bindings)))
-    if workers == 1:
-        yield from ((b, apply(b)) for b in bindings)
-        return
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="quota-apply") as pool:
-        yield from zip(bindings, pool.map(apply, bindings), strict=True)
+    changing = [
+        b
+        for b in bindings
+        if current.get(b.namespace) != desired[b.namespace]
+        or b.sync_state != NamespaceBinding.SyncState.OK
+    ]
+    done: dict[int, ApplyResult | GatewayError] = {}
+    workers = min(gateway.write_concurrency, len(changing))
+    if workers > 1:
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="quota-apply") as pool:
+            done = dict(zip((b.pk for b in changing), pool.map(apply, changing), strict=True))
+    for binding in bindings:
+        yield binding, done[binding.pk] if binding.pk in done else apply(binding)
 
 
 def _remove_unbound(
-    cluster: Cluster, gateway: ClusterGateway, bound: set[str], result: QuotaSyncResult
+    cluster: Cluster,
+    gateway: ClusterGateway,
+    existing: list[tuple[str, str]],
+    bound: set[str],
+    result: QuotaSyncResult,
 ) -> None:
-    """Delete Tidegate's quota from every namespace that has one but no binding: an
-    unbound namespace is no tenant's, and a stale limit would keep throttling it."""
-    selector = f"{MANAGED_BY_LABEL}=tidegate"
-    for namespace, name in gateway.list_resource_quotas(selector):
+    """Delete Tidegate's quota from every namespace that has one (``existing``, as
+    listed before the sync) but no binding: an unbound namespace is no tenant's, and a
+    stale limit would keep throttling it."""
+    for namespace, name in existing:
         if name != QUOTA_NAME or namespace in bound:
             continue
         try:

@@ -167,3 +167,28 @@ def test_changed_nodes_are_written_exactly_however_many_change(
         assert node.busy == {"nvidia.com/gpu": i % 8 + 1}
         assert node.labels["team"] == "it's x\\y"
         assert node.unschedulable is bool(i % 2) and node.product == "H100-80GB"
+
+
+def test_a_node_row_changed_behind_inventorys_back_is_read_again_and_repaired(
+    fake_cluster: FakeCluster,
+) -> None:
+    """Inventory remembers the rows it read or wrote; a write by anyone else moves the
+    row's version (xmin, ctid), so the next sync reads that row again and puts the
+    cluster's truth back."""
+    cluster, gateway = fake_cluster.cluster, fake_cluster.gateway
+    inventory_sync(cluster, gateway)
+    Node.objects.filter(name="h100-2").update(
+        labels={"nvidia.com/gpu.product": "edited"}, busy={"nvidia.com/gpu": 7}
+    )
+    inventory_sync(cluster, gateway)
+    node = Node.objects.get(name="h100-2")
+    assert node.labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    assert node.busy == {}
+    # and a row inventory wrote itself is remembered as written: nothing to write again
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as queries:
+        inventory_sync(cluster, gateway)
+    table = Node._meta.db_table
+    assert not [q for q in queries if q["sql"].startswith(f'UPDATE "{table}" AS t')]

@@ -62,6 +62,81 @@ def test_usage_stays_within_the_namespace_that_has_it() -> None:
     }
 
 
+def _gpus(limits: dict[str, dict[str, str]]) -> dict[str, int]:
+    return {ns: int(h["requests.nvidia.com/gpu"]) for ns, h in limits.items()}
+
+
+def test_limits_in_the_cluster_are_kept_while_they_still_hold() -> None:
+    tenants = [TenantNamespaces("vision", ("a", "b", "c"), {"nvidia.com/gpu": 30})]
+    now = {"a": {"requests.nvidia.com/gpu": "10"}, "b": {"requests.nvidia.com/gpu": "10"}}
+    now["c"] = {"requests.nvidia.com/gpu": "10"}
+    # a starts 4 pods and b 2 (inside their limits), c finishes none: nothing moves
+    used = {"a": {"nvidia.com/gpu": 4}, "b": {"nvidia.com/gpu": 2}}
+    assert _gpus(desired_hard_limits(tenants, used, ["nvidia.com/gpu"], now)) == {
+        "a": 10,
+        "b": 10,
+        "c": 10,
+    }
+    # without the cluster's limits the headroom of 24 is split evenly again
+    assert _gpus(desired_hard_limits(tenants, used, ["nvidia.com/gpu"])) == {
+        "a": 12,
+        "b": 10,
+        "c": 8,
+    }
+
+
+def test_limits_are_split_anew_once_a_bound_breaks() -> None:
+    tenants = [TenantNamespaces("vision", ("a", "b", "c"), {"nvidia.com/gpu": 30})]
+    now = {ns: {"requests.nvidia.com/gpu": "10"} for ns in ("a", "b", "c")}
+    resources = ["nvidia.com/gpu"]
+    # a has 2 of its 10 left, under half of the even share of 17 // 3 = 5 (rounded up: 3)
+    low = {"a": {"nvidia.com/gpu": 8}, "b": {"nvidia.com/gpu": 5}}
+    assert _gpus(desired_hard_limits(tenants, low, resources, now)) == {"a": 14, "b": 11, "c": 5}
+    # with 3 left it would have kept its limit
+    enough = {"a": {"nvidia.com/gpu": 7}, "b": {"nvidia.com/gpu": 5}}
+    assert _gpus(desired_hard_limits(tenants, enough, resources, now)) == {
+        "a": 10,
+        "b": 10,
+        "c": 10,
+    }
+    # the guarantee grew to 33: the limits no longer add up to it
+    grown = [TenantNamespaces("vision", ("a", "b", "c"), {"nvidia.com/gpu": 33})]
+    assert sum(_gpus(desired_hard_limits(grown, {}, resources, now)).values()) == 33
+    # a namespace bound since (no quota yet), or a limit written by hand as "1k"
+    more = [TenantNamespaces("vision", ("a", "b", "c", "d"), {"nvidia.com/gpu": 30})]
+    assert _gpus(desired_hard_limits(more, {}, resources, now)) == {"a": 8, "b": 8, "c": 7, "d": 7}
+    odd = {**now, "c": {"requests.nvidia.com/gpu": "1k"}}
+    assert _gpus(desired_hard_limits(tenants, {}, resources, odd)) == {"a": 10, "b": 10, "c": 10}
+    assert desired_hard_limits(tenants, {}, resources, odd)["c"] == {
+        "requests.nvidia.com/gpu": "10"
+    }
+    # over the ceiling (it was cut to 12 while 15 run): each namespace exactly its use
+    cut = [TenantNamespaces("vision", ("a", "b", "c"), {"nvidia.com/gpu": 12})]
+    busy = {"a": {"nvidia.com/gpu": 9}, "b": {"nvidia.com/gpu": 6}}
+    assert _gpus(desired_hard_limits(cut, busy, resources, now)) == {"a": 9, "b": 6, "c": 0}
+
+
+def test_pods_coming_and_going_inside_the_limits_cost_no_quota_write(
+    fake_cluster: FakeCluster,
+) -> None:
+    quota_sync(fake_cluster.cluster, fake_cluster.gateway)
+    api = fake_cluster.api
+    before = {ns: hard(api, ns) for ns in ("vision-dev", "vision-train")}
+    api.add_pod("vision-dev", "notebook", requests={"nvidia.com/gpu": 1}, node_name="h100-1")
+    api.reset_counts()
+    result = quota_sync(fake_cluster.cluster, fake_cluster.gateway)
+    assert (result.writes, result.unchanged) == (0, 4)
+    assert api.write_count() == 0
+    assert {ns: hard(api, ns) for ns in ("vision-dev", "vision-train")} == before
+    # vision-dev's last GPU is taken: the tenant's headroom is split anew
+    for name in ("notebook-2", "notebook-3"):
+        api.add_pod("vision-dev", name, requests={"nvidia.com/gpu": 1}, node_name="h100-1")
+    result = quota_sync(fake_cluster.cluster, fake_cluster.gateway)
+    assert result.updated == 2
+    assert hard(api, "vision-dev")["requests.nvidia.com/gpu"] == "5"
+    assert hard(api, "vision-train")["requests.nvidia.com/gpu"] == "1"
+
+
 def test_a_second_sync_with_nothing_changed_writes_nothing(fake_cluster: FakeCluster) -> None:
     quota_sync(fake_cluster.cluster, fake_cluster.gateway)
     fake_cluster.api.reset_counts()

@@ -53,14 +53,32 @@ def test_steady_syncs_read_the_watch_and_write_only_what_changed(watched: FakeCl
     assert (quota_sync(cluster.pk) or {}).get("writes") == 0
     assert api.count() == 0  # nothing listed, nothing read, nothing written
 
+    # vision holds 6 GPUs over two namespaces (3 and 3); a pod inside that changes no quota
     api.add_pod("vision-dev", "notebook", requests={"nvidia.com/gpu": 1}, node_name="h100-1")
     eventually(lambda: "notebook" in _pods_seen(watched))
     api.reset_counts()
     inventory_sync(cluster.pk)
     assert Node.objects.get(name="h100-1").busy == {"nvidia.com/gpu": 1}
-    # vision's two namespaces share its headroom anew; no other tenant's quota moves
+    assert (quota_sync(cluster.pk) or {}).get("writes") == 0
+    assert api.count() == 0
+
+    # vision-dev uses all 3 of its GPUs now: vision's two namespaces share the 3 left
+    # anew (dev 3 + 2, train 1); no other tenant's quota moves
+    for name in ("notebook-2", "notebook-3"):
+        api.add_pod("vision-dev", name, requests={"nvidia.com/gpu": 1}, node_name="h100-1")
+    eventually(lambda: "notebook-3" in _pods_seen(watched))
+    api.reset_counts()
+    inventory_sync(cluster.pk)
     assert (quota_sync(cluster.pk) or {}).get("writes") == 2
     assert api.count() == 2
+    limits = {
+        ns: api.get_object("ResourceQuota", ns, "tidegate-gpu")["spec"]["hard"]  # type: ignore[index]
+        for ns in ("vision-dev", "vision-train")
+    }
+    assert {ns: h["requests.nvidia.com/gpu"] for ns, h in limits.items()} == {
+        "vision-dev": "5",
+        "vision-train": "1",
+    }
 
 
 def test_changed_connection_settings_start_a_new_cache_and_stop_the_old(

@@ -9,8 +9,9 @@ longer mentions (unless somebody else owns them too).
 
 from __future__ import annotations
 
-import copy
 from typing import Any
+
+from .jsoncopy import clone
 
 Path = tuple[str, ...]
 EntryKey = tuple[str, str, str]  # manager, operation, subresource
@@ -140,15 +141,15 @@ def deep_merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
         if isinstance(value, dict) and isinstance(base.get(key), dict):
             deep_merge(base[key], value)
         else:
-            base[key] = copy.deepcopy(value)
+            base[key] = clone(value)
     return base
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386 JSON merge patch (strategic merge patches: strategic.py)."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = copy.deepcopy(target) if isinstance(target, dict) else {}
+        return clone(patch)
+    result = clone(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if key.startswith("$"):
             continue  # a strategic-merge directive means nothing in a JSON merge patch
@@ -215,7 +216,7 @@ def server_side_apply(
             entries[other] = {
                 p for p in entries[other] if not any(_related(p, c) for c in conflicting)
             }
-    result = copy.deepcopy(live) if live else {"metadata": {}}
+    result = clone(live) if live else {"metadata": {}}
     owned_by_others = (
         set().union(*(p for k, p in entries.items() if k != key)) if entries else set()
     )
@@ -230,12 +231,12 @@ def server_side_apply(
                     if isinstance(value[meta_key], dict) and isinstance(current, dict):
                         deep_merge(current, value[meta_key])
                     else:
-                        result["metadata"][meta_key] = copy.deepcopy(value[meta_key])
+                        result["metadata"][meta_key] = clone(value[meta_key])
         elif section != "status":
             if isinstance(value, dict) and isinstance(result.get(section), dict):
                 deep_merge(result[section], value)
             else:
-                result[section] = copy.deepcopy(value)
+                result[section] = clone(value)
     entries[key] = set(wanted)
     present = set(leaves(result)) | set(status_leaves(result))
     for entry_key in entries:

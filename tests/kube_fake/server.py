@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import copy
 import json
 import re
 import threading
@@ -28,6 +27,7 @@ from urllib.parse import parse_qs, urlsplit
 import yaml
 
 from . import fieldmanager
+from .jsoncopy import clone
 from .rbac import Rules
 from .routing import Route, route_request
 from .schema import refuse_unknown_fields
@@ -222,12 +222,12 @@ class FakeKubeApi:
     def get_object(self, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
         with self.store.lock:
             obj = self.store.objects.get(self.store.key(BY_KIND[kind], namespace, name))
-            return copy.deepcopy(obj)
+            return clone(obj)
 
     def objects(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
         resource = BY_KIND[kind]
         with self.store.lock:
-            return [copy.deepcopy(o) for o in self.store.of(resource.plural, namespace)]
+            return [clone(o) for o in self.store.of(resource.plural, namespace)]
 
     def create_object(
         self, obj: Mapping[str, Any], manager: str = "kubectl-create"
@@ -357,7 +357,7 @@ class FakeKubeApi:
         if spec.get("completions") is not None:
             running = min(running, int(spec["completions"]))
         for index in range(running):
-            pod_spec = copy.deepcopy(template.get("spec") or {})
+            pod_spec = clone(template.get("spec") or {})
             # the Job controller's pod creates go through ResourceQuota admission: a pod
             # that would pass a quota is refused (403) and not created
             refusal = self.store.quota_refusal(namespace, f"{name}-{index}", pod_spec)
@@ -641,8 +641,8 @@ class FakeKubeApi:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    # Headers and body go out in two writes; with Nagle on, keep-alive requests would
-    # each wait ~40 ms for the client's delayed ACK.
+    # Watch events go out in many small writes; with Nagle on, each would wait ~40 ms
+    # for the client's delayed ACK.
     disable_nagle_algorithm = True
     fake: FakeKubeApi
 
@@ -666,8 +666,9 @@ def _respond(
     handler.send_header("Content-Length", str(len(data)))
     for key, value in headers.items():
         handler.send_header(key, value)
-    handler.end_headers()
-    handler.wfile.write(data)
+    # What end_headers() does, with the body in the same write (one packet, not two).
+    handler._headers_buffer.append(b"\r\n" + data)  # type: ignore[attr-defined]
+    handler.flush_headers()
 
 
 def _apply_body(raw: bytes) -> Any:
@@ -750,7 +751,7 @@ def _json_patch(obj: dict[str, Any], op: Mapping[str, Any]) -> dict[str, Any]:
     """One RFC 6902 add/replace operation (what mutating webhooks answer here)."""
     if op.get("op") not in ("add", "replace"):
         raise ApiError(500, "InternalError", f"unsupported JSON Patch op {op.get('op')!r}")
-    out = copy.deepcopy(obj)
+    out = clone(obj)
     keys = [k.replace("~1", "/").replace("~0", "~") for k in op["path"].split("/")[1:]]
     target = out
     for key in keys[:-1]:

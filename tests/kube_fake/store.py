@@ -8,7 +8,6 @@ turned into ``Status`` objects by the HTTP layer.
 from __future__ import annotations
 
 import base64
-import copy
 import json
 import re
 import threading
@@ -22,6 +21,7 @@ from typing import Any
 from kubernetes.utils.quantity import parse_quantity
 
 from . import fieldmanager, validation
+from .jsoncopy import clone
 
 
 @dataclass(frozen=True)
@@ -306,7 +306,7 @@ class Store:
             obj = self.objects.get(self.key(resource, namespace, name))
             if obj is None:
                 raise not_found(resource, name)
-            return copy.deepcopy(obj)
+            return clone(obj)
 
     def list_objects(
         self,
@@ -376,7 +376,7 @@ class Store:
         self, resource: Resource, namespace: str | None, body: dict[str, Any], manager: str
     ) -> dict[str, Any]:
         with self.lock:
-            obj = copy.deepcopy(body)
+            obj = clone(body)
             meta = obj.setdefault("metadata", {})
             if not meta.get("name") and meta.get("generateName"):
                 meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
@@ -424,7 +424,7 @@ class Store:
             wanted = body.get("metadata", {}).get("resourceVersion")
             if wanted and wanted != old["metadata"]["resourceVersion"]:
                 raise self.conflict(resource, name)
-            obj = copy.deepcopy(body)
+            obj = clone(body)
             obj.setdefault("metadata", {})["name"] = name
             return self._store(resource, namespace, old, obj, manager, subresource)
 
@@ -483,7 +483,7 @@ class Store:
                     400, "BadRequest", "the name of the object does not match the name on the URL"
                 )
             key = self.key(resource, namespace, name)
-            live = copy.deepcopy(self.objects.get(key))
+            live = clone(self.objects.get(key))
             if live is None:
                 self._require_namespace(resource, namespace)
             wanted = meta.get("resourceVersion")
@@ -556,11 +556,11 @@ class Store:
         if old is not None:
             if subresource == "status":
                 status = obj.get("status")
-                obj = copy.deepcopy(old)
+                obj = clone(old)
                 obj["status"] = status
                 meta = obj["metadata"]
             elif resource.has_status:
-                obj["status"] = copy.deepcopy(old.get("status"))  # status is the controllers'
+                obj["status"] = clone(old.get("status"))  # status is the controllers'
                 if obj["status"] is None:
                     obj.pop("status")
             for field in ("uid", "creationTimestamp"):
@@ -576,7 +576,7 @@ class Store:
         if manager is not None:
             meta.pop("managedFields", None)
             if old is not None:
-                meta["managedFields"] = copy.deepcopy(old["metadata"].get("managedFields"))
+                meta["managedFields"] = clone(old["metadata"].get("managedFields"))
                 if meta["managedFields"] is None:
                     meta.pop("managedFields")
             fieldmanager.record_update(old, obj, manager, subresource, now_stamp())
@@ -591,13 +591,13 @@ class Store:
         self._put(key, obj)
         if resource.kind in ("Pod", "ResourceQuota"):
             self.refresh_quota_status(namespace or "")
-        return copy.deepcopy(self.objects[key])
+        return clone(self.objects[key])
 
     def put_raw(self, obj: dict[str, Any]) -> dict[str, Any]:
         """Store ``obj`` "by hand": no validation, no managedFields, no controllers; only
         server-owned identity fields are filled in and resourceVersion moves."""
         with self.lock:
-            obj = copy.deepcopy(obj)
+            obj = clone(obj)
             resource = BY_KIND[obj["kind"]]
             obj["apiVersion"] = resource.group_version
             meta = obj.setdefault("metadata", {})
@@ -613,7 +613,7 @@ class Store:
             self._put(key, obj)
             if resource.kind in ("Pod", "ResourceQuota"):
                 self.refresh_quota_status(meta.get("namespace", ""))
-            return copy.deepcopy(self.objects[key])
+            return clone(self.objects[key])
 
     def remove_raw(self, kind: str, namespace: str | None, name: str) -> bool:
         with self.lock:

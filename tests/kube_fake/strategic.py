@@ -13,9 +13,9 @@ of ``staging/src/k8s.io/apimachinery/pkg/util/strategicpatch/patch.go``:
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
+from .jsoncopy import clone
 from .store import ApiError
 
 # type -> field -> (merge key, or None for a list of strings; the elements' type)
@@ -62,7 +62,7 @@ def strategic_merge_patch(kind: str, target: dict[str, Any], patch: Any) -> dict
     is not an object or misuses a directive."""
     if not isinstance(patch, dict):
         raise ApiError(400, "BadRequest", "a strategic merge patch must be a JSON object")
-    merged = _merge_map(copy.deepcopy(target), patch, kind)
+    merged = _merge_map(clone(target), patch, kind)
     return merged if merged is not None else {}
 
 
@@ -99,7 +99,7 @@ def _merge_map(target: Any, patch: dict[str, Any], kind: str) -> dict[str, Any] 
             else:
                 result[key] = merged
         else:
-            result[key] = copy.deepcopy(value)  # scalars, and lists replaced whole
+            result[key] = clone(value)  # scalars, and lists replaced whole
     for key, order in body.items():
         if key.startswith(_ORDER):
             field = key.removeprefix(_ORDER)
