@@ -147,9 +147,14 @@ class ClusterGateway(abc.ABC):
 
     ``write_concurrency``: how many writes callers may have in flight at once from
     threads (1: the gateway is not thread-safe).
+
+    ``compares_locally``: an apply that changes nothing costs no request (the gateway
+    compares with a copy it holds), so there is nothing to gain from running such
+    applies in parallel.
     """
 
     write_concurrency: int = 1
+    compares_locally: bool = True
 
     @abc.abstractmethod
     def list_nodes(self) -> list[NodeInfo]:

@@ -71,6 +71,11 @@ class KubernetesGateway(ClusterGateway):
     # The client's connection pool and the API server take parallel writes.
     write_concurrency = 8
 
+    @property
+    def compares_locally(self) -> bool:  # type: ignore[override]
+        # Watched quotas answer what an apply compares; without them it reads first.
+        return self.cache is not None
+
     def __init__(
         self,
         api_client: k8s.ApiClient,

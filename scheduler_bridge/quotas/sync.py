@@ -206,9 +206,9 @@ def _apply_all(
 
     Quotas whose limits change (or that were not applied fine last time) go out up to
     ``gateway.write_concurrency`` at once (a real API server answers many writes in
-    parallel; a sync after a busy hour writes hundreds). The rest are applied one after
-    the other: they almost always match already, which the gateway tells without a
-    request, and a thread per such check costs more than the check. Once the cluster
+    parallel; a sync after a busy hour writes hundreds). When the gateway compares
+    without a request, the rest are applied one after the other: they almost always
+    match already, and a thread per such check costs more than the check. Once the cluster
     stops answering, the bindings not yet applied are skipped (a ClusterUnreachable is
     yielded for each), while applies already under way finish and yield what they did.
     """
@@ -234,7 +234,8 @@ def _apply_all(
     changing = [
         b
         for b in bindings
-        if current.get(b.namespace) != desired[b.namespace]
+        if not gateway.compares_locally
+        or current.get(b.namespace) != desired[b.namespace]
         or b.sync_state != NamespaceBinding.SyncState.OK
     ]
     done: dict[int, ApplyResult | GatewayError] = {}
