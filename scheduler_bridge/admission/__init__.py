@@ -22,6 +22,15 @@ Where things live:
 """
 
 from .budget import AllowAllBudgetGate, BudgetGate
+from .elastic import (
+    ElasticChange,
+    ElasticPod,
+    core_of,
+    elastic_changes,
+    elastic_parts,
+    elastic_reason,
+    without_elastic_pods,
+)
 from .engine import AdmissionEngine, run_cycle
 from .fairshare import decay_usage
 from .model import (
@@ -50,6 +59,13 @@ from .pending import fits_when_idle
 from .simulator import SimJob, SimulationResult, Simulator, apply_result
 
 __all__ = [
+    "ElasticChange",
+    "ElasticPod",
+    "core_of",
+    "elastic_changes",
+    "elastic_parts",
+    "elastic_reason",
+    "without_elastic_pods",
     "Admission",
     "AdmissionEngine",
     "AdmitCode",

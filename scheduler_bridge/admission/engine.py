@@ -192,6 +192,7 @@ class AdmissionEngine:
                     wl.topology,
                     tuple((ps.count, ps.gpus_per_pod, ps.flavours) for ps in wl.pod_sets),
                     wl.preemptible,
+                    wl.elastic_of is not None,
                 )
                 item = Item(wl, node, static.shape(raw))
             else:
@@ -366,7 +367,7 @@ class _Cycle:
                     self._fail_before_pass(group, [])
                 elif (
                     not may_preempt_borrowing
-                    and st.guarantee_class(node, shape) == 1
+                    and st.guarantee_class(node, shape) >= 1
                     and not self._fits_now(node, shape)
                 ):
                     kept = [i for i in group.items if i.holder or i.reach > NO_REACH]
@@ -538,7 +539,9 @@ class _Cycle:
             reclaiming = self.state.reclaiming
             allowed = tuple(o for o in allowed if not any(reclaiming[f][node] for f in o.flavours))
         verdict = self._admit_first(queue, item, allowed) if allowed else None
-        if verdict is None and self.state.config.priority_preemption:
+        # an elastic pod takes what is left once all other work had its turn; it never
+        # preempts anything (it would be the first to be taken back)
+        if verdict is None and self.state.config.priority_preemption and not item.shape.elastic:
             # no option is inside the guarantee, so reclaim is out: only the tenant's
             # own lower-priority work could make room
             verdict = self._preempt(queue, item, options)
@@ -573,9 +576,11 @@ class _Cycle:
         return None
 
     def _borrows(self, node: int, option: Option) -> bool:
-        usage = self.state.usage
+        """Whether ``option`` goes past the tenant's guarantee (its elastic pods, which
+        its rigid work may take back, do not count)."""
+        rigid = self.state.rigid_usage
         guaranteed = self.state.tree.guaranteed
-        return any(usage[f][node] + need > guaranteed[f][node] for f, need in option.totals)
+        return any(rigid(f, node) + need > guaranteed[f][node] for f, need in option.totals)
 
     def _quota_ok(self, node: int, option: Option) -> bool:
         st = self.state
@@ -676,6 +681,9 @@ class _Cycle:
         st.add_usage(node, option.totals)
         if not item.shape.may_borrow:
             st.add_pinned(node, option.totals)
+        if item.shape.elastic:
+            for f, need in option.totals:
+                st.elastic[f][node] += need
         own = st.reservation_of.get(item.wl.id)
         if sources:
             consume(st, plan, sources)
@@ -742,6 +750,10 @@ class _Cycle:
         fresh = [v for v in found.victims if not v.wl.evicting]
         for victim in found.victims:
             st.claim(victim)
+            if victim.wl.elastic_of is not None and victim.node >= 0:
+                # its GPUs are spoken for: no longer elastic room of its tenant
+                for f, gpus in victim.totals.items():
+                    st.elastic[f][victim.node] -= gpus
         self.preemptor.forget(found.victims)
         for victim in fresh:
             self.preemptions.append(records.preemption(st, item, victim, f0))

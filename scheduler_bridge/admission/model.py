@@ -123,18 +123,38 @@ class Node:
 
 @dataclass(frozen=True, slots=True)
 class PodSet:
-    """``count`` pods of ``gpus_per_pod`` GPUs of the first acceptable flavour that fits."""
+    """``count`` pods of ``gpus_per_pod`` GPUs of the first acceptable flavour that fits.
+
+    ``min_count`` (None: ``count``) makes the pod set elastic: its first ``min_count``
+    pods are the core, admitted under the usual rules; the pods above it are elastic,
+    added one by one into capacity nobody else waits for and taken back first
+    (admission/elastic.py)."""
 
     count: int
     gpus_per_pod: int
     flavours: tuple[str, ...]
     name: str = "main"
+    min_count: int | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.flavours, str):
             object.__setattr__(self, "flavours", (self.flavours,))
         if self.count < 1 or self.gpus_per_pod < 1 or not self.flavours:
             raise ValueError(f"pod set {self.name}: needs count >= 1, gpus >= 1, a flavour")
+        if self.min_count is not None and not 1 <= self.min_count <= self.count:
+            raise ValueError(
+                f"pod set {self.name}: min_count must be within 1..{self.count} (its count), "
+                f"got {self.min_count}"
+            )
+
+    @property
+    def core(self) -> int:
+        """Pods that must run for the workload to run at all."""
+        return self.count if self.min_count is None else self.min_count
+
+    @property
+    def elastic(self) -> bool:
+        return self.core < self.count
 
     @property
     def gpus(self) -> int:
@@ -161,10 +181,16 @@ class PendingWorkload:
     # queued before it - a returning victim, a reservation, its own tenant's other work -
     # takes them (the caller keeps this from one cycle to the next).
     held: tuple[Placement, ...] = ()
+    # An elastic pod of running workload ``elastic_of`` (admission/elastic.py builds
+    # them): it queues after all other work, starts only where nobody else waits,
+    # never preempts and never holds a reservation.
+    elastic_of: str | None = None
 
     def __post_init__(self) -> None:
         if not self.pod_sets:
             raise ValueError(f"workload {self.id}: no pod sets")
+        if self.elastic_of is not None and not self.preemptible:
+            raise ValueError(f"workload {self.id}: an elastic pod is always preemptible")
 
     @property
     def gpus(self) -> int:
@@ -197,6 +223,9 @@ class RunningWorkload:
     max_run_time_s: float | None = None
     evicting: bool = False
     request: PendingWorkload | None = field(default=None, compare=False, repr=False)
+    # An elastic pod of running workload ``elastic_of``: the first thing any reclaim
+    # inside its tree takes back, its own tenant's included (admission/elastic.py).
+    elastic_of: str | None = None
 
     @property
     def flavour(self) -> str:
@@ -221,6 +250,7 @@ class RunningWorkload:
             preemptible=workload.preemptible,
             max_run_time_s=workload.max_run_time_s,
             request=replace(workload, held=()) if workload.held else workload,
+            elastic_of=workload.elastic_of,
         )
 
 

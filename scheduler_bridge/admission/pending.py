@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from .model import Node, PendingWorkload, PodSet, Topology
 from .placement import Need, NodePool
 
-# (topology, pod sets as (count, GPUs per pod, acceptable flavours), may borrow)
-RawShape = tuple[Topology, tuple[tuple[int, int, tuple[str, ...]], ...], bool]
+# (topology, pod sets as (count, GPUs per pod, acceptable flavours), may borrow, elastic)
+RawShape = tuple[Topology, tuple[tuple[int, int, tuple[str, ...]], ...], bool, bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +47,8 @@ class Shape:
     # False for work that cannot be preempted: it runs only within its tenant's
     # guarantee, or no owner could ever reclaim what it borrowed (KAI has the same rule)
     may_borrow: bool = True
+    # an elastic pod (PendingWorkload.elastic_of): queued after all other work
+    elastic: bool = False
 
     @property
     def simple(self) -> bool:
@@ -59,11 +61,11 @@ def build_shape(raw: RawShape, shape_id: int, flavour_index: dict[str, int]) -> 
     gives pod set i its k-th acceptable flavour (its last one once it has no more). The
     engine tries the options inside the tenant's unused guarantee before the ones that
     would borrow (Kueue's ``whenCanBorrow: TryNextFlavor``), see engine._evaluate."""
-    topology, pod_sets, may_borrow = raw
+    topology, pod_sets, may_borrow, elastic = raw
     unknown = sorted({f for _, _, names in pod_sets for f in names if f not in flavour_index})
     gpus = sum(count * per_pod for count, per_pod, _ in pod_sets)
     if unknown:
-        return Shape(raw, shape_id, topology, (), (), tuple(unknown), gpus, may_borrow)
+        return Shape(raw, shape_id, topology, (), (), tuple(unknown), gpus, may_borrow, elastic)
     options: list[Option] = []
     seen: set[tuple[int, ...]] = set()
     for k in range(max(len(names) for _, _, names in pod_sets)):
@@ -79,7 +81,7 @@ def build_shape(raw: RawShape, shape_id: int, flavour_index: dict[str, int]) -> 
             totals[f] = totals.get(f, 0) + count * per_pod
         options.append(Option(len(options), chosen, needs, tuple(sorted(totals.items()))))
     flavours = tuple(sorted({f for option in options for f in option.flavours}))
-    return Shape(raw, shape_id, topology, tuple(options), flavours, (), gpus, may_borrow)
+    return Shape(raw, shape_id, topology, tuple(options), flavours, (), gpus, may_borrow, elastic)
 
 
 class Item:
@@ -172,7 +174,7 @@ def fits_when_idle(nodes: Sequence[Node], pod_sets: Sequence[PodSet], topology: 
         {f for n in nodes for f in n.capacity} | {f for p in pod_sets for f in p.flavours}
     )
     index = {name: i for i, name in enumerate(names)}
-    raw = (topology, tuple((p.count, p.gpus_per_pod, p.flavours) for p in pod_sets), True)
+    raw = (topology, tuple((p.count, p.gpus_per_pod, p.flavours) for p in pod_sets), True, False)
     shape = build_shape(raw, 0, index)
     idle = [
         Node(n.name, dict(n.capacity), None, n.domain) for n in sorted(nodes, key=lambda n: n.name)

@@ -6,6 +6,12 @@ every candidate whose return still lets it fit, so that only as few workloads as
 are stopped. Order:
 
 1. workloads already being evicted (stopping them again costs nothing);
+1b. elastic pods (RunningWorkload.elastic_of), for a preemptor inside its guarantee:
+   any tenant's of the same tree, its own included, the most-borrowing tenant first,
+   then most recently started. Shrinking a workload keeps its core running, so reclaim
+   shrinks before it preempts; minimisation gives whole workloads back first. A
+   tenant's elastic pods do not count against its guarantee (state.py): its rigid work
+   inside the guarantee takes them back like anyone's;
 2. reclaim - only for a preemptor whose workload fits inside its tenant's unused
    guarantee: running work of *other* tenants of the same tree that are above their
    guarantee, the most-borrowing tenant first (recomputed after every removal), within
@@ -116,9 +122,8 @@ class Preemptor:
         st = self.state
         node = item.node
         tree = st.tree
-        usage = st.usage
         within = all(
-            tree.access[f][node] and usage[f][node] + need <= tree.guaranteed[f][node]
+            tree.access[f][node] and st.rigid_usage(f, node) + need <= tree.guaranteed[f][node]
             for f, need in option.totals
         )
         reclaim = st.config.reclaim and within
@@ -138,10 +143,13 @@ class Preemptor:
                 found.update(st.borrowers.get((root, f), ()))
             found.discard(node)
             borrowers = list(found)  # any order: the heap's keys decide
-        if not evicting and not borrowers and not own:
+        elastic = self._elastic(root, flavours) if reclaim else []
+        if not evicting and not elastic and not borrowers and not own:
             return None
         search = _Search(st, item, option)
         done = search.take_in_order(evicting)
+        if not done and elastic:
+            done = search.take_in_order(elastic)
         if not done and borrowers:
             queues: dict[int, list[Run]] = {}
             done = search.take_reclaim(borrowers, indexes, queues, flavours, strict=True)
@@ -156,6 +164,24 @@ class Preemptor:
         victims = search.victims()
         search.undo()
         return PreemptionPlan(victims, plan, any(v.node != node for v in victims))
+
+    def _elastic(self, root: int, flavours: list[int]) -> list[Run]:
+        """Elastic pods of the tree on ``flavours``, most-borrowing tenant first (as the
+        cycle started), then most recently started."""
+        st = self.state
+        view = st.victim_view
+        guaranteed = st.tree.guaranteed
+        found: dict[str, Run] = {}
+        for f in flavours:
+            for run in st.runs_by_root.get((root, f), ()):
+                if run.wl.elastic_of is not None and not run.claimed and not run.wl.evicting:
+                    found.setdefault(run.wl.id, run)
+
+        def order(run: Run) -> tuple[int, int, float, str]:
+            borrowed = sum(max(0, view[f][run.node] - guaranteed[f][run.node]) for f in flavours)
+            return (-borrowed, run.order[0], run.order[1], run.order[2])
+
+        return sorted(found.values(), key=order)
 
     def _own(self, item: Item, option: Option, indexes: list[_Index], within: bool) -> list[Run]:
         """The tenant's own lower-priority work, if stopping all of it could bring the

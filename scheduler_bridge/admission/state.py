@@ -119,6 +119,9 @@ class CycleState:
         # what work that cannot be preempted holds, per flavour and workload node: it must
         # stay within the guarantee, so that whatever a tenant borrows is preemptible
         self.pinned: list[list[int]] = [[0] * self.tree.size for _ in range(nflavours)]
+        # what elastic pods hold, per flavour and workload node: never part of the
+        # tenant's claim on its guarantee (its rigid work may take them back)
+        self.elastic: list[list[int]] = [[0] * self.tree.size for _ in range(nflavours)]
         # GPUs preemptors of this cycle took over from their victims, per flavour and
         # preemptor node, and who took them (for the reasons of work left waiting)
         self.reclaiming: list[list[int]] = [[0] * self.tree.size for _ in range(nflavours)]
@@ -155,7 +158,13 @@ class CycleState:
             tenant = tree.tenant_index.get(wl.tenant_id)
             node = tree.workload_node[tenant] if tenant is not None else -1
             protection = wl.admitted_at + min_run
-            protected = protection > self.now and not wl.evicting and wl.preemptible
+            # elastic pods are the first thing taken back, however young
+            protected = (
+                protection > self.now
+                and not wl.evicting
+                and wl.preemptible
+                and wl.elastic_of is None
+            )
             protected_until = protection if protected else None
             run = Run(wl, node, tree.root[node] if node >= 0 else -1, protected_until)
             limit = wl.max_run_time_s if wl.max_run_time_s is not None else assumed
@@ -175,6 +184,8 @@ class CycleState:
                     tree.add(f, node, gpus, self.usage[f])
                     if not wl.preemptible:
                         self.pinned[f][node] += gpus
+                    if wl.elastic_of is not None:
+                        self.elastic[f][node] += gpus
                     key = (run.root, f)
                     self.run_tokens[key] = self.run_tokens.get(key, 0) + run.token
             self.runs.append(run)
@@ -289,20 +300,30 @@ class CycleState:
         return self.shares.share(node, self.usage)
 
     def guarantee_class(self, node: int, shape: Shape) -> int:
-        """0 if some flavour option fits inside the tenant's unused guarantee, else 1.
+        """0 if some flavour option fits inside the tenant's unused guarantee, else 1;
+        2 for an elastic pod, which queues after all other work.
 
         Work inside its guarantee goes before borrowing work whatever its priority (Kueue
         sorts "does not borrow" first too): otherwise a higher-priority borrower could
-        take GPUs just reclaimed for their owner, and reclaim would start over."""
+        take GPUs just reclaimed for their owner, and reclaim would start over. The
+        tenant's elastic pods do not count against its guarantee here: its rigid work
+        takes them back (preemption.py)."""
+        if shape.elastic:
+            return 2
         guaranteed = self.tree.guaranteed
         usage = self.usage
+        elastic = self.elastic
         for option in shape.options:
             for f, need in option.totals:
-                if usage[f][node] + need > guaranteed[f][node]:
+                if usage[f][node] - elastic[f][node] + need > guaranteed[f][node]:
                     break
             else:
                 return 0
         return 1
+
+    def rigid_usage(self, f: int, node: int) -> int:
+        """What the workload node uses of flavour ``f`` apart from its elastic pods."""
+        return self.usage[f][node] - self.elastic[f][node]
 
     def never_fits(self, shape: Shape) -> bool:
         """No option of ``shape`` fits even an idle cluster (cached per node layout)."""
