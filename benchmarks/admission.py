@@ -23,6 +23,12 @@ finishes, an incremental cycle with the warm engine. For that cycle it reports
 ``groups_failed_at_start_incremental`` (groups the freed GPUs cannot help, refused
 before the main pass) and ``groups_skipped_incremental`` (remembered failures).
 
+``elastic`` - the ``deep-queue`` shape with a third of the workloads elastic: a third
+of the running work grows up to 2 elastic pods above its core before the measured
+cycle, and a third of the pending workloads may grow by up to 3 pods above what they
+ask for (their core). Same figures as ``deep-queue`` plus ``shrinks`` and ``grows``
+(elastic pods taken back and started in the full cycle).
+
 ``persisted`` needs PostgreSQL; see ``persisted`` below.
 
 Figures are measured, never asserted. ``decisions_per_s`` counts one decision per
@@ -37,6 +43,7 @@ import math
 import random
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -55,6 +62,9 @@ from scheduler_bridge.admission import (  # noqa: E402
     Quota,
     Tenant,
     Topology,
+    core_of,
+    elastic_changes,
+    elastic_parts,
 )
 from scheduler_bridge.admission.simulator import SimJob, Simulator, apply_result  # noqa: E402
 
@@ -201,7 +211,35 @@ def _random_workload(wid: str, team: str, rng: random.Random, now: float) -> Pen
     )
 
 
-def deep_queue() -> dict[str, Any]:
+def _elastic(wl: PendingWorkload, extra: int) -> PendingWorkload:
+    """``wl`` able to grow by ``extra`` pods above what it asks for."""
+    ps = wl.pod_sets[0]
+    return replace(wl, pod_sets=(replace(ps, count=ps.count + extra, min_count=ps.count),))
+
+
+def _elastic_pods(
+    snapshot: ClusterSnapshot, requests: dict[str, PendingWorkload]
+) -> tuple[PendingWorkload, ...]:
+    """The missing elastic pods of the running elastic workloads of ``snapshot``."""
+    grown: dict[str, list[Any]] = {}
+    from scheduler_bridge.admission import ElasticPod
+
+    for run in snapshot.running:
+        if run.elastic_of is not None:
+            _, pod_set, index = run.id.rsplit("~", 2)
+            pod = ElasticPod(pod_set, int(index), run.placements[0], run.admitted_at)
+            grown.setdefault(run.elastic_of, []).append(pod)
+    out: list[PendingWorkload] = []
+    for run in snapshot.running:
+        request = requests.get(run.id)
+        if request is not None and run.elastic_of is None:
+            flavours = {request.pod_sets[0].name: run.flavour}
+            out.extend(elastic_parts(run, request, flavours, grown.get(run.id, []))[1])
+    return tuple(out)
+
+
+def deep_queue(elastic: bool = False) -> dict[str, Any]:
+    name = "elastic" if elastic else "deep-queue"
     rng = random.Random(SEED)
     tenants, quotas, nodes, flavours = _deep_world(rng)
     teams = [t.id for t in tenants if "-team-" in t.id]
@@ -214,7 +252,7 @@ def deep_queue() -> dict[str, Any]:
         nodes=tuple(nodes),
         usage_history={t: rng.uniform(0, 500) for t in teams},
     )
-    progress(f"deep-queue: filling {len(nodes)} nodes with running work")
+    progress(f"{name}: filling {len(nodes)} nodes with running work")
     # every team asks for some work first, so the cluster is busy the way fair share
     # leaves it: most teams near their guarantee, some borrowing
     fill = [
@@ -223,22 +261,40 @@ def deep_queue() -> dict[str, Any]:
     ]
     warmup = replace(base, now=now - 3600.0, pending=tuple(fill))
     busy = apply_result(warmup, AdmissionEngine().run_cycle(warmup, explain_pending=False))
+    requests: dict[str, PendingWorkload] = {}
+    if elastic:  # a third of the running work grows by up to 2 pods above its core
+        for run in busy.running:
+            if run.request is not None and rng.random() < 1 / 3:
+                requests[run.id] = _elastic(run.request, 2)
+        grow = replace(busy, pending=_elastic_pods(busy, requests))
+        busy = apply_result(grow, AdmissionEngine().run_cycle(grow, explain_pending=False))
+        busy = replace(busy, pending=())
     # then some of that work ends, as it does between two cycles of a busy cluster
-    busy = replace(busy, running=tuple(r for r in busy.running if rng.random() > 0.15))
-    pending = tuple(
+    ended = {r.id for r in busy.running if r.elastic_of is None and rng.random() <= 0.15}
+    busy = replace(
+        busy,
+        running=tuple(r for r in busy.running if r.id not in ended and r.elastic_of not in ended),
+    )
+    pending: tuple[PendingWorkload, ...] = tuple(
         _random_workload(f"w{i:05d}", teams[i % len(teams)], rng, now) for i in range(PENDING)
     )
+    if elastic:  # a third of the queue may grow by up to 3 pods once its core runs
+        pending = tuple(
+            core_of(_elastic(wl, rng.randint(1, 3))) if i % 3 == 0 else wl
+            for i, wl in enumerate(pending)
+        )
+        pending += _elastic_pods(busy, requests)
     snapshot = replace(busy, now=now, pending=pending)
     used = sum(p.gpus for r in snapshot.running for p in r.placements)
     progress(
-        f"deep-queue: {len(snapshot.running)} running ({used} GPUs of 10,000), {PENDING} pending"
+        f"{name}: {len(snapshot.running)} running ({used} GPUs of 10,000), {len(pending)} pending"
     )
     engine = AdmissionEngine()
     started = time.perf_counter()
     first = engine.run_cycle(snapshot)
     full = time.perf_counter() - started
     progress(
-        f"deep-queue: full cycle {full:.3f} s: {len(first.admissions)} admitted, "
+        f"{name}: full cycle {full:.3f} s: {len(first.admissions)} admitted, "
         f"{len(first.preemptions)} preempted, {len(first.pending)} explained"
     )
     # the follow-up cycle admits the reclaimers whose victims have now stopped; after it
@@ -250,27 +306,33 @@ def deep_queue() -> dict[str, Any]:
     after = apply_result(after, follow)
     settle = engine.run_cycle(after)
     after = apply_result(after, settle)
-    finished = next(r for r in after.running if r.id.startswith("r"))
-    one_finish = replace(after, running=tuple(r for r in after.running if r is not finished))
+    finished = next(r for r in after.running if r.id.startswith("r") and r.elastic_of is None)
+    one_finish = replace(
+        after,
+        running=tuple(
+            r for r in after.running if r is not finished and r.elastic_of != finished.id
+        ),
+    )
     started = time.perf_counter()
     second = engine.run_cycle(one_finish)
     incremental = time.perf_counter() - started
     stats = second.stats
     progress(
-        f"deep-queue: follow-up cycle {follow_up:.3f} s ({len(follow.admissions)} admitted); "
+        f"{name}: follow-up cycle {follow_up:.3f} s ({len(follow.admissions)} admitted); "
         f"incremental cycle {incremental:.3f} s after {finished.id} finished: "
         f"{len(second.admissions)} admitted, {stats.groups_evaluated if stats else '?'} tries, "
         f"{stats.groups_failed_at_start if stats else '?'} groups refused at the start, "
         f"{stats.groups_skipped if stats else '?'} skipped as remembered"
     )
-    return {
+    changes = elastic_changes(snapshot, first).values()
+    figures: dict[str, Any] = {
         "bench": "admission",
-        "scenario": "deep-queue",
-        "pending": PENDING,
+        "scenario": name,
+        "pending": len(pending),
         "tenants": len(teams),
         "full_cycle_s": round(full, 3),
         "incremental_cycle_s": round(incremental, 3),
-        "decisions_per_s": round(PENDING / full),
+        "decisions_per_s": round(len(pending) / full),
         "admitted_full_cycle": len(first.admissions),
         "preempted_full_cycle": len(first.preemptions),
         "follow_up_cycle_s": round(follow_up, 3),
@@ -278,6 +340,10 @@ def deep_queue() -> dict[str, Any]:
         "groups_skipped_incremental": stats.groups_skipped if stats else None,
         "groups_failed_at_start_incremental": stats.groups_failed_at_start if stats else None,
     }
+    if elastic:
+        figures["shrinks"] = sum(len(c.shrink) for c in changes)
+        figures["grows"] = sum(len(c.grow) for c in changes)
+    return figures
 
 
 # --------------------------------------------------------------------------- persisted
@@ -289,7 +355,16 @@ def persisted() -> dict[str, Any] | None:
     return persisted_scenario()
 
 
-SCENARIOS = {"kueue-baseline": kueue_baseline, "deep-queue": deep_queue, "persisted": persisted}
+def elastic() -> dict[str, Any]:
+    return deep_queue(elastic=True)
+
+
+SCENARIOS: dict[str, Callable[[], dict[str, Any] | None]] = {
+    "kueue-baseline": kueue_baseline,
+    "deep-queue": deep_queue,
+    "elastic": elastic,
+    "persisted": persisted,
+}
 
 
 def main(argv: list[str]) -> None:

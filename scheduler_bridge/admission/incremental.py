@@ -46,22 +46,26 @@ def own_limits_only(
     state: CycleState,
     node: int,
     shape: Shape,
-    headroom: dict[tuple[int, int, bool], int] | None = None,
+    headroom: dict[tuple[int, int, bool, bool], int] | None = None,
 ) -> bool:
     """Every option is beyond the tenant's own limits: guaranteed + borrow limit, or the
     guarantee alone for work that may not borrow. Never true with priority preemption
-    on: stopping the tenant's own lower-priority work lowers its usage. ``headroom``
-    memoises the room left per (node, flavour, may borrow)."""
+    on: stopping the tenant's own lower-priority work lowers its usage; and the
+    tenant's elastic pods do not count for its rigid work when reclaim is on, which
+    takes them back. ``headroom`` memoises the room left per (node, flavour, may
+    borrow, rigid)."""
     if state.config.priority_preemption:
         return False
     if headroom is None:
         headroom = {}
     may_borrow = shape.may_borrow
+    rigid = state.config.reclaim and not shape.elastic
     for option in shape.options:
         for f, need in option.totals:
-            room = headroom.get((node, f, may_borrow))
+            key = (node, f, may_borrow, rigid)
+            room = headroom.get(key)
             if room is None:
-                room = headroom[(node, f, may_borrow)] = _headroom(state, node, f, may_borrow)
+                room = headroom[key] = _headroom(state, node, f, may_borrow, rigid)
             if need > room:
                 break
         else:
@@ -69,7 +73,9 @@ def own_limits_only(
     return True
 
 
-def _headroom(state: CycleState, node: int, f: int, may_borrow: bool = True) -> int:
+def _headroom(
+    state: CycleState, node: int, f: int, may_borrow: bool = True, rigid: bool = False
+) -> int:
     tree = state.tree
     if not tree.access[f][node]:
         return -1
@@ -78,7 +84,8 @@ def _headroom(state: CycleState, node: int, f: int, may_borrow: bool = True) -> 
     limit = tree.borrow_limit[f][node]
     if limit == NO_LIMIT:
         return NO_LIMIT
-    return tree.guaranteed[f][node] + limit - state.usage[f][node]
+    used = state.rigid_usage(f, node) if rigid else state.usage[f][node]
+    return tree.guaranteed[f][node] + limit - used
 
 
 def fingerprint(state: CycleState, node: int, shape: Shape, memo: dict) -> Fingerprint:

@@ -4,8 +4,17 @@ Jobs arrive at their submit time; the engine runs a cycle whenever something cha
 (an arrival, a finish, a preemption), at most once every ``cycle_interval_s``, the way
 a periodic admission task with event triggers would; admitted jobs run for their run
 time and leave; preempted jobs are stopped at once and queued again with their
-original submit time (their progress is lost, as when a Kubernetes Job is suspended).
-Usage history decays with the snapshot's half-life and feeds fair share.
+original submit time. A preempted job resumes from its last checkpoint
+(``SimJob.checkpoint_interval_s``, counted in its running time) or, without one, from
+the start, as when a Kubernetes Job is suspended: the work thrown away is counted as
+wasted GPU time. Usage history decays with the snapshot's half-life and feeds fair share.
+
+Elastic jobs (a pod set with ``min_count``) run as a core plus elastic pods
+(elastic.py). The speed-up model is linear: a job's ``run_time_s`` is its run time at
+its full size, and with p of its n pods running it progresses at p / n of that speed.
+Each grow or shrink costs ``resize_pause_s`` of the job's time (its workers restart
+from a checkpoint taken at the change, as an elastic launcher such as torchrun's
+does); that pause is counted as wasted GPU time too.
 
 Used by tests (fair-share convergence, no preemption loops), by benchmarks/admission.py
 and, later, by trace replay. Everything is deterministic: no wall clock enters a
@@ -20,6 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from time import perf_counter
 
+from .elastic import ElasticPod, core_of, elastic_changes, elastic_parts, is_elastic
 from .engine import AdmissionEngine
 from .fairshare import decay_usage
 from .model import (
@@ -29,6 +39,7 @@ from .model import (
     Flavour,
     Node,
     PendingWorkload,
+    Placement,
     Quota,
     RunningWorkload,
     Tenant,
@@ -37,10 +48,17 @@ from .model import (
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SimJob:
-    """A job of the simulation: ``workload.submitted_at`` is its arrival time."""
+    """A job of the simulation: ``workload.submitted_at`` is its arrival time,
+    ``run_time_s`` its run time at full size; ``checkpoint_interval_s`` (None: never)
+    how often it saves its progress while it runs."""
 
     workload: PendingWorkload
     run_time_s: float
+    checkpoint_interval_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.checkpoint_interval_s is not None and not self.checkpoint_interval_s > 0:
+            raise ValueError(f"job {self.workload.id}: checkpoint interval must be positive")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -83,12 +101,23 @@ class SimulationResult:
     end_time: float
     capacity_gpu_equivalents: float
     held_gpu_seconds: Mapping[str, float] = field(default_factory=dict)
+    # GPU-equivalent seconds of work thrown away (by preemption, or resize pauses)
+    wasted_gpu_seconds: float = 0.0
+    grows: int = 0  # elastic pods started
+    shrinks: int = 0  # elastic pods taken back
 
     @property
     def mean_utilization(self) -> float:
         """Time-weighted utilisation over the whole run."""
         span = (self.end_time - self.start_time) * self.capacity_gpu_equivalents
         return sum(self.held_gpu_seconds.values()) / span if span > 0 else 0.0
+
+    @property
+    def goodput(self) -> float:
+        """GPU time of work that counted over the GPU time the cluster offered."""
+        span = (self.end_time - self.start_time) * self.capacity_gpu_equivalents
+        useful = sum(self.held_gpu_seconds.values()) - self.wasted_gpu_seconds
+        return useful / span if span > 0 else 0.0
 
 
 class Simulator:
@@ -107,6 +136,7 @@ class Simulator:
         usage_half_life_s: float = 7 * DAY_S,
         explain_pending: bool = False,
         on_cycle: Callable[[ClusterSnapshot, CycleResult], None] | None = None,
+        resize_pause_s: float = 60.0,
     ) -> None:
         self.tenants = tuple(tenants)
         self.flavours = tuple(flavours)
@@ -121,6 +151,7 @@ class Simulator:
         self.half_life = usage_half_life_s
         self.explain = explain_pending
         self.on_cycle = on_cycle
+        self.resize_pause_s = resize_pause_s
         self.equivalent = {f.name: f.gpu_equivalent for f in self.flavours}
         self.capacity = sum(
             gpus * self.equivalent.get(name, 0.0)
@@ -134,6 +165,34 @@ class Simulator:
         return run.go(math.inf if until is None else until)
 
 
+class _Progress:
+    """Where a running job is: work left (seconds at full size) as of ``since``, its
+    speed now (running pods / pods at full size), and what its last checkpoint saved."""
+
+    __slots__ = ("checkpoint_at", "checkpoint_left", "left", "rate", "run_started", "since")
+
+    def __init__(self, left: float, rate: float, now: float) -> None:
+        self.left = left
+        self.rate = rate
+        self.since = now
+        self.run_started = now
+        self.checkpoint_at = now
+        self.checkpoint_left = left
+
+    def advance(self, now: float, interval: float | None) -> None:
+        """Bring the work left up to ``now``, taking the checkpoints passed meanwhile."""
+        if interval is not None:
+            last = self.run_started + math.floor((now - self.run_started) / interval) * interval
+            if last > self.checkpoint_at and last >= self.since:
+                self.checkpoint_at = last
+                self.checkpoint_left = max(0.0, self.left - (last - self.since) * self.rate)
+        self.left = max(0.0, self.left - (now - self.since) * self.rate)
+        self.since = now
+
+    def finish_at(self) -> float:
+        return self.since + self.left / self.rate if self.rate > 0 else math.inf
+
+
 class _Run:
     """State of one simulation run."""
 
@@ -145,6 +204,11 @@ class _Run:
         self.next_arrival = 0
         self.pending: dict[str, PendingWorkload] = {}
         self.running: dict[str, RunningWorkload] = {}
+        self.left: dict[str, float] = {}  # work left of queued jobs (seconds at full size)
+        self.progress: dict[str, _Progress] = {}
+        # elastic jobs: their running elastic pods, and each pod set's flavour
+        self.pods: dict[str, dict[tuple[str, int], ElasticPod]] = {}
+        self.pod_flavours: dict[str, dict[str, str]] = {}
         self.finishes: list[tuple[float, str, int]] = []
         self.generation: dict[str, int] = {}
         self.started: dict[str, float] = {}
@@ -160,6 +224,9 @@ class _Run:
         self.admissions = 0
         self.preemptions = 0
         self.cycles = 0
+        self.wasted = 0.0
+        self.grows = 0
+        self.shrinks = 0
 
     def go(self, until: float) -> SimulationResult:
         start = self.arrivals[0].workload.submitted_at if self.arrivals else 0.0
@@ -201,7 +268,8 @@ class _Run:
         changed = False
         while self._next_finish_time() <= now:
             at, wid, _ = heapq.heappop(self.finishes)
-            self._stop(self.running.pop(wid), at)
+            self._stop_job(wid, at)
+            del self.progress[wid]
             self.finished[wid] = at
             changed = True
         return changed
@@ -211,13 +279,14 @@ class _Run:
         while self._next_arrival_time() <= now:
             job = self.arrivals[self.next_arrival]
             self.next_arrival += 1
-            self.pending[job.workload.id] = job.workload
+            self.pending[job.workload.id] = core_of(job.workload)
+            self.left[job.workload.id] = job.run_time_s
             changed = True
         return changed
 
     # ------------------------------------------------------------ accounting
-    def _gpu_equivalents(self, wl: RunningWorkload) -> float:
-        return sum(p.gpus * self.sim.equivalent.get(p.flavour, 0.0) for p in wl.placements)
+    def _equivalents(self, placements: Sequence[Placement]) -> float:
+        return sum(p.gpus * self.sim.equivalent.get(p.flavour, 0.0) for p in placements)
 
     def _account(self, tenant: str, now: float) -> None:
         """Bring a tenant's decayed usage and held-seconds integral up to ``now``."""
@@ -230,58 +299,126 @@ class _Run:
             self.held_seconds[tenant] = self.held_seconds.get(tenant, 0.0) + held * (now - last)
         self.updated[tenant] = now
 
-    def _start(self, wl: RunningWorkload, now: float) -> None:
-        self._account(wl.tenant_id, now)
-        self.held[wl.tenant_id] = self.held.get(wl.tenant_id, 0.0) + self._gpu_equivalents(wl)
+    def _hold(self, tenant: str, placements: Sequence[Placement], now: float, sign: int) -> None:
+        self._account(tenant, now)
+        self.held[tenant] = self.held.get(tenant, 0.0) + sign * self._equivalents(placements)
 
-    def _stop(self, wl: RunningWorkload, now: float) -> None:
-        self._account(wl.tenant_id, now)
-        self.held[wl.tenant_id] = self.held.get(wl.tenant_id, 0.0) - self._gpu_equivalents(wl)
+    def _full_size(self, wid: str) -> float:
+        """The GPU-equivalents the job holds at full size."""
+        request = self.sim.jobs[wid].workload
+        flavours = self.pod_flavours[wid]
+        equivalent = self.sim.equivalent
+        return sum(
+            ps.count * ps.gpus_per_pod * equivalent.get(flavours[ps.name], 0.0)
+            for ps in request.pod_sets
+        )
+
+    def _rate(self, wid: str) -> float:
+        request = self.sim.jobs[wid].workload
+        pods = sum(ps.count for ps in request.pod_sets)
+        return (_core_pods(request) + len(self.pods.get(wid, {}))) / pods
+
+    def _reschedule(self, wid: str) -> None:
+        generation = self.generation.get(wid, 0) + 1
+        self.generation[wid] = generation
+        heapq.heappush(self.finishes, (self.progress[wid].finish_at(), wid, generation))
+
+    def _stop_job(self, wid: str, now: float) -> None:
+        """The job's core and elastic pods stop (finished or preempted)."""
+        core = self.running.pop(wid)
+        self._hold(core.tenant_id, core.placements, now, -1)
+        for pod in self.pods.pop(wid, {}).values():
+            self._hold(core.tenant_id, (pod.placement,), now, -1)
+
+    def _resize(self, wid: str, now: float) -> None:
+        """A grow or shrink: the job pauses ``resize_pause_s`` (wasted) at its new size."""
+        progress = self.progress[wid]
+        interval = self.sim.jobs[wid].checkpoint_interval_s
+        progress.advance(now, interval)
+        progress.rate = self._rate(wid)
+        pause = self.sim.resize_pause_s
+        progress.left += pause * progress.rate
+        progress.checkpoint_at, progress.checkpoint_left = now, progress.left
+        self.wasted += pause * progress.rate * self._full_size(wid)
+        self._reschedule(wid)
 
     # ----------------------------------------------------------------- cycles
     def _snapshot(self, now: float) -> ClusterSnapshot:
         for tenant in self.held:
             self._account(tenant, now)
         sim = self.sim
+        running: list[RunningWorkload] = list(self.running.values())
+        pending: list[PendingWorkload] = list(self.pending.values())
+        for wid, core in self.running.items():
+            request = sim.jobs[wid].workload
+            if is_elastic(request):
+                pods = list(self.pods.get(wid, {}).values())
+                up, wanted = elastic_parts(core, request, self.pod_flavours[wid], pods)
+                running.extend(up)
+                pending.extend(wanted)
         return ClusterSnapshot(
             now=now,
             tenants=sim.tenants,
             flavours=sim.flavours,
             quotas=sim.quotas,
             nodes=sim.nodes,
-            running=tuple(self.running.values()),
-            pending=tuple(self.pending.values()),
+            running=tuple(running),
+            pending=tuple(pending),
             usage_history=dict(self.history),
             usage_half_life_s=sim.half_life,
         )
 
     def _cycle(self, now: float) -> bool:
-        """Run one cycle and apply it; True if another cycle is due (after preemptions)."""
+        """Run one cycle and apply it; True if another cycle is due (after preemptions,
+        or when an elastic core started)."""
         snapshot = self._snapshot(now)
         started = perf_counter()
         result = self.sim.engine.run_cycle(snapshot, explain_pending=self.sim.explain)
         spent = perf_counter() - started
         self.engine_s += spent
         self.cycles += 1
-        for preemption in result.preemptions:
-            victim = self.running.pop(preemption.victim_id)
-            self._stop(victim, now)
-            self.preempted[victim.id] = self.preempted.get(victim.id, 0) + 1
-            if victim.request is not None:
-                self.pending[victim.id] = victim.request
+        changes = elastic_changes(snapshot, result)
+        whole = [p.victim_id for p in result.preemptions if p.victim_id in self.running]
+        for wid in whole:
+            self._preempt(wid, now)
+        for wid, change in changes.items():
+            if wid not in self.running:
+                continue  # preempted whole in this cycle
+            pods = self.pods.setdefault(wid, {})
+            for pod_set, index in change.shrink:
+                pod = pods.pop((pod_set, index))
+                self._hold(self.running[wid].tenant_id, (pod.placement,), now, -1)
+            for pod_set, index, placement in change.grow:
+                pods[(pod_set, index)] = ElasticPod(pod_set, index, placement, now)
+                self._hold(self.running[wid].tenant_id, (placement,), now, 1)
+            self.shrinks += len(change.shrink)
+            self.grows += len(change.grow)
+            self._resize(wid, now)
+        admitted = 0
+        grow_due = False  # an elastic core started: its pods may grow in the next cycle
         for admission in result.admissions:
-            workload = self.pending.pop(admission.workload_id)
+            workload = self.pending.pop(admission.workload_id, None)
+            if workload is None:
+                continue  # an elastic pod (applied above)
+            admitted += 1
             running = RunningWorkload.from_admission(workload, admission, now)
             self.running[workload.id] = running
-            self._start(running, now)
+            self._hold(running.tenant_id, running.placements, now, 1)
             self.started.setdefault(workload.id, now)
-            generation = self.generation.get(workload.id, 0) + 1
-            self.generation[workload.id] = generation
-            end = now + self.sim.jobs[workload.id].run_time_s
-            heapq.heappush(self.finishes, (end, workload.id, generation))
+            request = self.sim.jobs[workload.id].workload
+            self.pod_flavours[workload.id] = {
+                ps.name: flavour
+                for ps, flavour in zip(request.pod_sets, admission.flavours, strict=True)
+            }
+            self.progress[workload.id] = _Progress(
+                self.left.pop(workload.id), self._rate(workload.id), now
+            )
+            self._reschedule(workload.id)
+            grow_due |= is_elastic(request)
         _carry_holds(self.pending, result)
-        self.admissions += len(result.admissions)
-        self.preemptions += len(result.preemptions)
+        self.admissions += admitted
+        preempted = len(whole)
+        self.preemptions += preempted
         self.decisions += len(result.admissions) + len(result.preemptions) + len(result.pending)
         used = sum(self.held.values())
         self.samples.append(
@@ -289,14 +426,26 @@ class _Run:
                 time=now,
                 utilization=used / self.sim.capacity if self.sim.capacity else 0.0,
                 pending=len(self.pending),
-                admitted=len(result.admissions),
-                preempted=len(result.preemptions),
+                admitted=admitted,
+                preempted=preempted,
                 engine_s=spent,
             )
         )
         if self.sim.on_cycle is not None:
             self.sim.on_cycle(snapshot, result)
-        return bool(result.preemptions)
+        return bool(result.preemptions) or grow_due
+
+    def _preempt(self, wid: str, now: float) -> None:
+        """Stop the whole job; it queues again and resumes from its last checkpoint."""
+        job = self.sim.jobs[wid]
+        progress = self.progress.pop(wid)
+        progress.advance(now, job.checkpoint_interval_s)
+        lost = progress.checkpoint_left - progress.left
+        self.wasted += lost * self._full_size(wid)
+        self._stop_job(wid, now)
+        self.preempted[wid] = self.preempted.get(wid, 0) + 1
+        self.left[wid] = progress.checkpoint_left
+        self.pending[wid] = core_of(job.workload)
 
     def _result(self, start: float, end: float) -> SimulationResult:
         jobs = tuple(
@@ -323,7 +472,14 @@ class _Run:
             end_time=end,
             capacity_gpu_equivalents=self.sim.capacity,
             held_gpu_seconds=dict(self.held_seconds),
+            wasted_gpu_seconds=self.wasted,
+            grows=self.grows,
+            shrinks=self.shrinks,
         )
+
+
+def _core_pods(request: PendingWorkload) -> int:
+    return sum(ps.core for ps in request.pod_sets)
 
 
 def apply_result(

@@ -108,13 +108,21 @@ def _root_guarantees(tenants: tuple[Tenant, ...], quotas: list[Quota], flavour: 
 
 @st.composite
 def workloads(
-    draw: st.DrawFn, world: World, wid: str, at: float, simple: bool = False
+    draw: st.DrawFn,
+    world: World,
+    wid: str,
+    at: float,
+    simple: bool = False,
+    elastic: bool = False,
 ) -> PendingWorkload:
+    """A random workload; with ``elastic`` its first pod set may have a min_count."""
     tenant = draw(st.sampled_from([t.id for t in world.tenants]))
     names = [f.name for f in world.flavours]
     flavours = tuple(draw(st.permutations(names))[: draw(st.integers(1, len(names)))])
+    count = draw(st.integers(1, 5 if elastic else 3))
+    min_count = draw(st.integers(1, count)) if elastic and draw(st.booleans()) else None
     pod_sets: tuple[PodSet, ...] = (
-        PodSet(draw(st.integers(1, 3)), draw(st.integers(1, 4)), flavours),
+        PodSet(count, draw(st.integers(1, 4)), flavours, min_count=min_count),
     )
     if not simple and draw(st.integers(0, 5)) == 0:
         pod_sets = (*pod_sets, PodSet(1, 1, flavours, "launcher"))
@@ -133,13 +141,22 @@ def workloads(
 
 
 @st.composite
-def job_lists(draw: st.DrawFn, world: World, max_jobs: int = 25) -> list[SimJob]:
+def job_lists(
+    draw: st.DrawFn, world: World, max_jobs: int = 25, elastic: bool = False
+) -> list[SimJob]:
     count = draw(st.integers(1, max_jobs))
     jobs = []
     for i in range(count):
         at = float(draw(st.integers(0, 600)))
-        wl = draw(workloads(world, f"w{i:02d}", at))
-        jobs.append(SimJob(workload=wl, run_time_s=float(draw(st.integers(10, 900)))))
+        wl = draw(workloads(world, f"w{i:02d}", at, elastic=elastic))
+        checkpoint = draw(st.one_of(st.none(), st.sampled_from([60.0, 300.0]))) if elastic else None
+        jobs.append(
+            SimJob(
+                workload=wl,
+                run_time_s=float(draw(st.integers(10, 900))),
+                checkpoint_interval_s=checkpoint,
+            )
+        )
     return jobs
 
 

@@ -194,3 +194,14 @@ def test_the_reason_says_how_many_pods_run_and_why_not_more() -> None:
         "(no node has 1 free H100)"
     )
     assert elastic_reason(request, 8, []) == "running 8 of 8 pods: at its maximum"
+
+
+def test_own_elastic_pods_do_not_put_rigid_work_beyond_the_tenants_own_limits() -> None:
+    """With no room to borrow, a tenant's elastic pods fill its guarantee: its rigid
+    work is still not refused as beyond its limits, it takes the pods back."""
+    tree, quotas = two_teams(a=2, b=0, a_limit=0)
+    core, pods_running, _ = elastic_running("e", "a", {"n000": 1}, ["n000"], count=2)
+    mine = workload("a-rigid", "a", gpus=1, count=1)
+    snap = snapshot(tree, quotas, nodes(1, gpus=2), [mine], [core, *pods_running])
+    result = run_cycle(snap)
+    assert [p.victim_id for p in result.preemptions] == ["e~main~0"]

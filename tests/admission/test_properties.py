@@ -257,3 +257,134 @@ def test_every_reclaimer_is_admitted_within_two_cycles_of_its_victims_stopping(d
         for reclaimer, stopped in waiting.items():
             assert reclaimer in admitted or cycle <= stopped, (reclaimer, stopped, result.pending)
         snap = apply_result(snap, result)
+
+
+@PROFILE
+@given(data=st.data(), config=configs)
+def test_elastic_work_keeps_the_limits_settles_and_never_grows_by_preempting(data, config):
+    """Jobs with elastic pod sets among rigid ones, through a whole simulation: capacity
+    and quota hold with elastic pods counted, the warm engine decides what a fresh one
+    does, elastic pods never preempt anything, a cycle in which only elastic pods wait
+    changes nothing that runs (no grow/shrink oscillation), and the simulation ends."""
+    world = data.draw(worlds())
+    jobs = data.draw(job_lists(world, elastic=True))
+    cycles = [0]
+
+    def check(snapshot: ClusterSnapshot, result: CycleResult) -> None:
+        cycles[0] += 1
+        assert cycles[0] < 40 * (len(jobs) + 5), "the simulation does not settle"
+        check_cycle(snapshot, result)
+        assert result == run_cycle(snapshot, config)
+        elastic = {wl.id for wl in snapshot.pending if wl.elastic_of is not None}
+        assert not {p.preemptor_id for p in result.preemptions} & elastic
+        if all(wl.elastic_of is not None for wl in snapshot.pending):
+            assert not result.preemptions, result.preemptions
+
+    outcome = Simulator(
+        tenants=world.tenants,
+        flavours=world.flavours,
+        quotas=world.quotas,
+        nodes=world.nodes,
+        jobs=jobs,
+        engine=AdmissionEngine(config),
+        cycle_interval_s=30.0,
+        explain_pending=True,
+        on_cycle=check,
+    ).run()
+    runnable = [j for j in outcome.jobs if j.started_at is not None]
+    assert all(j.finished_at is not None for j in runnable)
+
+
+@PROFILE
+@given(data=st.data())
+def test_reclaim_shrinks_elastic_pods_first_and_the_owner_starts_next_cycle(data):
+    """Rigid fillers and elastic pods grown into what they left fill the cluster; an
+    owner below its guarantee (elastic pods do not count against it) submits rigid work
+    that fits its unused guarantee. Whenever taking back elastic pods alone would make
+    room, only elastic pods are stopped; once the victims stopped, the next cycle admits
+    the owner. The cores of elastic workloads inside their guarantee keep running."""
+    world = data.draw(worlds(backed=True))
+    snap = _filled(data, world)
+    snap = _grown(data, snap)
+    owners = _owners(world, snap)
+    assume(owners)
+    tenant, flavour, room = data.draw(st.sampled_from(owners))
+    gpus = data.draw(st.integers(1, room))
+    owner = PendingWorkload(
+        id="owner",
+        tenant_id=tenant,
+        pod_sets=(PodSet(gpus, 1, (flavour,)),),
+        priority=-1,
+        submitted_at=99.0,
+        topology=Topology.NONE,
+    )
+    snap = replace(snap, pending=(*snap.pending, owner), now=200.0)
+    first = run_cycle(snap)
+    check_cycle(snap, first)
+    if any(a.workload_id == "owner" for a in first.admissions):
+        return
+    assert first.preemptions, first.pending
+    elastic = {r.id for r in snap.running if r.elastic_of is not None}
+    without = replace(
+        snap,
+        running=tuple(r for r in snap.running if r.id not in elastic),
+        pending=(owner,),
+    )
+    if any(a.workload_id == "owner" for a in run_cycle(without).admissions):
+        assert {p.victim_id for p in first.preemptions} <= elastic, first.preemptions
+    second = run_cycle(apply_result(snap, first, requeue=False))
+    assert "owner" in [a.workload_id for a in second.admissions], second.pending
+
+
+def _filled(data, world) -> ClusterSnapshot:  # noqa: ANN001
+    """The cluster after two cycles of 30 rigid fillers."""
+    fillers = [data.draw(workloads(world, f"f{i}", float(i), simple=True)) for i in range(30)]
+    fillers = [replace(w, max_run_time_s=None) for w in fillers]
+    snap = ClusterSnapshot(
+        now=100.0,
+        tenants=world.tenants,
+        flavours=world.flavours,
+        quotas=world.quotas,
+        nodes=world.nodes,
+        pending=tuple(fillers),
+    )
+    snap = apply_result(snap, run_cycle(snap))
+    return apply_result(snap, run_cycle(snap))
+
+
+def _grown(data, snap: ClusterSnapshot) -> ClusterSnapshot:  # noqa: ANN001
+    """Some running fillers become elastic: pods of theirs grow into what is free."""
+    extra: list[PendingWorkload] = []
+    for run in snap.running:
+        if run.request is None or not run.preemptible or not data.draw(st.booleans()):
+            continue
+        per_pod = run.request.pod_sets[0].gpus_per_pod
+        for k in range(data.draw(st.integers(1, 4))):
+            extra.append(
+                PendingWorkload(
+                    id=f"{run.id}~main~{k}",
+                    tenant_id=run.tenant_id,
+                    pod_sets=(PodSet(1, per_pod, (run.flavour,)),),
+                    submitted_at=run.admitted_at,
+                    gang=False,
+                    elastic_of=run.id,
+                )
+            )
+    snap = replace(snap, pending=(*snap.pending, *extra), now=150.0)
+    return apply_result(snap, run_cycle(snap), requeue=False)
+
+
+def _owners(world, snap: ClusterSnapshot) -> list[tuple[str, str, int]]:  # noqa: ANN001
+    """Leaf tenants below their guarantee of a flavour, not counting elastic pods."""
+    rows = {(q.tenant_id, q.flavour): q for q in world.quotas}
+    used: dict[tuple[str, str], int] = {}
+    for wl in snap.running:
+        if wl.elastic_of is None:
+            for p in wl.placements:
+                used[(wl.tenant_id, p.flavour)] = used.get((wl.tenant_id, p.flavour), 0) + p.gpus
+    return [
+        (t, f.name, rows[(t, f.name)].guaranteed - used.get((t, f.name), 0))
+        for t in world.leaves
+        for f in world.flavours
+        if (t, f.name) in rows and rows[(t, f.name)].guaranteed > used.get((t, f.name), 0)
+    ]

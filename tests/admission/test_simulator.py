@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from scheduler_bridge.admission import Flavour, decay_usage
+from scheduler_bridge.admission import Flavour, PendingWorkload, PodSet, decay_usage
 from scheduler_bridge.admission.fairshare import decay_factor, mean_life_hours
 from scheduler_bridge.admission.simulator import SimJob, Simulator
 
@@ -104,3 +104,83 @@ def test_decayed_usage_halves_after_one_half_life_and_converges_to_holding_times
     twice = decay_usage(decay_usage(10.0, 4.0, 1800.0, week), 4.0, 1800.0, week)
     assert once == pytest.approx(twice)
     assert mean_life_hours(week) == pytest.approx(week / math.log(2) / 3600)
+
+
+def _two_teams_one_node(jobs: list[SimJob]):  # noqa: ANN202
+    tree = tenants({"org": None, "a": "org", "b": "org"})
+    return Simulator(
+        tenants=tree,
+        flavours=(Flavour("H100"),),
+        quotas=(quota("a", 4), quota("b", 4)),
+        nodes=nodes(1),
+        jobs=jobs,
+        cycle_interval_s=1.0,
+    ).run()
+
+
+def test_a_preempted_job_resumes_from_its_last_checkpoint_and_the_rest_is_wasted():
+    tree = tenants({"org": None, "a": "org", "b": "org"})
+
+    def run(checkpoint: float | None):  # noqa: ANN202
+        jobs = [
+            SimJob(
+                workload=workload("b-long", "b", 8, submitted=0.0),
+                run_time_s=1000.0,
+                checkpoint_interval_s=checkpoint,
+            ),
+            SimJob(workload=workload("a-owner", "a", 8, submitted=250.0), run_time_s=100.0),
+        ]
+        return Simulator(
+            tenants=tree,
+            flavours=(Flavour("H100"),),
+            quotas=(quota("a", 8), quota("b", 0)),
+            nodes=nodes(1),
+            jobs=jobs,
+            cycle_interval_s=1.0,
+        ).run()
+
+    saved = run(100.0)
+    # checkpoints at 100 and 200: the 50 s after the last one are lost on 8 GPUs
+    assert saved.wasted_gpu_seconds == pytest.approx(50 * 8)
+    assert {j.id: j.finished_at for j in saved.jobs}["b-long"] == pytest.approx(351 + 800)
+    lost = run(None)
+    assert lost.wasted_gpu_seconds == pytest.approx(250 * 8)
+    assert {j.id: j.finished_at for j in lost.jobs}["b-long"] == pytest.approx(351 + 1000)
+    assert saved.goodput > lost.goodput
+
+
+def test_an_elastic_job_grows_into_idle_gpus_and_runs_faster():
+    elastic = workload("a-elastic", "a", 1, count=8)
+    elastic = elastic.__class__(
+        id="a-elastic",
+        tenant_id="a",
+        pod_sets=(PodSet(8, 1, ("H100",), min_count=2),),
+        submitted_at=0.0,
+    )
+    result = _two_teams_one_node([SimJob(workload=elastic, run_time_s=800.0)])
+    job = {j.id: j for j in result.jobs}["a-elastic"]
+    # the core starts at 0, six pods join at 1 (paused 60 s for the change): 1 s at 2/8
+    # speed, then full speed for the remaining 799.75 s plus the pause
+    assert result.grows == 6 and result.shrinks == 0
+    assert job.finished_at == pytest.approx(1 + 60 + (800 - 0.25))
+    assert result.wasted_gpu_seconds == pytest.approx(60 * 8)
+
+
+def test_an_owner_shrinks_an_elastic_borrower_instead_of_preempting_it():
+    elastic = PendingWorkload(
+        id="a-elastic",
+        tenant_id="a",
+        pod_sets=(PodSet(8, 1, ("H100",), min_count=2),),
+        submitted_at=0.0,
+    )
+    jobs = [
+        SimJob(workload=elastic, run_time_s=800.0),
+        SimJob(workload=workload("b-owner", "b", 1, count=4, submitted=100.0), run_time_s=50.0),
+    ]
+    result = _two_teams_one_node(jobs)
+    outcome = {j.id: j for j in result.jobs}
+    assert result.preemptions == 0 and outcome["a-elastic"].preemptions == 0
+    assert result.shrinks == 4
+    assert outcome["b-owner"].started_at == 101.0
+    # once b is done, a grows back to its full size
+    assert result.grows == 6 + 4
