@@ -1,7 +1,10 @@
 """Replay the shipped two-week Philly trace (``data/traces/``; Jeon et al., USENIX ATC
-2019) under static quotas, FIFO and Tidegate's fair share on a simulated 320-GPU cluster;
-one JSON line per policy: bench, scenario, policy, jobs, wall_s, utilization, wait_mean_s,
-wait_p95_s, jain_fairness (plus preemptions, unfinished jobs and the trace's attribution).
+2019) under static quotas, FIFO, Tidegate's fair share and fair share with elastic jobs
+(``fair-share-elastic``: every job of 2 or more GPUs elastic down to half, a checkpoint
+every 30 minutes) on a simulated 320-GPU cluster; one JSON line per policy: bench,
+scenario, policy, jobs, wall_s, utilization, goodput, wasted_gpu_hours, wait_mean_s,
+wait_p95_s, jain_fairness (plus preemptions, shrinks, grows, unfinished jobs and the
+trace's attribution).
 One more line, ``fair-share-min-run-30m``, is fair share with borrowed work protected from
 reclaim for its first 30 minutes (EngineConfig.reclaim_min_run_s)."""
 

@@ -7,6 +7,15 @@ Policies (all on the same simulated cluster, GPUs per node fixed, one flavour):
   reclaim): high utilisation, but a burst from one team starves the rest.
 - `fair-share`: Tidegate: guarantees, lending of idle guarantee, reclaim by preemption,
   weighted dominant share with decayed usage.
+- `fair-share-elastic`: the same, with every job of 2 or more GPUs elastic down to half
+  its GPUs (it starts with half, grows into idle GPUs and is shrunk before anything is
+  preempted; a job of an even number of GPUs within a node runs as two pods, an odd one
+  as pods of one GPU, a larger one as full-node pods) and a checkpoint every 30 minutes.
+  The simulator's speed-up model is linear (admission/simulator.py).
+
+Every policy reports ``goodput`` (GPU time of work that counted over the GPU time
+offered) and ``wasted_gpu_hours`` (work thrown away by preemption, and elastic resize
+pauses) beside ``utilization``.
 Guarantees follow each virtual cluster's node count (philly_vc_nodes.csv) scaled to the
 simulated capacity; teams missing from that file get no guarantee.
 """
@@ -25,7 +34,8 @@ from scheduler_bridge.admission.model import Flavour, Node, Topology
 from scheduler_bridge.admission.simulator import SimJob, Simulator
 from scheduler_bridge.replay.trace import TraceJob
 
-POLICIES = ("static", "fifo", "fair-share")
+POLICIES = ("static", "fifo", "fair-share", "fair-share-elastic")
+ELASTIC_CHECKPOINT_S = 1800.0
 FLAVOUR = "gpu"
 ROOT = "cluster"
 
@@ -41,6 +51,10 @@ class ReplayFigures:
     jain_fairness: float
     preemptions: int
     unfinished: int
+    goodput: float = 0.0
+    wasted_gpu_hours: float = 0.0
+    shrinks: int = 0
+    grows: int = 0
 
 
 def guarantees(tenants: Sequence[str], vc_nodes: dict[str, int], capacity: int) -> dict[str, int]:
@@ -86,16 +100,19 @@ def replay(
     tenant_names = sorted({j.tenant for j in jobs})
     shares = guarantees(tenant_names, vc_nodes, capacity)
     fits = [j for j in jobs if j.gpus <= capacity]
+    elastic = policy == "fair-share-elastic"
+    pod_set = _elastic_pod_set if elastic else _pod_set
     sim_jobs = [
         SimJob(
             workload=PendingWorkload(
                 id=j.id,
                 tenant_id=j.tenant,
-                pod_sets=(_pod_set(j.gpus, gpus_per_node),),
+                pod_sets=(pod_set(j.gpus, gpus_per_node),),
                 submitted_at=j.submitted_at,
                 topology=Topology.NONE,
             ),
             run_time_s=j.run_time_s,
+            checkpoint_interval_s=ELASTIC_CHECKPOINT_S if elastic else None,
         )
         for j in fits
     ]
@@ -106,7 +123,9 @@ def replay(
         nodes=[Node(name=f"n{i:04d}", capacity={FLAVOUR: gpus_per_node}) for i in range(nodes)],
         jobs=sim_jobs,
         engine=AdmissionEngine(
-            EngineConfig(reclaim=policy == "fair-share", reclaim_min_run_s=reclaim_min_run_s)
+            EngineConfig(
+                reclaim=policy.startswith("fair-share"), reclaim_min_run_s=reclaim_min_run_s
+            )
         ),
         cycle_interval_s=cycle_interval_s,
     )
@@ -132,6 +151,10 @@ def replay(
         jain_fairness=round(jain(per_tenant), 4),
         preemptions=result.preemptions,
         unfinished=sum(1 for o in result.jobs if o.finished_at is None),
+        goodput=round(result.goodput, 4),
+        wasted_gpu_hours=round(result.wasted_gpu_seconds / 3600, 1),
+        shrinks=result.shrinks,
+        grows=result.grows,
     )
 
 
@@ -140,6 +163,18 @@ def _pod_set(gpus: int, per_node: int) -> PodSet:
     if gpus <= per_node:
         return PodSet(count=1, gpus_per_pod=gpus, flavours=(FLAVOUR,))
     return PodSet(count=math.ceil(gpus / per_node), gpus_per_pod=per_node, flavours=(FLAVOUR,))
+
+
+def _elastic_pod_set(gpus: int, per_node: int) -> PodSet:
+    """A job of 2 or more GPUs that can run on half of them (see the module docstring)."""
+    if gpus < 2:
+        return _pod_set(gpus, per_node)
+    if gpus > per_node:
+        count = math.ceil(gpus / per_node)
+        return PodSet(count, per_node, (FLAVOUR,), min_count=math.ceil(count / 2))
+    if gpus % 2 == 0:
+        return PodSet(2, gpus // 2, (FLAVOUR,), min_count=1)
+    return PodSet(gpus, 1, (FLAVOUR,), min_count=math.ceil(gpus / 2))
 
 
 def jain(values: Sequence[float]) -> float:

@@ -85,8 +85,9 @@ class Command(BaseCommand):
                 self.stdout.write(json.dumps({**line, "trace_source": PHILLY_ATTRIBUTION}))
             else:
                 self.stdout.write(
-                    f"{figures.policy:>10}: utilisation {figures.utilization:.1%}, "
-                    f"mean wait {figures.wait_mean_s / 3600:.2f} h, p95 wait "
+                    f"{figures.policy:>18}: utilisation {figures.utilization:.1%}, "
+                    f"goodput {figures.goodput:.1%}, {figures.wasted_gpu_hours:,.0f} GPU-hours "
+                    f"wasted, mean wait {figures.wait_mean_s / 3600:.2f} h, p95 wait "
                     f"{figures.wait_p95_s / 3600:.2f} h, fairness {figures.jain_fairness:.3f}, "
                     f"{figures.preemptions} preemptions ({figures.jobs} jobs, {figures.wall_s} s)"
                 )
