@@ -19,7 +19,7 @@ from scheduler_bridge.admission import (
     Topology,
     run_cycle,
 )
-from scheduler_bridge.admission.simulator import Simulator, apply_result
+from scheduler_bridge.admission.simulator import SimulationResult, Simulator, apply_result
 
 from .invariants import check_cycle
 from .strategies import configs, job_lists, workloads, worlds
@@ -51,17 +51,7 @@ def test_capacity_quota_and_lend_limits_hold_and_incremental_equals_fresh(data, 
         check_cycle(snapshot, result)
         assert result == run_cycle(snapshot, config)
 
-    Simulator(
-        tenants=world.tenants,
-        flavours=world.flavours,
-        quotas=world.quotas,
-        nodes=world.nodes,
-        jobs=jobs,
-        engine=AdmissionEngine(config),
-        cycle_interval_s=30.0,
-        explain_pending=True,
-        on_cycle=check,
-    ).run()
+    _simulate(world, jobs, config, check)
 
 
 @PROFILE
@@ -99,29 +89,8 @@ def _filled_with_room(data, world) -> tuple[ClusterSnapshot, str, str, int]:
     """Borrowers fill the cluster (two cycles of 30 fillers, some not preemptible); then
     a leaf tenant below its guarantee of a flavour is drawn: (snapshot, tenant, flavour,
     its unused guarantee)."""
-    rows = {(q.tenant_id, q.flavour): q for q in world.quotas}
-    fillers = [data.draw(workloads(world, f"f{i}", float(i), simple=True)) for i in range(30)]
-    fillers = [replace(w, max_run_time_s=None) for w in fillers]
-    snap = ClusterSnapshot(
-        now=100.0,
-        tenants=world.tenants,
-        flavours=world.flavours,
-        quotas=world.quotas,
-        nodes=world.nodes,
-        pending=tuple(fillers),
-    )
-    snap = apply_result(snap, run_cycle(snap))
-    snap = apply_result(snap, run_cycle(snap))
-    used: dict[tuple[str, str], int] = {}
-    for wl in snap.running:
-        for p in wl.placements:
-            used[(wl.tenant_id, p.flavour)] = used.get((wl.tenant_id, p.flavour), 0) + p.gpus
-    owners = [
-        (t, f.name, rows[(t, f.name)].guaranteed - used.get((t, f.name), 0))
-        for t in world.leaves
-        for f in world.flavours
-        if (t, f.name) in rows and rows[(t, f.name)].guaranteed > used.get((t, f.name), 0)
-    ]
+    snap = _filled(data, world)
+    owners = _owners(world, snap)
     assume(owners)
     tenant, flavour, room = data.draw(st.sampled_from(owners))
     return snap, tenant, flavour, room
@@ -151,14 +120,7 @@ def test_a_guarantee_is_reclaimable_within_one_cycle(data):
     world = data.draw(worlds(backed=True))
     snap, tenant, flavour, room = _filled_with_room(data, world)
     gpus = data.draw(st.integers(1, room))
-    owner = PendingWorkload(
-        id="owner",
-        tenant_id=tenant,
-        pod_sets=(PodSet(gpus, 1, (flavour,)),),
-        priority=-1,
-        submitted_at=99.0,
-        topology=Topology.NONE,
-    )
+    owner = _lowest_owner(tenant, flavour, gpus)
     snap = replace(snap, pending=(owner,), now=200.0)
     first = run_cycle(snap)
     check_cycle(snap, first)
@@ -280,17 +242,7 @@ def test_elastic_work_keeps_the_limits_settles_and_never_grows_by_preempting(dat
         if all(wl.elastic_of is not None for wl in snapshot.pending):
             assert not result.preemptions, result.preemptions
 
-    outcome = Simulator(
-        tenants=world.tenants,
-        flavours=world.flavours,
-        quotas=world.quotas,
-        nodes=world.nodes,
-        jobs=jobs,
-        engine=AdmissionEngine(config),
-        cycle_interval_s=30.0,
-        explain_pending=True,
-        on_cycle=check,
-    ).run()
+    outcome = _simulate(world, jobs, config, check)
     runnable = [j for j in outcome.jobs if j.started_at is not None]
     assert all(j.finished_at is not None for j in runnable)
 
@@ -310,14 +262,7 @@ def test_reclaim_shrinks_elastic_pods_first_and_the_owner_starts_next_cycle(data
     assume(owners)
     tenant, flavour, room = data.draw(st.sampled_from(owners))
     gpus = data.draw(st.integers(1, room))
-    owner = PendingWorkload(
-        id="owner",
-        tenant_id=tenant,
-        pod_sets=(PodSet(gpus, 1, (flavour,)),),
-        priority=-1,
-        submitted_at=99.0,
-        topology=Topology.NONE,
-    )
+    owner = _lowest_owner(tenant, flavour, gpus)
     snap = replace(snap, pending=(*snap.pending, owner), now=200.0)
     first = run_cycle(snap)
     check_cycle(snap, first)
@@ -334,6 +279,33 @@ def test_reclaim_shrinks_elastic_pods_first_and_the_owner_starts_next_cycle(data
         assert {p.victim_id for p in first.preemptions} <= elastic, first.preemptions
     second = run_cycle(apply_result(snap, first, requeue=False))
     assert "owner" in [a.workload_id for a in second.admissions], second.pending
+
+
+def _lowest_owner(tenant: str, flavour: str, gpus: int) -> PendingWorkload:
+    """The owner's workload of ``gpus`` GPUs, at the lowest priority of all."""
+    return PendingWorkload(
+        id="owner",
+        tenant_id=tenant,
+        pod_sets=(PodSet(gpus, 1, (flavour,)),),
+        priority=-1,
+        submitted_at=99.0,
+        topology=Topology.NONE,
+    )
+
+
+def _simulate(world, jobs, config, check) -> SimulationResult:  # noqa: ANN001
+    """The jobs through a simulation of ``world``, ``check`` called after each cycle."""
+    return Simulator(
+        tenants=world.tenants,
+        flavours=world.flavours,
+        quotas=world.quotas,
+        nodes=world.nodes,
+        jobs=jobs,
+        engine=AdmissionEngine(config),
+        cycle_interval_s=30.0,
+        explain_pending=True,
+        on_cycle=check,
+    ).run()
 
 
 def _filled(data, world) -> ClusterSnapshot:  # noqa: ANN001

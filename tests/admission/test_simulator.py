@@ -106,12 +106,12 @@ def test_decayed_usage_halves_after_one_half_life_and_converges_to_holding_times
     assert mean_life_hours(week) == pytest.approx(week / math.log(2) / 3600)
 
 
-def _two_teams_one_node(jobs: list[SimJob]):  # noqa: ANN202
+def _two_teams_one_node(jobs: list[SimJob], a: int = 4, b: int = 4):  # noqa: ANN202
     tree = tenants({"org": None, "a": "org", "b": "org"})
     return Simulator(
         tenants=tree,
         flavours=(Flavour("H100"),),
-        quotas=(quota("a", 4), quota("b", 4)),
+        quotas=(quota("a", a), quota("b", b)),
         nodes=nodes(1),
         jobs=jobs,
         cycle_interval_s=1.0,
@@ -119,8 +119,6 @@ def _two_teams_one_node(jobs: list[SimJob]):  # noqa: ANN202
 
 
 def test_a_preempted_job_resumes_from_its_last_checkpoint_and_the_rest_is_wasted():
-    tree = tenants({"org": None, "a": "org", "b": "org"})
-
     def run(checkpoint: float | None):  # noqa: ANN202
         jobs = [
             SimJob(
@@ -130,14 +128,7 @@ def test_a_preempted_job_resumes_from_its_last_checkpoint_and_the_rest_is_wasted
             ),
             SimJob(workload=workload("a-owner", "a", 8, submitted=250.0), run_time_s=100.0),
         ]
-        return Simulator(
-            tenants=tree,
-            flavours=(Flavour("H100"),),
-            quotas=(quota("a", 8), quota("b", 0)),
-            nodes=nodes(1),
-            jobs=jobs,
-            cycle_interval_s=1.0,
-        ).run()
+        return _two_teams_one_node(jobs, a=8, b=0)
 
     saved = run(100.0)
     # checkpoints at 100 and 200: the 50 s after the last one are lost on 8 GPUs
