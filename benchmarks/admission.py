@@ -55,6 +55,7 @@ if str(ROOT) not in sys.path:
 from scheduler_bridge.admission import (  # noqa: E402
     AdmissionEngine,
     ClusterSnapshot,
+    ElasticPod,
     Flavour,
     Node,
     PendingWorkload,
@@ -66,6 +67,7 @@ from scheduler_bridge.admission import (  # noqa: E402
     elastic_changes,
     elastic_parts,
 )
+from scheduler_bridge.admission.elastic import parse_pod_id  # noqa: E402
 from scheduler_bridge.admission.simulator import SimJob, Simulator, apply_result  # noqa: E402
 
 SEED = 20250101
@@ -221,13 +223,11 @@ def _elastic_pods(
     snapshot: ClusterSnapshot, requests: dict[str, PendingWorkload]
 ) -> tuple[PendingWorkload, ...]:
     """The missing elastic pods of the running elastic workloads of ``snapshot``."""
-    grown: dict[str, list[Any]] = {}
-    from scheduler_bridge.admission import ElasticPod
-
+    grown: dict[str, list[ElasticPod]] = {}
     for run in snapshot.running:
         if run.elastic_of is not None:
-            _, pod_set, index = run.id.rsplit("~", 2)
-            pod = ElasticPod(pod_set, int(index), run.placements[0], run.admitted_at)
+            _, pod_set, index = parse_pod_id(run.id)
+            pod = ElasticPod(pod_set, index, run.placements[0], run.admitted_at)
             grown.setdefault(run.elastic_of, []).append(pod)
     out: list[PendingWorkload] = []
     for run in snapshot.running:

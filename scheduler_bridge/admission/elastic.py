@@ -150,25 +150,31 @@ class ElasticChange:
     shrink: tuple[tuple[str, int], ...] = ()
 
 
-def _parse(engine_id: str) -> tuple[str, str, int]:
+def parse_pod_id(engine_id: str) -> tuple[str, str, int]:
+    """(workload id, pod set, index) of an elastic pod's engine id (see pod_id)."""
     workload_id, pod_set, index = engine_id.rsplit(SEPARATOR, 2)
     return workload_id, pod_set, int(index)
 
 
+def _elastic_ids(snapshot: ClusterSnapshot) -> set[str]:
+    ids = {wl.id for wl in snapshot.pending if wl.elastic_of is not None}
+    ids.update(run.id for run in snapshot.running if run.elastic_of is not None)
+    return ids
+
+
 def elastic_changes(snapshot: ClusterSnapshot, result: CycleResult) -> dict[str, ElasticChange]:
     """One change per workload whose elastic pods the cycle starts or stops."""
-    elastic = {wl.id for wl in snapshot.pending if wl.elastic_of is not None}
-    elastic.update(run.id for run in snapshot.running if run.elastic_of is not None)
+    elastic = _elastic_ids(snapshot)
     grow: dict[str, list[tuple[str, int, Placement]]] = {}
     shrink: dict[str, list[tuple[str, int]]] = {}
     for admission in result.admissions:
         if admission.workload_id in elastic:
-            workload_id, pod_set, index = _parse(admission.workload_id)
+            workload_id, pod_set, index = parse_pod_id(admission.workload_id)
             placement = admission.placements[0]
             grow.setdefault(workload_id, []).append((pod_set, index, placement))
     for preemption in result.preemptions:
         if preemption.victim_id in elastic:
-            workload_id, pod_set, index = _parse(preemption.victim_id)
+            workload_id, pod_set, index = parse_pod_id(preemption.victim_id)
             shrink.setdefault(workload_id, []).append((pod_set, index))
     return {
         wid: ElasticChange(
@@ -181,8 +187,7 @@ def elastic_changes(snapshot: ClusterSnapshot, result: CycleResult) -> dict[str,
 def without_elastic_pods(snapshot: ClusterSnapshot, result: CycleResult) -> CycleResult:
     """``result`` with the decisions about elastic pods left out (see elastic_changes):
     what is left speaks of whole workloads only."""
-    elastic = {wl.id for wl in snapshot.pending if wl.elastic_of is not None}
-    elastic.update(run.id for run in snapshot.running if run.elastic_of is not None)
+    elastic = _elastic_ids(snapshot)
     return replace(
         result,
         admissions=tuple(a for a in result.admissions if a.workload_id not in elastic),
