@@ -8,10 +8,12 @@ from __future__ import annotations
 from typing import Any
 
 from .base import (
+    JOB_KIND,
     ApplyResult,
     ClusterGateway,
     JobInfo,
     JobRef,
+    KindRef,
     NodeInfo,
     PodInfo,
     Taint,
@@ -27,6 +29,7 @@ from .errors import (
 )
 
 __all__ = [
+    "JOB_KIND",
     "ApplyResult",
     "ClusterGateway",
     "ClusterUnreachable",
@@ -34,6 +37,7 @@ __all__ = [
     "GatewayError",
     "JobInfo",
     "JobRef",
+    "KindRef",
     "NamespaceMissing",
     "NodeInfo",
     "ObjectConflict",

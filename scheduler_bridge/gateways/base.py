@@ -10,11 +10,13 @@ models, so the two are interchangeable.
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal
+
+from .errors import ObjectMissing
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
@@ -74,12 +76,31 @@ class PodInfo:
 
 
 @dataclass(frozen=True)
+class KindRef:
+    """Where the API server serves a kind: ``/apis/<group>/<version>/<plural>``."""
+
+    group: str
+    version: str
+    kind: str
+    plural: str
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+
+JOB_KIND = KindRef("batch", "v1", "Job", "jobs")
+
+
+@dataclass(frozen=True)
 class JobRef:
-    """Which Job an Event is about."""
+    """Which workload object (a Job unless said otherwise) an Event is about."""
 
     namespace: str
     name: str
     uid: str
+    kind: str = "Job"
+    api_version: str = "batch/v1"
 
 
 @dataclass(frozen=True)
@@ -259,6 +280,32 @@ class ClusterGateway(abc.ABC):
         deletes its running pods), then restore the pod template from the annotation and
         drop the annotation. Idempotent. Raises ObjectMissing if the Job does not exist.
         """
+
+    def serves(self, kind: KindRef) -> bool:
+        """Whether the cluster serves ``kind`` (its CRD is installed). Gateways that
+        serve nothing but built-in kinds answer for batch/v1 Jobs only."""
+        return kind == JOB_KIND
+
+    def list_objects(self, kind: KindRef, label_selector: str) -> list[dict[str, Any]]:
+        """Objects of ``kind`` in every namespace matching ``label_selector``, as the
+        API's JSON, sorted by namespace then name. ObjectMissing when the kind is not
+        served."""
+        raise ObjectMissing(kind.kind, kind.plural)
+
+    def update_object(
+        self,
+        kind: KindRef,
+        namespace: str,
+        name: str,
+        change: Callable[[dict[str, Any]], dict[str, Any]],
+    ) -> dict[str, Any]:
+        """Read the object, let ``change`` build it as it must be and write that back
+        (a replace guarded by the resourceVersion that was read; a conflict re-reads
+        and builds again). Writes nothing when ``change`` returns it unchanged. Returns
+        the object as stored. ObjectMissing if it does not exist, GatewayError if the
+        API refuses the new object (the message says why), ValueError from ``change``
+        as GatewayError."""
+        raise ObjectMissing(kind.kind, name, namespace)
 
     @abc.abstractmethod
     def record_job_event(

@@ -9,8 +9,10 @@ errors of :mod:`.errors` (:mod:`.kubernetes_calls`).
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -25,11 +27,13 @@ from kubernetes.config.config_exception import ConfigException
 from . import kubernetes_cache, manifests
 from .base import (
     FIELD_MANAGER,
+    JOB_KIND,
     MANAGED_BY_LABEL,
     ApplyResult,
     ClusterGateway,
     JobInfo,
     JobRef,
+    KindRef,
     NodeInfo,
     PodInfo,
     Toleration,
@@ -56,6 +60,10 @@ _STRICT = "Strict"
 # wait at once; the read then lists by itself).
 _FIRST_LIST_WAIT_S = 600.0
 _USER_AGENT = "tidegate/0.1 (kubernetes-python)"
+# Which kinds each API server serves, as discovery last said, and when: kubectl keeps
+# its discovery cache for hours; a CRD installed meanwhile is seen within this time.
+DISCOVERY_TTL_S = 300.0
+_SERVED: dict[tuple[str, KindRef], tuple[bool, float]] = {}
 
 
 class KubernetesGateway(ClusterGateway):
@@ -90,6 +98,7 @@ class KubernetesGateway(ClusterGateway):
         self._api = api_client
         self._core = k8s.CoreV1Api(api_client)
         self._batch = k8s.BatchV1Api(api_client)
+        self._custom = k8s.CustomObjectsApi(api_client)
         self._retry = retry or RetryPolicy()
         self._timeout = (connect_timeout, read_timeout)
         self._manager = field_manager
@@ -225,6 +234,89 @@ class KubernetesGateway(ClusterGateway):
                 lambda: self._list(self._batch.list_job_for_all_namespaces, **selector),
             )
         return sorted((job_info(i) for i in items), key=lambda j: (j.namespace, j.name))
+
+    # --- workload objects of any kind -------------------------------------------------
+
+    def serves(self, kind: KindRef) -> bool:
+        if kind == JOB_KIND:
+            return True  # built in since Kubernetes 1.2
+        key = (self.server, kind)
+        known = _SERVED.get(key)
+        if known is not None and time.monotonic() - known[1] < DISCOVERY_TTL_S:
+            return known[0]
+
+        def attempt() -> bool:
+            try:
+                found = self._raw(self._custom.get_api_resources, kind.group, kind.version)
+            except ApiException as exc:
+                if exc.status == 404:
+                    return False
+                raise
+            return any(r.get("name") == kind.plural for r in found.get("resources") or [])
+
+        served = self._run(f"discover {kind.plural}.{kind.group}", attempt)
+        _SERVED[key] = (served, time.monotonic())
+        return served
+
+    def list_objects(self, kind: KindRef, label_selector: str) -> list[dict[str, Any]]:
+        def attempt() -> list[dict[str, Any]]:
+            try:
+                return self._list(
+                    self._custom.list_cluster_custom_object,
+                    kind.group,
+                    kind.version,
+                    kind.plural,
+                    label_selector=label_selector,
+                )
+            except ApiException as exc:
+                if exc.status == 404:
+                    _SERVED[(self.server, kind)] = (False, time.monotonic())
+                    raise ObjectMissing(kind.kind, kind.plural) from exc
+                raise
+
+        items = self._run(f"list {kind.plural}.{kind.group}", attempt)
+        return sorted(
+            items, key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"])
+        )
+
+    def update_object(
+        self,
+        kind: KindRef,
+        namespace: str,
+        name: str,
+        change: Callable[[dict[str, Any]], dict[str, Any]],
+    ) -> dict[str, Any]:
+        where = (kind.group, kind.version, namespace, kind.plural, name)
+
+        def attempt() -> dict[str, Any]:
+            live = self._read_or_none(self._custom.get_namespaced_custom_object, *where)
+            if live is None:
+                raise ObjectMissing(kind.kind, name, namespace)
+            try:
+                desired = change(copy.deepcopy(live))
+            except ValueError as exc:
+                raise GatewayError(f"{kind.kind} {namespace}/{name}: {exc}") from exc
+            if desired == live:
+                return live
+            # the resourceVersion read makes the replace a compare-and-swap: a write in
+            # between answers 409 and this attempt runs again from the read
+            desired.setdefault("metadata", {})["resourceVersion"] = live["metadata"][
+                "resourceVersion"
+            ]
+            return self._raw(
+                self._custom.replace_namespaced_custom_object,
+                *where,
+                desired,
+                field_manager=self._manager,
+                field_validation=_STRICT,
+            )
+
+        return self._run(
+            f"update {kind.kind} {namespace}/{name}",
+            attempt,
+            namespace=namespace,
+            retry_conflict=True,
+        )
 
     # --- idempotent applies ----------------------------------------------------------
 
@@ -467,6 +559,8 @@ class KubernetesGateway(ClusterGateway):
             warning=warning,
             at=datetime.now(UTC),
             suffix=uuid.uuid4().hex[:16],
+            kind=job.kind,
+            api_version=job.api_version,
         )
 
         def attempt() -> None:

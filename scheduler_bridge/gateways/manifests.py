@@ -196,25 +196,101 @@ def node_label_patch(labels: Mapping[str, str | None]) -> dict[str, Any]:
 # --- Job admission and preemption ----------------------------------------------------
 
 
-def original_scheduling(job: Mapping[str, Any]) -> dict[str, Any]:
-    """The pod template's scheduling fields before Tidegate touched them: from the
-    annotation when the Job is (or was half-way) admitted, else from the template."""
-    annotations = job.get("metadata", {}).get("annotations") or {}
-    if ORIGINAL_SCHEDULING_ANNOTATION in annotations:
-        try:
-            recorded = json.loads(annotations[ORIGINAL_SCHEDULING_ANNOTATION])
-        except ValueError as exc:
-            raise ValueError(
-                f"annotation {ORIGINAL_SCHEDULING_ANNOTATION} is not valid JSON ({exc}); "
-                "restore the Job's template by hand and remove the annotation"
-            ) from exc
-        return {k: recorded[k] for k in _SCHEDULING_FIELDS if k in recorded}
-    pod_spec = _pod_spec(job)
+def template_scheduling(template: Mapping[str, Any]) -> dict[str, Any]:
+    """The scheduling fields of a pod template as they are now (a copy)."""
+    pod_spec = template.get("spec") or {}
     snapshot = {k: pod_spec[k] for k in ("nodeSelector", "tolerations") if k in pod_spec}
     node_affinity = (pod_spec.get("affinity") or {}).get("nodeAffinity")
     if node_affinity:
         snapshot["nodeAffinity"] = node_affinity
     return copy.deepcopy(snapshot)
+
+
+def recorded_scheduling(obj: Mapping[str, Any]) -> Any:
+    """The decoded original-scheduling annotation of ``obj``, or None when it has none.
+    ValueError (saying how to repair it) when it is not JSON."""
+    annotations = obj.get("metadata", {}).get("annotations") or {}
+    if ORIGINAL_SCHEDULING_ANNOTATION not in annotations:
+        return None
+    try:
+        return json.loads(annotations[ORIGINAL_SCHEDULING_ANNOTATION])
+    except ValueError as exc:
+        kind = obj.get("kind") or "object"
+        raise ValueError(
+            f"annotation {ORIGINAL_SCHEDULING_ANNOTATION} is not valid JSON ({exc}); "
+            f"restore the {kind}'s pod templates by hand and remove the annotation"
+        ) from exc
+
+
+def only_scheduling_fields(recorded: Any) -> dict[str, Any]:
+    if not isinstance(recorded, Mapping):
+        raise ValueError(
+            f"annotation {ORIGINAL_SCHEDULING_ANNOTATION} does not hold scheduling fields; "
+            "restore the pod templates by hand and remove the annotation"
+        )
+    return {k: recorded[k] for k in _SCHEDULING_FIELDS if k in recorded}
+
+
+def original_scheduling(job: Mapping[str, Any]) -> dict[str, Any]:
+    """The pod template's scheduling fields before Tidegate touched them: from the
+    annotation when the Job is (or was half-way) admitted, else from the template."""
+    recorded = recorded_scheduling(job)
+    if recorded is not None:
+        return only_scheduling_fields(recorded)
+    return template_scheduling(job.get("spec", {}).get("template", {}))
+
+
+def schedule_template(
+    template: dict[str, Any],
+    original: Mapping[str, Any],
+    node_selector: Mapping[str, str],
+    tolerations: Sequence[Toleration],
+    node_names: Sequence[str] | None = None,
+    *,
+    owner: str = "Job",
+) -> None:
+    """Give ``template`` (in place) its ``original`` scheduling fields plus the
+    flavour's selector and tolerations, pinned to ``node_names`` if given. ValueError
+    when the owner's own node selector contradicts the flavour's."""
+    own = original.get("nodeSelector", {})
+    clashes = sorted(k for k, v in node_selector.items() if k in own and own[k] != v)
+    if clashes:
+        # never silently override what the owner asked for
+        raise ValueError(
+            f"the {owner}'s nodeSelector contradicts the chosen flavour: "
+            + ", ".join(f"{k}={own[k]!r} (flavour needs {node_selector[k]!r})" for k in clashes)
+        )
+    selector = {**own, **node_selector}
+    merged_tolerations = list(original.get("tolerations", []))
+    merged_tolerations += [t for t in tolerations if t not in merged_tolerations]
+    node_affinity = copy.deepcopy(original.get("nodeAffinity"))
+    if node_names:
+        node_affinity = _pin_to_nodes(node_affinity, node_names)
+    _set_scheduling(template, selector, merged_tolerations, node_affinity)
+
+
+def restore_template(template: dict[str, Any], original: Mapping[str, Any]) -> None:
+    """Put ``template``'s scheduling fields back to ``original`` (in place)."""
+    _set_scheduling(
+        template,
+        original.get("nodeSelector", {}),
+        original.get("tolerations", []),
+        original.get("nodeAffinity"),
+    )
+
+
+def record_scheduling(obj: dict[str, Any], recorded: Any) -> None:
+    annotations = obj.setdefault("metadata", {}).setdefault("annotations", {})
+    annotations[ORIGINAL_SCHEDULING_ANNOTATION] = json.dumps(
+        recorded, sort_keys=True, separators=(",", ":")
+    )
+
+
+def forget_scheduling(obj: dict[str, Any]) -> None:
+    annotations = obj.get("metadata", {}).get("annotations") or {}
+    annotations.pop(ORIGINAL_SCHEDULING_ANNOTATION, None)
+    if not annotations:
+        obj.get("metadata", {}).pop("annotations", None)
 
 
 def admitted_job(
@@ -227,25 +303,10 @@ def admitted_job(
     to the original template, pods pinned to ``node_names`` if given, the original kept
     in the annotation, ``spec.suspend: false``."""
     original = original_scheduling(job)
-    own = original.get("nodeSelector", {})
-    clashes = sorted(k for k, v in node_selector.items() if k in own and own[k] != v)
-    if clashes:
-        # never silently override what the Job's owner asked for
-        raise ValueError(
-            "the Job's nodeSelector contradicts the chosen flavour: "
-            + ", ".join(f"{k}={own[k]!r} (flavour needs {node_selector[k]!r})" for k in clashes)
-        )
-    selector = {**own, **node_selector}
-    merged_tolerations = list(original.get("tolerations", []))
-    merged_tolerations += [t for t in tolerations if t not in merged_tolerations]
-    node_affinity = copy.deepcopy(original.get("nodeAffinity"))
-    if node_names:
-        node_affinity = _pin_to_nodes(node_affinity, node_names)
-    result = _with_scheduling(job, selector, merged_tolerations, node_affinity)
-    annotations = result["metadata"].setdefault("annotations", {})
-    annotations[ORIGINAL_SCHEDULING_ANNOTATION] = json.dumps(
-        original, sort_keys=True, separators=(",", ":")
-    )
+    result = copy.deepcopy(dict(job))
+    template = result.setdefault("spec", {}).setdefault("template", {})
+    schedule_template(template, original, node_selector, tolerations, node_names)
+    record_scheduling(result, original)
     result["spec"]["suspend"] = False
     return result
 
@@ -254,16 +315,9 @@ def restored_job(job: Mapping[str, Any]) -> dict[str, Any]:
     """``job`` with its template's scheduling fields put back from the annotation and
     the annotation removed (the second step of preemption, once suspended)."""
     original = original_scheduling(job)
-    result = _with_scheduling(
-        job,
-        original.get("nodeSelector", {}),
-        original.get("tolerations", []),
-        original.get("nodeAffinity"),
-    )
-    annotations = result["metadata"].get("annotations") or {}
-    annotations.pop(ORIGINAL_SCHEDULING_ANNOTATION, None)
-    if not annotations:
-        result["metadata"].pop("annotations", None)
+    result = copy.deepcopy(dict(job))
+    restore_template(result.setdefault("spec", {}).setdefault("template", {}), original)
+    forget_scheduling(result)
     return result
 
 
@@ -298,10 +352,6 @@ def _guarded(live: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, A
     return patch
 
 
-def _pod_spec(job: Mapping[str, Any]) -> dict[str, Any]:
-    return job.get("spec", {}).get("template", {}).get("spec", {})
-
-
 def _pin_to_nodes(
     node_affinity: dict[str, Any] | None, node_names: Sequence[str]
 ) -> dict[str, Any]:
@@ -317,14 +367,13 @@ def _pin_to_nodes(
     return node_affinity
 
 
-def _with_scheduling(
-    job: Mapping[str, Any],
+def _set_scheduling(
+    template: dict[str, Any],
     node_selector: Mapping[str, str],
     tolerations: Sequence[Toleration],
     node_affinity: Mapping[str, Any] | None,
-) -> dict[str, Any]:
-    result = copy.deepcopy(dict(job))
-    pod_spec = result.setdefault("spec", {}).setdefault("template", {}).setdefault("spec", {})
+) -> None:
+    pod_spec = template.setdefault("spec", {})
     if node_selector:
         pod_spec["nodeSelector"] = dict(node_selector)
     else:
@@ -342,7 +391,6 @@ def _with_scheduling(
         pod_spec["affinity"] = affinity
     else:
         pod_spec.pop("affinity", None)
-    return result
 
 
 EVENT_COMPONENT = "tidegate"
@@ -358,6 +406,8 @@ def job_event(
     warning: bool,
     at: datetime,
     suffix: str,
+    kind: str = "Job",
+    api_version: str = "batch/v1",
 ) -> dict[str, Any]:
     """A core/v1 Event on a Job, as `kubectl describe job` and `kubectl get events` show
     it: why Tidegate admitted, preempted or refused it. ``suffix`` makes the name unique
@@ -368,8 +418,8 @@ def job_event(
         "kind": "Event",
         "metadata": {"name": f"{job_name[:200]}.{suffix}", "namespace": namespace},
         "involvedObject": {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
+            "apiVersion": api_version,
+            "kind": kind,
             "name": job_name,
             "namespace": namespace,
             "uid": job_uid,

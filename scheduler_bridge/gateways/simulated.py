@@ -17,10 +17,12 @@ from typing import Any
 
 from . import manifests
 from .base import (
+    JOB_KIND,
     ApplyResult,
     ClusterGateway,
     JobInfo,
     JobRef,
+    KindRef,
     NodeInfo,
     PodInfo,
     Toleration,
@@ -88,6 +90,15 @@ class SimulatedGateway(ClusterGateway):
         return [
             job_info(j)
             for j in jobs
+            if matches_label_selector(label_selector, j["metadata"].get("labels") or {})
+        ]
+
+    def list_objects(self, kind: KindRef, label_selector: str) -> list[dict[str, Any]]:
+        if kind != JOB_KIND:
+            raise ObjectMissing(kind.kind, kind.plural)
+        return [
+            copy.deepcopy(j)
+            for j in self.cluster.objects("Job")
             if matches_label_selector(label_selector, j["metadata"].get("labels") or {})
         ]
 
@@ -227,6 +238,8 @@ class SimulatedGateway(ClusterGateway):
             warning=warning,
             at=datetime.now(UTC),
             suffix=uuid.uuid4().hex[:16],
+            kind=job.kind,
+            api_version=job.api_version,
         )
         self.cluster.put_object(event)  # events are not writes the demo counts
 

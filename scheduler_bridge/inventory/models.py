@@ -44,6 +44,8 @@ class Cluster(models.Model):
     status = models.CharField(max_length=8, choices=Status.choices, default=Status.NEW)
     status_message = models.TextField(blank=True)
     last_synced_at = models.DateTimeField(null=True, blank=True)
+    # kind -> what the last workload sync found: "queued" or why the kind was skipped
+    workload_kinds = models.JSONField(default=dict, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -1,10 +1,15 @@
-"""Kubernetes Jobs as workloads.
+"""Workload objects on a cluster as workloads: Jobs, JobSets, PyTorchJobs, RayClusters
+and RayJobs (scheduler_bridge/integrations has one adapter per kind).
 
-A Job created suspended in a bound namespace with the label `tidegate.io/queue:
-<tenant-slug>` becomes a workload; its requests come from the pod template. A Job that
-finished or was deleted frees its GPUs. A queue label naming an unknown tenant, or a
-tenant other than the namespace's own (or one of its sub-teams), is never admitted: the
-workload is recorded as rejected with the reason, and an audit event says so.
+An object created suspended in a bound namespace with the label `tidegate.io/queue:
+<tenant-slug>` becomes a workload; its pod sets and GPU requests come from its pod
+templates, its elastic counts from the framework's own fields or the annotation
+`tidegate.io/min-pods`. An object that finished or was deleted frees its GPUs. A queue
+label naming an unknown tenant, or a tenant other than the namespace's own (or one of
+its sub-teams), an object Tidegate cannot queue (no GPU request, a minimum above the
+count), or one created running is never admitted: the workload is recorded as rejected
+with the reason, and an audit event says so. A kind whose CRD the cluster does not
+serve is skipped, and the cluster's `workload_kinds` says so.
 """
 
 from __future__ import annotations
@@ -17,7 +22,9 @@ from django.utils import timezone
 
 from scheduler_bridge.gateways import ClusterGateway
 from scheduler_bridge.gateways.admission_webhook import QUEUE_LABEL
-from scheduler_bridge.gateways.base import GPU_RESOURCE, JobInfo, PodInfo, is_gpu_resource
+from scheduler_bridge.gateways.base import PodInfo
+from scheduler_bridge.integrations import INTEGRATIONS, Integration, ObjectRead, PodSetRead
+from scheduler_bridge.integrations.access import list_queued
 from scheduler_bridge.inventory.connection import cluster_gateway
 from scheduler_bridge.inventory.models import Cluster
 from scheduler_bridge.workloads import lifecycle
@@ -31,7 +38,7 @@ logger = logging.getLogger(__name__)
 PRIORITY_LABEL = "tidegate.io/priority-class"
 TOPOLOGY_ANNOTATION = "tidegate.io/topology"
 MAX_RUN_TIME_ANNOTATION = "tidegate.io/max-run-time-seconds"
-PRODUCT_LABEL = "nvidia.com/gpu.product"
+QUEUED = "queued"
 
 
 @dataclass
@@ -41,74 +48,43 @@ class JobSyncResult:
     finished: list[int] = field(default_factory=list)
     # running workloads whose completed pods gave their GPUs back
     released: list[int] = field(default_factory=list)
+    # kind -> "queued", or why it was skipped
+    kinds: dict[str, str] = field(default_factory=dict)
 
 
-def _pod_set(cluster: Cluster, job: JobInfo) -> PodSetSpec:
-    gpu = {r: n for r, n in job.requests_per_pod.items() if is_gpu_resource(r) and n > 0}
-    if len(gpu) != 1:
-        raise TidegateError(
-            "the pod template must request exactly one GPU resource "
-            f"(nvidia.com/gpu or one nvidia.com/mig-*), found: {sorted(gpu) or 'none'}"
-        )
-    resource, amount = next(iter(gpu.items()))
-    count = pods_at_once(job)
-    product_label = job.node_selector.get(PRODUCT_LABEL)
+def _pod_set(read: PodSetRead) -> PodSetSpec:
     product = None
-    if product_label:
-        # the Job's own product selector narrows the flavours admission may choose, so
-        # the flavour's selector never contradicts it
+    if read.product:
+        # the object's own product selector narrows the flavours admission may choose,
+        # so the flavour's selector never contradicts it
         from scheduler_bridge.inventory.catalogue import product_from_gfd_label
 
-        product = product_from_gfd_label(product_label).name
-    if resource == GPU_RESOURCE:
-        return PodSetSpec(count=count, gpus_per_pod=amount, product=product)
+        product = product_from_gfd_label(read.product).name
     return PodSetSpec(
-        count=count,
-        gpus_per_pod=amount,
+        count=read.count,
+        gpus_per_pod=read.gpus_per_pod,
+        name=read.name,
         product=product,
-        mig_profile=resource.removeprefix("nvidia.com/mig-").replace(".me", "+me"),
+        mig_profile=read.mig_profile,
+        min_count=read.min_count,
     )
 
 
-def pods_at_once(job: JobInfo) -> int:
-    """How many pods of the Job run at once: the Job controller keeps at most
-    ``parallelism`` active and never more than the completions still to go
-    (``pkg/controller/job/job_controller.go``, ``manageJob``), so a Job of 8 parallel
-    pods and 2 completions holds 2 pods' GPUs, not 8."""
-    count = max(job.parallelism, 1)
-    if job.completions is not None:
-        count = min(count, max(job.completions, 1))
-    return count
-
-
-def reclaimable_pods(job: JobInfo) -> int:
-    """Pods of a running Job whose GPUs can go back: once the completions still to go
-    are fewer than the pods it holds, the Job controller never runs more than those
-    again (as Kueue's ``ReclaimablePods`` for batch/v1 Jobs, pkg/controller/jobs/job;
-    without ``completions`` the Job ends when its pods do, so each success frees one)."""
-    parallelism = max(job.parallelism, 1)
-    if parallelism == 1 or job.succeeded == 0:
-        return 0
-    completions = job.completions if job.completions is not None else parallelism
-    remaining = max(completions - job.succeeded, 0)
-    return max(0, pods_at_once(job) - remaining)
-
-
 def _release_completed_pods(
-    workload: Workload, job: JobInfo, completed_on: Callable[[JobInfo], list[str]]
+    workload: Workload, obj: ObjectRead, completed_on: Callable[[ObjectRead], list[str]]
 ) -> bool:
     """Release the GPUs of the Job's completed pods not released yet; True if it did."""
-    due = reclaimable_pods(job) - workload.released_pods
+    due = obj.reclaimable_pods - workload.released_pods
     if workload.state != Workload.State.RUNNING or due <= 0:
         return False
     try:
-        lifecycle.release_pods(workload, pods=due, nodes=completed_on(job))
+        lifecycle.release_pods(workload, pods=due, nodes=completed_on(obj))
     except Conflict:
         return False
     return True
 
 
-def _reject(cluster: Cluster, job: JobInfo, tenant: Tenant, reason: str) -> Workload:
+def _reject(cluster: Cluster, job: ObjectRead, tenant: Tenant, reason: str) -> Workload:
     workload = Workload(
         cluster=cluster,
         tenant=tenant,
@@ -117,6 +93,7 @@ def _reject(cluster: Cluster, job: JobInfo, tenant: Tenant, reason: str) -> Work
         namespace=job.namespace,
         job_name=job.name,
         job_uid=job.uid,
+        kind=job.kind,
         pod_sets=[],
         submitted_at=timezone.now(),
     )
@@ -124,14 +101,14 @@ def _reject(cluster: Cluster, job: JobInfo, tenant: Tenant, reason: str) -> Work
 
 
 def jobs_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> JobSyncResult:
-    """Turn new queue-labelled Jobs into workloads; close workloads whose Job ended.
-    Reads the cluster only: what it decides (a rejection's Event, a stop) the reconciler
-    applies."""
+    """Turn new queue-labelled objects of every served kind into workloads; close
+    workloads whose object ended. Reads the cluster only: what it decides (a
+    rejection's Event, a stop) the reconciler applies."""
+    result = JobSyncResult()
     with cluster_gateway(cluster, gateway) as reader:
-        jobs = reader.list_jobs(QUEUE_LABEL)
         pods: list[PodInfo] | None = None
 
-        def completed_on(job: JobInfo) -> list[str]:
+        def completed_on(job: ObjectRead) -> list[str]:
             """Nodes the Job's completed pods ran on (pods read once, when needed)."""
             nonlocal pods
             if pods is None:
@@ -145,30 +122,47 @@ def jobs_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> JobSyn
                 and p.node_name
             ]
 
-        return _sync_jobs(cluster, jobs, completed_on)
+        for integration in INTEGRATIONS:
+            objects = list_queued(reader, integration, QUEUE_LABEL)
+            if objects is None:
+                result.kinds[integration.kind] = (
+                    f"skipped: the cluster does not serve {integration.ref.plural}."
+                    f"{integration.ref.group}/{integration.ref.version} (its CRD is not installed)"
+                )
+                continue
+            result.kinds[integration.kind] = QUEUED
+            _sync_objects(cluster, integration, objects, completed_on, result)
+    if cluster.workload_kinds != result.kinds:
+        cluster.workload_kinds = result.kinds
+        Cluster.objects.filter(pk=cluster.pk).update(workload_kinds=result.kinds)
+    return result
 
 
-def _sync_jobs(
-    cluster: Cluster, jobs: list[JobInfo], completed_on: Callable[[JobInfo], list[str]]
-) -> JobSyncResult:
-    result = JobSyncResult()
+def _sync_objects(
+    cluster: Cluster,
+    integration: Integration,
+    objects: list[ObjectRead],
+    completed_on: Callable[[ObjectRead], list[str]],
+    result: JobSyncResult,
+) -> None:
     bindings = {
         b.namespace: b.tenant
         for b in NamespaceBinding.objects.filter(cluster_name=cluster.name).select_related("tenant")
     }
+    kinds = [integration.kind] + ([""] if integration.kind == "Job" else [])
     known = {
         w.job_uid: w
-        for w in Workload.objects.filter(cluster=cluster, source=Workload.Source.JOB).exclude(
-            job_uid=""
-        )
+        for w in Workload.objects.filter(
+            cluster=cluster, source=Workload.Source.JOB, kind__in=kinds
+        ).exclude(job_uid="")
     }
     seen = set()
-    for job in jobs:
+    for job in objects:
         seen.add(job.uid)
         workload = known.get(job.uid)
         if workload is not None:
             over = (job.finished or job.failed) and workload.state in Workload.OPEN_STATES
-            if over and _job_ended(workload, failed=job.failed):
+            if over and _job_ended(workload, job.kind, failed=job.failed):
                 result.finished.append(workload.pk)
             elif not over and _release_completed_pods(workload, job, completed_on):
                 result.released.append(workload.pk)
@@ -176,32 +170,9 @@ def _sync_jobs(
         owner = bindings.get(job.namespace)
         if owner is None or job.finished or job.failed:
             continue  # not a namespace Tidegate manages, or already over
-        slug = job.labels.get(QUEUE_LABEL, "")
-        tenant = Tenant.objects.filter(slug=slug).first()
-        if tenant is None:
-            result.rejected.append(
-                _reject(cluster, job, owner, f"the queue label names unknown tenant {slug!r}").pk
-            )
-            continue
-        if not tenant.path.startswith(owner.path):
-            result.rejected.append(
-                _reject(
-                    cluster,
-                    job,
-                    owner,
-                    f"namespace {job.namespace} belongs to {owner.slug}, not {slug}",
-                ).pk
-            )
-            continue
-        if not job.suspended:
-            result.rejected.append(
-                _reject(
-                    cluster,
-                    job,
-                    tenant,
-                    "the Job was created running; create it with spec.suspend: true so the queue can admit it",
-                ).pk
-            )
+        refusal, tenant = _refusal(integration, job, owner)
+        if refusal is not None:
+            result.rejected.append(_reject(cluster, job, tenant, refusal).pk)
             continue
         try:
             created = workload_submit(
@@ -209,7 +180,7 @@ def _sync_jobs(
                 cluster=cluster,
                 tenant=tenant,
                 name=job.name,
-                pod_sets=[_pod_set(cluster, job)],
+                pod_sets=[_pod_set(ps) for ps in job.pod_sets],
                 topology=job.annotations.get(TOPOLOGY_ANNOTATION, Workload.Topology.NONE),
                 priority_class=job.labels.get(PRIORITY_LABEL) or job.priority_class_name,
                 max_run_time_s=_int(job.annotations.get(MAX_RUN_TIME_ANNOTATION)),
@@ -217,13 +188,14 @@ def _sync_jobs(
                 namespace=job.namespace,
                 job_name=job.name,
                 job_uid=job.uid,
+                kind=job.kind,
                 audit_source="system",
             )
         except TidegateError as error:
             result.rejected.append(_reject(cluster, job, tenant, error.message).pk)
             continue
-        except Exception as error:  # noqa: BLE001 - one odd Job must not stop the sync
-            logger.exception("Job %s/%s could not be queued", job.namespace, job.name)
+        except Exception as error:  # noqa: BLE001 - one odd object must not stop the sync
+            logger.exception("%s %s/%s could not be queued", job.kind, job.namespace, job.name)
             result.rejected.append(
                 _reject(cluster, job, tenant, f"could not be queued: {error}").pk
             )
@@ -231,19 +203,50 @@ def _sync_jobs(
         result.created.append(created.pk)
     for uid, workload in known.items():
         gone = uid not in seen and workload.state in Workload.OPEN_STATES
-        if gone and _job_ended(workload, deleted=True):
+        if gone and _job_ended(workload, integration.kind, deleted=True):
             result.finished.append(workload.pk)
-    return result
 
 
-def _job_ended(workload: Workload, *, failed: bool = False, deleted: bool = False) -> bool:
-    """Close the workload of a Job that completed, failed or was deleted: work that held
-    GPUs finishes (or fails), work still waiting is cancelled. False when it had already
-    changed meanwhile (nothing to do)."""
+def _refusal(integration: Integration, job: ObjectRead, owner: Tenant) -> tuple[str | None, Tenant]:
+    """Why ``job`` cannot queue (None when it can), and the tenant the workload is
+    recorded for."""
+    slug = job.labels.get(QUEUE_LABEL, "")
+    tenant = Tenant.objects.filter(slug=slug).first()
+    if tenant is None:
+        return f"the queue label names unknown tenant {slug!r}", owner
+    if not tenant.path.startswith(owner.path):
+        return f"namespace {job.namespace} belongs to {owner.slug}, not {slug}", owner
+    if job.problem is not None:
+        return job.problem, tenant
+    if not job.suspended:
+        return (
+            f"the {job.kind} was created running; create it suspended "
+            f"({_SUSPEND_FIELD.get(job.kind, 'spec.suspend')}: true) so the queue can admit it",
+            tenant,
+        )
+    topology = job.annotations.get(TOPOLOGY_ANNOTATION, Workload.Topology.NONE)
+    if topology != Workload.Topology.NONE and not integration.pins_nodes:
+        return (
+            f"a {job.kind} cannot be pinned to nodes (its pod templates' node affinity may "
+            f"not change); remove the annotation {TOPOLOGY_ANNOTATION}",
+            tenant,
+        )
+    return None, tenant
+
+
+_SUSPEND_FIELD = {"PyTorchJob": "spec.runPolicy.suspend"}
+
+
+def _job_ended(
+    workload: Workload, kind: str, *, failed: bool = False, deleted: bool = False
+) -> bool:
+    """Close the workload of an object that completed, failed or was deleted: work that
+    held GPUs finishes (or fails), work still waiting is cancelled. False when it had
+    already changed meanwhile (nothing to do)."""
     if deleted:
-        reason = "the Job was deleted"
+        reason = f"the {kind} was deleted"
     else:
-        reason = "the Job failed" if failed else "the Job completed"
+        reason = f"the {kind} failed" if failed else f"the {kind} completed"
     try:
         if workload.state not in Workload.ACTIVE_STATES:
             lifecycle.cancel(workload, reason)

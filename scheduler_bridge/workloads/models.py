@@ -43,7 +43,9 @@ class PriorityClass(models.Model):
 
 
 class Workload(models.Model):
-    """A job asking for GPUs, from the API or from a suspended Kubernetes Job."""
+    """A job asking for GPUs, from the API or from a workload object on the cluster (a
+    suspended Job, JobSet, PyTorchJob, RayCluster or RayJob: ``kind`` says which;
+    ``job_name`` and ``job_uid`` are that object's name and uid)."""
 
     class State(models.TextChoices):
         """Where a workload is in its life; every change goes through lifecycle.py,
@@ -60,7 +62,7 @@ class Workload(models.Model):
 
     class Source(models.TextChoices):
         API = "api", _("API")
-        JOB = "job", _("Kubernetes Job")
+        JOB = "job", _("Kubernetes workload object")
 
     class Topology(models.TextChoices):
         NONE = "none", _("Anywhere")
@@ -89,6 +91,8 @@ class Workload(models.Model):
     namespace = models.CharField(max_length=63, blank=True)
     job_name = models.CharField(max_length=253, blank=True)
     job_uid = models.CharField(max_length=64, blank=True, db_index=True)
+    # the Kubernetes kind of the object behind a workload from the cluster ("" from the API)
+    kind = models.CharField(max_length=32, blank=True)
     priority_class = models.ForeignKey(
         PriorityClass, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )

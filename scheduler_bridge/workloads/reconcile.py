@@ -3,11 +3,14 @@
 The admission cycle only decides and saves (cycle.py). This module reads the saved
 states and brings the cluster to them, level-triggered and idempotent:
 
-1. Jobs of work that must not run (pending again after a preemption, cancelled, stopped
-   at its time limit, finished by its owner) and whose Job still runs are suspended.
+1. Objects (Jobs, JobSets, PyTorchJobs, ...) of work that must not run (pending again
+   after a preemption, cancelled, stopped at its time limit, finished by its owner)
+   and that still run are suspended, their pod templates put back as their owners
+   wrote them.
 2. ResourceQuota ceilings are synced (before anything starts, so no pod is refused).
-3. Admitted work is started: its Job gets the flavour's node selector and tolerations
-   and is unsuspended (``start``); work with no Job to start (API submissions) is
+3. Admitted work is started: its object's pod templates get the flavour's node
+   selector and tolerations and it is resumed (``start``, through the kind's
+   integration); work with no object to start (API submissions) is
    started at once. A start that fails leaves the work admitted with the error shown
    (``note_start_failure``) for the next run to retry; after
    ``RECONCILE_START_ATTEMPTS`` failures it goes back to the queue (``requeue``).
@@ -28,12 +31,13 @@ from django.db.models import Q
 from django.utils import timezone
 
 from scheduler_bridge.gateways import ClusterGateway, ClusterUnreachable, GatewayError, JobRef
-from scheduler_bridge.gateways.base import JobInfo
+from scheduler_bridge.integrations import INTEGRATIONS, ObjectRead, integration_for
+from scheduler_bridge.integrations import access as objects
 from scheduler_bridge.inventory.connection import cluster_gateway
 from scheduler_bridge.inventory.models import Cluster
 from scheduler_bridge.quotas.sync import quota_sync
 from scheduler_bridge.workloads import lifecycle
-from scheduler_bridge.workloads.jobs import QUEUE_LABEL
+from scheduler_bridge.workloads.jobs import QUEUE_LABEL, QUEUED
 from scheduler_bridge.workloads.models import Workload
 from scheduler_bridge.workloads.records import placement_nodes
 from tenants.errors import Conflict
@@ -70,11 +74,13 @@ def reconcile(
 
 def _reconcile(cluster: Cluster, gateway: ClusterGateway, sync_quotas: bool) -> ReconcileResult:
     result = ReconcileResult()
-    live = {job.uid: job for job in gateway.list_jobs(QUEUE_LABEL) if not job.finished}
+    live = _live_objects(cluster, gateway)
     to_suspend, to_start = _work_to_do(cluster, live)
     for workload in to_suspend:
         try:
-            gateway.suspend_job(workload.namespace, workload.job_name)
+            objects.stop(
+                gateway, integration_for(workload.kind), workload.namespace, workload.job_name
+            )
         except ClusterUnreachable:
             raise
         except GatewayError as error:  # level-triggered: the next run tries again
@@ -94,8 +100,21 @@ def _reconcile(cluster: Cluster, gateway: ClusterGateway, sync_quotas: bool) -> 
     return result
 
 
+def _live_objects(cluster: Cluster, gateway: ClusterGateway) -> dict[str, ObjectRead]:
+    """The queue's objects that have not finished, by uid: Jobs always, other kinds
+    where the last workload sync found them served."""
+    live: dict[str, ObjectRead] = {}
+    for integration in INTEGRATIONS:
+        if integration.kind != "Job" and cluster.workload_kinds.get(integration.kind) != QUEUED:
+            continue
+        for obj in objects.list_queued(gateway, integration, QUEUE_LABEL) or []:
+            if not obj.finished:
+                live[obj.uid] = obj
+    return live
+
+
 def _work_to_do(
-    cluster: Cluster, live: dict[str, JobInfo]
+    cluster: Cluster, live: dict[str, ObjectRead]
 ) -> tuple[list[Workload], list[Workload]]:
     """Workloads whose Job runs but must not, and admitted or running work to start."""
     running_uids = [uid for uid, job in live.items() if not job.suspended]
@@ -122,7 +141,7 @@ def _work_to_do(
 
 
 def _start(
-    gateway: ClusterGateway, workload: Workload, job: JobInfo | None, result: ReconcileResult
+    gateway: ClusterGateway, workload: Workload, job: ObjectRead | None, result: ReconcileResult
 ) -> None:
     if workload.source == Workload.Source.JOB:
         if job is None:
@@ -150,12 +169,17 @@ def _admit_job(gateway: ClusterGateway, workload: Workload) -> None:
     nodes = None
     if workload.topology != Workload.Topology.NONE:
         nodes = placement_nodes(workload.placements)
-    gateway.admit_job(
+    # elastic pod sets start with their core; growing them is a scale later
+    counts = {ps.name: ps.core for ps in workload.pod_set_records if ps.min_count is not None}
+    objects.start(
+        gateway,
+        integration_for(workload.kind),
         workload.namespace,
         workload.job_name,
         dict(flavour.node_selector),
         list(flavour.tolerations),
         nodes,
+        counts,
     )
 
 
@@ -176,9 +200,9 @@ def _post_events(cluster: Cluster, gateway: ClusterGateway) -> int:
     shown in Tidegate, a lost Event costs a log line."""
     posted = 0
     owing = Workload.objects.filter(cluster=cluster).exclude(job_events=[]).order_by("pk")
-    for workload in owing.only("pk", "namespace", "job_name", "job_uid", "job_events"):
+    for workload in owing.only("pk", "namespace", "job_name", "job_uid", "kind", "job_events"):
         events = list(workload.job_events or [])
-        ref = JobRef(workload.namespace, workload.job_name, workload.job_uid)
+        ref = _object_ref(workload)
         for event in events:
             try:
                 gateway.record_job_event(
@@ -191,6 +215,17 @@ def _post_events(cluster: Cluster, gateway: ClusterGateway) -> int:
             except ClusterUnreachable:
                 raise
             except GatewayError as error:
-                logger.warning("no Event on Job %s/%s: %s", ref.namespace, ref.name, error)
+                logger.warning("no Event on %s %s/%s: %s", ref.kind, ref.namespace, ref.name, error)
         Workload.objects.filter(pk=workload.pk, job_events=events).update(job_events=[])
     return posted
+
+
+def _object_ref(workload: Workload) -> JobRef:
+    """The object an Event about ``workload`` is posted on."""
+    try:
+        kind = integration_for(workload.kind).ref
+    except KeyError:
+        return JobRef(workload.namespace, workload.job_name, workload.job_uid)
+    return JobRef(
+        workload.namespace, workload.job_name, workload.job_uid, kind.kind, kind.api_version
+    )

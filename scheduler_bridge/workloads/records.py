@@ -5,6 +5,7 @@ reconciler, quota sync, inventory, billing and the portal; they all go through t
 records instead of indexing raw dicts. (Past runs have theirs in runs.py.)
 
     pod_sets    [{"name": "main", "count": 2, "gpus_per_pod": 4, "flavours": ["h100-80gb"]}]
+                (elastic ones add "min_count": the core)
     placements  [{"node": "h100-1", "flavour": "h100-80gb", "gpus": 8}]
     borrowed    {"nvidia.com/gpu": 4}   (Kubernetes resource name -> GPUs held above the
                                         tenant's guarantee)
@@ -19,24 +20,38 @@ from typing import Any
 
 @dataclass(frozen=True, slots=True)
 class PodSetRecord:
-    """One group of identical pods: how many, GPUs each, acceptable flavours best first."""
+    """One group of identical pods: how many at most, GPUs each, acceptable flavours
+    best first; with ``min_count`` (below ``count``) the first ``min_count`` pods are
+    its core and the rest elastic."""
 
     name: str
     count: int
     gpus_per_pod: int
     flavours: tuple[str, ...]
+    min_count: int | None = None
 
     @property
     def gpus(self) -> int:
         return self.count * self.gpus_per_pod
 
+    @property
+    def core(self) -> int:
+        return self.min_count if self.min_count is not None else self.count
+
+    @property
+    def core_record(self) -> PodSetRecord:
+        return PodSetRecord(self.name, self.core, self.gpus_per_pod, self.flavours)
+
     def dump(self) -> dict[str, Any]:
-        return {
+        dumped: dict[str, Any] = {
             "name": self.name,
             "count": self.count,
             "gpus_per_pod": self.gpus_per_pod,
             "flavours": list(self.flavours),
         }
+        if self.min_count is not None:
+            dumped["min_count"] = self.min_count
+        return dumped
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +77,7 @@ def parse_pod_sets(raw: Any) -> list[PodSetRecord]:
                     count=int(item["count"]),
                     gpus_per_pod=int(item["gpus_per_pod"]),
                     flavours=tuple(str(f) for f in item["flavours"]),
+                    min_count=int(item["min_count"]) if item.get("min_count") else None,
                 )
             )
         except (AttributeError, KeyError, TypeError, ValueError) as error:

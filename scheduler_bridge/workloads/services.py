@@ -45,6 +45,8 @@ class PodSetSpec:
     flavour: str | None = None
     product: str | None = None
     mig_profile: str | None = None
+    # elastic: the first min_count pods are the core, the rest grow into idle GPUs
+    min_count: int | None = None
 
 
 @dataclass(frozen=True)
@@ -212,6 +214,7 @@ def workload_submit(
     namespace: str = "",
     job_name: str = "",
     job_uid: str = "",
+    kind: str = "",
     audit_source: str = "api",
 ) -> Workload:
     """Queue a workload for admission. Raises PermissionDenied for users who may not run
@@ -231,15 +234,23 @@ def workload_submit(
             raise ValidationFailed(
                 f"Pod set {index}: count and gpus_per_pod must be at least 1.", field="pod_sets"
             )
+        if spec.min_count is not None and not 1 <= spec.min_count <= spec.count:
+            raise ValidationFailed(
+                f"Pod set {index}: min_count is {spec.min_count}; it must be between 1 and "
+                f"its count ({spec.count}).",
+                field="pod_sets",
+            )
         stored.append(
             PodSetRecord(
                 name=spec.name or f"set-{index}",
                 count=spec.count,
                 gpus_per_pod=spec.gpus_per_pod,
                 flavours=tuple(resolve_flavours(cluster, spec)),
+                min_count=spec.min_count if spec.min_count != spec.count else None,
             )
         )
-    check_can_ever_run(cluster_shape(cluster), stored, topology)
+    # an elastic workload must be able to run its core; what is above it grows when it can
+    check_can_ever_run(cluster_shape(cluster), [ps.core_record for ps in stored], topology)
     pclass = priority_class_named(priority_class)
     workload = Workload(
         cluster=cluster,
@@ -249,6 +260,7 @@ def workload_submit(
         namespace=namespace,
         job_name=job_name,
         job_uid=job_uid,
+        kind=kind,
         priority_class=pclass,
         priority=pclass.value if pclass else 0,
         preemptible=pclass.preemptible if pclass else True,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,23 +24,34 @@ class Route:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def route_request(method: str, path: str, query: dict[str, str], content_type: str) -> Route:
+def route_request(
+    method: str,
+    path: str,
+    query: dict[str, str],
+    content_type: str,
+    resources: Mapping[str, Resource] = RESOURCES,
+) -> Route:
+    """The route of a request; ``resources`` are the kinds the server serves (by
+    plural): the built-in ones and the installed custom resources."""
     path = path.rstrip("/") or "/"  # the client asks for "/version/"
     if path in _DISCOVERY:
         return Route("discovery", discovery=_DISCOVERY[path])
+    discovery = _group_discovery(path, resources)
+    if discovery is not None:
+        return Route("discovery", discovery=discovery)
     parts = [p for p in path.split("/") if p]
     if parts[:2] == ["api", "v1"]:
         group_version, rest = "v1", parts[2:]
-    elif parts[:3] == ["apis", "batch", "v1"]:
-        group_version, rest = "batch/v1", parts[3:]
+    elif len(parts) >= 3 and parts[0] == "apis":
+        group_version, rest = f"{parts[1]}/{parts[2]}", parts[3:]
     else:
         raise ApiError(404, "NotFound", "the server could not find the requested resource")
     namespace = None
-    if len(rest) >= 3 and rest[0] == "namespaces" and rest[2] in RESOURCES:
+    if len(rest) >= 3 and rest[0] == "namespaces" and rest[2] in resources:
         namespace, rest = rest[1], rest[2:]
-    if not rest or rest[0] not in RESOURCES or RESOURCES[rest[0]].group_version != group_version:
+    if not rest or rest[0] not in resources or resources[rest[0]].group_version != group_version:
         raise ApiError(404, "NotFound", "the server could not find the requested resource")
-    resource = RESOURCES[rest[0]]
+    resource = resources[rest[0]]
     if resource.namespaced != (namespace is not None) and len(rest) > 1:
         raise ApiError(404, "NotFound", "the server could not find the requested resource")
     name = rest[1] if len(rest) > 1 else None
@@ -72,7 +83,9 @@ def route_request(method: str, path: str, query: dict[str, str], content_type: s
     return Route(verb, resource, namespace, name, subresource)
 
 
-def _resource_list(group_version: str) -> dict[str, Any]:
+def _resource_list(
+    group_version: str, resources: Mapping[str, Resource] = RESOURCES
+) -> dict[str, Any]:
     verbs = ["create", "delete", "get", "list", "patch", "update"]
     return {
         "kind": "APIResourceList",
@@ -86,7 +99,7 @@ def _resource_list(group_version: str) -> dict[str, Any]:
                 "kind": r.kind,
                 "verbs": verbs,
             }
-            for r in RESOURCES.values()
+            for r in resources.values()
             if r.group_version == group_version
         ],
     }
@@ -97,6 +110,36 @@ _BATCH = {
     "versions": [{"groupVersion": "batch/v1", "version": "v1"}],
     "preferredVersion": {"groupVersion": "batch/v1", "version": "v1"},
 }
+
+
+def _group(group_version: str) -> dict[str, Any]:
+    group, version = group_version.split("/")
+    entry = {"groupVersion": group_version, "version": version}
+    return {"name": group, "versions": [entry], "preferredVersion": entry}
+
+
+def _answer(document: dict[str, Any]) -> Callable[[str], Any]:
+    def answer(address: str) -> Any:
+        return document
+
+    return answer
+
+
+def _group_discovery(path: str, resources: Mapping[str, Resource]) -> Callable[[str], Any] | None:
+    """/apis, /apis/<group> and /apis/<group>/<version> with the installed custom
+    resources (the built-in answers are in _DISCOVERY)."""
+    custom = sorted({r.group_version for r in resources.values() if r.custom is not None})
+    if path == "/apis":
+        groups = [_BATCH] + [_group(gv) for gv in custom]
+        return _answer({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+    for group_version in custom:
+        if path == f"/apis/{group_version.split('/')[0]}":
+            return _answer({"kind": "APIGroup", "apiVersion": "v1", **_group(group_version)})
+        if path == f"/apis/{group_version}":
+            return _answer(_resource_list(group_version, resources))
+    return None
+
+
 _DISCOVERY: dict[str, Callable[[str], Any]] = {
     "/version": lambda address: {
         "major": "1",
@@ -114,7 +157,6 @@ _DISCOVERY: dict[str, Callable[[str], Any]] = {
         "versions": ["v1"],
         "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": address}],
     },
-    "/apis": lambda address: {"kind": "APIGroupList", "apiVersion": "v1", "groups": [_BATCH]},
     "/apis/batch": lambda address: {"kind": "APIGroup", "apiVersion": "v1", **_BATCH},
     "/api/v1": lambda address: _resource_list("v1"),
     "/apis/batch/v1": lambda address: _resource_list("batch/v1"),

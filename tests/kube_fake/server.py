@@ -26,12 +26,12 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
-from . import fieldmanager
+from . import crds, fieldmanager
 from .jsoncopy import clone
 from .rbac import Rules
 from .routing import Route, route_request
 from .schema import refuse_unknown_fields
-from .store import BY_KIND, ApiError, Store, now_stamp
+from .store import ApiError, Store, now_stamp
 from .strategic import strategic_merge_patch
 from .watch import WatchRequest, stream_watch, watch_request
 
@@ -221,11 +221,11 @@ class FakeKubeApi:
 
     def get_object(self, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
         with self.store.lock:
-            obj = self.store.objects.get(self.store.key(BY_KIND[kind], namespace, name))
+            obj = self.store.objects.get(self.store.key(self.store.by_kind[kind], namespace, name))
             return clone(obj)
 
     def objects(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
-        resource = BY_KIND[kind]
+        resource = self.store.by_kind[kind]
         with self.store.lock:
             return [clone(o) for o in self.store.of(resource.plural, namespace)]
 
@@ -234,7 +234,7 @@ class FakeKubeApi:
     ) -> dict[str, Any]:
         """Create ``obj`` with full API semantics (defaults, validation, ownership), as a
         user's ``kubectl create`` would."""
-        resource = BY_KIND[obj["kind"]]
+        resource = self.store.by_kind[obj["kind"]]
         namespace = obj.get("metadata", {}).get("namespace")
         body = self._mutate(resource, namespace, dict(obj))  # mutating admission
         return self.store.create(resource, namespace, body, manager)
@@ -442,7 +442,11 @@ class FakeKubeApi:
         error: ApiError | None = None
         try:
             route = route_request(
-                method, split.path, query, handler.headers.get("Content-Type") or ""
+                method,
+                split.path,
+                query,
+                handler.headers.get("Content-Type") or "",
+                self.store.resources,
             )
         except ApiError as exc:
             route, error = Route("unknown"), exc
@@ -493,6 +497,11 @@ class FakeKubeApi:
                     self.open_watches -= 1
             return
         _respond(handler, code, body, headers)
+
+    def install_crd(self, name: str) -> None:
+        """Serve the custom resource of the vendored CRD ``tests/data/crds/<name>.yaml``
+        (as ``kubectl apply -f`` of the CRD would), e.g. ``jobsets.jobset.x-k8s.io``."""
+        self.store.install(crds.load_crd(name))
 
     def register_mutating_webhook(
         self, url: str, label: str, *, fail: bool = True, timeout_s: float = 10.0
@@ -603,7 +612,10 @@ class FakeKubeApi:
                 )
             config = _apply_body(raw)
             if query.get("fieldValidation") == "Strict":
-                refuse_unknown_fields(resource, config)
+                if resource.custom is not None:
+                    _refuse_unknown_custom_fields(self.store, resource, ns, name, config)
+                else:
+                    refuse_unknown_fields(resource, config)
             obj, created = self.store.apply(resource, ns, name, config, manager, force)
             return (201 if created else 200), obj
         body = _json(raw)
@@ -619,7 +631,10 @@ class FakeKubeApi:
             whole = body
             if route.verb == "patch":
                 whole = merge(self.store.get(resource, ns, name), body)
-            refuse_unknown_fields(resource, whole)
+            if resource.custom is not None:
+                _refuse_unknown_custom_fields(self.store, resource, ns, name, whole)
+            else:
+                refuse_unknown_fields(resource, whole)
         if route.verb == "create":
             return 201, self.store.create(resource, ns, body, manager)
         if route.verb == "update":
@@ -669,6 +684,25 @@ def _respond(
     # What end_headers() does, with the body in the same write (one packet, not two).
     handler._headers_buffer.append(b"\r\n" + data)  # type: ignore[attr-defined]
     handler.flush_headers()
+
+
+def _refuse_unknown_custom_fields(
+    store: Store, resource: Any, namespace: str | None, name: str, obj: dict[str, Any]
+) -> None:
+    """fieldValidation=Strict on a custom resource: fields its schema would prune are
+    400 BadRequest, all of them named (apiextensions-apiserver's strict decoding of
+    pruned fields, staging/src/k8s.io/apiextensions-apiserver/pkg/apiserver/
+    customresource_handler.go)."""
+    old = None
+    if name and store.exists(resource, namespace, name):
+        old = store.get(resource, namespace, name)
+    _, unknown, _ = crds.prepare(resource.custom, obj, old, strict=True)
+    if unknown:
+        raise ApiError(
+            400,
+            "BadRequest",
+            "strict decoding error: " + ", ".join(f'unknown field "{f}"' for f in unknown),
+        )
 
 
 def _apply_body(raw: bytes) -> Any:

@@ -14,13 +14,13 @@ import threading
 import uuid
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity
 
-from . import fieldmanager, validation
+from . import crds, fieldmanager, validation
 from .jsoncopy import clone
 
 
@@ -31,6 +31,8 @@ class Resource:
     group_version: str
     namespaced: bool
     has_status: bool = True
+    # a custom resource's definition (crds.CustomKind); None for built-in kinds
+    custom: Any = field(default=None, compare=False, hash=False)
 
     @property
     def list_kind(self) -> str:
@@ -168,6 +170,24 @@ class Store:
         self.pod_totals: dict[str, dict[str, Any]] = {}
         # paged lists in progress: snapshot id -> (items, resourceVersion); see compact()
         self.snapshots: dict[str, tuple[list[dict[str, Any]], str]] = {}
+        # what this server serves: the built-in kinds and the installed CRDs
+        self.resources: dict[str, Resource] = dict(RESOURCES)
+        self.by_kind: dict[str, Resource] = dict(BY_KIND)
+
+    def install(self, custom: crds.CustomKind) -> Resource:
+        """Serve a custom resource from now on (as creating its CRD does)."""
+        resource = Resource(
+            custom.plural,
+            custom.kind,
+            custom.group_version,
+            custom.namespaced,
+            has_status=custom.has_status,
+            custom=custom,
+        )
+        with self.lock:
+            self.resources[custom.plural] = resource
+            self.by_kind[custom.kind] = resource
+        return resource
 
     # --- helpers ---------------------------------------------------------------------
 
@@ -276,7 +296,7 @@ class Store:
         (a watch can start only after them). For benchmarks of large clusters."""
         with self.lock:
             for obj in objects:
-                resource = BY_KIND[obj["kind"]]
+                resource = self.by_kind[obj["kind"]]
                 obj["apiVersion"] = resource.group_version
                 meta = obj["metadata"]
                 meta.setdefault("uid", str(uuid.uuid4()))
@@ -572,6 +592,11 @@ class Store:
             meta["creationTimestamp"] = now_stamp()
             meta["generation"] = 1
             self._defaults(resource, obj)
+        if resource.custom is not None:
+            obj, _, found = crds.prepare(resource.custom, obj, old, strict=False)
+            meta = obj["metadata"]
+            if found:
+                raise self._invalid(resource, meta.get("name", ""), found)
         self._validate(resource, obj, old)
         if manager is not None:
             meta.pop("managedFields", None)
@@ -598,7 +623,7 @@ class Store:
         server-owned identity fields are filled in and resourceVersion moves."""
         with self.lock:
             obj = clone(obj)
-            resource = BY_KIND[obj["kind"]]
+            resource = self.by_kind[obj["kind"]]
             obj["apiVersion"] = resource.group_version
             meta = obj.setdefault("metadata", {})
             key = self.key(resource, meta.get("namespace"), meta["name"])
@@ -617,7 +642,7 @@ class Store:
 
     def remove_raw(self, kind: str, namespace: str | None, name: str) -> bool:
         with self.lock:
-            resource = BY_KIND[kind]
+            resource = self.by_kind[kind]
             return self._pop(self.key(resource, namespace, name)) is not None
 
     # --- defaults and controllers ----------------------------------------------------

@@ -1,0 +1,84 @@
+"""Reaching one kind's objects on a cluster through its gateway.
+
+Jobs keep the gateway's own Job calls (they clear a Job's ``startTime`` before a new
+placement and know the watch cache); every other kind is read and replaced as JSON
+(:meth:`~scheduler_bridge.gateways.ClusterGateway.update_object`), each change built
+by the kind's adapter from the object as read, so a concurrent write is a conflict
+that is retried from a fresh read, never a lost update.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from scheduler_bridge.gateways import ClusterGateway, ObjectMissing, Toleration
+
+from .base import Integration, ObjectRead
+from .job import JobIntegration
+
+
+def list_queued(
+    gateway: ClusterGateway, integration: Integration, label_selector: str
+) -> list[ObjectRead] | None:
+    """The kind's objects that carry ``label_selector``, read; None when the cluster
+    does not serve the kind (its CRD is not installed)."""
+    if not gateway.serves(integration.ref):
+        return None
+    try:
+        objects = gateway.list_objects(integration.ref, label_selector)
+    except ObjectMissing:
+        return None
+    return [integration.read(obj) for obj in objects]
+
+
+def start(
+    gateway: ClusterGateway,
+    integration: Integration,
+    namespace: str,
+    name: str,
+    node_selector: Mapping[str, str],
+    tolerations: Sequence[Toleration],
+    node_names: Sequence[str] | None = None,
+    counts: Mapping[str, int] | None = None,
+) -> None:
+    """Resume a suspended object on the chosen flavour (and nodes). Nothing is written
+    when it already runs that way; GatewayError when it runs another way."""
+    if isinstance(integration, JobIntegration) and not counts:
+        gateway.admit_job(namespace, name, node_selector, tolerations, node_names)
+        return
+
+    def admission(obj: dict[str, Any]) -> dict[str, Any]:
+        desired = integration.admitted(obj, node_selector, tolerations, node_names, counts)
+        if not integration.is_suspended(obj) and desired != obj:
+            running = (
+                "running with another placement" if integration.read(obj).admitted else "running"
+            )
+            raise ValueError(f"it is already {running}; suspend it before admitting it again")
+        return desired
+
+    gateway.update_object(integration.ref, namespace, name, admission)
+
+
+def stop(gateway: ClusterGateway, integration: Integration, namespace: str, name: str) -> None:
+    """Suspend the object (its controller deletes its pods), then put its pod
+    templates back as their owner wrote them. Idempotent."""
+    if isinstance(integration, JobIntegration):
+        gateway.suspend_job(namespace, name)
+        return
+    gateway.update_object(integration.ref, namespace, name, integration.stopped)
+    if not integration.restore_with_stop:
+        gateway.update_object(integration.ref, namespace, name, integration.restored)
+
+
+def scale(
+    gateway: ClusterGateway,
+    integration: Integration,
+    namespace: str,
+    name: str,
+    counts: Mapping[str, int],
+) -> None:
+    """Set the pod counts of the object's elastic pod sets."""
+    gateway.update_object(
+        integration.ref, namespace, name, lambda obj: integration.scaled(obj, counts)
+    )

@@ -1,0 +1,367 @@
+"""What every workload integration reads from and writes to its kind's objects.
+
+An integration turns one kind of Kubernetes object (a Job, a JobSet, a PyTorchJob, ...)
+into what the queue needs - its pod sets with their GPU requests and which counts are
+elastic, whether it is suspended, finished or failed - and builds the object as it must
+look once admitted, stopped, restored or scaled. Everything here works on the object's
+JSON (plain dicts) and never touches the network or the database; the gateways send
+what it builds and the sync (workloads/integration_sync.py) decides when.
+
+Bad input never raises out of :meth:`Integration.read`: an object Tidegate cannot
+queue (no GPU request, ``min-pods`` above the count, two GPU resources in one pod)
+comes back with ``problem`` set to a sentence its owner can act on, and the sync
+records the workload as rejected with that sentence.
+"""
+
+from __future__ import annotations
+
+import abc
+import copy
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from scheduler_bridge.gateways import manifests
+from scheduler_bridge.gateways.base import (
+    GPU_RESOURCE,
+    ORIGINAL_SCHEDULING_ANNOTATION,
+    KindRef,
+    Toleration,
+)
+from scheduler_bridge.gateways.parsing import gpu_requests
+
+MIN_PODS_ANNOTATION = "tidegate.io/min-pods"
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+
+
+class IntegrationError(ValueError):
+    """An object of a supported kind that Tidegate cannot queue; the message says why
+    and what to change."""
+
+
+@dataclass(frozen=True)
+class PodSetRead:
+    """One group of identical pods of an object: ``count`` pods at most, of which the
+    first ``min_count`` are its core (None: all of them, nothing elastic). Each pod asks
+    for ``gpus_per_pod`` of ``resource`` (``nvidia.com/gpu`` or a MIG resource);
+    ``product`` is the GPU product label its own node selector names, if any."""
+
+    name: str
+    count: int
+    gpus_per_pod: int
+    resource: str
+    min_count: int | None = None
+    product: str | None = None
+
+    @property
+    def mig_profile(self) -> str | None:
+        if self.resource == GPU_RESOURCE:
+            return None
+        return self.resource.removeprefix("nvidia.com/mig-").replace(".me", "+me")
+
+
+@dataclass(frozen=True)
+class ObjectRead:
+    """What the queue needs to know about one object."""
+
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    suspended: bool = True
+    admitted: bool = False  # carries Tidegate's original-scheduling annotation
+    finished: bool = False
+    failed: bool = False
+    pod_sets: tuple[PodSetRead, ...] = ()
+    problem: str | None = None
+    priority_class_name: str | None = None
+    # pods whose GPUs can go back while it runs (completed pods of a batch/v1 Job)
+    reclaimable_pods: int = 0
+
+
+class Integration(abc.ABC):
+    """One kind of workload object. Subclasses say where its pod templates are, how it
+    is suspended and how it ends; this class builds the admitted, stopped and restored
+    objects the same way for every kind."""
+
+    ref: ClassVar[KindRef]
+    # whether stopping the object and putting its templates back may be one write (a
+    # Job's template may change only once it is suspended: two writes)
+    restore_with_stop: ClassVar[bool] = True
+    # whether its pod templates may be pinned to nodes (required node affinity) while
+    # suspended; a JobSet's webhook allows only selectors and tolerations
+    pins_nodes: ClassVar[bool] = True
+
+    @property
+    def kind(self) -> str:
+        return self.ref.kind
+
+    # --- what subclasses say ---------------------------------------------------------
+
+    @abc.abstractmethod
+    def templates(self, obj: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(pod set name, the pod template in ``obj`` itself) for every pod set, GPU or
+        not; edits to a template edit ``obj``."""
+
+    @abc.abstractmethod
+    def counts(self, obj: Mapping[str, Any]) -> dict[str, int]:
+        """Pods each pod set runs at once."""
+
+    def min_counts(self, obj: Mapping[str, Any]) -> dict[str, int]:
+        """The framework's own minimum per pod set (elastic ones only)."""
+        return {}
+
+    def elastic_pod_set(self, obj: Mapping[str, Any]) -> str | None:
+        """The pod set the ``tidegate.io/min-pods`` annotation applies to (None: the
+        kind cannot change a pod count while it runs)."""
+        return None
+
+    @abc.abstractmethod
+    def is_suspended(self, obj: Mapping[str, Any]) -> bool: ...
+
+    @abc.abstractmethod
+    def set_suspended(self, obj: dict[str, Any], suspended: bool) -> None: ...
+
+    @abc.abstractmethod
+    def outcome(self, obj: Mapping[str, Any]) -> tuple[bool, bool]:
+        """(finished, failed); failed implies finished."""
+
+    def set_count(self, obj: dict[str, Any], pod_set: str, count: int) -> None:
+        raise IntegrationError(f"a {self.kind}'s pod counts cannot change while it runs")
+
+    def priority_class_name(self, obj: dict[str, Any]) -> str | None:
+        for _, template in self.templates(obj):
+            name = (template.get("spec") or {}).get("priorityClassName")
+            if name:
+                return str(name)
+        return None
+
+    def reclaimable_pods(self, obj: Mapping[str, Any]) -> int:
+        return 0
+
+    # --- reading ---------------------------------------------------------------------
+
+    def read(self, obj: dict[str, Any]) -> ObjectRead:
+        meta = obj.get("metadata") or {}
+        annotations = dict(meta.get("annotations") or {})
+        finished, failed = self.outcome(obj)
+        problem = None
+        pod_sets: tuple[PodSetRead, ...] = ()
+        try:
+            pod_sets = self.pod_sets(obj)
+        except IntegrationError as error:
+            problem = str(error)
+        return ObjectRead(
+            kind=self.kind,
+            namespace=str(meta.get("namespace") or ""),
+            name=str(meta.get("name") or ""),
+            uid=str(meta.get("uid") or ""),
+            labels=dict(meta.get("labels") or {}),
+            annotations=annotations,
+            suspended=self.is_suspended(obj),
+            admitted=ORIGINAL_SCHEDULING_ANNOTATION in annotations,
+            finished=finished,
+            failed=failed,
+            pod_sets=pod_sets,
+            problem=problem,
+            priority_class_name=self.priority_class_name(obj),
+            reclaimable_pods=self.reclaimable_pods(obj),
+        )
+
+    def pod_sets(self, obj: dict[str, Any]) -> tuple[PodSetRead, ...]:
+        """The pod sets that ask for GPUs (pods that ask for none need no admission:
+        they start with the rest). IntegrationError when none does, or one is
+        unreadable."""
+        counts = self.counts(obj)
+        minimums = dict(self.min_counts(obj))
+        annotated = _min_pods(obj)
+        if annotated is not None:
+            target = self.elastic_pod_set(obj)
+            if target is None:
+                raise IntegrationError(
+                    f"annotation {MIN_PODS_ANNOTATION} is set, but a {self.kind} cannot "
+                    "change how many pods it runs; remove the annotation"
+                )
+            minimums[target] = annotated
+        found = []
+        for name, template in self.templates(obj):
+            request = gpu_request(template, f"pod set {name!r}")
+            if request is None:
+                continue
+            resource, amount = request
+            count = counts.get(name, 0)
+            if count <= 0:
+                continue
+            minimum = minimums.get(name)
+            if minimum is not None and not 1 <= minimum <= count:
+                raise IntegrationError(
+                    f"pod set {name!r} asks for at least {minimum} of {count} pods; "
+                    f"the minimum must be between 1 and {count}"
+                )
+            node_selector = (template.get("spec") or {}).get("nodeSelector") or {}
+            found.append(
+                PodSetRead(
+                    name=name,
+                    count=count,
+                    gpus_per_pod=amount,
+                    resource=resource,
+                    min_count=minimum if minimum is not None and minimum < count else None,
+                    product=node_selector.get(PRODUCT_LABEL),
+                )
+            )
+        if not found:
+            raise IntegrationError(
+                f"no pod of this {self.kind} requests a GPU (nvidia.com/gpu or one "
+                "nvidia.com/mig-* resource); only GPU work queues"
+            )
+        products = {ps.product for ps in found}
+        if len(products) > 1:
+            raise IntegrationError(
+                "pod sets name different GPU products in their node selectors "
+                f"({', '.join(sorted(p or 'none' for p in products))}); "
+                "a workload runs on one flavour"
+            )
+        return tuple(found)
+
+    # --- writing ---------------------------------------------------------------------
+
+    def admitted(
+        self,
+        obj: Mapping[str, Any],
+        node_selector: Mapping[str, str],
+        tolerations: Sequence[Toleration],
+        node_names: Sequence[str] | None = None,
+        counts: Mapping[str, int] | None = None,
+    ) -> dict[str, Any]:
+        """``obj`` as it must look once admitted on a flavour: every pod template gets
+        the flavour's node selector and tolerations (pinned to ``node_names`` if
+        given), the originals are kept in the original-scheduling annotation, elastic
+        pod sets are set to ``counts``, and the object is resumed. ValueError when the
+        object's own selector contradicts the flavour."""
+        if node_names and not self.pins_nodes:
+            raise ValueError(
+                f"a {self.kind}'s pods cannot be pinned to nodes (its pod templates' "
+                "node affinity may not change)"
+            )
+        result = copy.deepcopy(dict(obj))
+        originals = self._originals(result)
+        for name, template in self.templates(result):
+            manifests.schedule_template(
+                template,
+                originals.get(name, {}),
+                node_selector,
+                tolerations,
+                node_names,
+                owner=self.kind,
+            )
+        manifests.record_scheduling(result, originals)
+        for name, count in (counts or {}).items():
+            self.set_count(result, name, count)
+        self.set_suspended(result, False)
+        return result
+
+    def stopped(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """``obj`` suspended (its controller then deletes its pods); with
+        ``restore_with_stop`` its templates are put back in the same write."""
+        result = copy.deepcopy(dict(obj))
+        self.set_suspended(result, True)
+        return self.restored(result) if self.restore_with_stop else result
+
+    def restored(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """``obj`` with its templates' scheduling fields put back from the annotation
+        and the annotation removed; ``obj`` itself when there is nothing to restore."""
+        result = copy.deepcopy(dict(obj))
+        if manifests.recorded_scheduling(result) is None:
+            return result
+        originals = self._originals(result)
+        for name, template in self.templates(result):
+            manifests.restore_template(template, originals.get(name, {}))
+        manifests.forget_scheduling(result)
+        return result
+
+    def scaled(self, obj: Mapping[str, Any], counts: Mapping[str, int]) -> dict[str, Any]:
+        result = copy.deepcopy(dict(obj))
+        for name, count in counts.items():
+            self.set_count(result, name, count)
+        return result
+
+    def _originals(self, obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        """Each template's scheduling fields before Tidegate touched them."""
+        recorded = manifests.recorded_scheduling(obj)
+        if recorded is None:
+            return {
+                name: manifests.template_scheduling(template)
+                for name, template in self.templates(obj)
+            }
+        if not isinstance(recorded, Mapping):
+            raise ValueError(
+                f"annotation {ORIGINAL_SCHEDULING_ANNOTATION} does not name pod sets; "
+                f"restore the {self.kind}'s pod templates by hand and remove the annotation"
+            )
+        return {
+            str(name): manifests.only_scheduling_fields(fields) for name, fields in recorded.items()
+        }
+
+
+def gpu_request(template: Mapping[str, Any], where: str) -> tuple[str, int] | None:
+    """The one GPU resource and amount each pod of ``template`` asks for (summed as
+    the scheduler does, init containers included); None when it asks for none.
+    IntegrationError for two GPU resources in one pod."""
+    try:
+        totals = gpu_requests(template.get("spec") or {})
+    except (TypeError, ValueError, AttributeError) as error:
+        raise IntegrationError(f"{where}: unreadable resources ({error})") from error
+    if not totals:
+        return None
+    if len(totals) > 1:
+        raise IntegrationError(
+            f"{where}: each pod must request exactly one GPU resource (nvidia.com/gpu or "
+            f"one nvidia.com/mig-*), found: {sorted(totals)}"
+        )
+    return next(iter(totals.items()))
+
+
+def _min_pods(obj: Mapping[str, Any]) -> int | None:
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    raw = annotations.get(MIN_PODS_ANNOTATION)
+    if raw is None:
+        return None
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise IntegrationError(
+            f"annotation {MIN_PODS_ANNOTATION} is {raw!r}; it must be a whole number of pods, 1 or more"
+        )
+    return value
+
+
+def child(obj: Mapping[str, Any], *path: str) -> Any:
+    """``obj[path[0]][path[1]]...``, or None where a step is missing or not an object."""
+    node: Any = obj
+    for step in path:
+        if not isinstance(node, Mapping):
+            return None
+        node = node.get(step)
+    return node
+
+
+def whole(value: Any, default: int) -> int:
+    """An integer field of an object, ``default`` when absent or unreadable."""
+    if isinstance(value, bool):
+        return default
+    if isinstance(value, int):
+        return value
+    return default
+
+
+def conditions(obj: Mapping[str, Any]) -> dict[str, bool]:
+    """status.conditions as type -> True/False."""
+    found = {}
+    for condition in child(obj, "status", "conditions") or []:
+        if isinstance(condition, Mapping) and condition.get("type"):
+            found[str(condition["type"])] = condition.get("status") == "True"
+    return found

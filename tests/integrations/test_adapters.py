@@ -1,0 +1,223 @@
+"""The workload integrations on their own: what each kind's adapter reads from an
+object, what it refuses, and that every object it builds (admitted, stopped, restored,
+scaled) is one the kind's published schema accepts (the vendored CRDs in
+tests/data/crds, Kubernetes' own schema for Jobs and pod templates)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from scheduler_bridge.integrations import BY_KIND, integration_for
+from tests.integrations import objects
+from tests.kube_fake import crds
+from tests.kube_fake.schema import assert_valid_kubernetes
+
+TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+SELECTOR = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+
+
+def assert_schema_accepts(obj: dict[str, Any], old: dict[str, Any] | None = None) -> None:
+    kind = obj["kind"]
+    if kind == "Job":
+        assert_valid_kubernetes(obj)
+        return
+    custom = crds.load_crd(objects.CRD_OF[kind])
+    _, unknown, problems = crds.prepare(custom, obj, old, strict=True)
+    assert unknown == [], f"{kind}: fields its schema does not declare: {unknown}"
+    assert problems == [], f"{kind}: its schema refuses: {problems}"
+
+
+def named(obj: dict[str, Any]) -> dict[str, Any]:
+    obj = copy.deepcopy(obj)
+    obj["metadata"].update(uid="u-1", resourceVersion="1")
+    return obj
+
+
+ALL_KINDS = ["Job", "JobSet", "PyTorchJob", "RayCluster", "RayJob"]
+
+
+@pytest.mark.parametrize("kind", ALL_KINDS)
+def test_every_kind_reads_its_gpu_pod_sets_and_round_trips_admission(kind: str) -> None:
+    integration = integration_for(kind)
+    original = named(objects.eight_gpus(kind, "ml", "train", "vision"))
+    assert_schema_accepts(original)
+    read = integration.read(original)
+    assert read.problem is None
+    assert (read.kind, read.namespace, read.name, read.uid) == (kind, "ml", "train", "u-1")
+    assert read.suspended and not read.admitted and not read.finished
+    assert sum(ps.count * ps.gpus_per_pod for ps in read.pod_sets) == 8
+    assert {ps.resource for ps in read.pod_sets} == {"nvidia.com/gpu"}
+
+    nodes = ["h100-1"] if integration.pins_nodes else None
+    admitted = integration.admitted(original, SELECTOR, [TOLERATION], nodes)
+    assert_schema_accepts(admitted, original)
+    after = integration.read(admitted)
+    assert not after.suspended and after.admitted
+    for name, template in integration.templates(copy.deepcopy(admitted)):
+        spec = template["spec"]
+        assert spec["nodeSelector"] == SELECTOR, name
+        assert spec["tolerations"] == [TOLERATION], name
+        if integration.pins_nodes:
+            terms = spec["affinity"]["nodeAffinity"][
+                "requiredDuringSchedulingIgnoredDuringExecution"
+            ]["nodeSelectorTerms"]
+            assert terms == [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["h100-1"]}]}
+            ]
+    # admitting again the same way changes nothing
+    assert integration.admitted(admitted, SELECTOR, [TOLERATION], nodes) == admitted
+
+    stopped = integration.stopped(admitted)
+    if not integration.restore_with_stop:
+        stopped = integration.restored(stopped)
+    assert_schema_accepts(stopped, admitted)
+    assert stopped == original  # suspended, templates as their owner wrote them
+
+
+def test_a_jobset_is_never_pinned_to_nodes_but_gets_the_flavour() -> None:
+    integration = integration_for("JobSet")
+    original = named(objects.jobset("ml", "js", "vision"))
+    admitted = integration.admitted(original, SELECTOR, [], None)
+    template = admitted["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    assert template["spec"]["nodeSelector"] == SELECTOR
+    assert "affinity" not in template["spec"]
+    with pytest.raises(ValueError, match="cannot be pinned to nodes"):
+        integration.admitted(original, SELECTOR, [], ["h100-1"])
+
+
+def test_a_jobset_pod_set_counts_every_pod_of_every_replicated_job() -> None:
+    read = integration_for("JobSet").read(
+        named(objects.jobset("ml", "js", "a", replicas=3, parallelism=2, gpus=1))
+    )
+    assert [(ps.name, ps.count, ps.gpus_per_pod) for ps in read.pod_sets] == [("workers", 6, 1)]
+
+
+def test_pytorchjob_elastic_policy_makes_its_workers_elastic_and_scales_them() -> None:
+    integration = integration_for("PyTorchJob")
+    original = named(objects.pytorchjob("ml", "pt", "a", workers=8, gpus=1, elastic=(4, 8)))
+    assert_schema_accepts(original)
+    (workers,) = integration.read(original).pod_sets
+    assert (workers.name, workers.count, workers.min_count) == ("Worker", 8, 4)
+    admitted = integration.admitted(original, SELECTOR, [], None, {"Worker": 4})
+    assert admitted["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 4
+    assert_schema_accepts(admitted, original)
+    grown = integration.scaled(admitted, {"Worker": 6})
+    assert grown["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 6
+    assert_schema_accepts(grown, admitted)
+
+
+def test_raycluster_worker_groups_are_elastic_down_to_min_replicas() -> None:
+    integration = integration_for("RayCluster")
+    original = named(objects.raycluster("ml", "rc", "a", workers=4, gpus=2, minimum=1))
+    (gpu_workers,) = integration.read(original).pod_sets  # the head asks for no GPU
+    assert (gpu_workers.name, gpu_workers.count, gpu_workers.min_count) == ("gpu", 4, 1)
+    scaled = integration.scaled(original, {"gpu": 2})
+    assert scaled["spec"]["workerGroupSpecs"][0]["replicas"] == 2
+    assert_schema_accepts(scaled, original)
+
+
+def test_the_min_pods_annotation_makes_a_job_elastic_through_its_parallelism() -> None:
+    integration = integration_for("Job")
+    job = named(objects.batch_job("ml", "j", "a", parallelism=8, gpus=1))
+    job["metadata"]["annotations"] = {"tidegate.io/min-pods": "2"}
+    (main,) = integration.read(job).pod_sets
+    assert (main.count, main.min_count) == (8, 2)
+    assert integration.scaled(job, {"main": 5})["spec"]["parallelism"] == 5
+
+
+@pytest.mark.parametrize(
+    ("kind", "edit", "problem"),
+    [
+        (
+            "Job",
+            lambda o: o["metadata"].update(annotations={"tidegate.io/min-pods": "3"}),
+            "at least 3 of 2 pods",
+        ),
+        (
+            "Job",
+            lambda o: o["metadata"].update(annotations={"tidegate.io/min-pods": "-1"}),
+            "must be a whole number of pods, 1 or more",
+        ),
+        (
+            "JobSet",
+            lambda o: o["metadata"].update(annotations={"tidegate.io/min-pods": "1"}),
+            "cannot change how many pods it runs",
+        ),
+        (
+            "RayCluster",
+            lambda o: o["spec"]["workerGroupSpecs"][0]["template"].update(
+                objects.pod_template(None)
+            ),
+            "no pod of this RayCluster requests a GPU",
+        ),
+        (
+            "PyTorchJob",
+            lambda o: o["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][
+                0
+            ]["resources"]["limits"].update({"nvidia.com/mig-1g.10gb": 1}),
+            "exactly one GPU resource",
+        ),
+        (
+            "RayJob",
+            lambda o: o["spec"].pop("rayClusterSpec"),
+            "queue that RayCluster instead",
+        ),
+    ],
+)
+def test_objects_tidegate_cannot_queue_say_why(kind: str, edit: Any, problem: str) -> None:
+    obj = named(objects.eight_gpus(kind, "ml", "bad", "a"))
+    edit(obj)
+    read = BY_KIND[kind].read(obj)
+    assert read.problem is not None and problem in read.problem
+    assert read.pod_sets == ()
+
+
+def test_finished_and_failed_are_read_from_each_kinds_status() -> None:
+    for kind in ("JobSet", "PyTorchJob", "RayJob"):
+        obj = named(objects.eight_gpus(kind, "ml", "x", "a"))
+        obj["status"] = objects.finished(kind)
+        assert (BY_KIND[kind].read(obj).finished, BY_KIND[kind].read(obj).failed) == (True, False)
+        obj["status"] = objects.finished(kind, failed=True)
+        assert (BY_KIND[kind].read(obj).finished, BY_KIND[kind].read(obj).failed) == (True, True)
+    # a RayCluster runs until it is deleted
+    rc = named(objects.raycluster("ml", "rc", "a"))
+    assert not BY_KIND["RayCluster"].read(rc).finished
+
+
+def test_a_contradicting_own_selector_is_refused_not_overridden() -> None:
+    integration = integration_for("PyTorchJob")
+    obj = named(objects.pytorchjob("ml", "pt", "a"))
+    own = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+    obj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"] = own
+    with pytest.raises(ValueError, match="contradicts the chosen flavour"):
+        integration.admitted(obj, SELECTOR, [], None)
+
+
+def test_the_fake_server_refuses_what_the_published_schemas_refuse() -> None:
+    """The vendored schemas are not a formality: a misspelt field, a wrong type and a
+    changed immutable field are all refused."""
+    custom = crds.load_crd("jobsets.jobset.x-k8s.io")
+    good = named(objects.jobset("ml", "js", "a"))
+    typo = copy.deepcopy(good)
+    typo["spec"]["replicatedJob"] = typo["spec"].pop("replicatedJobs")
+    _, unknown, _ = crds.prepare(custom, typo, None, strict=True)
+    assert unknown == ["spec.replicatedJob"]
+    wrong = copy.deepcopy(good)
+    wrong["spec"]["replicatedJobs"][0]["replicas"] = "two"
+    _, _, problems = crds.prepare(custom, wrong, None, strict=True)
+    assert any("replicas" in field for field, _ in problems)
+    running = copy.deepcopy(good)
+    running["spec"]["suspend"] = False
+    resized = copy.deepcopy(running)
+    resized["spec"]["replicatedJobs"][0]["replicas"] = 3
+    _, _, problems = crds.prepare(custom, resized, running, strict=True)
+    assert ("spec.replicatedJobs", 'Invalid value: "array": field is immutable') in problems
+    bad_template = copy.deepcopy(good)
+    bad_template["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][
+        0
+    ]["resourcez"] = {}
+    _, unknown, _ = crds.prepare(custom, bad_template, None, strict=True)
+    assert unknown and "resourcez" in unknown[0]

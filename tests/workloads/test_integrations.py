@@ -1,0 +1,209 @@
+"""Every integrated kind through the queue against the local API server with the real
+client, its objects checked by the kind's vendored CRD schema and its operator's
+webhook rules: submitted suspended -> workload -> admitted (flavour injected, resumed)
+-> preempted (suspended, templates restored) -> finished. A kind whose CRD is not
+installed is skipped with a note; an object Tidegate cannot queue is refused with the
+reason, on the workload and as an Event on the object."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from scheduler_bridge.integrations import integration_for
+from scheduler_bridge.workloads.cycle import admission_cycle
+from scheduler_bridge.workloads.jobs import jobs_sync
+from scheduler_bridge.workloads.models import Workload
+from tests.conftest import Cast
+from tests.integrations import objects
+from tests.kube_fake.schema import assert_valid_kubernetes
+from tests.workloads.conftest import FakeCluster
+
+pytestmark = pytest.mark.django_db
+
+CRD_KINDS = ["JobSet", "PyTorchJob", "RayCluster", "RayJob"]
+
+
+def install_all(fake: FakeCluster) -> None:
+    for crd in objects.CRD_OF.values():
+        fake.api.install_crd(crd)
+
+
+def live(fake: FakeCluster, kind: str, namespace: str, name: str) -> dict[str, Any]:
+    found = fake.api.get_object(kind, namespace, name)
+    assert found is not None
+    return found
+
+
+def templates(kind: str, obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return dict(integration_for(kind).templates(obj))
+
+
+def events_on(fake: FakeCluster, namespace: str, name: str) -> list[dict]:
+    found = [e for e in fake.api.objects("Event", namespace) if e["involvedObject"]["name"] == name]
+    return sorted(found, key=lambda e: int(e["metadata"]["resourceVersion"]))
+
+
+@pytest.mark.parametrize("kind", CRD_KINDS)
+def test_each_kind_is_queued_admitted_onto_its_flavour_and_finishes(
+    fake_cluster: FakeCluster, cast: Cast, kind: str
+) -> None:
+    install_all(fake_cluster)
+    written = fake_cluster.api.create_object(
+        objects.eight_gpus(kind, "vision-train", "train", "vision")
+    )
+    synced = jobs_sync(fake_cluster.cluster, fake_cluster.gateway)
+    assert fake_cluster.cluster.workload_kinds[kind] == "queued"
+    (workload,) = Workload.objects.filter(pk__in=synced.created)
+    assert (workload.kind, workload.job_name, workload.job_uid) == (
+        kind,
+        "train",
+        written["metadata"]["uid"],
+    )
+    assert sum(ps.gpus for ps in workload.pod_set_records) == 8
+
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    workload.refresh_from_db()
+    assert workload.state == "running"
+    running = live(fake_cluster, kind, "vision-train", "train")
+    assert not integration_for(kind).is_suspended(running)
+    for name, template in templates(kind, running).items():
+        selector = template["spec"].get("nodeSelector") or {}
+        assert selector.get("nvidia.com/gpu.product") == "NVIDIA-H100-80GB-HBM3", name
+    [admitted] = events_on(fake_cluster, "vision-train", "train")
+    assert admitted["involvedObject"]["kind"] == kind
+    assert admitted["involvedObject"]["apiVersion"] == running["apiVersion"]
+    assert_valid_kubernetes(admitted)
+    # admitted once: another cycle and reconcile write nothing to it
+    version = running["metadata"]["resourceVersion"]
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    assert live(fake_cluster, kind, "vision-train", "train")["metadata"]["resourceVersion"] == (
+        version
+    )
+
+    if kind == "RayCluster":  # a Ray cluster runs until its owner deletes it
+        fake_cluster.api.delete_object(kind, "vision-train", "train")
+        ended = f"the {kind} was deleted"
+    else:
+        fake_cluster.api.edit_object(
+            kind, "vision-train", "train", lambda o: o.update(status=objects.finished(kind))
+        )
+        ended = f"the {kind} completed"
+    done = jobs_sync(fake_cluster.cluster, fake_cluster.gateway)
+    workload.refresh_from_db()
+    assert done.finished == [workload.pk]
+    assert (workload.state, workload.reason) == ("finished", ended)
+
+
+@pytest.mark.parametrize("kind", CRD_KINDS)
+def test_preemption_suspends_each_kind_and_restores_its_templates(
+    fake_cluster: FakeCluster, cast: Cast, kind: str
+) -> None:
+    install_all(fake_cluster)
+    owner_written = objects.eight_gpus(kind, "speech-train", "big", "speech")
+    fake_cluster.api.create_object(owner_written)
+    jobs_sync(fake_cluster.cluster, fake_cluster.gateway)
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    assert not integration_for(kind).is_suspended(live(fake_cluster, kind, "speech-train", "big"))
+
+    # vision reclaims its guarantee: the borrower's object is stopped
+    fake_cluster.api.create_object(objects.batch_job("vision-train", "urgent", "vision", gpus=3))
+    jobs_sync(fake_cluster.cluster, fake_cluster.gateway)
+    outcome = admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    assert len(outcome.preempted) == 1
+    victim = live(fake_cluster, kind, "speech-train", "big")
+    assert integration_for(kind).is_suspended(victim)
+    assert "tidegate.io/original-scheduling" not in (victim["metadata"].get("annotations") or {})
+    wanted = templates(
+        kind,
+        fake_cluster.api.create_object(
+            {**owner_written, "metadata": {**owner_written["metadata"], "name": "twin"}}
+        ),
+    )
+    assert templates(kind, victim) == wanted  # as its owner wrote them
+    reasons = [e["reason"] for e in events_on(fake_cluster, "speech-train", "big")]
+    assert reasons[-1] == "Preempted"
+
+
+def test_a_kind_whose_crd_is_missing_is_skipped_with_a_note(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    fake_cluster.api.install_crd(objects.CRD_OF["JobSet"])
+    fake_cluster.api.create_object(objects.jobset("vision-train", "js", "vision"))
+    result = jobs_sync(fake_cluster.cluster, fake_cluster.gateway)
+    assert len(result.created) == 1
+    kinds = fake_cluster.cluster.workload_kinds
+    assert kinds["Job"] == kinds["JobSet"] == "queued"
+    assert kinds["PyTorchJob"] == (
+        "skipped: the cluster does not serve pytorchjobs.kubeflow.org/v1 (its CRD is not installed)"
+    )
+    fake_cluster.cluster.refresh_from_db()
+    assert fake_cluster.cluster.workload_kinds == kinds
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)  # reconciles only served kinds
+    assert Workload.objects.get(kind="JobSet").state == "running"
+
+
+@pytest.mark.parametrize(
+    ("manifest", "reason"),
+    [
+        (
+            objects.pytorchjob("vision-train", "cpu-only", "vision", gpus=0),
+            "no pod of this PyTorchJob requests a GPU",
+        ),
+        (
+            {
+                **objects.jobset("vision-train", "shrinkable", "vision"),
+                "metadata": objects.meta(
+                    "vision-train", "shrinkable", "vision", {"tidegate.io/min-pods": "1"}
+                ),
+            },
+            "a JobSet cannot change how many pods it runs",
+        ),
+        (
+            objects.batch_job(
+                "vision-train",
+                "too-few",
+                "vision",
+                parallelism=2,
+                annotations={"tidegate.io/min-pods": "4"},
+            ),
+            "asks for at least 4 of 2 pods",
+        ),
+        (
+            {
+                **objects.jobset("vision-train", "pinned", "vision"),
+                "metadata": objects.meta(
+                    "vision-train", "pinned", "vision", {"tidegate.io/topology": "node"}
+                ),
+            },
+            "a JobSet cannot be pinned to nodes",
+        ),
+        (
+            {
+                **objects.raycluster("vision-train", "eager", "vision"),
+                "spec": {
+                    **objects.raycluster("vision-train", "eager", "vision")["spec"],
+                    "suspend": False,
+                },
+            },
+            "the RayCluster was created running; create it suspended",
+        ),
+    ],
+    ids=["no-gpu", "min-pods-on-jobset", "min-above-count", "topology-on-jobset", "running"],
+)
+def test_objects_that_cannot_queue_are_refused_with_the_reason(
+    fake_cluster: FakeCluster, cast: Cast, manifest: dict[str, Any], reason: str
+) -> None:
+    install_all(fake_cluster)
+    fake_cluster.api.create_object(manifest)
+    result = jobs_sync(fake_cluster.cluster, fake_cluster.gateway)
+    (refused,) = Workload.objects.filter(pk__in=result.rejected)
+    assert refused.state == "rejected" and reason in refused.reason
+    assert refused.gpus == 0 and refused.placements == []
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    name = manifest["metadata"]["name"]
+    [event] = events_on(fake_cluster, "vision-train", name)
+    assert (event["reason"], event["type"]) == ("QueueRejected", "Warning")
+    assert event["involvedObject"]["kind"] == manifest["kind"]
+    assert jobs_sync(fake_cluster.cluster, fake_cluster.gateway).rejected == []  # decided once
