@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import threading
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -101,6 +101,24 @@ class SimulatedGateway(ClusterGateway):
             for j in self.cluster.objects("Job")
             if matches_label_selector(label_selector, j["metadata"].get("labels") or {})
         ]
+
+    def update_object(
+        self,
+        kind: KindRef,
+        namespace: str,
+        name: str,
+        change: Callable[[dict[str, Any]], dict[str, Any]],
+    ) -> dict[str, Any]:
+        if kind != JOB_KIND:
+            raise ObjectMissing(kind.kind, name, namespace)
+        live = self._job(namespace, name)
+        try:
+            desired = change(copy.deepcopy(live))
+        except ValueError as exc:
+            raise GatewayError(f"Job {namespace}/{name}: {exc}") from exc
+        if desired == live:
+            return live
+        return self.cluster.store(desired)
 
     # --- applies ---------------------------------------------------------------------
 

@@ -44,7 +44,9 @@ def start(
 ) -> None:
     """Resume a suspended object on the chosen flavour (and nodes). Nothing is written
     when it already runs that way; GatewayError when it runs another way."""
-    if isinstance(integration, JobIntegration) and not counts:
+    if isinstance(integration, JobIntegration):
+        if counts:  # while it is suspended, so it never starts with more pods
+            scale(gateway, integration, namespace, name, counts)
         gateway.admit_job(namespace, name, node_selector, tolerations, node_names)
         return
 

@@ -21,6 +21,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from scheduler_bridge import admission as engine
+from scheduler_bridge.admission.elastic import SEPARATOR, parse_pod_id
 from scheduler_bridge.gateways import ClusterGateway
 from scheduler_bridge.inventory.models import Cluster, Flavour
 from scheduler_bridge.workloads import lifecycle
@@ -29,9 +30,9 @@ from scheduler_bridge.workloads.locks import hold_admission_lock
 from scheduler_bridge.workloads.models import Workload
 from scheduler_bridge.workloads.persist import COLUMN_TYPES, update_workloads
 from scheduler_bridge.workloads.reconcile import reconcile
-from scheduler_bridge.workloads.records import Placement, dump_placements
+from scheduler_bridge.workloads.records import ElasticPodRecord, Placement, dump_placements
 from scheduler_bridge.workloads.services import stop_overrunning
-from scheduler_bridge.workloads.snapshot import build_snapshot
+from scheduler_bridge.workloads.snapshot import build_snapshot, pending_of
 from tenants.audit import audit_save_many
 from tenants.models import AuditEvent, Tenant
 
@@ -48,6 +49,7 @@ class CycleOutcome:
     pending: int = 0
     apply_errors: dict[int, str] = field(default_factory=dict)
     rebalanced: list[int] = field(default_factory=list)  # running work whose borrowing changed
+    resized: list[int] = field(default_factory=list)  # elastic work that grew or shrank
 
 
 def engine_config() -> engine.EngineConfig:
@@ -77,10 +79,15 @@ def decide_and_persist(cluster: Cluster) -> tuple[CycleOutcome, engine.CycleResu
         now = timezone.now()
         snapshot = build_snapshot(cluster, now)
         admission_engine = engine_for(cluster)
-        result = admission_engine.run_cycle(snapshot)
+        decided = admission_engine.run_cycle(snapshot)
+        # decisions about elastic pods, one change per workload; the rest speak of
+        # whole workloads
+        resizes = engine.elastic_changes(snapshot, decided)
+        result = engine.without_elastic_pods(snapshot, decided)
         flavours = {f.name: f for f in Flavour.objects.filter(cluster=cluster)}
         changed = {int(a.workload_id) for a in result.admissions}
         changed |= {int(p.victim_id) for p in result.preemptions}
+        changed |= {int(wid) for wid in resizes}
         workloads = (
             Workload.objects.select_for_update(of=("self",))
             .select_related("flavour")
@@ -117,11 +124,35 @@ def decide_and_persist(cluster: Cluster) -> tuple[CycleOutcome, engine.CycleResu
                 )
             )
             outcome.preempted.append(victim.pk)
+        waiting = _waiting_pods(decided, result)
+        for wid, change in resizes.items():
+            workload = workloads[int(wid)]
+            if workload.state not in Workload.ACTIVE_STATES:
+                continue  # preempted whole in this very cycle
+            grow = [
+                ElasticPodRecord(pod_set, index, p.node, p.flavour, p.gpus, now.timestamp())
+                for pod_set, index, p in change.grow
+            ]
+            shrink = list(change.shrink)
+            after = len(workload.elastic_pod_records) + len(grow) - len(shrink)
+            events.append(
+                lifecycle.resize(
+                    workload,
+                    now=now,
+                    grow=grow,
+                    shrink=shrink,
+                    message=_elastic_reason(workload, after, waiting.get(wid, [])),
+                )
+            )
+            outcome.resized.append(workload.pk)
         audit_save_many(events)
         admitted = [workloads[pk] for pk in outcome.admitted]
         update_workloads([_row(w, ADMIT_COLUMNS) for w in admitted], ADMIT_COLUMNS)
         victims = [workloads[pk] for pk in outcome.preempted]
         update_workloads([_row(w, COLUMN_TYPES) for w in victims], list(COLUMN_TYPES))
+        resized = [workloads[pk] for pk in outcome.resized]
+        update_workloads([_row(w, RESIZE_COLUMNS) for w in resized], RESIZE_COLUMNS)
+        _reword_elastic(snapshot, waiting, set(outcome.resized))
         # Waiting work only changes its place and its reason.
         update_workloads(
             [
@@ -139,7 +170,7 @@ def decide_and_persist(cluster: Cluster) -> tuple[CycleOutcome, engine.CycleResu
             ["queue_position", "reason_code", "reason", "held_placements"],
         )
         outcome.pending = len(result.pending)
-        borrowing = admission_engine.borrowing_after(snapshot, result)
+        borrowing = _per_workload(admission_engine.borrowing_after(snapshot, decided))
         outcome.rebalanced = _rebalance_borrowing(cluster, borrowing, flavours, set(workloads))
     return outcome, result
 
@@ -161,6 +192,68 @@ ADMIT_COLUMNS = [
     "apply_attempts",
     "held_placements",
 ]
+
+
+# What a resize changes on a row.
+RESIZE_COLUMNS = [
+    "placements",
+    "elastic_pods",
+    "gpus",
+    "borrowed",
+    "reason_code",
+    "reason",
+    "past_runs",
+    "job_events",
+]
+
+
+def _waiting_pods(
+    decided: engine.CycleResult, whole: engine.CycleResult
+) -> dict[str, list[engine.PendingDecision]]:
+    """The pending decisions about elastic pods, by the workload they belong to."""
+    kept = {d.workload_id for d in whole.pending}
+    waiting: dict[str, list[engine.PendingDecision]] = {}
+    for decision in decided.pending:
+        if decision.workload_id not in kept:
+            workload_id, _, _ = parse_pod_id(decision.workload_id)
+            waiting.setdefault(workload_id, []).append(decision)
+    return waiting
+
+
+def _elastic_reason(
+    workload: Workload, elastic_pods: int, waiting: list[engine.PendingDecision]
+) -> str:
+    core = sum(ps.core for ps in workload.pod_set_records)
+    return engine.elastic_reason(pending_of(workload), core + elastic_pods, waiting)
+
+
+def _reword_elastic(
+    snapshot: engine.ClusterSnapshot,
+    waiting: dict[str, list[engine.PendingDecision]],
+    resized: set[int],
+) -> None:
+    """Running elastic work that did not change says why it is not larger now."""
+    ids = {int(run.id) for run in snapshot.running if run.elastic_of is None}
+    ids &= {int(w) for w in waiting} - resized
+    rows = []
+    for workload in Workload.objects.filter(pk__in=ids, state__in=Workload.ACTIVE_STATES):
+        reason = _elastic_reason(
+            workload, len(workload.elastic_pod_records), waiting.get(str(workload.pk), [])
+        )
+        if reason != workload.reason:
+            rows.append({"id": workload.pk, "reason_code": "elastic", "reason": reason})
+    update_workloads(rows, ["reason_code", "reason"])
+
+
+def _per_workload(borrowing: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    """Borrowing by engine id, with each elastic pod's added to its workload's."""
+    folded: dict[str, dict[str, int]] = {}
+    for engine_id, by_flavour in borrowing.items():
+        workload_id = parse_pod_id(engine_id)[0] if SEPARATOR in engine_id else engine_id
+        into = folded.setdefault(workload_id, {})
+        for flavour, amount in by_flavour.items():
+            into[flavour] = into.get(flavour, 0) + amount
+    return folded
 
 
 def _row(workload: Workload, columns: Iterable[str]) -> dict[str, Any]:
@@ -223,7 +316,7 @@ def admission_cycle(cluster: Cluster, gateway: ClusterGateway | None = None) -> 
     or not answering) never undoes a decision: it is retried by the next reconcile."""
     stop_overrunning(cluster)  # frees their GPUs for this very cycle
     outcome, _ = decide_and_persist(cluster)
-    changed = bool(outcome.admitted or outcome.preempted or outcome.rebalanced)
+    changed = bool(outcome.admitted or outcome.preempted or outcome.rebalanced or outcome.resized)
     applied = reconcile(cluster, gateway, sync_quotas=changed)
     outcome.apply_errors = dict(applied.start_errors)
     return outcome

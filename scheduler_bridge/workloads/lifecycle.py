@@ -12,6 +12,7 @@
     fail        admitted, running             failed      admission cycle (which reconciles)
     time_out    admitted, running             timed_out   the running cycle reconciles; Event TimedOut
     release     running                       running     admission cycle, quota sync; Event PodsReleased
+    resize      admitted, running             (same)      reconcile scales it; Event Scaled
     cancel      pending, admitted, running    cancelled   admission cycle (which reconciles)
 
 *Admitted* means the cycle gave the workload its GPUs (they count as held from then on);
@@ -45,14 +46,23 @@ from scheduler_bridge.inventory.models import Flavour
 from scheduler_bridge.workloads.locks import hold_admission_lock
 from scheduler_bridge.workloads.models import Workload
 from scheduler_bridge.workloads.records import (
+    ElasticPodRecord,
     Placement,
     PodSetRecord,
+    dump_elastic_pods,
     dump_placements,
     dump_pod_sets,
     placement_nodes,
     split_placements,
+    with_placements,
+    without_placements,
 )
-from scheduler_bridge.workloads.runs import close_part_of_run, close_run
+from scheduler_bridge.workloads.runs import (
+    close_elastic_pod,
+    close_part_of_run,
+    close_run,
+    take_borrowed,
+)
 from tenants.audit import audit_event, audit_record, snapshot
 from tenants.errors import Conflict
 from tenants.models import AuditEvent
@@ -190,6 +200,55 @@ def preempt(workload: Workload, *, now: datetime, by: str, message: str) -> Audi
     )
 
 
+def resize(
+    workload: Workload,
+    *,
+    now: datetime,
+    grow: Sequence[ElasticPodRecord],
+    shrink: Sequence[tuple[str, int]],
+    message: str,
+) -> AuditEvent:
+    """Start (``grow``) and stop (``shrink``: pod set, index) elastic pods of admitted
+    or running work: their GPUs join or leave what it holds; each stopped pod's time is
+    kept as a past run (billing, the fair-share history). In memory, under the cycle's
+    lock; the cycle saves the row and the record, the reconciler scales the object."""
+    if workload.state not in ACTIVE:
+        raise IllegalTransition(
+            f"workload {workload.pk} is {workload.state}; only admitted or running work resizes"
+        )
+    gone = set(shrink)
+    pods = workload.elastic_pod_records
+    stopped = [p for p in pods if (p.pod_set, p.index) in gone]
+    borrowed = dict(workload.borrowed_gpus)
+    for pod in stopped:  # borrowed GPUs go back first
+        close_elastic_pod(workload, now, pod, take_borrowed(borrowed, pod.gpus))
+    workload.borrowed = {k: v for k, v in borrowed.items() if v}
+    kept = [p for p in pods if (p.pod_set, p.index) not in gone]
+    placements = without_placements(workload.placement_records, [p.placement for p in stopped])
+    placements = with_placements(placements, [p.placement for p in grow])
+    workload.placements = dump_placements(placements)
+    workload.elastic_pods = dump_elastic_pods([*kept, *grow])
+    workload.gpus = sum(p.gpus for p in placements)
+    workload.reason_code = "elastic"
+    workload.reason = message
+    verb = ", ".join(
+        part
+        for part in (
+            f"grew by {len(grow)} pod(s)" if grow else "",
+            f"shrank by {len(stopped)} pod(s)" if stopped else "",
+        )
+        if part
+    )
+    _owe_event(workload, "Scaled", f"{verb}: {message}")
+    return _transition_event(
+        workload,
+        "resize",
+        workload.state,
+        f"{verb}: {message}",
+        extra={"grew": len(grow), "shrank": len(stopped)},
+    )
+
+
 # --- single transitions ------------------------------------------------------------------
 
 
@@ -223,11 +282,8 @@ def release_pods(
             locked.placement_records, freed, pod_set.gpus_per_pod, nodes
         )
         borrowed = dict(locked.borrowed_gpus)
-        given_back: dict[str, int] = {}
-        for resource, amount in list(borrowed.items()):  # borrowed GPUs go back first
-            given_back[resource] = min(amount, freed)
-            borrowed[resource] = amount - given_back[resource]
-        close_part_of_run(locked, now, released, {k: v for k, v in given_back.items() if v})
+        given_back = take_borrowed(borrowed, freed)  # borrowed GPUs go back first
+        close_part_of_run(locked, now, released, given_back)
         locked.placements = dump_placements(kept)
         locked.borrowed = {k: v for k, v in borrowed.items() if v}
         locked.gpus -= freed
@@ -414,6 +470,7 @@ def _clear_admission(workload: Workload) -> None:
     workload.started_at = None
     workload.flavour = None
     workload.placements = []
+    workload.elastic_pods = []
     workload.borrowed = {}
     workload.gpus = 0
     workload.apply_error = ""

@@ -11,9 +11,11 @@ from django.utils.translation import gettext_lazy as _
 
 from scheduler_bridge.inventory.models import Cluster, Flavour
 from scheduler_bridge.workloads.records import (
+    ElasticPodRecord,
     Placement,
     PodSetRecord,
     parse_borrowed,
+    parse_elastic_pods,
     parse_placements,
     parse_pod_sets,
 )
@@ -117,6 +119,10 @@ class Workload(models.Model):
         Flavour, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
     placements = models.JSONField(default=list)
+    # the running pods above the core of elastic pod sets (their GPUs are in placements)
+    elastic_pods = models.JSONField(default=list, blank=True, editable=False)
+    # a pod set has a core below its count (set once, from pod_sets)
+    elastic = models.BooleanField(default=False, editable=False)
     borrowed = models.JSONField(default=dict)
     gpus = models.PositiveIntegerField(default=0)
     queue_position = models.PositiveIntegerField(null=True, blank=True)
@@ -163,6 +169,17 @@ class Workload(models.Model):
     @property
     def placement_records(self) -> list[Placement]:
         return parse_placements(self.placements)
+
+    @property
+    def elastic_pod_records(self) -> list[ElasticPodRecord]:
+        return parse_elastic_pods(self.elastic_pods)
+
+    def pod_counts(self) -> dict[str, int]:
+        """Pods each pod set runs now: its core plus its running elastic pods."""
+        counts = {ps.name: ps.core for ps in self.pod_set_records}
+        for pod in self.elastic_pod_records:
+            counts[pod.pod_set] = counts.get(pod.pod_set, 0) + 1
+        return counts
 
     @property
     def borrowed_gpus(self) -> dict[str, int]:

@@ -30,6 +30,7 @@ COLUMN_TYPES = {
     "apply_attempts": "integer",
     "job_events": "jsonb",
     "held_placements": "jsonb",
+    "elastic_pods": "jsonb",
 }
 
 

@@ -58,6 +58,7 @@ class ReconcileResult:
     suspended: list[int] = field(default_factory=list)
     start_errors: dict[int, str] = field(default_factory=dict)
     requeued: list[int] = field(default_factory=list)
+    scaled: list[int] = field(default_factory=list)
     events: int = 0
     quota_writes: int = 0
 
@@ -94,6 +95,7 @@ def _reconcile(cluster: Cluster, gateway: ClusterGateway, sync_quotas: bool) -> 
         result.quota_writes += quota_sync(cluster, gateway).writes
     for workload in to_start:
         _start(gateway, workload, live.get(workload.job_uid), result)
+    _scale_elastic(cluster, gateway, live, result)
     if result.suspended or result.start_errors:
         result.quota_writes += quota_sync(cluster, gateway).writes  # lower them again
     result.events = _post_events(cluster, gateway)
@@ -169,8 +171,8 @@ def _admit_job(gateway: ClusterGateway, workload: Workload) -> None:
     nodes = None
     if workload.topology != Workload.Topology.NONE:
         nodes = placement_nodes(workload.placements)
-    # elastic pod sets start with their core; growing them is a scale later
-    counts = {ps.name: ps.core for ps in workload.pod_set_records if ps.min_count is not None}
+    # elastic pod sets start with their core and the pods they have grown by
+    counts = _elastic_counts(workload)
     objects.start(
         gateway,
         integration_for(workload.kind),
@@ -181,6 +183,45 @@ def _admit_job(gateway: ClusterGateway, workload: Workload) -> None:
         nodes,
         counts,
     )
+
+
+def _elastic_counts(workload: Workload) -> dict[str, int]:
+    """Pods each elastic pod set of ``workload`` must run now."""
+    elastic = {ps.name for ps in workload.pod_set_records if ps.min_count is not None}
+    return {name: n for name, n in workload.pod_counts().items() if name in elastic}
+
+
+def _scale_elastic(
+    cluster: Cluster, gateway: ClusterGateway, live: dict[str, ObjectRead], result: ReconcileResult
+) -> None:
+    """Running elastic work whose object runs another number of pods than the queue
+    gave it is scaled to that number (grown into idle GPUs, shrunk by a reclaim)."""
+    for workload in Workload.objects.filter(
+        cluster=cluster, state=State.RUNNING, source=Workload.Source.JOB, elastic=True
+    ):
+        obj = live.get(workload.job_uid)
+        wanted = _elastic_counts(workload)
+        if obj is None or obj.suspended or not wanted:
+            continue
+        current = {ps.name: ps.count for ps in obj.pod_sets}
+        if all(current.get(name) == n for name, n in wanted.items()):
+            continue
+        try:
+            objects.scale(
+                gateway,
+                integration_for(workload.kind),
+                workload.namespace,
+                workload.job_name,
+                wanted,
+            )
+        except ClusterUnreachable:
+            raise
+        except GatewayError as error:  # level-triggered: the next run tries again
+            logger.warning(
+                "could not scale %s/%s: %s", workload.namespace, workload.job_name, error
+            )
+            continue
+        result.scaled.append(workload.pk)
 
 
 def _start_failed(workload: Workload, error: str, result: ReconcileResult) -> None:

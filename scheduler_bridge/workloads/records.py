@@ -6,7 +6,10 @@ records instead of indexing raw dicts. (Past runs have theirs in runs.py.)
 
     pod_sets    [{"name": "main", "count": 2, "gpus_per_pod": 4, "flavours": ["h100-80gb"]}]
                 (elastic ones add "min_count": the core)
-    placements  [{"node": "h100-1", "flavour": "h100-80gb", "gpus": 8}]
+    placements  [{"node": "h100-1", "flavour": "h100-80gb", "gpus": 8}]   (elastic pods
+                included)
+    elastic_pods [{"pod_set": "Worker", "index": 0, "node": "h100-1", "flavour": "h100-80gb",
+                  "gpus": 1, "started_at": 1764633600.0}]   (pods above the core)
     borrowed    {"nvidia.com/gpu": 4}   (Kubernetes resource name -> GPUs held above the
                                         tenant's guarantee)
 """
@@ -64,6 +67,83 @@ class Placement:
 
     def dump(self) -> dict[str, Any]:
         return {"node": self.node, "flavour": self.flavour, "gpus": self.gpus}
+
+
+@dataclass(frozen=True, slots=True)
+class ElasticPodRecord:
+    """A running pod above its pod set's core: the ``index``-th (from 0) of
+    ``pod_set``, holding ``gpus`` GPUs of ``flavour`` on ``node`` since ``started_at``
+    (epoch seconds)."""
+
+    pod_set: str
+    index: int
+    node: str
+    flavour: str
+    gpus: int
+    started_at: float
+
+    @property
+    def placement(self) -> Placement:
+        return Placement(self.node, self.flavour, self.gpus)
+
+    def dump(self) -> dict[str, Any]:
+        return {
+            "pod_set": self.pod_set,
+            "index": self.index,
+            "node": self.node,
+            "flavour": self.flavour,
+            "gpus": self.gpus,
+            "started_at": self.started_at,
+        }
+
+
+def parse_elastic_pods(raw: Any) -> list[ElasticPodRecord]:
+    """The stored elastic pods; entries that are not pods are skipped."""
+    found = []
+    for item in raw or []:
+        if not isinstance(item, Mapping):
+            continue
+        try:
+            found.append(
+                ElasticPodRecord(
+                    str(item["pod_set"]),
+                    int(item["index"]),
+                    str(item["node"]),
+                    str(item["flavour"]),
+                    int(item["gpus"]),
+                    float(item["started_at"]),
+                )
+            )
+        except (KeyError, TypeError, ValueError):
+            continue
+    return found
+
+
+def dump_elastic_pods(records: Iterable[ElasticPodRecord]) -> list[dict[str, Any]]:
+    return [r.dump() for r in sorted(records, key=lambda r: (r.pod_set, r.index))]
+
+
+def without_placements(
+    placements: Iterable[Placement], taken: Iterable[Placement]
+) -> list[Placement]:
+    """``placements`` less the GPUs of ``taken`` (per node and flavour); nodes left
+    with none are dropped."""
+    held: dict[tuple[str, str], int] = {}
+    for p in placements:
+        held[(p.node, p.flavour)] = held.get((p.node, p.flavour), 0) + p.gpus
+    for p in taken:
+        held[(p.node, p.flavour)] = held.get((p.node, p.flavour), 0) - p.gpus
+    return [
+        Placement(node, flavour, gpus) for (node, flavour), gpus in sorted(held.items()) if gpus > 0
+    ]
+
+
+def with_placements(placements: Iterable[Placement], added: Iterable[Placement]) -> list[Placement]:
+    """``placements`` plus the GPUs of ``added``, one entry per node and flavour."""
+    held: dict[tuple[str, str], int] = {}
+    for p in [*placements, *added]:
+        held[(p.node, p.flavour)] = held.get((p.node, p.flavour), 0) + p.gpus
+    return [Placement(node, flavour, gpus) for (node, flavour), gpus in sorted(held.items())]
 
 
 def parse_pod_sets(raw: Any) -> list[PodSetRecord]:

@@ -1,23 +1,31 @@
 """Runs of a workload that ended (``Workload.past_runs``): written once, when the cycle
-preempts it, or when a running Job's completed pods give their GPUs back (the part of
-the run they held, ``ended_by`` ``pods_completed``); read by billing, the fair-share
+preempts it, when a running Job's completed pods give their GPUs back (the part of
+the run they held, ``ended_by`` ``pods_completed``) or when an elastic pod is stopped
+(from its own start, ``ended_by`` ``shrunk``); read by billing, the fair-share
 history and the portal. They held GPUs, so they count like the current run."""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from scheduler_bridge.workloads.models import Workload
-from scheduler_bridge.workloads.records import Placement, parse_borrowed, parse_placements
+from scheduler_bridge.workloads.records import (
+    ElasticPodRecord,
+    Placement,
+    parse_borrowed,
+    parse_placements,
+    without_placements,
+)
 
 logger = logging.getLogger(__name__)
 
 # How a past run ended
 PREEMPTED = "preempted"
 PODS_COMPLETED = "pods_completed"  # completed pods gave their GPUs back; the run went on
+SHRUNK = "shrunk"  # an elastic pod was stopped; the run went on with the rest
 
 
 @dataclass(frozen=True)
@@ -50,17 +58,51 @@ def close_part_of_run(
     )
 
 
-def close_run(workload: Workload, ended_at: datetime) -> None:
-    """Keep the record of the run that held GPUs until ``ended_at``; call before the
-    workload's admission fields are cleared (cycle.requeue)."""
+def close_elastic_pod(
+    workload: Workload, ended_at: datetime, pod: ElasticPodRecord, borrowed: dict[str, int]
+) -> None:
+    """Keep the record of an elastic pod from its start until ``ended_at`` (it was
+    stopped, or the run ended), ``borrowed`` of its GPUs above the guarantee."""
     _keep(
         workload,
         ended_at,
-        placements=workload.placements,
-        borrowed=workload.borrowed,
-        gpus=workload.gpus,
+        admitted_at=datetime.fromtimestamp(pod.started_at, tz=UTC).isoformat(),
+        placements=[pod.placement.dump()],
+        borrowed=borrowed,
+        gpus=pod.gpus,
+        ended_by=SHRUNK,
+    )
+
+
+def close_run(workload: Workload, ended_at: datetime) -> None:
+    """Keep the record of the run that held GPUs until ``ended_at``; call before the
+    workload's admission fields are cleared (cycle.requeue). Its elastic pods are kept
+    from their own starts, the core from the admission."""
+    pods = workload.elastic_pod_records
+    borrowed = dict(workload.borrowed_gpus)
+    for pod in pods:
+        close_elastic_pod(workload, ended_at, pod, take_borrowed(borrowed, pod.gpus))
+    core = without_placements(workload.placement_records, [p.placement for p in pods])
+    _keep(
+        workload,
+        ended_at,
+        placements=[p.dump() for p in core],
+        borrowed={k: v for k, v in borrowed.items() if v},
+        gpus=sum(p.gpus for p in core),
         ended_by=PREEMPTED,
     )
+
+
+def take_borrowed(borrowed: dict[str, int], gpus: int) -> dict[str, int]:
+    """Take up to ``gpus`` out of ``borrowed`` (in place): GPUs that go back are the
+    borrowed ones first. Returns what was taken, per resource."""
+    taken: dict[str, int] = {}
+    for resource, amount in list(borrowed.items()):
+        share = min(amount, gpus - sum(taken.values()))
+        if share > 0:
+            taken[resource] = share
+            borrowed[resource] = amount - share
+    return taken
 
 
 def _keep(workload: Workload, ended_at: datetime, **held: Any) -> None:

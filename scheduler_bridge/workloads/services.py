@@ -265,6 +265,7 @@ def workload_submit(
         priority=pclass.value if pclass else 0,
         preemptible=pclass.preemptible if pclass else True,
         pod_sets=dump_pod_sets(stored),
+        elastic=any(ps.min_count is not None for ps in stored),
         gang=gang,
         topology=topology,
         max_run_time_s=max_run_time_s,

@@ -21,7 +21,11 @@ from scheduler_bridge.gateways.base import is_gpu_resource
 from scheduler_bridge.inventory.models import Cluster, Flavour, Node
 from scheduler_bridge.quotas.models import Quota
 from scheduler_bridge.workloads.models import Workload
-from scheduler_bridge.workloads.records import parse_placements
+from scheduler_bridge.workloads.records import (
+    parse_elastic_pods,
+    parse_placements,
+    without_placements,
+)
 from scheduler_bridge.workloads.runs import past_runs
 from tenants.models import Tenant
 
@@ -53,7 +57,11 @@ def flavour_index(cluster: Cluster) -> dict[tuple[str, str], Flavour]:
 def pod_sets_of(workload: Workload) -> tuple[engine.PodSet, ...]:
     return tuple(
         engine.PodSet(
-            count=ps.count, gpus_per_pod=ps.gpus_per_pod, flavours=ps.flavours, name=ps.name
+            count=ps.count,
+            gpus_per_pod=ps.gpus_per_pod,
+            flavours=ps.flavours,
+            name=ps.name,
+            min_count=ps.min_count,
         )
         for ps in workload.pod_set_records
     )
@@ -78,20 +86,45 @@ def pending_of(workload: Workload) -> engine.PendingWorkload:
 
 
 def running_of(workload: Workload) -> engine.RunningWorkload:
+    """The engine's view of admitted or running work: for elastic work its core (what
+    it holds less its elastic pods, which elastic_running_parts adds)."""
+    pods = workload.elastic_pod_records
+    placements = without_placements(workload.placement_records, [p.placement for p in pods])
+    request = pending_of(workload)
     return engine.RunningWorkload(
         id=str(workload.pk),
         tenant_id=workload.tenant.slug,
         placements=tuple(
-            engine.Placement(node=p.node, flavour=p.flavour, gpus=p.gpus)
-            for p in workload.placement_records
+            engine.Placement(node=p.node, flavour=p.flavour, gpus=p.gpus) for p in placements
         ),
         priority=workload.priority,
         admitted_at=epoch(workload.admitted_at),
         borrowed=workload.borrowed_gpus,
         preemptible=workload.preemptible,
         max_run_time_s=float(workload.max_run_time_s) if workload.max_run_time_s else None,
-        request=pending_of(workload),
+        request=engine.core_of(request),
     )
+
+
+def elastic_running_parts(
+    workload: Workload, core: engine.RunningWorkload
+) -> tuple[tuple[engine.RunningWorkload, ...], tuple[engine.PendingWorkload, ...]]:
+    """The elastic pods of running elastic work: those it runs, and one pending pod
+    per pod it may still grow by (all on the flavour its core runs on)."""
+    if workload.flavour is None:
+        return (), ()
+    request = pending_of(workload)
+    flavours = {ps.name: workload.flavour.name for ps in request.pod_sets}
+    pods = [
+        engine.ElasticPod(
+            pod.pod_set,
+            pod.index,
+            engine.Placement(node=pod.node, flavour=pod.flavour, gpus=pod.gpus),
+            pod.started_at,
+        )
+        for pod in workload.elastic_pod_records
+    ]
+    return engine.elastic_parts(core, request, flavours, pods)
 
 
 def decayed_usage(
@@ -115,6 +148,7 @@ def decayed_usage(
             "gpus",
             "flavour__gpu_equivalent",
             "past_runs",
+            "elastic_pods",
         )
     )
     usage: dict[str, float] = defaultdict(float)
@@ -136,8 +170,18 @@ def decayed_usage(
         for run in past_runs(row["past_runs"]):
             add(tenant, run.gpu_equivalent * run.gpus, run.admitted_at, run.ended_at)
         if row["admitted_at"] is not None:
-            weight = float(row["flavour__gpu_equivalent"] or 1) * row["gpus"]
-            add(tenant, weight, row["admitted_at"], row["finished_at"])
+            equivalent = float(row["flavour__gpu_equivalent"] or 1)
+            core = row["gpus"]
+            for pod in parse_elastic_pods(row["elastic_pods"]):  # each from its own start
+                core -= pod.gpus
+                started = datetime.fromtimestamp(pod.started_at, tz=row["admitted_at"].tzinfo)
+                add(
+                    tenant,
+                    equivalent * pod.gpus,
+                    max(started, row["admitted_at"]),
+                    row["finished_at"],
+                )
+            add(tenant, equivalent * max(core, 0), row["admitted_at"], row["finished_at"])
     return dict(usage)
 
 
@@ -189,14 +233,26 @@ def build_snapshot(cluster: Cluster, now: datetime | None = None) -> engine.Clus
         )
         for q in Quota.objects.filter(flavour__cluster=cluster).select_related("flavour", "tenant")
     )
+    running_parts: list[engine.RunningWorkload] = []
+    pending_parts: list[engine.PendingWorkload] = []
+    for workload in running:
+        core = running_of(workload)
+        running_parts.append(core)
+        if workload.elastic:
+            pods, growth = elastic_running_parts(workload, core)
+            running_parts.extend(pods)
+            pending_parts.extend(growth)
+    pending_parts.extend(
+        engine.core_of(pending_of(w)) for w in open_workloads if w.state == Workload.State.PENDING
+    )
     return engine.ClusterSnapshot(
         now=now.timestamp(),
         tenants=tenants,
         flavours=tuple(engine.Flavour(f.name, float(f.gpu_equivalent)) for f in flavours),
         quotas=quotas,
         nodes=tuple(nodes),
-        running=tuple(running_of(w) for w in running),
-        pending=tuple(pending_of(w) for w in open_workloads if w.state == Workload.State.PENDING),
+        running=tuple(running_parts),
+        pending=tuple(pending_parts),
         usage_history=decayed_usage(cluster, now),
         usage_half_life_s=DEFAULT_HALF_LIFE_S,
     )

@@ -207,3 +207,65 @@ def test_objects_that_cannot_queue_are_refused_with_the_reason(
     assert (event["reason"], event["type"]) == ("QueueRejected", "Warning")
     assert event["involvedObject"]["kind"] == manifest["kind"]
     assert jobs_sync(fake_cluster.cluster, fake_cluster.gateway).rejected == []  # decided once
+
+
+def workers(fake: FakeCluster, namespace: str, name: str) -> int:
+    job = live(fake, "PyTorchJob", namespace, name)
+    return int(job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"])
+
+
+def test_an_elastic_pytorchjob_grows_into_idle_gpus_and_shrinks_from_8_to_4_when_the_owner_reclaims(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    from scheduler_bridge.quotas.models import Quota
+
+    # vision is guaranteed 8 of its organisation's 12 H100 GPUs; speech (guaranteed 2)
+    # borrows what vision leaves idle
+    Quota.objects.filter(tenant=cast.team_a, flavour=fake_cluster.h100).update(guaranteed=8)
+    install_all(fake_cluster)
+    fake_cluster.api.create_object(
+        objects.pytorchjob("speech-train", "elastic", "speech", workers=8, gpus=1, elastic=(4, 8))
+    )
+    jobs_sync(fake_cluster.cluster, fake_cluster.gateway)
+    workload = Workload.objects.get(job_name="elastic")
+    assert workload.elastic and workload.pod_set_records[0].min_count == 4
+
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)  # the core: 4 workers
+    workload.refresh_from_db()
+    assert (workload.state, workload.gpus) == ("running", 4)
+    assert workers(fake_cluster, "speech-train", "elastic") == 4
+
+    outcome = admission_cycle(fake_cluster.cluster, fake_cluster.gateway)  # idle GPUs: grow
+    workload.refresh_from_db()
+    assert outcome.resized == [workload.pk]
+    assert (workload.gpus, len(workload.elastic_pod_records)) == (8, 4), workload.reason
+    assert workload.reason == "running 8 of 8 pods: at its maximum"
+    assert workers(fake_cluster, "speech-train", "elastic") == 8
+    quota = fake_cluster.api.get_object("ResourceQuota", "speech-train", "tidegate-gpu")
+    assert quota is not None and int(quota["spec"]["hard"]["requests.nvidia.com/gpu"]) >= 8
+    settled = admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    assert settled.resized == [] and settled.preempted == []  # no grow/shrink oscillation
+
+    # vision asks for its guarantee: speech shrinks back to its core, nothing is preempted
+    fake_cluster.api.create_object(
+        objects.batch_job("vision-train", "owner", "vision", parallelism=2, gpus=4)
+    )
+    jobs_sync(fake_cluster.cluster, fake_cluster.gateway)
+    reclaim = admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    workload.refresh_from_db()
+    assert reclaim.preempted == [] and reclaim.resized == [workload.pk]
+    assert (workload.state, workload.gpus, workload.elastic_pod_records) == ("running", 4, [])
+    assert workers(fake_cluster, "speech-train", "elastic") == 4
+    assert [run["ended_by"] for run in workload.past_runs] == ["shrunk"] * 4
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    owner = Workload.objects.get(job_name="owner")
+    assert owner.state == "running"
+    reasons = [e["reason"] for e in events_on(fake_cluster, "speech-train", "elastic")]
+    assert reasons == ["Admitted", "Scaled", "Scaled"]
+    scaled = live(fake_cluster, "PyTorchJob", "speech-train", "elastic")
+    from tests.kube_fake import crds
+
+    _, unknown, problems = crds.prepare(
+        crds.load_crd(objects.CRD_OF["PyTorchJob"]), scaled, None, strict=True
+    )
+    assert unknown == [] and problems == []
