@@ -181,6 +181,12 @@ class QuotaSerializer(serializers.ModelSerializer[Quota]):
     tenant = VisibleTenantField()
     flavour = VisibleFlavourField()
     overcommitted = serializers.SerializerMethodField()
+    held_core = serializers.SerializerMethodField(
+        help_text="GPUs of this flavour the tenant's admitted work holds now, less its elastic pods."
+    )
+    held_elastic = serializers.SerializerMethodField(
+        help_text="GPUs its elastic pods hold now (above their workloads' cores; reclaimed first)."
+    )
 
     class Meta:
         model = Quota
@@ -193,10 +199,20 @@ class QuotaSerializer(serializers.ModelSerializer[Quota]):
             "lend_limit",
             "overcommit_allowed",
             "overcommitted",
+            "held_core",
+            "held_elastic",
             "updated_at",
         ]
-        read_only_fields = ["id", "overcommitted", "updated_at"]
+        read_only_fields = ["id", "overcommitted", "held_core", "held_elastic", "updated_at"]
         validators: list[Any] = []  # one quota per (tenant, flavour): the API updates it
+
+    @extend_schema_field(OpenApiTypes.INT)
+    def get_held_core(self, quota: Quota) -> int:
+        return self.context.get("held", {}).get((quota.tenant_id, quota.flavour_id), (0, 0))[0]
+
+    @extend_schema_field(OpenApiTypes.INT)
+    def get_held_elastic(self, quota: Quota) -> int:
+        return self.context.get("held", {}).get((quota.tenant_id, quota.flavour_id), (0, 0))[1]
 
     @extend_schema_field(OpenApiTypes.BOOL)
     def get_overcommitted(self, quota: Quota) -> bool:

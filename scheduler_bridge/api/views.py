@@ -28,6 +28,7 @@ from scheduler_bridge.inventory.services import (
 from scheduler_bridge.mig.services import mig_plan
 from scheduler_bridge.quotas import services as quota_services
 from scheduler_bridge.quotas.models import Quota, QuotaRequest
+from scheduler_bridge.workloads.selectors import holdings_by_tenant_and_flavour
 from tenants import access
 from tenants.errors import PermissionDenied
 
@@ -172,7 +173,8 @@ class FlavourViewSet(
 
     def get_serializer_context(self) -> dict[str, Any]:
         return super().get_serializer_context() | {
-            "overcommitted": selectors.overcommitted_flavour_ids()
+            "overcommitted": selectors.overcommitted_flavour_ids(),
+            "held": holdings_by_tenant_and_flavour(),
         }
 
 
@@ -193,7 +195,8 @@ class QuotaViewSet(viewsets.ModelViewSet[Quota]):
 
     def get_serializer_context(self) -> dict[str, Any]:
         return super().get_serializer_context() | {
-            "overcommitted": selectors.overcommitted_flavour_ids()
+            "overcommitted": selectors.overcommitted_flavour_ids(),
+            "held": holdings_by_tenant_and_flavour(),
         }
 
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -26,8 +26,24 @@ class PodSetInput(RejectUnknownFields, serializers.Serializer[Any]):
     flavour = serializers.CharField(required=False, allow_null=True, default=None)
     product = serializers.CharField(required=False, allow_null=True, default=None)
     mig_profile = serializers.CharField(required=False, allow_null=True, default=None)
+    min_count = serializers.IntegerField(
+        min_value=1,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Elastic: the pods it needs at least (its core); the rest of count "
+        "grow into idle GPUs and are the first taken back.",
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        minimum = attrs.get("min_count")
+        if minimum is not None and minimum > attrs.get("count", 1):
+            raise serializers.ValidationError(
+                {
+                    "min_count": f"min_count {minimum} is above count {attrs.get('count', 1)}; "
+                    "give at most count pods as the minimum."
+                }
+            )
         if attrs.get("flavour") and (attrs.get("product") or attrs.get("mig_profile")):
             raise serializers.ValidationError(
                 "Give a flavour, or a product and/or a MIG profile, not both: a flavour "
@@ -68,6 +84,13 @@ class WorkloadSubmitSerializer(RejectUnknownFields, serializers.Serializer[Workl
         return cluster
 
 
+class PodCountSerializer(serializers.Serializer[Any]):
+    pod_set = serializers.CharField()
+    current = serializers.IntegerField()
+    min = serializers.IntegerField()
+    max = serializers.IntegerField()
+
+
 class WorkloadSerializer(serializers.ModelSerializer[Workload]):
     cluster = serializers.CharField(source="cluster.name", read_only=True)
     tenant = serializers.CharField(source="tenant.slug", read_only=True)
@@ -78,6 +101,9 @@ class WorkloadSerializer(serializers.ModelSerializer[Workload]):
     submitted_by = serializers.CharField(
         source="submitted_by.username", read_only=True, allow_null=True
     )
+    pods = serializers.SerializerMethodField(
+        help_text="Per pod set: pods running now, its minimum (core) and its maximum."
+    )
 
     class Meta:
         model = Workload
@@ -87,6 +113,7 @@ class WorkloadSerializer(serializers.ModelSerializer[Workload]):
             "tenant",
             "name",
             "source",
+            "kind",
             "namespace",
             "job_name",
             "state",
@@ -94,6 +121,9 @@ class WorkloadSerializer(serializers.ModelSerializer[Workload]):
             "reason_code",
             "reason",
             "pod_sets",
+            "elastic",
+            "pods",
+            "elastic_pods",
             "gang",
             "topology",
             "priority_class",
@@ -115,6 +145,15 @@ class WorkloadSerializer(serializers.ModelSerializer[Workload]):
             "apply_attempts",
         ]
         read_only_fields = fields
+
+    @extend_schema_field(PodCountSerializer(many=True))
+    def get_pods(self, workload: Workload) -> list[dict[str, Any]]:
+        active = workload.state in Workload.ACTIVE_STATES
+        now = workload.pod_counts() if active else {}
+        return [
+            {"pod_set": ps.name, "current": now.get(ps.name, 0), "min": ps.core, "max": ps.count}
+            for ps in workload.pod_set_records
+        ]
 
 
 class WorkloadViewSet(

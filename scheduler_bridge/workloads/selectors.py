@@ -9,6 +9,7 @@ from django.db.models import QuerySet
 
 from scheduler_bridge.inventory.models import Cluster
 from scheduler_bridge.workloads.models import Workload
+from scheduler_bridge.workloads.records import parse_elastic_pods
 from tenants import access
 
 
@@ -23,6 +24,21 @@ def borrowed_by_tenant(cluster: Cluster) -> dict[int, dict[str, int]]:
         for resource, amount in (borrowed or {}).items():
             lent[tenant_id][resource] = lent[tenant_id].get(resource, 0) + int(amount)
     return dict(lent)
+
+
+def holdings_by_tenant_and_flavour() -> dict[tuple[int, int], tuple[int, int]]:
+    """(tenant id, flavour id) -> (core GPUs, elastic GPUs) that admitted and running
+    work holds now: elastic GPUs are those of pods above elastic pod sets' cores (the
+    first taken back by a reclaim), core GPUs all the rest."""
+    held: dict[tuple[int, int], tuple[int, int]] = {}
+    rows = Workload.objects.filter(
+        state__in=Workload.ACTIVE_STATES, flavour__isnull=False
+    ).values_list("tenant_id", "flavour_id", "gpus", "elastic_pods")
+    for tenant_id, flavour_id, gpus, pods in rows:
+        elastic = sum(p.gpus for p in parse_elastic_pods(pods))
+        core, more = held.get((tenant_id, flavour_id), (0, 0))
+        held[(tenant_id, flavour_id)] = (core + gpus - elastic, more + elastic)
+    return held
 
 
 def workloads_visible_to(user: Any) -> QuerySet[Workload]:

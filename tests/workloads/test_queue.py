@@ -546,3 +546,55 @@ def test_a_reclaimer_keeps_the_gpus_it_freed_from_one_cycle_to_the_next(
     started = Workload.objects.get(pk=owner)
     assert started.state == "running" and started.held_placements == []
     assert {p["node"] for p in started.placements} == held
+
+
+def test_an_elastic_api_workload_shows_its_pods_and_grows_then_shrinks_for_the_owner(
+    fake_cluster: FakeCluster, cast: Cast, priorities: dict
+) -> None:
+    from scheduler_bridge.quotas.models import Quota
+
+    Quota.objects.filter(tenant=cast.team_a, flavour=fake_cluster.h100).update(guaranteed=8)
+    response = submit(
+        cast.platform_admin, "speech", 1, count=8, pod={"flavour": "h100-80gb", "min_count": 4}
+    )
+    assert response.status_code == 201, response.content
+    assert response.json()["elastic"] is True
+    assert response.json()["pods"] == [{"pod_set": "main", "current": 0, "min": 4, "max": 8}]
+    workload_id = response.json()["id"]
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    shown = client_for(cast.platform_admin).get(f"/api/v1/workloads/{workload_id}/").json()
+    assert shown["pods"] == [{"pod_set": "main", "current": 8, "min": 4, "max": 8}]
+    assert shown["reason"] == "running 8 of 8 pods: at its maximum"
+    assert len(shown["elastic_pods"]) == 4
+    quotas = (
+        client_for(cast.platform_admin)
+        .get("/api/v1/quotas/", {"tenant__slug": "speech", "flavour__name": "h100-80gb"})
+        .json()["results"]
+    )
+    assert [(q["held_core"], q["held_elastic"]) for q in quotas] == [(4, 4)]
+    # the owner reclaims: the elastic pods go, the core stays
+    assert submit(cast.member, "vision", 4, count=2).status_code == 201
+    outcome = admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    assert outcome.preempted == [] and outcome.resized == [workload_id]
+    shown = client_for(cast.platform_admin).get(f"/api/v1/workloads/{workload_id}/").json()
+    assert shown["pods"][0]["current"] == 4 and shown["state"] == "running"
+    # another tenant's user sees none of it
+    assert client_for(cast.member).get(f"/api/v1/workloads/{workload_id}/").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("pod", "field"),
+    [
+        ({"flavour": "h100-80gb", "min_count": 5}, "min_count"),
+        ({"flavour": "h100-80gb", "min_count": 0}, "min_count"),
+        ({"flavour": "h100-80gb", "min_count": "some"}, "min_count"),
+    ],
+)
+def test_a_minimum_outside_the_pod_count_is_a_400_and_nothing_is_queued(
+    fake_cluster: FakeCluster, cast: Cast, pod: dict, field: str
+) -> None:
+    response = submit(cast.member, "vision", 1, count=4, pod=pod)
+    assert response.status_code == 400, response.content
+    assert field in response.json()["pod_sets"]["0"]
+    assert not Workload.objects.exists()
