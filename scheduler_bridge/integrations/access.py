@@ -14,7 +14,7 @@ from typing import Any
 
 from scheduler_bridge.gateways import ClusterGateway, ObjectMissing, Toleration
 
-from .base import Integration, ObjectRead
+from .base import PREEMPT_AT_ANNOTATION, Integration, ObjectRead
 from .job import JobIntegration
 
 
@@ -64,13 +64,50 @@ def start(
 
 def stop(gateway: ClusterGateway, integration: Integration, namespace: str, name: str) -> None:
     """Suspend the object (its controller deletes its pods), then put its pod
-    templates back as their owner wrote them. Idempotent."""
+    templates back as their owner wrote them and drop an announced preemption time.
+    Idempotent."""
     if isinstance(integration, JobIntegration):
         gateway.suspend_job(namespace, name)
-        return
-    gateway.update_object(integration.ref, namespace, name, integration.stopped)
-    if not integration.restore_with_stop:
-        gateway.update_object(integration.ref, namespace, name, integration.restored)
+    else:
+        gateway.update_object(integration.ref, namespace, name, integration.stopped)
+        if not integration.restore_with_stop:
+            gateway.update_object(integration.ref, namespace, name, integration.restored)
+    gateway.update_object(
+        integration.ref,
+        namespace,
+        name,
+        lambda obj: with_annotation(obj, PREEMPT_AT_ANNOTATION, None),
+    )
+
+
+def announce_preemption(
+    gateway: ClusterGateway, integration: Integration, namespace: str, name: str, at: str
+) -> None:
+    """Put the time its preemption was announced for on the object
+    (``tidegate.io/preempt-at``), for its code to watch and save a checkpoint."""
+    gateway.update_object(
+        integration.ref,
+        namespace,
+        name,
+        lambda obj: with_annotation(obj, PREEMPT_AT_ANNOTATION, at),
+    )
+
+
+def with_annotation(obj: dict[str, Any], key: str, value: str | None) -> dict[str, Any]:
+    """``obj`` with annotation ``key`` set to ``value`` (None: removed)."""
+    meta = obj.setdefault("metadata", {})
+    annotations = dict(meta.get("annotations") or {})
+    if value is None:
+        if key not in annotations:
+            return obj
+        annotations.pop(key)
+    else:
+        annotations[key] = value
+    if annotations:
+        meta["annotations"] = annotations
+    else:
+        meta.pop("annotations", None)
+    return obj
 
 
 def scale(

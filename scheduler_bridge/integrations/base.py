@@ -31,6 +31,8 @@ from scheduler_bridge.gateways.base import (
 from scheduler_bridge.gateways.parsing import gpu_requests
 
 MIN_PODS_ANNOTATION = "tidegate.io/min-pods"
+# when a preemption was announced: the time (RFC 3339) the object will be suspended
+PREEMPT_AT_ANNOTATION = "tidegate.io/preempt-at"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 
 

@@ -63,6 +63,17 @@ class WorkloadSubmitSerializer(RejectUnknownFields, serializers.Serializer[Workl
     max_run_time_s = serializers.IntegerField(
         min_value=1, max_value=2**31 - 1, required=False, allow_null=True
     )
+    preemption_grace_s = serializers.IntegerField(
+        min_value=0,
+        max_value=2**31 - 1,
+        required=False,
+        allow_null=True,
+        help_text="Seconds to save a checkpoint once told it will be preempted (capped by "
+        "its priority class).",
+    )
+    checkpoint_interval_s = serializers.IntegerField(
+        min_value=1, max_value=2**31 - 1, required=False, allow_null=True
+    )
 
     def validate_pod_sets(self, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if not value:
@@ -130,6 +141,9 @@ class WorkloadSerializer(serializers.ModelSerializer[Workload]):
             "priority",
             "preemptible",
             "max_run_time_s",
+            "preemption_grace_s",
+            "checkpoint_interval_s",
+            "preempt_at",
             "flavour",
             "placements",
             "borrowed",

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -50,6 +51,7 @@ class CycleOutcome:
     apply_errors: dict[int, str] = field(default_factory=dict)
     rebalanced: list[int] = field(default_factory=list)  # running work whose borrowing changed
     resized: list[int] = field(default_factory=list)  # elastic work that grew or shrank
+    announced: list[int] = field(default_factory=list)  # told it is preempted after a grace
 
 
 def engine_config() -> engine.EngineConfig:
@@ -77,6 +79,7 @@ def decide_and_persist(cluster: Cluster) -> tuple[CycleOutcome, engine.CycleResu
     with transaction.atomic():
         hold_admission_lock(cluster.pk)
         now = timezone.now()
+        graced = _preempt_after_grace(cluster, now)
         snapshot = build_snapshot(cluster, now)
         admission_engine = engine_for(cluster)
         decided = admission_engine.run_cycle(snapshot)
@@ -90,7 +93,7 @@ def decide_and_persist(cluster: Cluster) -> tuple[CycleOutcome, engine.CycleResu
         changed |= {int(wid) for wid in resizes}
         workloads = (
             Workload.objects.select_for_update(of=("self",))
-            .select_related("flavour")
+            .select_related("flavour", "priority_class")
             .in_bulk(changed)
         )
         # The audit records name each workload's tenant: one query, not one per workload.
@@ -118,6 +121,19 @@ def decide_and_persist(cluster: Cluster) -> tuple[CycleOutcome, engine.CycleResu
             outcome.admitted.append(workload.pk)
         for preemption in result.preemptions:
             victim = workloads[int(preemption.victim_id)]
+            grace = lifecycle.grace_of(victim)
+            if victim.state == Workload.State.RUNNING and grace > 0:
+                events.append(
+                    lifecycle.announce_preemption(
+                        victim,
+                        now=now,
+                        by=preemption.preemptor_id,
+                        message=preemption.message,
+                        grace_s=grace,
+                    )
+                )
+                outcome.announced.append(victim.pk)
+                continue
             events.append(
                 lifecycle.preempt(
                     victim, now=now, by=preemption.preemptor_id, message=preemption.message
@@ -148,7 +164,7 @@ def decide_and_persist(cluster: Cluster) -> tuple[CycleOutcome, engine.CycleResu
         audit_save_many(events)
         admitted = [workloads[pk] for pk in outcome.admitted]
         update_workloads([_row(w, ADMIT_COLUMNS) for w in admitted], ADMIT_COLUMNS)
-        victims = [workloads[pk] for pk in outcome.preempted]
+        victims = [workloads[pk] for pk in [*outcome.preempted, *outcome.announced]]
         update_workloads([_row(w, COLUMN_TYPES) for w in victims], list(COLUMN_TYPES))
         resized = [workloads[pk] for pk in outcome.resized]
         update_workloads([_row(w, RESIZE_COLUMNS) for w in resized], RESIZE_COLUMNS)
@@ -170,6 +186,7 @@ def decide_and_persist(cluster: Cluster) -> tuple[CycleOutcome, engine.CycleResu
             ["queue_position", "reason_code", "reason", "held_placements"],
         )
         outcome.pending = len(result.pending)
+        outcome.preempted += graced
         borrowing = _per_workload(admission_engine.borrowing_after(snapshot, decided))
         outcome.rebalanced = _rebalance_borrowing(cluster, borrowing, flavours, set(workloads))
     return outcome, result
@@ -192,6 +209,22 @@ ADMIT_COLUMNS = [
     "apply_attempts",
     "held_placements",
 ]
+
+
+def _preempt_after_grace(cluster: Cluster, now: datetime) -> list[int]:
+    """Preempt work whose announced grace has ended (its GPUs are free from now on)."""
+    due = list(
+        Workload.objects.select_for_update(of=("self",))
+        .filter(cluster=cluster, state__in=Workload.ACTIVE_STATES, preempt_at__lte=now)
+        .select_related("flavour", "tenant")
+    )
+    events = []
+    for workload in due:
+        message = workload.reason.split(": ", 1)[-1]
+        events.append(lifecycle.preempt(workload, now=now, by="grace", message=message))
+    audit_save_many(events)
+    update_workloads([_row(w, COLUMN_TYPES) for w in due], list(COLUMN_TYPES))
+    return [w.pk for w in due]
 
 
 # What a resize changes on a row.
@@ -316,7 +349,13 @@ def admission_cycle(cluster: Cluster, gateway: ClusterGateway | None = None) -> 
     or not answering) never undoes a decision: it is retried by the next reconcile."""
     stop_overrunning(cluster)  # frees their GPUs for this very cycle
     outcome, _ = decide_and_persist(cluster)
-    changed = bool(outcome.admitted or outcome.preempted or outcome.rebalanced or outcome.resized)
+    changed = bool(
+        outcome.admitted
+        or outcome.preempted
+        or outcome.rebalanced
+        or outcome.resized
+        or outcome.announced
+    )
     applied = reconcile(cluster, gateway, sync_quotas=changed)
     outcome.apply_errors = dict(applied.start_errors)
     return outcome

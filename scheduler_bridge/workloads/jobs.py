@@ -38,6 +38,8 @@ logger = logging.getLogger(__name__)
 PRIORITY_LABEL = "tidegate.io/priority-class"
 TOPOLOGY_ANNOTATION = "tidegate.io/topology"
 MAX_RUN_TIME_ANNOTATION = "tidegate.io/max-run-time-seconds"
+GRACE_ANNOTATION = "tidegate.io/preemption-grace-seconds"
+CHECKPOINT_ANNOTATION = "tidegate.io/checkpoint-interval-seconds"
 QUEUED = "queued"
 
 
@@ -184,6 +186,8 @@ def _sync_objects(
                 topology=job.annotations.get(TOPOLOGY_ANNOTATION, Workload.Topology.NONE),
                 priority_class=job.labels.get(PRIORITY_LABEL) or job.priority_class_name,
                 max_run_time_s=_int(job.annotations.get(MAX_RUN_TIME_ANNOTATION)),
+                preemption_grace_s=_seconds(job.annotations, GRACE_ANNOTATION),
+                checkpoint_interval_s=_seconds(job.annotations, CHECKPOINT_ANNOTATION),
                 source=Workload.Source.JOB,
                 namespace=job.namespace,
                 job_name=job.name,
@@ -224,6 +228,11 @@ def _refusal(integration: Integration, job: ObjectRead, owner: Tenant) -> tuple[
             f"({_SUSPEND_FIELD.get(job.kind, 'spec.suspend')}: true) so the queue can admit it",
             tenant,
         )
+    for key in (GRACE_ANNOTATION, CHECKPOINT_ANNOTATION):
+        try:
+            _seconds(job.annotations, key)
+        except ValueError as error:
+            return str(error), tenant
     topology = job.annotations.get(TOPOLOGY_ANNOTATION, Workload.Topology.NONE)
     if topology != Workload.Topology.NONE and not integration.pins_nodes:
         return (
@@ -260,6 +269,23 @@ def _job_ended(
 
 
 MAX_RUN_TIME_S = 2**31 - 1
+
+
+def _seconds(annotations: dict[str, str], key: str) -> int | None:
+    """A whole number of seconds, 0 or more, from an annotation (None when absent).
+    ValueError saying what to write instead for anything else."""
+    raw = annotations.get(key)
+    if raw is None:
+        return None
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        value = -1
+    if not 0 <= value <= MAX_RUN_TIME_S:
+        raise ValueError(
+            f"annotation {key} is {raw!r}; it must be a whole number of seconds, 0 or more"
+        )
+    return value
 
 
 def _int(value: str | None) -> int | None:

@@ -7,6 +7,7 @@
     admit       pending                       admitted    reconcile starts it
     start       admitted                      running     Event Admitted (where, and why)
     requeue     admitted                      pending     admission cycle; Event NotStarted
+    announce    running                       running     reconcile sets tidegate.io/preempt-at; Event Preempting
     preempt     admitted, running             pending     reconcile suspends it; Event Preempted
     finish      admitted, running             finished    admission cycle (which reconciles)
     fail        admitted, running             failed      admission cycle (which reconciles)
@@ -31,7 +32,7 @@ change the row in memory and return the audit record for the caller to save.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
@@ -77,6 +78,7 @@ TRANSITIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "admit": ((State.PENDING,), State.ADMITTED),
     "start": ((State.ADMITTED,), State.RUNNING),
     "requeue": ((State.ADMITTED,), State.PENDING),
+    "announce": ((State.RUNNING,), State.RUNNING),
     "preempt": (ACTIVE, State.PENDING),
     "finish": (ACTIVE, State.FINISHED),
     "fail": (ACTIVE, State.FAILED),
@@ -179,6 +181,32 @@ def admit(
     nodes = ", ".join(sorted({p.node for p in placements}))
     return _transition_event(
         workload, "admit", before, f"admitted onto {flavour.name} ({nodes}): {message}"
+    )
+
+
+def grace_of(workload: Workload) -> int:
+    """Seconds running work gets between the announcement of its preemption and the
+    preemption: what it asked for, capped by its priority class."""
+    asked = workload.preemption_grace_s or 0
+    cap = workload.priority_class.max_preemption_grace_s if workload.priority_class else asked
+    return max(0, min(asked, cap))
+
+
+def announce_preemption(
+    workload: Workload, *, now: datetime, by: str, message: str, grace_s: int
+) -> AuditEvent:
+    """Tell running work it will be preempted in ``grace_s`` seconds, so it can save a
+    checkpoint: it keeps its GPUs until ``preempt_at`` (they count as being freed, not
+    free), then the cycle preempts it. In memory, under the cycle's lock."""
+    before = workload.state
+    workload.state = check(workload, "announce")
+    workload.preempt_at = now + timedelta(seconds=grace_s)
+    stamp = workload.preempt_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+    workload.reason_code = "preempting"
+    workload.reason = f"preempted at {stamp} (a {grace_s} s grace to save a checkpoint): {message}"
+    _owe_event(workload, "Preempting", workload.reason, warning=True)
+    return _transition_event(
+        workload, "announce", before, workload.reason, extra={"preempted_by": by}
     )
 
 
@@ -471,6 +499,7 @@ def _clear_admission(workload: Workload) -> None:
     workload.flavour = None
     workload.placements = []
     workload.elastic_pods = []
+    workload.preempt_at = None
     workload.borrowed = {}
     workload.gpus = 0
     workload.apply_error = ""

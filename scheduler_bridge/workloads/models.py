@@ -36,6 +36,10 @@ class PriorityClass(models.Model):
     )
     description = models.CharField(max_length=200, blank=True)
     is_default = models.BooleanField(default=False)
+    max_preemption_grace_s = models.PositiveIntegerField(
+        default=600,
+        help_text=_("The longest grace a workload of this class gets before it is preempted."),
+    )
 
     class Meta:
         ordering = ["-value", "name"]
@@ -105,6 +109,12 @@ class Workload(models.Model):
     gang = models.BooleanField(default=True)
     topology = models.CharField(max_length=8, choices=Topology.choices, default=Topology.NONE)
     max_run_time_s = models.PositiveIntegerField(null=True, blank=True)
+    # asked for: time to save a checkpoint once told it will be preempted, and how often
+    # it saves one anyway (replay and what-if use it)
+    preemption_grace_s = models.PositiveIntegerField(null=True, blank=True)
+    checkpoint_interval_s = models.PositiveIntegerField(null=True, blank=True)
+    # set when a preemption was announced: the GPUs go back then
+    preempt_at = models.DateTimeField(null=True, blank=True)
     state = models.CharField(max_length=10, choices=State.choices, default=State.PENDING)
     submitted_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

@@ -31,6 +31,7 @@ COLUMN_TYPES = {
     "job_events": "jsonb",
     "held_placements": "jsonb",
     "elastic_pods": "jsonb",
+    "preempt_at": "timestamptz",
 }
 
 

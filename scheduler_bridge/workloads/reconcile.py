@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from datetime import UTC
 
 from django.db.models import Q
 from django.utils import timezone
@@ -33,6 +34,7 @@ from django.utils import timezone
 from scheduler_bridge.gateways import ClusterGateway, ClusterUnreachable, GatewayError, JobRef
 from scheduler_bridge.integrations import INTEGRATIONS, ObjectRead, integration_for
 from scheduler_bridge.integrations import access as objects
+from scheduler_bridge.integrations.base import PREEMPT_AT_ANNOTATION
 from scheduler_bridge.inventory.connection import cluster_gateway
 from scheduler_bridge.inventory.models import Cluster
 from scheduler_bridge.quotas.sync import quota_sync
@@ -59,6 +61,7 @@ class ReconcileResult:
     start_errors: dict[int, str] = field(default_factory=dict)
     requeued: list[int] = field(default_factory=list)
     scaled: list[int] = field(default_factory=list)
+    announced: list[int] = field(default_factory=list)
     events: int = 0
     quota_writes: int = 0
 
@@ -96,6 +99,7 @@ def _reconcile(cluster: Cluster, gateway: ClusterGateway, sync_quotas: bool) -> 
     for workload in to_start:
         _start(gateway, workload, live.get(workload.job_uid), result)
     _scale_elastic(cluster, gateway, live, result)
+    _announce_preemptions(cluster, gateway, live, result)
     if result.suspended or result.start_errors:
         result.quota_writes += quota_sync(cluster, gateway).writes  # lower them again
     result.events = _post_events(cluster, gateway)
@@ -222,6 +226,39 @@ def _scale_elastic(
             )
             continue
         result.scaled.append(workload.pk)
+
+
+def _announce_preemptions(
+    cluster: Cluster, gateway: ClusterGateway, live: dict[str, ObjectRead], result: ReconcileResult
+) -> None:
+    """Objects of work whose preemption was announced carry the time it happens."""
+    for workload in Workload.objects.filter(
+        cluster=cluster, state=State.RUNNING, source=Workload.Source.JOB, preempt_at__isnull=False
+    ):
+        obj = live.get(workload.job_uid)
+        at = workload.preempt_at
+        stamp = at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if at else ""
+        if obj is None or obj.annotations.get(PREEMPT_AT_ANNOTATION) == stamp:
+            continue
+        try:
+            objects.announce_preemption(
+                gateway,
+                integration_for(workload.kind),
+                workload.namespace,
+                workload.job_name,
+                stamp,
+            )
+        except ClusterUnreachable:
+            raise
+        except GatewayError as error:
+            logger.warning(
+                "could not announce the preemption of %s/%s: %s",
+                workload.namespace,
+                workload.job_name,
+                error,
+            )
+            continue
+        result.announced.append(workload.pk)
 
 
 def _start_failed(workload: Workload, error: str, result: ReconcileResult) -> None:

@@ -199,6 +199,9 @@ def priority_class_named(name: str | None) -> PriorityClass | None:
     return found
 
 
+MAX_SECONDS = 2**31 - 1
+
+
 def workload_submit(
     *,
     actor: Any,
@@ -215,6 +218,8 @@ def workload_submit(
     job_name: str = "",
     job_uid: str = "",
     kind: str = "",
+    preemption_grace_s: int | None = None,
+    checkpoint_interval_s: int | None = None,
     audit_source: str = "api",
 ) -> Workload:
     """Queue a workload for admission. Raises PermissionDenied for users who may not run
@@ -228,6 +233,16 @@ def workload_submit(
             f"Unknown topology {topology!r}; use one of {', '.join(Workload.Topology.values)}.",
             field="topology",
         )
+    for field_name, seconds in (
+        ("preemption_grace_s", preemption_grace_s),
+        ("checkpoint_interval_s", checkpoint_interval_s),
+    ):
+        if seconds is not None and not 0 <= seconds <= MAX_SECONDS:
+            raise ValidationFailed(
+                f"{field_name} is {seconds}; give a whole number of seconds from 0 to "
+                f"{MAX_SECONDS}.",
+                field=field_name,
+            )
     stored = []
     for index, spec in enumerate(pod_sets):
         if spec.count < 1 or spec.gpus_per_pod < 1:
@@ -269,6 +284,8 @@ def workload_submit(
         gang=gang,
         topology=topology,
         max_run_time_s=max_run_time_s,
+        preemption_grace_s=preemption_grace_s,
+        checkpoint_interval_s=checkpoint_interval_s,
         submitted_by=actor if getattr(actor, "is_authenticated", False) else None,
         submitted_at=timezone.now(),
         reason="waiting for the next admission cycle",

@@ -103,6 +103,8 @@ def running_of(workload: Workload) -> engine.RunningWorkload:
         preemptible=workload.preemptible,
         max_run_time_s=float(workload.max_run_time_s) if workload.max_run_time_s else None,
         request=engine.core_of(request),
+        # an announced preemption: its GPUs are being freed
+        evicting=workload.preempt_at is not None,
     )
 
 

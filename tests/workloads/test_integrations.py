@@ -269,3 +269,84 @@ def test_an_elastic_pytorchjob_grows_into_idle_gpus_and_shrinks_from_8_to_4_when
         crds.load_crd(objects.CRD_OF["PyTorchJob"]), scaled, None, strict=True
     )
     assert unknown == [] and problems == []
+
+
+@pytest.mark.parametrize("kind", ["Job", "JobSet"])
+def test_a_preemption_with_grace_is_announced_and_the_gpus_go_back_when_the_grace_ends(
+    fake_cluster: FakeCluster, cast: Cast, priorities: dict, kind: str
+) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    install_all(fake_cluster)
+    manifest = objects.eight_gpus(kind, "speech-train", "big", "speech")
+    manifest["metadata"]["annotations"] = {
+        "tidegate.io/preemption-grace-seconds": "5000",  # the batch class caps it at 600
+        "tidegate.io/checkpoint-interval-seconds": "1800",
+    }
+    fake_cluster.api.create_object(manifest)
+    jobs_sync(fake_cluster.cluster, fake_cluster.gateway)
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    victim = Workload.objects.get(job_name="big")
+    assert (victim.preemption_grace_s, victim.checkpoint_interval_s) == (5000, 1800)
+
+    fake_cluster.api.create_object(objects.batch_job("vision-train", "owner", "vision", gpus=3))
+    jobs_sync(fake_cluster.cluster, fake_cluster.gateway)
+    before = timezone.now()
+    outcome = admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    victim.refresh_from_db()
+    assert outcome.preempted == [] and outcome.announced == [victim.pk]
+    assert victim.state == "running" and victim.gpus == 8  # still holds its GPUs
+    assert victim.preempt_at is not None
+    grace = (victim.preempt_at - before).total_seconds()
+    assert 590 <= grace <= 610
+    running = live(fake_cluster, kind, "speech-train", "big")
+    assert not integration_for(kind).is_suspended(running)
+    stamp = victim.preempt_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert running["metadata"]["annotations"]["tidegate.io/preempt-at"] == stamp
+    warned = events_on(fake_cluster, "speech-train", "big")[-1]
+    assert (warned["reason"], warned["type"]) == ("Preempting", "Warning")
+    assert stamp in warned["message"]
+    owner = Workload.objects.get(job_name="owner")
+    assert owner.state == "pending"  # waits for the GPUs being freed
+    again = admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    assert again.announced == [] and again.preempted == []  # announced once
+
+    # the grace ends: the victim is preempted and its object suspended and restored
+    Workload.objects.filter(pk=victim.pk).update(preempt_at=timezone.now() - timedelta(seconds=1))
+    ended = admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    victim.refresh_from_db()
+    assert ended.preempted == [victim.pk]
+    assert (victim.state, victim.preempt_at, victim.gpus) == ("pending", None, 0)
+    stopped = live(fake_cluster, kind, "speech-train", "big")
+    assert integration_for(kind).is_suspended(stopped)
+    assert "tidegate.io/preempt-at" not in (stopped["metadata"].get("annotations") or {})
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    assert Workload.objects.get(job_name="owner").state == "running"
+
+
+def test_a_negative_grace_is_refused_on_the_object_and_in_the_api(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    from tests.conftest import client_for
+
+    manifest = objects.batch_job("vision-train", "hasty", "vision")
+    manifest["metadata"]["annotations"] = {"tidegate.io/preemption-grace-seconds": "-30"}
+    fake_cluster.api.create_object(manifest)
+    result = jobs_sync(fake_cluster.cluster, fake_cluster.gateway)
+    (refused,) = Workload.objects.filter(pk__in=result.rejected)
+    assert refused.reason == (
+        "annotation tidegate.io/preemption-grace-seconds is '-30'; it must be a whole "
+        "number of seconds, 0 or more"
+    )
+    body = {
+        "cluster": "gpu-east",
+        "tenant": "vision",
+        "name": "api-hasty",
+        "pod_sets": [{"count": 1, "gpus_per_pod": 1}],
+        "preemption_grace_s": -30,
+    }
+    response = client_for(cast.member).post("/api/v1/workloads/", body, format="json")
+    assert response.status_code == 400 and "preemption_grace_s" in response.json()
+    assert not Workload.objects.filter(name="api-hasty").exists()
