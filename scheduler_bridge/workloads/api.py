@@ -162,12 +162,7 @@ class WorkloadSerializer(serializers.ModelSerializer[Workload]):
 
     @extend_schema_field(PodCountSerializer(many=True))
     def get_pods(self, workload: Workload) -> list[dict[str, Any]]:
-        active = workload.state in Workload.ACTIVE_STATES
-        now = workload.pod_counts() if active else {}
-        return [
-            {"pod_set": ps.name, "current": now.get(ps.name, 0), "min": ps.core, "max": ps.count}
-            for ps in workload.pod_set_records
-        ]
+        return workload.pods_report()
 
 
 class WorkloadViewSet(

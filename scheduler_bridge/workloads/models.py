@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
 from django.conf import settings
 from django.core.validators import MinValueValidator
@@ -190,6 +191,14 @@ class Workload(models.Model):
         for pod in self.elastic_pod_records:
             counts[pod.pod_set] = counts.get(pod.pod_set, 0) + 1
         return counts
+
+    def pods_report(self) -> list[dict[str, Any]]:
+        """Per pod set: pods running now, its core (min) and its maximum."""
+        now = self.pod_counts() if self.state in self.ACTIVE_STATES else {}
+        return [
+            {"pod_set": ps.name, "current": now.get(ps.name, 0), "min": ps.core, "max": ps.count}
+            for ps in self.pod_set_records
+        ]
 
     @property
     def borrowed_gpus(self) -> dict[str, int]:

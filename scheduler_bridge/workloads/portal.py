@@ -176,6 +176,8 @@ TRANSITION_LABELS = {
     "time_out": gettext_lazy("stopped at its time limit"),
     "cancel": gettext_lazy("cancelled"),
     "release": gettext_lazy("completed pods gave their GPUs back"),
+    "resize": gettext_lazy("grew or shrank (elastic pods)"),
+    "announce": gettext_lazy("preemption announced"),
 }
 
 
@@ -200,6 +202,7 @@ def workload_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "history": history,
         "past_runs": past_runs(workload.past_runs, workload.pk),
         "chart": runs_chart(workload) if has_runs else "",
+        "pods": workload.pods_report(),
     }
     return render(request, "scheduler_bridge/workload_detail.html", context)
 

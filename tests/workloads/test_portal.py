@@ -114,3 +114,33 @@ def test_a_deep_queue_is_paged_and_filtered(fake_cluster: FakeCluster, cast: Cas
     assert "speech-job" in speech and "w-0<" not in speech
     running = client.get("/clusters/gpu-east/queue/?state=running").content.decode()
     assert "Nothing queued or running." in running
+
+
+def test_an_elastic_workload_page_shows_its_pods_and_each_shrink(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    from scheduler_bridge.quotas.models import Quota
+
+    Quota.objects.filter(tenant=cast.team_a, flavour=fake_cluster.h100).update(guaranteed=8)
+    elastic = submit(
+        cast.platform_admin,
+        "speech",
+        1,
+        count=8,
+        name="elastic",
+        pod={"flavour": "h100-80gb", "min_count": 4},
+    ).json()["id"]
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    page = logged_in(cast.dept_admin).get(f"/workloads/{elastic}/").content.decode()
+    pods = page[page.index('id="pods"') :]
+    pods = pods[: pods.index("</table>")]
+    assert "<td>main</td><td>8</td><td>4</td><td>8</td>" in pods
+    assert "elastic, at least 4" in page
+    submit(cast.lead, "vision", 4, count=2, name="owner")
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    page = logged_in(cast.dept_admin).get(f"/workloads/{elastic}/").content.decode()
+    assert "<td>main</td><td>4</td><td>4</td><td>8</td>" in page
+    assert page.count("elastic pod stopped") == 4
+    assert "grew or shrank (elastic pods)" in page[page.index('id="history"') :]
+    assert logged_in(cast.outsider).get(f"/workloads/{elastic}/").status_code == 404
