@@ -14,6 +14,8 @@ from kubernetes import client as k8s
 
 from tests.gateways.conftest import kubernetes_gateway
 from tests.kube_fake import FakeKubeApi
+from tests.kube_fake.fieldmanager import merge_patch
+from tests.kube_fake.strategic import strategic_merge_patch
 
 SMP = "application/strategic-merge-patch+json"
 
@@ -47,25 +49,51 @@ def patch(core: k8s.CoreV1Api, body: dict[str, Any]) -> dict[str, Any]:
     return core.api_client.sanitize_for_serialization(answer)
 
 
-def test_containers_merge_by_name_and_their_env_by_name(core: k8s.CoreV1Api) -> None:
-    pod = patch(
-        core,
-        {"spec": {"containers": [{"name": "main", "env": [{"name": "B", "value": "20"}]}]}},
-    )
+def stored_pod(core: k8s.CoreV1Api) -> dict[str, Any]:
+    return core.api_client.sanitize_for_serialization(core.read_namespaced_pod("p", "a"))
+
+
+def test_containers_merge_by_name(core: k8s.CoreV1Api) -> None:
+    # a running pod may change its containers' images only (ValidatePodUpdate)
+    pod = patch(core, {"spec": {"containers": [{"name": "main", "image": "train:2"}]}})
     containers = pod["spec"]["containers"]
     assert [c["name"] for c in containers] == ["main", "sidecar"]  # sidecar kept
-    assert containers[0]["image"] == "train:1"
-    assert containers[0]["env"] == [{"name": "A", "value": "1"}, {"name": "B", "value": "20"}]
+    assert containers[0]["image"] == "train:2"
+    assert containers[0]["env"] == [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]
+
+
+def test_env_merges_by_name_inside_a_merged_container(core: k8s.CoreV1Api) -> None:
+    merged = strategic_merge_patch(
+        "Pod",
+        stored_pod(core),
+        {"spec": {"containers": [{"name": "main", "env": [{"name": "B", "value": "20"}]}]}},
+    )
+    assert merged["spec"]["containers"][0]["env"] == [
+        {"name": "A", "value": "1"},
+        {"name": "B", "value": "20"},
+    ]
 
 
 def test_a_list_without_a_merge_key_is_replaced_whole(core: k8s.CoreV1Api) -> None:
-    pod = patch(core, {"spec": {"tolerations": [{"key": "b", "operator": "Exists"}]}})
-    assert pod["spec"]["tolerations"] == [{"key": "b", "operator": "Exists"}]
+    # tolerations have no merge key: the list sent is the list kept (order included); a
+    # pod may only add tolerations, so the old one is sent again
+    b, a = {"key": "b", "operator": "Exists"}, {"key": "a", "operator": "Exists"}
+    pod = patch(core, {"spec": {"tolerations": [b, a]}})
+    assert pod["spec"]["tolerations"] == [b, a]
+
+
+def test_a_pod_update_the_api_server_forbids_is_a_422(core: k8s.CoreV1Api) -> None:
+    with pytest.raises(k8s.ApiException) as refused:
+        patch(core, {"spec": {"containers": [{"name": "sidecar", "$patch": "delete"}]}})
+    assert refused.value.status == 422
+    assert "pod updates may not change fields" in (refused.value.body or "")
 
 
 def test_patch_delete_removes_one_element(core: k8s.CoreV1Api) -> None:
-    pod = patch(core, {"spec": {"containers": [{"name": "sidecar", "$patch": "delete"}]}})
-    assert [c["name"] for c in pod["spec"]["containers"]] == ["main"]
+    merged = strategic_merge_patch(
+        "Pod", stored_pod(core), {"spec": {"containers": [{"name": "sidecar", "$patch": "delete"}]}}
+    )
+    assert [c["name"] for c in merged["spec"]["containers"]] == ["main"]
 
 
 def test_finalizers_are_a_set_and_can_lose_one(core: k8s.CoreV1Api) -> None:
@@ -76,11 +104,12 @@ def test_finalizers_are_a_set_and_can_lose_one(core: k8s.CoreV1Api) -> None:
 
 
 def test_set_element_order_orders_the_merged_list(core: k8s.CoreV1Api) -> None:
-    pod = patch(
-        core,
+    merged = strategic_merge_patch(
+        "Pod",
+        stored_pod(core),
         {"spec": {"$setElementOrder/containers": [{"name": "sidecar"}, {"name": "main"}]}},
     )
-    assert [c["name"] for c in pod["spec"]["containers"]] == ["sidecar", "main"]
+    assert [c["name"] for c in merged["spec"]["containers"]] == ["sidecar", "main"]
 
 
 def test_an_element_without_its_merge_key_is_a_400(core: k8s.CoreV1Api) -> None:
@@ -91,11 +120,11 @@ def test_an_element_without_its_merge_key_is_a_400(core: k8s.CoreV1Api) -> None:
 
 
 def test_a_merge_patch_still_replaces_lists(kube_api: FakeKubeApi, core: k8s.CoreV1Api) -> None:
-    answer = core.patch_namespaced_pod(
-        "p",
-        "a",
-        {"spec": {"containers": [{"name": "main", "image": "train:2"}]}},
-        _content_type="application/merge-patch+json",
-    )
-    assert answer.spec is not None
-    assert [c.name for c in answer.spec.containers] == ["main"]
+    body = {"spec": {"containers": [{"name": "main", "image": "train:2"}]}}
+    assert [c["name"] for c in merge_patch(stored_pod(core), body)["spec"]["containers"]] == [
+        "main"
+    ]
+    # sent to the API server, that replacement drops a container: refused
+    with pytest.raises(k8s.ApiException) as refused:
+        core.patch_namespaced_pod("p", "a", body, _content_type="application/merge-patch+json")
+    assert refused.value.status == 422

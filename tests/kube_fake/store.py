@@ -654,7 +654,18 @@ class Store:
             spec.setdefault("finalizers", ["kubernetes"])
             obj["status"] = {"phase": "Active"}
         elif resource.kind == "Pod":
-            obj.setdefault("status", {}).setdefault("phase", "Pending")
+            status = obj.setdefault("status", {})
+            status.setdefault("phase", "Pending")
+            if spec.get("schedulingGates"):
+                # applySchedulingGatedCondition (pkg/registry/core/pod/strategy.go)
+                status["conditions"] = [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "SchedulingGated",
+                        "message": "Scheduling is blocked due to non-empty scheduling gates",
+                    }
+                ]
         elif resource.kind == "Job":
             spec.setdefault("parallelism", 1)
             if "completions" not in spec and spec["parallelism"] == 1:

@@ -126,8 +126,116 @@ def problems(kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> list
     elif kind == "Pod":
         if not spec.get("containers"):
             found.append(("spec.containers", "Required value"))
+        found += _pod_problems(obj, old)
     elif kind == "Job":
         found += _job_problems(obj, old)
+    return found
+
+
+def _gates(spec: dict[str, Any]) -> list[str]:
+    return [str(g.get("name")) for g in spec.get("schedulingGates") or [] if isinstance(g, dict)]
+
+
+def _pod_problems(pod: dict[str, Any], old: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """Scheduling gates and what may change on a pod (pkg/apis/core/validation/
+    validation.go: validateSchedulingGates, ValidatePodCreate, ValidatePodUpdate)."""
+    found: list[tuple[str, str]] = []
+    spec = pod.get("spec") or {}
+    gates = _gates(spec)
+    for index, name in enumerate(gates):
+        if not _qualified(name):
+            found.append((f"spec.schedulingGates[{index}].name", f'Invalid value: "{name}"'))
+        if name in gates[:index]:
+            found.append((f"spec.schedulingGates[{index}].name", f'Duplicate value: "{name}"'))
+    if old is None:
+        if gates and spec.get("nodeName"):
+            found.append(
+                (
+                    "spec.nodeName",
+                    "Forbidden: cannot be set until all schedulingGates have been cleared",
+                )
+            )
+        return found
+    old_spec = old.get("spec") or {}
+    old_gates = _gates(old_spec)
+    for index, name in enumerate(gates):
+        if name not in old_gates:
+            found.append(
+                (
+                    f"spec.schedulingGates[{index}].name",
+                    f"Forbidden: only deletion is allowed, but found new scheduling gate '{name}'",
+                )
+            )
+    gated = bool(old_gates)
+    new_selector, old_selector = spec.get("nodeSelector") or {}, old_spec.get("nodeSelector") or {}
+    if new_selector != old_selector:
+        if not gated:
+            found.append(
+                (
+                    "spec.nodeSelector",
+                    "Forbidden: pod updates may not change fields other than the allowed ones",
+                )
+            )
+        elif any(new_selector.get(k) != v for k, v in old_selector.items()):
+            found.append(
+                (
+                    "spec.nodeSelector",
+                    "Invalid value: only additions to spec.nodeSelector are allowed (no mutations or deletions)",
+                )
+            )
+    old_tolerations = old_spec.get("tolerations") or []
+    if any(t not in (spec.get("tolerations") or []) for t in old_tolerations):
+        found.append(
+            (
+                "spec.tolerations",
+                "Forbidden: existing toleration can not be modified except its tolerationSeconds",
+            )
+        )
+    node_affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    old_affinity = ((old_spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    if node_affinity != old_affinity and not (gated and old_affinity is None):
+        found.append(
+            ("spec.affinity.nodeAffinity", "Forbidden: may change only while the pod is gated")
+        )
+
+    def rest(s: dict[str, Any]) -> dict[str, Any]:
+        kept = {
+            k: v
+            for k, v in s.items()
+            if k
+            not in (
+                "schedulingGates",
+                "nodeSelector",
+                "tolerations",
+                "activeDeadlineSeconds",
+                "nodeName",
+            )
+        }
+        affinity = dict(kept.get("affinity") or {})
+        affinity.pop("nodeAffinity", None)
+        if affinity:
+            kept["affinity"] = affinity
+        else:
+            kept.pop("affinity", None)
+        kept["containers"] = [
+            {k: v for k, v in c.items() if k != "image"} for c in kept.get("containers") or []
+        ]
+        return kept
+
+    if rest(spec) != rest(old_spec):
+        found.append(
+            (
+                "spec",
+                "Forbidden: pod updates may not change fields other than `spec.containers[*].image`, "
+                "`spec.activeDeadlineSeconds`, `spec.tolerations` (only additions to existing "
+                "tolerations), `spec.schedulingGates` (only deletions) and, while gated, "
+                "`spec.nodeSelector` (only additions) and `spec.affinity.nodeAffinity` (only narrowing)",
+            )
+        )
     return found
 
 
