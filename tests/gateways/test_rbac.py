@@ -65,6 +65,21 @@ def test_every_gateway_call_is_allowed_and_every_grant_is_used(kube_api, gateway
         JobRef(job.namespace, job.name, job.uid), "Preempted", "preempted for a reclaim"
     )
     gateway.delete_resource_quota("team-a", "tidegate-gpu")
+    # every integrated kind: discovered, listed, resumed and suspended (replace); an
+    # elastic Job scaled and a Job's announced preemption written (update)
+    from scheduler_bridge.integrations import BY_KIND
+    from scheduler_bridge.integrations import access as objects
+    from tests.integrations import objects as manifests
+
+    for kind, crd in manifests.CRD_OF.items():
+        kube_api.install_crd(crd)
+        kube_api.create_object(manifests.eight_gpus(kind, "team-a", kind.lower(), "a"))
+        integration = BY_KIND[kind]
+        (read,) = objects.list_queued(gateway, integration, "tidegate.io/queue") or []
+        objects.start(gateway, integration, "team-a", read.name, H100, [])
+        objects.stop(gateway, integration, "team-a", read.name)
+    objects.scale(gateway, BY_KIND["Job"], "team-a", "train", {"main": 1})
+    objects.announce_preemption(gateway, BY_KIND["Job"], "team-a", "train", "2026-12-02T00:00:00Z")
     # what the workers do: read pods, nodes and Tidegate's quotas from watched caches
     with kubernetes_gateway(kube_api, tmp_path, cache_key="rbac-test:watch") as cached:
         cached.list_nodes()
