@@ -30,6 +30,7 @@ from .errors import (
 
 __all__ = [
     "JOB_KIND",
+    "POD_KIND",
     "ApplyResult",
     "ClusterGateway",
     "ClusterUnreachable",

@@ -90,6 +90,7 @@ class KindRef:
 
 
 JOB_KIND = KindRef("batch", "v1", "Job", "jobs")
+POD_KIND = KindRef("", "v1", "Pod", "pods")
 
 
 @dataclass(frozen=True)
@@ -306,6 +307,11 @@ class ClusterGateway(abc.ABC):
         API refuses the new object (the message says why), ValueError from ``change``
         as GatewayError."""
         raise ObjectMissing(kind.kind, name, namespace)
+
+    def delete_pod(self, namespace: str, name: str, grace_s: int | None = None) -> bool:
+        """Delete a pod, giving its containers ``grace_s`` seconds to stop (None: the
+        pod's own terminationGracePeriodSeconds); False when it was already gone."""
+        raise ObjectMissing("Pod", name, namespace)
 
     @abc.abstractmethod
     def record_job_event(

@@ -29,6 +29,7 @@ from .base import (
     FIELD_MANAGER,
     JOB_KIND,
     MANAGED_BY_LABEL,
+    POD_KIND,
     ApplyResult,
     ClusterGateway,
     JobInfo,
@@ -238,8 +239,8 @@ class KubernetesGateway(ClusterGateway):
     # --- workload objects of any kind -------------------------------------------------
 
     def serves(self, kind: KindRef) -> bool:
-        if kind == JOB_KIND:
-            return True  # built in since Kubernetes 1.2
+        if kind in (JOB_KIND, POD_KIND):
+            return True  # built in
         key = (self.server, kind)
         known = _SERVED.get(key)
         if known is not None and time.monotonic() - known[1] < DISCOVERY_TTL_S:
@@ -260,6 +261,10 @@ class KubernetesGateway(ClusterGateway):
 
     def list_objects(self, kind: KindRef, label_selector: str) -> list[dict[str, Any]]:
         def attempt() -> list[dict[str, Any]]:
+            if kind == POD_KIND:
+                return self._list(
+                    self._core.list_pod_for_all_namespaces, label_selector=label_selector
+                )
             try:
                 return self._list(
                     self._custom.list_cluster_custom_object,
@@ -286,10 +291,18 @@ class KubernetesGateway(ClusterGateway):
         name: str,
         change: Callable[[dict[str, Any]], dict[str, Any]],
     ) -> dict[str, Any]:
-        where = (kind.group, kind.version, namespace, kind.plural, name)
+        read: Callable[..., Any]
+        replace: Callable[..., Any]
+        if kind == POD_KIND:
+            where: tuple[str, ...] = (name, namespace)
+            read, replace = self._core.read_namespaced_pod, self._core.replace_namespaced_pod
+        else:
+            where = (kind.group, kind.version, namespace, kind.plural, name)
+            read = self._custom.get_namespaced_custom_object
+            replace = self._custom.replace_namespaced_custom_object
 
         def attempt() -> dict[str, Any]:
-            live = self._read_or_none(self._custom.get_namespaced_custom_object, *where)
+            live = self._read_or_none(read, *where)
             if live is None:
                 raise ObjectMissing(kind.kind, name, namespace)
             try:
@@ -304,7 +317,7 @@ class KubernetesGateway(ClusterGateway):
                 "resourceVersion"
             ]
             return self._raw(
-                self._custom.replace_namespaced_custom_object,
+                replace,
                 *where,
                 desired,
                 field_manager=self._manager,
@@ -317,6 +330,23 @@ class KubernetesGateway(ClusterGateway):
             namespace=namespace,
             retry_conflict=True,
         )
+
+    def delete_pod(self, namespace: str, name: str, grace_s: int | None = None) -> bool:
+        def attempt() -> bool:
+            try:
+                self._call(
+                    self._core.delete_namespaced_pod,
+                    name,
+                    namespace,
+                    grace_period_seconds=grace_s,
+                )
+            except ApiException as exc:
+                if exc.status == 404:
+                    return False
+                raise
+            return True
+
+        return self._run(f"delete pod {namespace}/{name}", attempt, namespace=namespace)
 
     # --- idempotent applies ----------------------------------------------------------
 

@@ -22,9 +22,11 @@ from django.utils import timezone
 
 from scheduler_bridge.gateways import ClusterGateway
 from scheduler_bridge.gateways.admission_webhook import QUEUE_LABEL
-from scheduler_bridge.gateways.base import PodInfo
-from scheduler_bridge.integrations import INTEGRATIONS, Integration, ObjectRead, PodSetRead
+from scheduler_bridge.gateways.base import POD_KIND, PodInfo
+from scheduler_bridge.integrations import INTEGRATIONS, ObjectRead, PodSetRead
 from scheduler_bridge.integrations.access import list_queued
+from scheduler_bridge.integrations.pods import KIND as POD_GROUP
+from scheduler_bridge.integrations.pods import pod_groups
 from scheduler_bridge.inventory.connection import cluster_gateway
 from scheduler_bridge.inventory.models import Cluster
 from scheduler_bridge.workloads import lifecycle
@@ -52,6 +54,8 @@ class JobSyncResult:
     released: list[int] = field(default_factory=list)
     # kind -> "queued", or why it was skipped
     kinds: dict[str, str] = field(default_factory=dict)
+    # pod groups whose controller or autoscaler changed how many pods they have
+    rescaled: list[int] = field(default_factory=list)
 
 
 def _pod_set(read: PodSetRead) -> PodSetSpec:
@@ -108,16 +112,16 @@ def jobs_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> JobSyn
     rejection's Event, a stop) the reconciler applies."""
     result = JobSyncResult()
     with cluster_gateway(cluster, gateway) as reader:
-        pods: list[PodInfo] | None = None
+        gpu_pods: list[PodInfo] | None = None
 
         def completed_on(job: ObjectRead) -> list[str]:
             """Nodes the Job's completed pods ran on (pods read once, when needed)."""
-            nonlocal pods
-            if pods is None:
-                pods = reader.list_gpu_pods()
+            nonlocal gpu_pods
+            if gpu_pods is None:
+                gpu_pods = reader.list_gpu_pods()
             return [
                 p.node_name
-                for p in pods
+                for p in gpu_pods
                 if p.namespace == job.namespace
                 and p.job_name == job.name
                 and p.phase == "Succeeded"
@@ -133,7 +137,14 @@ def jobs_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> JobSyn
                 )
                 continue
             result.kinds[integration.kind] = QUEUED
-            _sync_objects(cluster, integration, objects, completed_on, result)
+            _sync_objects(
+                cluster, integration.kind, integration.pins_nodes, objects, completed_on, result
+            )
+        if reader.serves(POD_KIND):
+            groups = pod_groups(reader.list_objects(POD_KIND, QUEUE_LABEL))
+            result.kinds[POD_GROUP] = QUEUED
+            reads = [g.read for g in groups]
+            _sync_objects(cluster, POD_GROUP, False, reads, completed_on, result)
     if cluster.workload_kinds != result.kinds:
         cluster.workload_kinds = result.kinds
         Cluster.objects.filter(pk=cluster.pk).update(workload_kinds=result.kinds)
@@ -142,7 +153,8 @@ def jobs_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> JobSyn
 
 def _sync_objects(
     cluster: Cluster,
-    integration: Integration,
+    kind: str,
+    pins_nodes: bool,
     objects: list[ObjectRead],
     completed_on: Callable[[ObjectRead], list[str]],
     result: JobSyncResult,
@@ -151,7 +163,7 @@ def _sync_objects(
         b.namespace: b.tenant
         for b in NamespaceBinding.objects.filter(cluster_name=cluster.name).select_related("tenant")
     }
-    kinds = [integration.kind] + ([""] if integration.kind == "Job" else [])
+    kinds = [kind] + ([""] if kind == "Job" else [])
     known = {
         w.job_uid: w
         for w in Workload.objects.filter(
@@ -168,11 +180,13 @@ def _sync_objects(
                 result.finished.append(workload.pk)
             elif not over and _release_completed_pods(workload, job, completed_on):
                 result.released.append(workload.pk)
+            elif kind == POD_GROUP and job.pod_sets and _follow_scale(workload, job):
+                result.rescaled.append(workload.pk)
             continue
         owner = bindings.get(job.namespace)
         if owner is None or job.finished or job.failed:
             continue  # not a namespace Tidegate manages, or already over
-        refusal, tenant = _refusal(integration, job, owner)
+        refusal, tenant = _refusal(pins_nodes, job, owner)
         if refusal is not None:
             result.rejected.append(_reject(cluster, job, tenant, refusal).pk)
             continue
@@ -207,11 +221,24 @@ def _sync_objects(
         result.created.append(created.pk)
     for uid, workload in known.items():
         gone = uid not in seen and workload.state in Workload.OPEN_STATES
-        if gone and _job_ended(workload, integration.kind, deleted=True):
+        if gone and _job_ended(workload, kind, deleted=True):
             result.finished.append(workload.pk)
 
 
-def _refusal(integration: Integration, job: ObjectRead, owner: Tenant) -> tuple[str | None, Tenant]:
+def _follow_scale(workload: Workload, group: ObjectRead) -> bool:
+    """A pod group's pod count changed (its autoscaler or controller scaled it): the
+    workload asks for that many from now on; True if it changed."""
+    count = group.pod_sets[0].count
+    if workload.pod_set_records and workload.pod_set_records[0].count == count:
+        return False
+    try:
+        lifecycle.follow_scale(workload, count)
+    except Conflict:
+        return False
+    return True
+
+
+def _refusal(pins_nodes: bool, job: ObjectRead, owner: Tenant) -> tuple[str | None, Tenant]:
     """Why ``job`` cannot queue (None when it can), and the tenant the workload is
     recorded for."""
     slug = job.labels.get(QUEUE_LABEL, "")
@@ -222,6 +249,13 @@ def _refusal(integration: Integration, job: ObjectRead, owner: Tenant) -> tuple[
         return f"namespace {job.namespace} belongs to {owner.slug}, not {slug}", owner
     if job.problem is not None:
         return job.problem, tenant
+    if not job.suspended and job.kind == POD_GROUP:
+        return (
+            "its pods were created without Tidegate's scheduling gate (before the admission "
+            "webhook was installed, or with it switched off); recreate them so the webhook "
+            "gates them",
+            tenant,
+        )
     if not job.suspended:
         return (
             f"the {job.kind} was created running; create it suspended "
@@ -234,7 +268,7 @@ def _refusal(integration: Integration, job: ObjectRead, owner: Tenant) -> tuple[
         except ValueError as error:
             return str(error), tenant
     topology = job.annotations.get(TOPOLOGY_ANNOTATION, Workload.Topology.NONE)
-    if topology != Workload.Topology.NONE and not integration.pins_nodes:
+    if topology != Workload.Topology.NONE and not pins_nodes:
         return (
             f"a {job.kind} cannot be pinned to nodes (its pod templates' node affinity may "
             f"not change); remove the annotation {TOPOLOGY_ANNOTATION}",
@@ -252,7 +286,9 @@ def _job_ended(
     """Close the workload of an object that completed, failed or was deleted: work that
     held GPUs finishes (or fails), work still waiting is cancelled. False when it had
     already changed meanwhile (nothing to do)."""
-    if deleted:
+    if deleted and kind == POD_GROUP:
+        reason = "its pods are gone"
+    elif deleted:
         reason = f"the {kind} was deleted"
     else:
         reason = f"the {kind} failed" if failed else f"the {kind} completed"

@@ -14,6 +14,7 @@
     time_out    admitted, running             timed_out   the running cycle reconciles; Event TimedOut
     release     running                       running     admission cycle, quota sync; Event PodsReleased
     resize      admitted, running             (same)      reconcile scales it; Event Scaled
+    follow      pending, admitted, running    (same)      admission cycle (its pods were scaled)
     cancel      pending, admitted, running    cancelled   admission cycle (which reconciles)
 
 *Admitted* means the cycle gave the workload its GPUs (they count as held from then on);
@@ -338,6 +339,54 @@ def release_pods(
         still=lambda locked: locked.released_pods == seen,
         follow_up=(queue_admission_cycle, queue_quota_sync),
     )
+
+
+def follow_scale(workload: Workload, count: int, *, now: datetime | None = None) -> Workload:
+    """Its pods' controller or autoscaler changed how many pods a pod group has: the
+    workload asks for ``count`` pods from now on (its core stays, unless the count
+    falls below it); elastic pods beyond the new count are stopped (their time kept as
+    past runs). Conflict when it changed meanwhile."""
+    now = now or timezone.now()
+    seen = workload.pod_sets
+
+    def follow(locked: Workload) -> None:
+        first = locked.pod_set_records[0]
+        minimum = first.min_count if first.min_count is not None else first.count
+        core = min(minimum, count)
+        records = [
+            PodSetRecord(
+                first.name,
+                count,
+                first.gpus_per_pod,
+                first.flavours,
+                min_count=core if core < count else None,
+            )
+        ]
+        locked.pod_sets = dump_pod_sets(records)
+        locked.elastic = core < count or first.min_count is not None
+        beyond = [
+            (p.pod_set, p.index) for p in locked.elastic_pod_records if p.index >= count - core
+        ]
+        if beyond and locked.state in ACTIVE:
+            resize(
+                locked,
+                now=now,
+                grow=[],
+                shrink=beyond,
+                message=f"its pods were scaled to {count}",
+            ).save()
+
+    with transaction.atomic():
+        hold_admission_lock(workload.cluster_id)
+        locked = Workload.objects.select_for_update().get(pk=workload.pk)
+        if locked.state not in (State.PENDING, *ACTIVE) or locked.pod_sets != seen:
+            raise Conflict(f"Workload {locked.pk} changed meanwhile; nothing to do.")
+        follow(locked)
+        locked.save()
+        _transition_event(locked, "follow", locked.state, f"its pods were scaled to {count}").save()
+        queue_admission_cycle(locked.cluster_id)
+    workload.refresh_from_db()
+    return locked
 
 
 def requeue(workload: Workload, reason: str) -> Workload:

@@ -25,18 +25,23 @@ task retries with backoff, the decisions staying saved meanwhile.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC
+from datetime import UTC, timedelta
+from typing import Any
 
 from django.db.models import Q
 from django.utils import timezone
 
 from scheduler_bridge.gateways import ClusterGateway, ClusterUnreachable, GatewayError, JobRef
+from scheduler_bridge.gateways.base import POD_KIND
 from scheduler_bridge.integrations import INTEGRATIONS, ObjectRead, integration_for
 from scheduler_bridge.integrations import access as objects
 from scheduler_bridge.integrations.base import PREEMPT_AT_ANNOTATION
+from scheduler_bridge.integrations.pods import KIND as POD_GROUP
+from scheduler_bridge.integrations.pods import pod_groups, released
 from scheduler_bridge.inventory.connection import cluster_gateway
-from scheduler_bridge.inventory.models import Cluster
+from scheduler_bridge.inventory.models import Cluster, Flavour
 from scheduler_bridge.quotas.sync import quota_sync
 from scheduler_bridge.workloads import lifecycle
 from scheduler_bridge.workloads.jobs import QUEUE_LABEL, QUEUED
@@ -100,6 +105,7 @@ def _reconcile(cluster: Cluster, gateway: ClusterGateway, sync_quotas: bool) -> 
         _start(gateway, workload, live.get(workload.job_uid), result)
     _scale_elastic(cluster, gateway, live, result)
     _announce_preemptions(cluster, gateway, live, result)
+    _reconcile_pod_groups(cluster, gateway, result)
     if result.suspended or result.start_errors:
         result.quota_writes += quota_sync(cluster, gateway).writes  # lower them again
     result.events = _post_events(cluster, gateway)
@@ -226,6 +232,65 @@ def _scale_elastic(
             )
             continue
         result.scaled.append(workload.pk)
+
+
+def _reconcile_pod_groups(
+    cluster: Cluster, gateway: ClusterGateway, result: ReconcileResult
+) -> None:
+    """Gated pods: release (ungate onto the flavour) as many as the queue gave each
+    group, oldest first; delete released pods beyond that, newest first (their
+    controller creates them again, gated), with the workload's grace; start admitted
+    groups once their pods are released."""
+    recent = timezone.now() - timedelta(hours=1)
+    queued = Workload.objects.filter(cluster=cluster, kind=POD_GROUP).filter(
+        Q(state__in=Workload.OPEN_STATES) | Q(finished_at__gte=recent)
+    )
+    if not gateway.serves(POD_KIND) or not queued.exists():
+        return  # (pods of work closed long ago were deleted then)
+    groups = {g.read.uid: g for g in pod_groups(gateway.list_objects(POD_KIND, QUEUE_LABEL))}
+    if not groups:
+        return
+    for workload in (
+        Workload.objects.filter(cluster=cluster, kind=POD_GROUP, job_uid__in=list(groups))
+        .exclude(state=State.REJECTED)
+        .select_related("flavour", "priority_class")
+        .order_by("pk")
+    ):
+        group = groups[workload.job_uid]
+        active = workload.state in Workload.ACTIVE_STATES and workload.flavour is not None
+        wanted = sum(workload.pod_counts().values()) if active else 0
+        running = group.released
+        try:
+            if workload.flavour is not None:
+                release = _releasing(workload.flavour)
+                for pod in group.waiting[: max(0, wanted - len(running))]:
+                    gateway.update_object(POD_KIND, group.namespace, pod.name, release)
+            for pod in list(reversed(running))[: max(0, len(running) - wanted)]:
+                gateway.delete_pod(group.namespace, pod.name, lifecycle.grace_of(workload) or None)
+        except ClusterUnreachable:
+            raise
+        except GatewayError as error:
+            if workload.state == State.ADMITTED:
+                _start_failed(workload, str(error), result)
+            else:
+                logger.warning("pods of %s: %s", workload.name, error)
+            continue
+        if workload.state == State.ADMITTED:
+            try:
+                lifecycle.start(workload, now=timezone.now())
+            except Conflict:
+                continue
+            result.started.append(workload.pk)
+
+
+def _releasing(flavour: Flavour) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """What releasing a gated pod onto ``flavour`` makes of it."""
+    selector, tolerations = dict(flavour.node_selector), list(flavour.tolerations)
+
+    def release(pod: dict[str, Any]) -> dict[str, Any]:
+        return released(pod, selector, tolerations)
+
+    return release
 
 
 def _announce_preemptions(

@@ -80,6 +80,29 @@ def test_every_gateway_call_is_allowed_and_every_grant_is_used(kube_api, gateway
         objects.stop(gateway, integration, "team-a", read.name)
     objects.scale(gateway, BY_KIND["Job"], "team-a", "train", {"main": 1})
     objects.announce_preemption(gateway, BY_KIND["Job"], "team-a", "train", "2026-12-02T00:00:00Z")
+    # a gated pod: released onto its flavour, then taken back
+    from scheduler_bridge.gateways.base import POD_KIND
+    from scheduler_bridge.integrations.pods import released
+
+    gated = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "serve-1",
+            "namespace": "team-a",
+            "labels": {"tidegate.io/queue": "a"},
+        },
+        "spec": {
+            "schedulingGates": [{"name": "tidegate.io/admission"}],
+            "containers": [
+                {"name": "s", "image": "i", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+            ],
+        },
+    }
+    kube_api.create_object(gated)
+    assert gateway.list_objects(POD_KIND, "tidegate.io/queue")
+    gateway.update_object(POD_KIND, "team-a", "serve-1", lambda p: released(p, H100, []))
+    assert gateway.delete_pod("team-a", "serve-1", 30)
     # what the workers do: read pods, nodes and Tidegate's quotas from watched caches
     with kubernetes_gateway(kube_api, tmp_path, cache_key="rbac-test:watch") as cached:
         cached.list_nodes()

@@ -506,7 +506,7 @@ class FakeKubeApi:
     def register_mutating_webhook(
         self, url: str, label: str, *, fail: bool = True, timeout_s: float = 10.0
     ) -> None:
-        """Send every Job create whose labels carry ``label`` (an objectSelector
+        """Send every Job and Pod create whose labels carry ``label`` (an objectSelector
         ``exists``) to ``url`` as an AdmissionReview v1 and apply the JSON Patch it
         answers; ``fail``: failurePolicy Fail (an unreachable webhook refuses the create)
         rather than Ignore. (A real API server calls only https URLs.)"""
@@ -515,8 +515,9 @@ class FakeKubeApi:
     def _mutate(self, resource: Any, namespace: str | None, obj: dict[str, Any]) -> dict[str, Any]:
         """The mutating admission phase of a create
         (staging/src/k8s.io/apiserver/pkg/admission/plugin/webhook/mutating/dispatcher.go)."""
-        if resource.kind != "Job":
+        if resource.kind not in ("Job", "Pod"):
             return obj
+        group, plural = ("batch", "jobs") if resource.kind == "Job" else ("", "pods")
         for url, label, fail, timeout_s in self.webhooks:
             if label not in ((obj.get("metadata") or {}).get("labels") or {}):
                 continue
@@ -526,8 +527,8 @@ class FakeKubeApi:
                 "kind": "AdmissionReview",
                 "request": {
                     "uid": uid,
-                    "kind": {"group": "batch", "version": "v1", "kind": "Job"},
-                    "resource": {"group": "batch", "version": "v1", "resource": "jobs"},
+                    "kind": {"group": group, "version": "v1", "kind": resource.kind},
+                    "resource": {"group": group, "version": "v1", "resource": plural},
                     "namespace": namespace,
                     "operation": "CREATE",
                     "object": obj,
@@ -782,15 +783,25 @@ def _candidate_nodes(pod_spec: Mapping[str, Any], nodes: list[dict[str, Any]]) -
 
 
 def _json_patch(obj: dict[str, Any], op: Mapping[str, Any]) -> dict[str, Any]:
-    """One RFC 6902 add/replace operation (what mutating webhooks answer here)."""
+    """One RFC 6902 add/replace operation (what mutating webhooks answer here); ``-``
+    appends to an array."""
     if op.get("op") not in ("add", "replace"):
         raise ApiError(500, "InternalError", f"unsupported JSON Patch op {op.get('op')!r}")
     out = clone(obj)
     keys = [k.replace("~1", "/").replace("~0", "~") for k in op["path"].split("/")[1:]]
-    target = out
+    target: Any = out
     for key in keys[:-1]:
-        target = target.setdefault(key, {})
-    if op["op"] == "replace" and keys[-1] not in target:
+        target = target[int(key)] if isinstance(target, list) else target.setdefault(key, {})
+    last = keys[-1]
+    if isinstance(target, list):
+        if last == "-":
+            target.append(op["value"])
+        elif op["op"] == "add":
+            target.insert(int(last), op["value"])
+        else:
+            target[int(last)] = op["value"]
+        return out
+    if op["op"] == "replace" and last not in target:
         raise ApiError(500, "InternalError", f"JSON Patch replace of missing {op['path']}")
-    target[keys[-1]] = op["value"]
+    target[last] = op["value"]
     return out

@@ -1,0 +1,221 @@
+"""Pods held by Tidegate's scheduling gate: Deployments, StatefulSets, LeaderWorkerSets
+and plain pods.
+
+The admission webhook gates every queue-labelled GPU pod that no suspendable kind owns
+(``tidegate.io/admission``, gateways/admission_webhook.py). Gated pods wait,
+unscheduled, until the queue admits them; their controller (a ReplicaSet, a
+StatefulSet) goes on creating and deleting them as its replicas say, and an autoscaler
+(HPA, KEDA) goes on setting the replicas: Tidegate replaces neither.
+
+The pods of one **group** are one workload: the pods that carry the label
+``tidegate.io/pod-group: <name>`` (set it in the pod template), or else those of one
+controlling owner (one ReplicaSet, one StatefulSet), or else a pod alone. Its one pod
+set counts the group's pods that have not ended; ``tidegate.io/min-pods`` on the pods
+makes the first ones its core (a serving workload's minimum replicas) and the rest
+elastic, growing into lent GPUs when the autoscaler asks for more and given back first.
+
+Admitting a pod removes the gate and adds the flavour's node selector and tolerations,
+the changes Kubernetes allows on a gated pod (``ValidatePodUpdate``,
+pkg/apis/core/validation/validation.go); taking GPUs back deletes running pods (their
+controller creates them again, gated: they wait). A pod cannot be gated again.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from scheduler_bridge.gateways.admission_webhook import GATE, SUSPENDED_AS_A_WHOLE
+from scheduler_bridge.gateways.base import Toleration
+
+from .base import MIN_PODS_ANNOTATION, IntegrationError, ObjectRead, PodSetRead, gpu_request
+
+KIND = "PodGroup"
+GROUP_LABEL = "tidegate.io/pod-group"
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+
+
+@dataclass(frozen=True)
+class GroupPod:
+    name: str
+    created: str
+    gated: bool  # carries Tidegate's gate still
+    tidegate_gated: bool  # was gated by Tidegate (carries or carried the gate)
+
+
+@dataclass(frozen=True)
+class PodGroup:
+    namespace: str
+    name: str
+    pods: tuple[GroupPod, ...]  # oldest first
+    read: ObjectRead
+
+    @property
+    def released(self) -> list[GroupPod]:
+        """Pods whose gate is gone (admitted), oldest first."""
+        return [p for p in self.pods if not p.gated]
+
+    @property
+    def waiting(self) -> list[GroupPod]:
+        return [p for p in self.pods if p.gated]
+
+
+def group_uid(namespace: str, name: str) -> str:
+    """A stable key for the group (workloads are keyed by their object's uid)."""
+    return "podgroup-" + hashlib.sha1(f"{namespace}/{name}".encode()).hexdigest()[:40]  # noqa: S324
+
+
+def _group_name(pod: Mapping[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    label = (meta.get("labels") or {}).get(GROUP_LABEL)
+    if label:
+        return str(label)
+    for owner in meta.get("ownerReferences") or []:
+        if owner.get("controller"):
+            return str(owner.get("name"))
+    return str(meta.get("name"))
+
+
+def _owned_by_a_whole(pod: Mapping[str, Any]) -> bool:
+    owners = (pod.get("metadata") or {}).get("ownerReferences") or []
+    return any(o.get("controller") and o.get("kind") in SUSPENDED_AS_A_WHOLE for o in owners)
+
+
+def _gated(pod: Mapping[str, Any]) -> bool:
+    gates = (pod.get("spec") or {}).get("schedulingGates") or []
+    return any(isinstance(g, Mapping) and g.get("name") == GATE for g in gates)
+
+
+def pod_groups(pods: Sequence[Mapping[str, Any]]) -> list[PodGroup]:
+    """The groups of the queue-labelled pods listed (ended and terminating pods left
+    out, and pods a suspendable kind owns), sorted by namespace and name."""
+    grouped: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        phase = (pod.get("status") or {}).get("phase")
+        if meta.get("deletionTimestamp") or phase in ("Succeeded", "Failed"):
+            continue
+        if _owned_by_a_whole(pod):
+            continue
+        key = (str(meta.get("namespace") or ""), _group_name(pod))
+        grouped.setdefault(key, []).append(pod)
+    found = []
+    for (namespace, name), members in sorted(grouped.items()):
+        members.sort(
+            key=lambda p: (p["metadata"].get("creationTimestamp") or "", p["metadata"]["name"])
+        )
+        found.append(_group(namespace, name, members))
+    return found
+
+
+def _group(namespace: str, name: str, members: list[Mapping[str, Any]]) -> PodGroup:
+    pods = tuple(
+        GroupPod(
+            name=str(p["metadata"]["name"]),
+            created=str(p["metadata"].get("creationTimestamp") or ""),
+            gated=_gated(p),
+            tidegate_gated=_gated(p) or GROUP_ADMITTED in (p["metadata"].get("annotations") or {}),
+        )
+        for p in members
+    )
+    first = members[0]["metadata"]
+    problem = None
+    pod_sets: tuple[PodSetRead, ...] = ()
+    try:
+        pod_sets = (_pod_set(members),)
+    except IntegrationError as error:
+        problem = str(error)
+    read = ObjectRead(
+        kind=KIND,
+        namespace=namespace,
+        name=name,
+        uid=group_uid(namespace, name),
+        labels=dict(first.get("labels") or {}),
+        annotations=dict(first.get("annotations") or {}),
+        # a group Tidegate never held (created before its webhook, or with the gate
+        # stripped) runs outside the queue: it is "created running"
+        suspended=all(p.tidegate_gated for p in pods),
+        admitted=any(not p.gated for p in pods),
+        pod_sets=pod_sets,
+        problem=problem,
+        priority_class_name=(members[0].get("spec") or {}).get("priorityClassName"),
+    )
+    return PodGroup(namespace, name, pods, read)
+
+
+def _pod_set(members: list[Mapping[str, Any]]) -> PodSetRead:
+    requests = set()
+    for pod in members:
+        found = gpu_request({"spec": pod.get("spec") or {}}, f"pod {pod['metadata']['name']}")
+        if found is None:
+            raise IntegrationError(
+                f"pod {pod['metadata']['name']} carries Tidegate's scheduling gate but requests "
+                "no GPU; remove the gate (or the queue label) from pods that need no GPU"
+            )
+        requests.add(found)
+    if len(requests) > 1:
+        raise IntegrationError(
+            "the pods of one group ask for different GPUs "
+            f"({', '.join(f'{n} {r}' for r, n in sorted(requests))}); give each kind of pod "
+            f"its own {GROUP_LABEL} label"
+        )
+    ((resource, amount),) = requests
+    count = len(members)
+    annotations = members[0]["metadata"].get("annotations") or {}
+    minimum = None
+    raw = annotations.get(MIN_PODS_ANNOTATION)
+    if raw is not None:
+        try:
+            minimum = int(str(raw).strip())
+        except ValueError:
+            minimum = 0
+        if minimum < 1:
+            raise IntegrationError(
+                f"annotation {MIN_PODS_ANNOTATION} is {raw!r}; it must be a whole number of pods, 1 or more"
+            )
+    selector = (members[0].get("spec") or {}).get("nodeSelector") or {}
+    return PodSetRead(
+        name="main",
+        count=max(count, minimum or 0),
+        gpus_per_pod=amount,
+        resource=resource,
+        min_count=minimum if minimum is not None and minimum < count else None,
+        product=selector.get(PRODUCT_LABEL),
+    )
+
+
+# set on a pod when Tidegate removes its gate, so a released pod is still known as queued
+GROUP_ADMITTED = "tidegate.io/admitted"
+
+
+def released(
+    pod: Mapping[str, Any], node_selector: Mapping[str, str], tolerations: Sequence[Toleration]
+) -> dict[str, Any]:
+    """``pod`` with Tidegate's gate removed, the flavour's node selector and tolerations
+    added (only additions: what a gated pod may change) and marked admitted. ValueError
+    when its own node selector contradicts the flavour's."""
+    result = copy.deepcopy(dict(pod))
+    spec = result.setdefault("spec", {})
+    own = spec.get("nodeSelector") or {}
+    clashes = sorted(k for k, v in node_selector.items() if k in own and own[k] != v)
+    if clashes:
+        raise ValueError(
+            "the pod's nodeSelector contradicts the chosen flavour: "
+            + ", ".join(f"{k}={own[k]!r} (flavour needs {node_selector[k]!r})" for k in clashes)
+        )
+    if node_selector:
+        spec["nodeSelector"] = {**own, **node_selector}
+    merged = list(spec.get("tolerations") or [])
+    merged += [t for t in tolerations if t not in merged]
+    if merged:
+        spec["tolerations"] = merged
+    gates = [g for g in spec.get("schedulingGates") or [] if g.get("name") != GATE]
+    if gates:
+        spec["schedulingGates"] = gates
+    else:
+        spec.pop("schedulingGates", None)
+    result.setdefault("metadata", {}).setdefault("annotations", {})[GROUP_ADMITTED] = "true"
+    return result
