@@ -106,3 +106,73 @@ def test_the_endpoint_answers_admission_reviews_and_400_for_anything_else(client
         response = client.post(PATH, bad, content_type="application/json")
         assert response.status_code == 400 and "AdmissionReview" in response.json()["detail"]
     assert client.get(PATH).status_code == 405
+
+
+def pod_review(labels: dict[str, str], *, gpus: int = 1, **meta: Any) -> dict[str, Any]:
+    resources = {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}
+    spec: dict[str, Any] = {"containers": [{"name": "c", "image": "i", "resources": resources}]}
+    spec.update(meta.pop("spec", {}))
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "u-1",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "operation": "CREATE",
+            "object": {"metadata": {"name": "p", "labels": labels, **meta}, "spec": spec},
+        },
+    }
+
+
+def patch_of(review: dict[str, Any]) -> list[dict[str, Any]]:
+    answer = review_response(review)["response"]
+    assert answer["allowed"]
+    return json.loads(base64.b64decode(answer["patch"])) if "patch" in answer else []
+
+
+def test_queue_gpu_pods_are_gated_unless_a_suspendable_kind_owns_them() -> None:
+    queue = {"tidegate.io/queue": "vision"}
+    gate = {"name": "tidegate.io/admission"}
+    assert patch_of(pod_review(queue)) == [
+        {"op": "add", "path": "/spec/schedulingGates", "value": [gate]}
+    ]
+    # another gate already there: ours is added beside it
+    other = pod_review(queue, spec={"schedulingGates": [{"name": "example.com/wait"}]})
+    assert patch_of(other) == [{"op": "add", "path": "/spec/schedulingGates/-", "value": gate}]
+    assert patch_of(pod_review({})) == []  # not queue work
+    assert patch_of(pod_review(queue, gpus=0)) == []  # no GPU: nothing to queue
+    for owner in ("Job", "PyTorchJob", "RayCluster"):  # held by their own suspend
+        owned = pod_review(
+            queue, ownerReferences=[{"kind": owner, "name": "x", "uid": "1", "controller": True}]
+        )
+        assert patch_of(owned) == []
+    replica_set = pod_review(
+        queue, ownerReferences=[{"kind": "ReplicaSet", "name": "x", "uid": "1", "controller": True}]
+    )
+    assert patch_of(replica_set)[0]["value"] == [gate]
+
+
+def test_a_queue_pod_created_through_the_api_server_is_stored_gated(
+    fake_cluster: FakeCluster, webhook_url: str
+) -> None:
+    api = fake_cluster.api
+    api.register_mutating_webhook(webhook_url, "tidegate.io/queue")
+    api.create_object(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "serve",
+                "namespace": "vision-train",
+                "labels": {"tidegate.io/queue": "vision"},
+            },
+            "spec": {
+                "containers": [
+                    {"name": "s", "image": "i", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+                ]
+            },
+        }
+    )
+    stored = api.get_object("Pod", "vision-train", "serve")
+    assert stored is not None
+    assert stored["spec"]["schedulingGates"] == [{"name": "tidegate.io/admission"}]
