@@ -9,7 +9,9 @@ StatefulSet) goes on creating and deleting them as its replicas say, and an auto
 
 The pods of one **group** are one workload: the pods that carry the label
 ``tidegate.io/pod-group: <name>`` (set it in the pod template), or else those of one
-controlling owner (one ReplicaSet, one StatefulSet), or else a pod alone. Its one pod
+LeaderWorkerSet (its label ``leaderworkerset.sigs.k8s.io/name``: leader and workers
+together), or else those of one controlling owner (one ReplicaSet, one StatefulSet), or
+else a pod alone. Its one pod
 set counts the group's pods that have not ended; ``tidegate.io/min-pods`` on the pods
 makes the first ones its core (a serving workload's minimum replicas) and the rest
 elastic, growing into lent GPUs when the autoscaler asks for more and given back first.
@@ -35,6 +37,8 @@ from .base import MIN_PODS_ANNOTATION, IntegrationError, ObjectRead, PodSetRead,
 
 KIND = "PodGroup"
 GROUP_LABEL = "tidegate.io/pod-group"
+# the pods of one LeaderWorkerSet (its leader and every worker StatefulSet) carry its name
+LWS_LABEL = "leaderworkerset.sigs.k8s.io/name"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 
 
@@ -70,9 +74,10 @@ def group_uid(namespace: str, name: str) -> str:
 
 def _group_name(pod: Mapping[str, Any]) -> str:
     meta = pod.get("metadata") or {}
-    label = (meta.get("labels") or {}).get(GROUP_LABEL)
-    if label:
-        return str(label)
+    labels = meta.get("labels") or {}
+    for key in (GROUP_LABEL, LWS_LABEL):
+        if labels.get(key):
+            return str(labels[key])
     for owner in meta.get("ownerReferences") or []:
         if owner.get("controller"):
             return str(owner.get("name"))

@@ -44,6 +44,7 @@ from scheduler_bridge.followups import (
     queue_quota_sync,
     queue_reconcile,
 )
+from scheduler_bridge.integrations.pods import KIND as POD_GROUP
 from scheduler_bridge.inventory.models import Flavour
 from scheduler_bridge.workloads.locks import hold_admission_lock
 from scheduler_bridge.workloads.models import Workload
@@ -556,8 +557,11 @@ def _clear_admission(workload: Workload) -> None:
 
 
 def _owe_event(workload: Workload, reason: str, message: str, *, warning: bool = False) -> None:
-    """Owe the Job's owner a Kubernetes Event (only work that has a Job)."""
+    """Owe the object's owner a Kubernetes Event (only work that has one object: a pod
+    group's decisions are shown in Tidegate, its pods come and go)."""
     if workload.source != Workload.Source.JOB or not workload.job_uid:
+        return
+    if workload.kind == POD_GROUP:
         return
     workload.job_events = [
         *(workload.job_events or []),

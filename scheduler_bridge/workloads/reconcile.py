@@ -259,6 +259,12 @@ def _reconcile_pod_groups(
         group = groups[workload.job_uid]
         active = workload.state in Workload.ACTIVE_STATES and workload.flavour is not None
         wanted = sum(workload.pod_counts().values()) if active else 0
+        grace = lifecycle.grace_of(workload) or None
+        if workload.preempt_at is not None:
+            # an announced preemption: the pods are told now (SIGTERM) and get the rest
+            # of the grace to save a checkpoint; the GPUs go back when it ends
+            wanted = 0
+            grace = max(0, int((workload.preempt_at - timezone.now()).total_seconds()))
         running = group.released
         try:
             if workload.flavour is not None:
@@ -266,7 +272,7 @@ def _reconcile_pod_groups(
                 for pod in group.waiting[: max(0, wanted - len(running))]:
                     gateway.update_object(POD_KIND, group.namespace, pod.name, release)
             for pod in list(reversed(running))[: max(0, len(running) - wanted)]:
-                gateway.delete_pod(group.namespace, pod.name, lifecycle.grace_of(workload) or None)
+                gateway.delete_pod(group.namespace, pod.name, grace)
         except ClusterUnreachable:
             raise
         except GatewayError as error:

@@ -221,3 +221,61 @@ def test_the_fake_server_refuses_what_the_published_schemas_refuse() -> None:
     ]["resourcez"] = {}
     _, unknown, _ = crds.prepare(custom, bad_template, None, strict=True)
     assert unknown and "resourcez" in unknown[0]
+
+
+def gated_pod(
+    name: str, *, owner: str | None = None, labels: dict[str, str] | None = None, gpus: int = 1
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": "ml",
+        "creationTimestamp": f"2026-12-02T00:00:{len(name):02d}Z",
+        "labels": {"tidegate.io/queue": "a", **(labels or {})},
+    }
+    if owner:
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": "apps/v1",
+                "kind": "StatefulSet",
+                "name": owner,
+                "uid": owner,
+                "controller": True,
+            }
+        ]
+    return {
+        "metadata": meta,
+        "spec": {
+            "schedulingGates": [{"name": "tidegate.io/admission"}],
+            "containers": [
+                {"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/gpu": gpus}}}
+            ],
+        },
+        "status": {"phase": "Pending"},
+    }
+
+
+def test_pods_group_by_label_then_leaderworkerset_then_owner_then_alone() -> None:
+    from scheduler_bridge.integrations.pods import pod_groups
+
+    lws = {"leaderworkerset.sigs.k8s.io/name": "llm"}
+    pods = [
+        gated_pod("llm-0", owner="llm", labels=lws),
+        gated_pod("llm-0-1", owner="llm-0", labels=lws),  # a worker StatefulSet of group 0
+        gated_pod("web-a", owner="web-7f", labels={"tidegate.io/pod-group": "web"}),
+        gated_pod("web-b", owner="web-8c", labels={"tidegate.io/pod-group": "web"}),
+        gated_pod("db-0", owner="db"),
+        gated_pod("lonely"),
+    ]
+    groups = {g.name: g for g in pod_groups(pods)}
+    assert {n: len(g.pods) for n, g in groups.items()} == {"llm": 2, "web": 2, "db": 1, "lonely": 1}
+    assert all(g.read.kind == "PodGroup" and g.read.suspended for g in groups.values())
+    (main,) = groups["llm"].read.pod_sets
+    assert (main.count, main.gpus_per_pod) == (2, 1)
+
+
+def test_a_pod_group_mixing_gpu_requests_is_refused() -> None:
+    from scheduler_bridge.integrations.pods import pod_groups
+
+    mixed = [gated_pod("a", owner="rs"), gated_pod("b", owner="rs", gpus=2)]
+    (group,) = pod_groups(mixed)
+    assert group.read.problem is not None and "different GPUs" in group.read.problem

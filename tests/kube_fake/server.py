@@ -90,6 +90,8 @@ class FakeKubeApi:
         self.requests: list[RequestRecord] = []
         self.rbac: Rules | None = None  # enforce_rbac
         self.refused: list[str] = []  # pod creates ResourceQuota admission refused
+        # (kind, namespace, name) -> gracePeriodSeconds its delete asked for (None: default)
+        self.delete_grace: dict[tuple[str, str | None, str], int | None] = {}
         self.webhooks: list[tuple[str, str, bool, float]] = []  # register_mutating_webhook
         self.rbac_user = RBAC_USER
         self.counts: Counter[str] = Counter()
@@ -605,7 +607,11 @@ class FakeKubeApi:
         if route.verb == "delete":
             options = _json(raw) if raw else {}
             policy = query.get("propagationPolicy") or options.get("propagationPolicy")
-            return 200, self.store.delete(resource, ns, name, policy)
+            grace = query.get("gracePeriodSeconds", options.get("gracePeriodSeconds"))
+            deleted = self.store.delete(resource, ns, name, policy)
+            # the fake removes at once; what grace the pod was given is kept for tests
+            self.delete_grace[(resource.kind, ns, name)] = None if grace is None else int(grace)
+            return 200, deleted
         if route.verb == "apply":
             if not query.get("fieldManager"):
                 raise _invalid_options(

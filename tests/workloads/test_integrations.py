@@ -209,23 +209,46 @@ def test_objects_that_cannot_queue_are_refused_with_the_reason(
     assert jobs_sync(fake_cluster.cluster, fake_cluster.gateway).rejected == []  # decided once
 
 
-def workers(fake: FakeCluster, namespace: str, name: str) -> int:
-    job = live(fake, "PyTorchJob", namespace, name)
-    return int(job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"])
+ELASTIC_POD_SET = {"PyTorchJob": "Worker", "RayCluster": "gpu", "Job": "main"}
 
 
-def test_an_elastic_pytorchjob_grows_into_idle_gpus_and_shrinks_from_8_to_4_when_the_owner_reclaims(
-    fake_cluster: FakeCluster, cast: Cast
+def elastic_object(kind: str) -> dict[str, Any]:
+    """8 pods of 1 GPU, at least 4, in the framework's own terms."""
+    if kind == "PyTorchJob":
+        return objects.pytorchjob(
+            "speech-train", "elastic", "speech", workers=8, gpus=1, elastic=(4, 8)
+        )
+    if kind == "RayCluster":
+        return objects.raycluster("speech-train", "elastic", "speech", workers=8, gpus=1, minimum=4)
+    return objects.batch_job(
+        "speech-train",
+        "elastic",
+        "speech",
+        parallelism=8,
+        gpus=1,
+        annotations={"tidegate.io/min-pods": "4"},
+    )
+
+
+def pods_of(fake: FakeCluster, kind: str) -> int:
+    """Pods the elastic pod set of the live object runs now."""
+    obj = live(fake, kind, "speech-train", "elastic")
+    return integration_for(kind).counts(obj)[ELASTIC_POD_SET[kind]]
+
+
+@pytest.mark.parametrize("kind", list(ELASTIC_POD_SET))
+def test_elastic_work_grows_into_idle_gpus_and_shrinks_from_8_to_4_when_the_owner_reclaims(
+    fake_cluster: FakeCluster, cast: Cast, kind: str
 ) -> None:
+    """A PyTorchJob with an elasticPolicy (its Worker replicas), a RayCluster worker
+    group with minReplicas, a Job with tidegate.io/min-pods (its parallelism)."""
     from scheduler_bridge.quotas.models import Quota
 
     # vision is guaranteed 8 of its organisation's 12 H100 GPUs; speech (guaranteed 2)
     # borrows what vision leaves idle
     Quota.objects.filter(tenant=cast.team_a, flavour=fake_cluster.h100).update(guaranteed=8)
     install_all(fake_cluster)
-    fake_cluster.api.create_object(
-        objects.pytorchjob("speech-train", "elastic", "speech", workers=8, gpus=1, elastic=(4, 8))
-    )
+    fake_cluster.api.create_object(elastic_object(kind))
     jobs_sync(fake_cluster.cluster, fake_cluster.gateway)
     workload = Workload.objects.get(job_name="elastic")
     assert workload.elastic and workload.pod_set_records[0].min_count == 4
@@ -233,14 +256,14 @@ def test_an_elastic_pytorchjob_grows_into_idle_gpus_and_shrinks_from_8_to_4_when
     admission_cycle(fake_cluster.cluster, fake_cluster.gateway)  # the core: 4 workers
     workload.refresh_from_db()
     assert (workload.state, workload.gpus) == ("running", 4)
-    assert workers(fake_cluster, "speech-train", "elastic") == 4
+    assert pods_of(fake_cluster, kind) == 4
 
     outcome = admission_cycle(fake_cluster.cluster, fake_cluster.gateway)  # idle GPUs: grow
     workload.refresh_from_db()
     assert outcome.resized == [workload.pk]
     assert (workload.gpus, len(workload.elastic_pod_records)) == (8, 4), workload.reason
     assert workload.reason == "running 8 of 8 pods: at its maximum"
-    assert workers(fake_cluster, "speech-train", "elastic") == 8
+    assert pods_of(fake_cluster, kind) == 8
     quota = fake_cluster.api.get_object("ResourceQuota", "speech-train", "tidegate-gpu")
     assert quota is not None and int(quota["spec"]["hard"]["requests.nvidia.com/gpu"]) >= 8
     settled = admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
@@ -255,23 +278,26 @@ def test_an_elastic_pytorchjob_grows_into_idle_gpus_and_shrinks_from_8_to_4_when
     workload.refresh_from_db()
     assert reclaim.preempted == [] and reclaim.resized == [workload.pk]
     assert (workload.state, workload.gpus, workload.elastic_pod_records) == ("running", 4, [])
-    assert workers(fake_cluster, "speech-train", "elastic") == 4
+    assert pods_of(fake_cluster, kind) == 4
     assert [run["ended_by"] for run in workload.past_runs] == ["shrunk"] * 4
     admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
     owner = Workload.objects.get(job_name="owner")
     assert owner.state == "running"
     reasons = [e["reason"] for e in events_on(fake_cluster, "speech-train", "elastic")]
     assert reasons == ["Admitted", "Scaled", "Scaled"]
-    scaled = live(fake_cluster, "PyTorchJob", "speech-train", "elastic")
-    from tests.kube_fake import crds
+    scaled = live(fake_cluster, kind, "speech-train", "elastic")
+    if kind == "Job":
+        assert_valid_kubernetes(scaled)
+    else:
+        from tests.kube_fake import crds
 
-    _, unknown, problems = crds.prepare(
-        crds.load_crd(objects.CRD_OF["PyTorchJob"]), scaled, None, strict=True
-    )
-    assert unknown == [] and problems == []
+        _, unknown, problems = crds.prepare(
+            crds.load_crd(objects.CRD_OF[kind]), scaled, None, strict=True
+        )
+        assert unknown == [] and problems == []
 
 
-@pytest.mark.parametrize("kind", ["Job", "JobSet"])
+@pytest.mark.parametrize("kind", ["Job", *CRD_KINDS])
 def test_a_preemption_with_grace_is_announced_and_the_gpus_go_back_when_the_grace_ends(
     fake_cluster: FakeCluster, cast: Cast, priorities: dict, kind: str
 ) -> None:

@@ -228,3 +228,40 @@ def test_a_gated_pod_without_a_gpu_request_is_refused_with_the_reason(
     result = jobs_sync(fake_cluster.cluster, fake_cluster.gateway)
     (refused,) = Workload.objects.filter(pk__in=result.rejected)
     assert "carries Tidegate's scheduling gate but requests no GPU" in refused.reason
+
+
+def test_a_serving_group_with_a_grace_is_told_at_once_and_keeps_its_gpus_until_it_ends(
+    fake_cluster: FakeCluster, cast: Cast, webhook_url: str
+) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from tests.integrations import objects
+
+    fake_cluster.api.register_mutating_webhook(webhook_url, "tidegate.io/queue")
+    rs = ReplicaSet(fake_cluster, gpus=4, min_pods=2)
+    original = rs._pod
+
+    def with_grace(name: str) -> dict[str, Any]:
+        pod = original(name)
+        pod["metadata"]["annotations"]["tidegate.io/preemption-grace-seconds"] = "120"
+        return pod
+
+    rs._pod = with_grace  # type: ignore[method-assign]
+    rs.scale_to(2)
+    cycle(fake_cluster)
+    workload = Workload.objects.get(job_uid=group_uid(NAMESPACE, "serve-7d9f"))
+    assert (workload.state, workload.gpus, counts(rs)) == ("running", 8, (2, 0))
+    fake_cluster.api.create_object(objects.batch_job("vision-train", "owner", "vision", gpus=3))
+    outcome = cycle(fake_cluster)
+    workload.refresh_from_db()
+    assert outcome.announced == [workload.pk] and workload.gpus == 8  # still held
+    assert counts(rs) == (0, 0)  # both pods told to stop now...
+    graces = [g for (kind, _, _), g in fake_cluster.api.delete_grace.items() if kind == "Pod"]
+    assert len(graces) == 2 and all(g is not None and 110 <= g <= 120 for g in graces)
+    rs.heal(2)  # ...and come back gated: they wait
+    Workload.objects.filter(pk=workload.pk).update(preempt_at=timezone.now() - timedelta(seconds=1))
+    cycle(fake_cluster)
+    workload.refresh_from_db()
+    assert (workload.state, workload.gpus, counts(rs)) == ("pending", 0, (0, 2))
