@@ -22,6 +22,7 @@ from scheduler_bridge import selectors
 from scheduler_bridge.inventory.models import Cluster, Flavour
 from scheduler_bridge.quotas import services as quota_services
 from scheduler_bridge.quotas.models import Quota, QuotaRequest
+from scheduler_bridge.workloads.selectors import holdings_by_tenant_and_flavour
 from tenants import access
 from tenants.errors import TidegateError
 from tenants.models import Role, Tenant
@@ -57,6 +58,10 @@ def quota_panel(request: HttpRequest, tenant: Tenant) -> dict[str, Any] | None:
     ]
     may_ask = access.has_role(request.user, tenant, [Role.LEAD, Role.ADMIN])
     overcommitted = selectors.overcommitted_flavour_ids([q.flavour_id for q in quotas])
+    held = holdings_by_tenant_and_flavour()
+    for quota in quotas:
+        core, elastic = held.get((tenant.pk, quota.flavour_id), (0, 0))
+        quota.held_core, quota.held_elastic = core, elastic  # type: ignore[attr-defined]
     return {
         "template": "scheduler_bridge/quota_panel.html",
         "quotas": quotas,

@@ -137,6 +137,9 @@ def test_an_elastic_workload_page_shows_its_pods_and_each_shrink(
     pods = pods[: pods.index("</table>")]
     assert "<td>main</td><td>8</td><td>4</td><td>8</td>" in pods
     assert "elastic, at least 4" in page
+    speech = logged_in(cast.dept_admin).get("/tenants/speech/").content.decode()
+    quotas = speech[speech.index('id="quotas"') :]
+    assert '<td class="held">4 + 4 elastic</td>' in quotas
     submit(cast.lead, "vision", 4, count=2, name="owner")
     admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
     page = logged_in(cast.dept_admin).get(f"/workloads/{elastic}/").content.decode()
