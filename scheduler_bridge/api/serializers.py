@@ -33,8 +33,9 @@ class ClusterSerializer(serializers.ModelSerializer[Cluster]):
             "status",
             "status_message",
             "last_synced_at",
+            "workload_kinds",
         ]
-        read_only_fields = ["id", "status", "status_message", "last_synced_at"]
+        read_only_fields = ["id", "status", "status_message", "last_synced_at", "workload_kinds"]
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         merged = {**(self.instance.__dict__ if self.instance else {}), **attrs}
@@ -59,7 +60,7 @@ class PublicClusterSerializer(serializers.ModelSerializer[Cluster]):
 
     class Meta:
         model = Cluster
-        fields = ["id", "name", "display_name", "status", "last_synced_at"]
+        fields = ["id", "name", "display_name", "status", "last_synced_at", "workload_kinds"]
         read_only_fields = fields
 
 

@@ -140,6 +140,10 @@ def test_a_kind_whose_crd_is_missing_is_skipped_with_a_note(
     )
     fake_cluster.cluster.refresh_from_db()
     assert fake_cluster.cluster.workload_kinds == kinds
+    from tests.conftest import client_for
+
+    shown = client_for(cast.member).get("/api/v1/clusters/").json()["results"]
+    assert [c["workload_kinds"]["PyTorchJob"] for c in shown] == [kinds["PyTorchJob"]]
     admission_cycle(fake_cluster.cluster, fake_cluster.gateway)  # reconciles only served kinds
     assert Workload.objects.get(kind="JobSet").state == "running"
 
