@@ -265,3 +265,67 @@ def test_a_serving_group_with_a_grace_is_told_at_once_and_keeps_its_gpus_until_i
     cycle(fake_cluster)
     workload.refresh_from_db()
     assert (workload.state, workload.gpus, counts(rs)) == ("pending", 0, (0, 2))
+
+
+def lws_pod(name: str, owner: str) -> dict[str, Any]:
+    """A pod of LeaderWorkerSet ``llm`` as its StatefulSets create it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": NAMESPACE,
+            "labels": {
+                "tidegate.io/queue": "speech",
+                "leaderworkerset.sigs.k8s.io/name": "llm",
+                "leaderworkerset.sigs.k8s.io/group-index": "0",
+            },
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "StatefulSet",
+                    "name": owner,
+                    "uid": f"uid-{owner}",
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {
+            "containers": [
+                {
+                    "name": "vllm",
+                    "image": "vllm:1",
+                    "resources": {"limits": {"nvidia.com/gpu": "2"}},
+                }
+            ]
+        },
+    }
+
+
+def test_a_leaderworkerset_is_one_gang_admitted_together_and_preempted_together(
+    fake_cluster: FakeCluster, cast: Cast, webhook_url: str
+) -> None:
+    from tests.integrations import objects
+
+    fake_cluster.api.register_mutating_webhook(webhook_url, "tidegate.io/queue")
+    # the leader StatefulSet's pod and the group's worker StatefulSet's three pods
+    names = [("llm-0", "llm"), ("llm-0-1", "llm-0"), ("llm-0-2", "llm-0"), ("llm-0-3", "llm-0")]
+    for name, owner in names:
+        fake_cluster.api.create_object(lws_pod(name, owner))
+    pods = fake_cluster.api.objects("Pod", NAMESPACE)
+    assert all(_gated(p) for p in pods)
+    cycle(fake_cluster)
+    workload = Workload.objects.get(job_uid=group_uid(NAMESPACE, "llm"))
+    assert (workload.name, workload.state, workload.gpus) == ("llm", "running", 8)
+    assert not any(_gated(p) for p in fake_cluster.api.objects("Pod", NAMESPACE))
+    # vision reclaims: the borrower's whole group stops, nothing of it runs on
+    fake_cluster.api.create_object(objects.batch_job("vision-train", "owner", "vision", gpus=3))
+    outcome = cycle(fake_cluster)
+    assert outcome.preempted == [workload.pk]
+    assert fake_cluster.api.objects("Pod", NAMESPACE) == []
+    for name, owner in names:  # its StatefulSets create the pods again: gated, they wait
+        fake_cluster.api.create_object(lws_pod(name, owner))
+    cycle(fake_cluster)
+    workload.refresh_from_db()
+    assert workload.state == "pending"
+    assert all(_gated(p) for p in fake_cluster.api.objects("Pod", NAMESPACE))
