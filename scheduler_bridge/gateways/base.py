@@ -10,13 +10,14 @@ models, so the two are interchangeable.
 from __future__ import annotations
 
 import abc
+import copy
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal
 
-from .errors import ObjectMissing
+from .errors import GatewayError, ObjectMissing
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
@@ -87,6 +88,21 @@ class KindRef:
     @property
     def api_version(self) -> str:
         return f"{self.group}/{self.version}" if self.group else self.version
+
+
+def changed(
+    kind: KindRef,
+    namespace: str,
+    name: str,
+    change: Callable[[dict[str, Any]], dict[str, Any]],
+    live: dict[str, Any],
+) -> dict[str, Any]:
+    """What ``change`` makes of a copy of ``live`` (update_object's builder), a
+    ValueError it raises turned into a GatewayError naming the object."""
+    try:
+        return change(copy.deepcopy(live))
+    except ValueError as exc:
+        raise GatewayError(f"{kind.kind} {namespace}/{name}: {exc}") from exc
 
 
 JOB_KIND = KindRef("batch", "v1", "Job", "jobs")

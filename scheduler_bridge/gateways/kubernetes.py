@@ -9,7 +9,6 @@ errors of :mod:`.errors` (:mod:`.kubernetes_calls`).
 
 from __future__ import annotations
 
-import copy
 import logging
 import os
 import time
@@ -38,6 +37,7 @@ from .base import (
     NodeInfo,
     PodInfo,
     Toleration,
+    changed,
 )
 from .errors import (
     GatewayConfigError,
@@ -305,10 +305,7 @@ class KubernetesGateway(ClusterGateway):
             live = self._read_or_none(read, *where)
             if live is None:
                 raise ObjectMissing(kind.kind, name, namespace)
-            try:
-                desired = change(copy.deepcopy(live))
-            except ValueError as exc:
-                raise GatewayError(f"{kind.kind} {namespace}/{name}: {exc}") from exc
+            desired = changed(kind, namespace, name, change, live)
             if desired == live:
                 return live
             # the resourceVersion read makes the replace a compare-and-swap: a write in

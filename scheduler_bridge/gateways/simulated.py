@@ -26,6 +26,7 @@ from .base import (
     NodeInfo,
     PodInfo,
     Toleration,
+    changed,
 )
 from .errors import GatewayError, ObjectConflict, ObjectMissing
 from .parsing import job_info, node_info, pod_info
@@ -112,10 +113,7 @@ class SimulatedGateway(ClusterGateway):
         if kind != JOB_KIND:
             raise ObjectMissing(kind.kind, name, namespace)
         live = self._job(namespace, name)
-        try:
-            desired = change(copy.deepcopy(live))
-        except ValueError as exc:
-            raise GatewayError(f"Job {namespace}/{name}: {exc}") from exc
+        desired = changed(kind, namespace, name, change, live)
         if desired == live:
             return live
         return self.cluster.store(desired)

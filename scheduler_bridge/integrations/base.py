@@ -326,7 +326,12 @@ def gpu_request(template: Mapping[str, Any], where: str) -> tuple[str, int] | No
 
 
 def _min_pods(obj: Mapping[str, Any]) -> int | None:
-    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    return min_pods((obj.get("metadata") or {}).get("annotations") or {})
+
+
+def min_pods(annotations: Mapping[str, str]) -> int | None:
+    """The ``tidegate.io/min-pods`` annotation as a number of pods (None when absent).
+    IntegrationError saying what to write for anything but a whole number from 1."""
     raw = annotations.get(MIN_PODS_ANNOTATION)
     if raw is None:
         return None
@@ -339,6 +344,23 @@ def _min_pods(obj: Mapping[str, Any]) -> int | None:
             f"annotation {MIN_PODS_ANNOTATION} is {raw!r}; it must be a whole number of pods, 1 or more"
         )
     return value
+
+
+class SuspendedBySpec:
+    """Kinds suspended through ``spec.suspend`` (Job, JobSet, RayCluster, RayJob)."""
+
+    def is_suspended(self, obj: Mapping[str, Any]) -> bool:
+        return bool(child(obj, "spec", "suspend"))
+
+    def set_suspended(self, obj: dict[str, Any], suspended: bool) -> None:
+        obj.setdefault("spec", {})["suspend"] = suspended
+
+
+def ended_by_conditions(obj: Mapping[str, Any], done: str) -> tuple[bool, bool]:
+    """(finished, failed) from status conditions: ``done`` or ``Failed`` true."""
+    found = conditions(obj)
+    failed = found.get("Failed", False)
+    return failed or found.get(done, False), failed
 
 
 def child(obj: Mapping[str, Any], *path: str) -> Any:

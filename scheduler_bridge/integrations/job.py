@@ -14,7 +14,7 @@ from typing import Any
 
 from scheduler_bridge.gateways.base import JOB_KIND
 
-from .base import Integration, child, conditions, whole
+from .base import Integration, SuspendedBySpec, child, ended_by_conditions, whole
 
 MAIN = "main"
 
@@ -43,7 +43,7 @@ def reclaimable_pods(parallelism: int, completions: int | None, succeeded: int) 
     return max(0, pods_at_once(parallelism, completions) - remaining)
 
 
-class JobIntegration(Integration):
+class JobIntegration(SuspendedBySpec, Integration):
     ref = JOB_KIND
     restore_with_stop = False
 
@@ -57,16 +57,8 @@ class JobIntegration(Integration):
     def elastic_pod_set(self, obj: Mapping[str, Any]) -> str | None:
         return MAIN
 
-    def is_suspended(self, obj: Mapping[str, Any]) -> bool:
-        return bool(child(obj, "spec", "suspend"))
-
-    def set_suspended(self, obj: dict[str, Any], suspended: bool) -> None:
-        obj.setdefault("spec", {})["suspend"] = suspended
-
     def outcome(self, obj: Mapping[str, Any]) -> tuple[bool, bool]:
-        found = conditions(obj)
-        failed = found.get("Failed", False)
-        return failed or found.get("Complete", False), failed
+        return ended_by_conditions(obj, "Complete")
 
     def set_count(self, obj: dict[str, Any], pod_set: str, count: int) -> None:
         obj.setdefault("spec", {})["parallelism"] = count

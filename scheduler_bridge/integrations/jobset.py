@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from .base import Integration, KindRef, child, conditions, whole
+from .base import Integration, KindRef, SuspendedBySpec, child, ended_by_conditions, whole
 from .job import pods_at_once
 
 
-class JobSetIntegration(Integration):
+class JobSetIntegration(SuspendedBySpec, Integration):
     ref = KindRef("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets")
     pins_nodes = False
 
@@ -38,16 +38,8 @@ class JobSetIntegration(Integration):
             found[_name(replicated, index)] = whole(replicated.get("replicas"), 1) * per_job
         return found
 
-    def is_suspended(self, obj: Mapping[str, Any]) -> bool:
-        return bool(child(obj, "spec", "suspend"))
-
-    def set_suspended(self, obj: dict[str, Any], suspended: bool) -> None:
-        obj.setdefault("spec", {})["suspend"] = suspended
-
     def outcome(self, obj: Mapping[str, Any]) -> tuple[bool, bool]:
-        found = conditions(obj)
-        failed = found.get("Failed", False)
-        return failed or found.get("Completed", False), failed
+        return ended_by_conditions(obj, "Completed")
 
 
 def _replicated_jobs(obj: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -33,7 +33,7 @@ from typing import Any
 from scheduler_bridge.gateways.admission_webhook import GATE, SUSPENDED_AS_A_WHOLE
 from scheduler_bridge.gateways.base import Toleration
 
-from .base import MIN_PODS_ANNOTATION, IntegrationError, ObjectRead, PodSetRead, gpu_request
+from .base import IntegrationError, ObjectRead, PodSetRead, gpu_request, min_pods
 
 KIND = "PodGroup"
 GROUP_LABEL = "tidegate.io/pod-group"
@@ -169,18 +169,7 @@ def _pod_set(members: list[Mapping[str, Any]]) -> PodSetRead:
         )
     ((resource, amount),) = requests
     count = len(members)
-    annotations = members[0]["metadata"].get("annotations") or {}
-    minimum = None
-    raw = annotations.get(MIN_PODS_ANNOTATION)
-    if raw is not None:
-        try:
-            minimum = int(str(raw).strip())
-        except ValueError:
-            minimum = 0
-        if minimum < 1:
-            raise IntegrationError(
-                f"annotation {MIN_PODS_ANNOTATION} is {raw!r}; it must be a whole number of pods, 1 or more"
-            )
+    minimum = min_pods(members[0]["metadata"].get("annotations") or {})
     selector = (members[0].get("spec") or {}).get("nodeSelector") or {}
     return PodSetRead(
         name="main",

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from .base import Integration, IntegrationError, KindRef, child, conditions, whole
+from .base import Integration, IntegrationError, KindRef, child, ended_by_conditions, whole
 
 WORKER = "Worker"
 
@@ -55,9 +55,7 @@ class PyTorchJobIntegration(Integration):
         obj.setdefault("spec", {}).setdefault("runPolicy", {})["suspend"] = suspended
 
     def outcome(self, obj: Mapping[str, Any]) -> tuple[bool, bool]:
-        found = conditions(obj)
-        failed = found.get("Failed", False)
-        return failed or found.get("Succeeded", False), failed
+        return ended_by_conditions(obj, "Succeeded")
 
     def set_count(self, obj: dict[str, Any], pod_set: str, count: int) -> None:
         if pod_set != WORKER or self.elastic_pod_set(obj) is None:

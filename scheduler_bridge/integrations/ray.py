@@ -15,7 +15,15 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from .base import Integration, IntegrationError, KindRef, PodSetRead, child, whole
+from .base import (
+    Integration,
+    IntegrationError,
+    KindRef,
+    PodSetRead,
+    SuspendedBySpec,
+    child,
+    whole,
+)
 
 HEAD = "head"
 
@@ -47,7 +55,7 @@ def _group_name(group: Mapping[str, Any]) -> str:
     return str(group.get("groupName") or "workers")
 
 
-class RayClusterIntegration(Integration):
+class RayClusterIntegration(SuspendedBySpec, Integration):
     ref = KindRef("ray.io", "v1", "RayCluster", "rayclusters")
 
     def templates(self, obj: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -71,12 +79,6 @@ class RayClusterIntegration(Integration):
                 found[_group_name(group)] = minimum * hosts
         return found
 
-    def is_suspended(self, obj: Mapping[str, Any]) -> bool:
-        return bool(child(obj, "spec", "suspend"))
-
-    def set_suspended(self, obj: dict[str, Any], suspended: bool) -> None:
-        obj.setdefault("spec", {})["suspend"] = suspended
-
     def outcome(self, obj: Mapping[str, Any]) -> tuple[bool, bool]:
         return False, False
 
@@ -89,7 +91,7 @@ class RayClusterIntegration(Integration):
         super().set_count(obj, pod_set, count)
 
 
-class RayJobIntegration(Integration):
+class RayJobIntegration(SuspendedBySpec, Integration):
     ref = KindRef("ray.io", "v1", "RayJob", "rayjobs")
 
     def templates(self, obj: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -114,12 +116,6 @@ class RayJobIntegration(Integration):
                 "through clusterSelector); queue that RayCluster instead"
             )
         return super().pod_sets(obj)
-
-    def is_suspended(self, obj: Mapping[str, Any]) -> bool:
-        return bool(child(obj, "spec", "suspend"))
-
-    def set_suspended(self, obj: dict[str, Any], suspended: bool) -> None:
-        obj.setdefault("spec", {})["suspend"] = suspended
 
     def outcome(self, obj: Mapping[str, Any]) -> tuple[bool, bool]:
         status = child(obj, "status", "jobDeploymentStatus")

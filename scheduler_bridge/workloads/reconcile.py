@@ -28,6 +28,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, timedelta
+from functools import partial
 from typing import Any
 
 from django.db.models import Q
@@ -86,18 +87,10 @@ def _reconcile(cluster: Cluster, gateway: ClusterGateway, sync_quotas: bool) -> 
     live = _live_objects(cluster, gateway)
     to_suspend, to_start = _work_to_do(cluster, live)
     for workload in to_suspend:
-        try:
-            objects.stop(
-                gateway, integration_for(workload.kind), workload.namespace, workload.job_name
-            )
-        except ClusterUnreachable:
-            raise
-        except GatewayError as error:  # level-triggered: the next run tries again
-            logger.warning(
-                "could not suspend %s/%s: %s", workload.namespace, workload.job_name, error
-            )
-            continue
-        result.suspended.append(workload.pk)
+        integration = integration_for(workload.kind)
+        stop = partial(objects.stop, gateway, integration, workload.namespace, workload.job_name)
+        if _tried("suspend", workload, stop):
+            result.suspended.append(workload.pk)
     if to_start or result.suspended or sync_quotas:
         # Raise ceilings before any Job starts, so its pods are never refused.
         result.quota_writes += quota_sync(cluster, gateway).writes
@@ -195,6 +188,19 @@ def _admit_job(gateway: ClusterGateway, workload: Workload) -> None:
     )
 
 
+def _tried(what: str, workload: Workload, call: Callable[[], None]) -> bool:
+    """Run one write to the cluster; a refusal is a log line (level-triggered: the next
+    run tries again), an unreachable cluster stops the run."""
+    try:
+        call()
+    except ClusterUnreachable:
+        raise
+    except GatewayError as error:
+        logger.warning("could not %s %s/%s: %s", what, workload.namespace, workload.job_name, error)
+        return False
+    return True
+
+
 def _elastic_counts(workload: Workload) -> dict[str, int]:
     """Pods each elastic pod set of ``workload`` must run now."""
     elastic = {ps.name for ps in workload.pod_set_records if ps.min_count is not None}
@@ -216,22 +222,12 @@ def _scale_elastic(
         current = {ps.name: ps.count for ps in obj.pod_sets}
         if all(current.get(name) == n for name, n in wanted.items()):
             continue
-        try:
-            objects.scale(
-                gateway,
-                integration_for(workload.kind),
-                workload.namespace,
-                workload.job_name,
-                wanted,
-            )
-        except ClusterUnreachable:
-            raise
-        except GatewayError as error:  # level-triggered: the next run tries again
-            logger.warning(
-                "could not scale %s/%s: %s", workload.namespace, workload.job_name, error
-            )
-            continue
-        result.scaled.append(workload.pk)
+        integration = integration_for(workload.kind)
+        scale = partial(
+            objects.scale, gateway, integration, workload.namespace, workload.job_name, wanted
+        )
+        if _tried("scale", workload, scale):
+            result.scaled.append(workload.pk)
 
 
 def _reconcile_pod_groups(
@@ -311,25 +307,17 @@ def _announce_preemptions(
         stamp = at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if at else ""
         if obj is None or obj.annotations.get(PREEMPT_AT_ANNOTATION) == stamp:
             continue
-        try:
-            objects.announce_preemption(
-                gateway,
-                integration_for(workload.kind),
-                workload.namespace,
-                workload.job_name,
-                stamp,
-            )
-        except ClusterUnreachable:
-            raise
-        except GatewayError as error:
-            logger.warning(
-                "could not announce the preemption of %s/%s: %s",
-                workload.namespace,
-                workload.job_name,
-                error,
-            )
-            continue
-        result.announced.append(workload.pk)
+        integration = integration_for(workload.kind)
+        announce = partial(
+            objects.announce_preemption,
+            gateway,
+            integration,
+            workload.namespace,
+            workload.job_name,
+            stamp,
+        )
+        if _tried("announce the preemption of", workload, announce):
+            result.announced.append(workload.pk)
 
 
 def _start_failed(workload: Workload, error: str, result: ReconcileResult) -> None:
