@@ -72,6 +72,8 @@ class PodInfo:
     gpu_requests: dict[str, int] = field(default_factory=dict)
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    # the workload object it belongs to (parsing.workload_name): its Job, JobSet,
+    # PyTorchJob, Ray cluster or pod group
     job_name: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
 

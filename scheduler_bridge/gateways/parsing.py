@@ -84,13 +84,44 @@ def _finished_at(statuses: Iterable[Mapping[str, Any]]) -> datetime | None:
     return max(present) if present else None
 
 
+# Labels naming the workload object a pod belongs to, most specific first: a JobSet's
+# pods are owned by its child Jobs, a RayJob's by the RayCluster it made. Sources: JobSet
+# api/jobset/v1alpha2 (JobSetNameKey), Kubeflow training-operator v1 (JobNameLabel),
+# KubeRay ray-operator/controllers/ray/utils/constant.go (RayOriginatedFromCRNameLabelKey,
+# RayClusterLabelKey), LeaderWorkerSet api (SetNameLabelKey), Tidegate's own group label.
+WORKLOAD_NAME_LABELS = (
+    "jobset.sigs.k8s.io/jobset-name",
+    "training.kubeflow.org/job-name",
+    "ray.io/originated-from-cr-name",
+    "ray.io/cluster",
+    "tidegate.io/pod-group",
+    "leaderworkerset.sigs.k8s.io/name",
+)
+QUEUE_LABEL = "tidegate.io/queue"
+
+
+def workload_name(meta: Mapping[str, Any]) -> str | None:
+    """The name of the workload object (Job, JobSet, PyTorchJob, Ray cluster or job,
+    pod group) a pod belongs to, as Tidegate names its workloads; None for a pod of no
+    such object."""
+    labels = meta.get("labels") or {}
+    for key in WORKLOAD_NAME_LABELS:
+        if labels.get(key):
+            return str(labels[key])
+    owners = meta.get("ownerReferences") or []
+    job = next((o.get("name") for o in owners if o.get("kind") == "Job"), None)
+    if job:
+        return str(job)
+    if QUEUE_LABEL in labels:  # a gated pod's group: its controller, else itself
+        owner = next((o.get("name") for o in owners if o.get("controller")), None)
+        return str(owner or meta.get("name"))
+    return None
+
+
 def pod_info(pod: Mapping[str, Any]) -> PodInfo:
     meta, spec, status = pod.get("metadata", {}), pod.get("spec", {}), pod.get("status", {})
     phase = status.get("phase") or "Pending"
-    job_name = next(
-        (o.get("name") for o in meta.get("ownerReferences") or [] if o.get("kind") == "Job"),
-        None,
-    )
+    job_name = workload_name(meta)
     finished = None
     if phase in ("Succeeded", "Failed"):
         finished = _finished_at(status.get("containerStatuses") or [])

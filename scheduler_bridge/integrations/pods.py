@@ -32,13 +32,12 @@ from typing import Any
 
 from scheduler_bridge.gateways.admission_webhook import GATE, SUSPENDED_AS_A_WHOLE
 from scheduler_bridge.gateways.base import Toleration
+from scheduler_bridge.gateways.parsing import workload_name
 
 from .base import IntegrationError, ObjectRead, PodSetRead, gpu_request, min_pods
 
 KIND = "PodGroup"
 GROUP_LABEL = "tidegate.io/pod-group"
-# the pods of one LeaderWorkerSet (its leader and every worker StatefulSet) carry its name
-LWS_LABEL = "leaderworkerset.sigs.k8s.io/name"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 
 
@@ -74,14 +73,7 @@ def group_uid(namespace: str, name: str) -> str:
 
 def _group_name(pod: Mapping[str, Any]) -> str:
     meta = pod.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    for key in (GROUP_LABEL, LWS_LABEL):
-        if labels.get(key):
-            return str(labels[key])
-    for owner in meta.get("ownerReferences") or []:
-        if owner.get("controller"):
-            return str(owner.get("name"))
-    return str(meta.get("name"))
+    return workload_name(meta) or str(meta.get("name"))
 
 
 def _owned_by_a_whole(pod: Mapping[str, Any]) -> bool:

@@ -380,3 +380,65 @@ def test_a_negative_grace_is_refused_on_the_object_and_in_the_api(
     response = client_for(cast.member).post("/api/v1/workloads/", body, format="json")
     assert response.status_code == 400 and "preemption_grace_s" in response.json()
     assert not Workload.objects.filter(name="api-hasty").exists()
+
+
+def test_the_pods_an_operator_starts_count_once_as_the_workloads_holding(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    """A PyTorchJob's pods, started by its operator, are the workload's own: neither the
+    inventory nor the quota sync counts them a second time as GPUs used outside the
+    queue, so what is left stays free for other work."""
+    from scheduler_bridge.inventory.models import Node
+    from scheduler_bridge.inventory.services import inventory_sync
+    from tests.conftest import client_for
+
+    install_all(fake_cluster)
+    fake_cluster.api.create_object(
+        objects.pytorchjob("speech-train", "ddp", "speech", workers=3, gpus=2)
+    )
+    jobs_sync(fake_cluster.cluster, fake_cluster.gateway)
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    workload = Workload.objects.get(job_name="ddp")
+    assert (workload.state, workload.gpus) == ("running", 8)
+    owner = live(fake_cluster, "PyTorchJob", "speech-train", "ddp")
+    for index, (role, node) in enumerate(
+        [("master", "h100-1"), ("worker", "h100-1"), ("worker", "h100-1"), ("worker", "h100-1")]
+    ):
+        pod = fake_cluster.api.add_pod(
+            "speech-train",
+            f"ddp-{role}-{index}",
+            requests={"nvidia.com/gpu": 2},
+            node_name=node,
+            labels={"training.kubeflow.org/job-name": "ddp"},
+        )
+        fake_cluster.api.edit_object(
+            "Pod",
+            "speech-train",
+            pod["metadata"]["name"],
+            lambda p: p["metadata"].update(
+                ownerReferences=[
+                    {
+                        "apiVersion": "kubeflow.org/v1",
+                        "kind": "PyTorchJob",
+                        "name": "ddp",
+                        "uid": owner["metadata"]["uid"],
+                        "controller": True,
+                    }
+                ]
+            ),
+        )
+    inventory_sync(fake_cluster.cluster, fake_cluster.gateway)
+    assert Node.objects.get(cluster=fake_cluster.cluster, name="h100-1").busy_foreign == {}
+    # GPUs are left free: vision's 4 (what its organisation has left) start at once
+    body = {
+        "cluster": "gpu-east",
+        "tenant": "vision",
+        "name": "next",
+        "pod_sets": [{"count": 1, "gpus_per_pod": 4}],
+    }
+    assert (
+        client_for(cast.member).post("/api/v1/workloads/", body, format="json").status_code == 201
+    )
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    nxt = Workload.objects.get(name="next")
+    assert nxt.state == "running", nxt.reason
