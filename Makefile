@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell sha1sum requirements.lock | cut -c1-12)
 DEMO_ENV := DJANGO_SETTINGS_MODULE=config.settings.demo
 
-.PHONY: demo test lint typecheck pytest services bench lock clean
+.PHONY: demo test lint typecheck pytest services bench lock clean messages
 
 $(STAMP): requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -15,6 +15,7 @@ $(STAMP): requirements.lock
 
 ## Run the product on its embedded default: SQLite, in-process tasks, a simulated cluster.
 demo: $(STAMP)
+	$(DEMO_ENV) $(BIN)/python manage.py compile_catalogues
 	$(DEMO_ENV) $(BIN)/python manage.py migrate --noinput
 	$(DEMO_ENV) $(BIN)/python manage.py collectstatic --noinput --verbosity 0
 	$(DEMO_ENV) $(BIN)/python manage.py seed_demo
@@ -35,10 +36,18 @@ typecheck: $(STAMP)
 	$(BIN)/mypy .
 
 pytest: $(STAMP)
+	$(DEMO_ENV) $(BIN)/python manage.py compile_catalogues
 	$(BIN)/pytest -n 2 --dist loadgroup
 
 bench: $(STAMP) services
 	for script in benchmarks/*.py; do $(BIN)/python $$script || exit 1; done
+
+## Refresh locale/zh_Hans/LC_MESSAGES/django.po from the strings the sources mark
+## (needs GNU gettext; tests/test_translations.py fails when it is out of date).
+messages: $(STAMP)
+	$(DEMO_ENV) $(BIN)/python manage.py makemessages -l zh_Hans --no-obsolete \
+		--ignore '.venv/*' --ignore 'tests/*' --ignore 'benchmarks/*' \
+		--ignore 'staticfiles/*' --ignore 'docs/*' --ignore 'platform/*'
 
 ## Re-resolve the pinned dependencies from requirements.in.
 lock:

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Makes sure everything the test suite talks to is installed and running:
-# PostgreSQL and Redis at 127.0.0.1, Debian's chromium (portal tests) and prometheus
+# PostgreSQL and Redis at 127.0.0.1, Debian's chromium (portal tests), gettext (the check
+# that the translation catalogue matches the sources) and prometheus
 # (metering tests). Idempotent: does nothing when all is in place.
 set -euo pipefail
 
 need_apt=()
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+command -v xgettext >/dev/null 2>&1 || need_apt+=(gettext)
 command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)

@@ -76,3 +76,16 @@ def client_for(user: Any) -> APIClient:
     client = APIClient()
     client.force_authenticate(user)
     return client
+
+
+def pytest_configure(config: Any) -> None:
+    """The compiled catalogues are build output (``make`` writes them); a plain
+    ``pytest`` builds any that are missing or stale before Django loads them."""
+    from pathlib import Path
+
+    from tenants.management.commands.compile_catalogues import compile_catalogue
+
+    for po_path in sorted(
+        (Path(__file__).resolve().parents[1] / "locale").glob("*/LC_MESSAGES/*.po")
+    ):
+        compile_catalogue(po_path)
