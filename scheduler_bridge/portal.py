@@ -98,6 +98,12 @@ def quota_request_add(request: HttpRequest, slug: str) -> HttpResponse:
     return redirect("portal-tenant", slug=tenant.slug)
 
 
+DECIDED = {
+    "approve": gettext_lazy("Quota request approved."),
+    "reject": gettext_lazy("Quota request rejected."),
+}
+
+
 @login_required
 @require_POST
 def quota_request_decide(request: HttpRequest, request_id: int, decision: str) -> HttpResponse:
@@ -120,7 +126,7 @@ def quota_request_decide(request: HttpRequest, request_id: int, decision: str) -
     except TidegateError as error:
         messages.error(request, error.message)
     else:
-        messages.success(request, _("Quota request %(decision)s.") % {"decision": decision + "d"})
+        messages.success(request, DECIDED[decision])
     return redirect("portal-tenant", slug=quota_request.tenant.slug)
 
 

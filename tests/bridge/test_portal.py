@@ -73,3 +73,31 @@ def test_a_department_admin_approves_in_the_portal(fake_cluster: FakeCluster, ca
     logged_in(cast.dept_admin).post(f"/quota-requests/{request.pk}/approve/")
     request.refresh_from_db()
     assert request.state == "approved"
+
+
+@pytest.mark.parametrize(
+    ("decision", "english", "chinese"),
+    [
+        ("approve", "Quota request approved.", "配额申请已批准。"),
+        ("reject", "Quota request rejected.", "配额申请已拒绝。"),
+    ],
+)
+def test_a_decision_says_what_was_decided_in_the_users_language(
+    fake_cluster: FakeCluster, cast: Cast, decision: str, english: str, chinese: str
+) -> None:
+    for language, said in (("en", english), ("zh-hans", chinese)):
+        request = QuotaRequest.objects.create(
+            tenant=cast.team_a,
+            flavour=fake_cluster.h100,
+            guaranteed=7,
+            justification="x",
+            requested_by=cast.lead,
+        )
+        client = logged_in(cast.dept_admin)
+        page = client.post(
+            f"/quota-requests/{request.pk}/{decision}/",
+            {"comment": "not now"},
+            follow=True,
+            HTTP_ACCEPT_LANGUAGE=language,
+        ).content.decode()
+        assert said in page
