@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django import forms
+from django.apps import apps
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -17,6 +18,7 @@ from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
 from tenants import access, services
@@ -158,4 +160,40 @@ def binding_remove(request: HttpRequest, slug: str, binding_id: int) -> HttpResp
 def audit_list(request: HttpRequest) -> HttpResponse:
     events = access.audit_events_visible_to(request.user).select_related("tenant")
     page = Paginator(events, 50).get_page(request.GET.get("page"))
+    for event in page:
+        event.object_label = object_label(event.object_type)  # type: ignore[attr-defined]
     return render(request, "tenants/audit_list.html", {"page": page})
+
+
+# What each audited kind of object is called, by its stored model label.
+OBJECT_LABELS = {
+    "tenants.tenant": gettext_lazy("tenant"),
+    "tenants.membership": gettext_lazy("membership"),
+    "tenants.namespacebinding": gettext_lazy("namespace binding"),
+    "scheduler_bridge.cluster": gettext_lazy("cluster"),
+    "scheduler_bridge.node": gettext_lazy("node"),
+    "scheduler_bridge.flavour": gettext_lazy("GPU flavour"),
+    "scheduler_bridge.quota": gettext_lazy("quota"),
+    "scheduler_bridge.quotarequest": gettext_lazy("quota request"),
+    "scheduler_bridge.priorityclass": gettext_lazy("priority class"),
+    "scheduler_bridge.workload": gettext_lazy("workload"),
+    "billing.budget": gettext_lazy("budget"),
+    "billing.billingperiod": gettext_lazy("billing period"),
+    "billing.statement": gettext_lazy("statement"),
+    "billing.adjustment": gettext_lazy("adjustment"),
+    "billing.ratecard": gettext_lazy("rate card"),
+    "billing.tenantbillingsettings": gettext_lazy("billing settings"),
+    "billing.billingpolicy": gettext_lazy("billing policy"),
+}
+
+
+def object_label(object_type: str) -> str:
+    """What an audited object is, in the reader's language ("workload", "工作负载"),
+    from its stored model label ("scheduler_bridge.workload")."""
+    label = OBJECT_LABELS.get(object_type)
+    if label is not None:
+        return str(label)
+    try:
+        return str(apps.get_model(object_type)._meta.verbose_name)
+    except (LookupError, ValueError):
+        return object_type

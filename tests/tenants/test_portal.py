@@ -99,8 +99,8 @@ def test_audit_page_shows_only_the_admins_subtree(cast: Cast, role: str) -> None
     services.tenant_update(actor=cast.platform_admin, tenant=cast.other_org, cost_center="G1")
     services.tenant_update(actor=cast.platform_admin, tenant=cast.team_a, cost_center="V1")
     page = logged_in(cast.user(role)).get("/audit/").content.decode()
-    assert ("tenants.tenant globex" in page) == (role == "platform_admin")
-    assert ("tenants.tenant vision" in page) == (role in ("platform_admin", "dept_admin"))
+    assert ("tenant globex" in page) == (role == "platform_admin")
+    assert ("tenant vision" in page) == (role in ("platform_admin", "dept_admin"))
 
 
 def test_the_portal_speaks_simplified_chinese_when_asked(cast: Cast) -> None:
