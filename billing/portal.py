@@ -231,5 +231,5 @@ urlpatterns = [
     path(
         "billing/periods/<str:name>/export/<str:fmt>/", period_export, name="billing-period-export"
     ),
-    path("billing/periods/<str:name>/close/", period_close, name="billing-period-close"),
+    path("billing/periods/<str:name>/close/", period_close, name="portal-billing-period-close"),
 ]

@@ -3,6 +3,7 @@ burn and idle-GPU panel on tenant pages for leads (not for plain members)."""
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
@@ -82,9 +83,15 @@ def test_closing_from_the_portal_needs_the_platform_role(cast: Cast, gpu: GpuClu
     assert response.status_code == 302
     assert BillingPeriod.objects.get(name="2026-02").state == "open"
     assert logged_in(cast.member).post("/billing/periods/2026-02/close/").status_code == 404
-    page = logged_in(cast.platform_admin).get("/billing/?period=2026-02").content.decode()
-    assert 'id="close-form"' in page
-    logged_in(cast.platform_admin).post("/billing/periods/2026-02/close/")
+    admin = logged_in(cast.platform_admin)
+    page = admin.get("/billing/?period=2026-02").content.decode()
+    form = page[page.rindex("<form", 0, page.index('id="close-form"')) :]
+    action = re.search(r'action="([^"]+)"', form)
+    assert action is not None and action.group(1) == "/billing/periods/2026-02/close/"
+    assert "freezes its statements" in form and "window.confirm" in form  # asks first
+    closed = admin.post(action.group(1), follow=True)
+    assert closed.redirect_chain[-1][0] == "/billing/?period=2026-02"  # the portal, not the API
+    assert "Period 2026-02 closed." in closed.content.decode()
     assert BillingPeriod.objects.get(name="2026-02").state == "closed"
 
 
