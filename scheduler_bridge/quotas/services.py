@@ -281,20 +281,24 @@ def quota_request_approve(
     *, actor: Any, request: QuotaRequest, comment: str = "", source: str = "api"
 ) -> QuotaRequest:
     """Approve and apply in one transaction: the quota rules are checked now, against the
-    quotas of this moment; a request that no longer fits is refused (400), still pending."""
+    quotas of this moment; a request that no longer fits is refused (400), still pending.
+    A borrow or lend limit the request left empty keeps the quota's current one."""
     if not can_set_quota(actor, request.tenant):
         raise PermissionDenied(
             f"Approving quota for {request.tenant.slug} needs the admin role on its parent."
         )
     with transaction.atomic():
         decided = _decide(actor, request, QuotaRequest.State.APPROVED, comment, source)
+        current = Quota.objects.filter(tenant=decided.tenant, flavour=decided.flavour).first()
+        kept_borrow = current.borrow_limit if current is not None else None
+        kept_lend = current.lend_limit if current is not None else None
         quota_set(
             actor=actor,
             tenant=decided.tenant,
             flavour=decided.flavour,
             guaranteed=decided.guaranteed,
-            borrow_limit=decided.borrow_limit,
-            lend_limit=decided.lend_limit,
+            borrow_limit=decided.borrow_limit if decided.borrow_limit is not None else kept_borrow,
+            lend_limit=decided.lend_limit if decided.lend_limit is not None else kept_lend,
             source=source,
             message=f"approved quota request {decided.pk}",
         )

@@ -101,3 +101,22 @@ def test_a_decision_says_what_was_decided_in_the_users_language(
             HTTP_ACCEPT_LANGUAGE=language,
         ).content.decode()
         assert said in page
+
+
+def test_approving_a_request_with_blank_limits_keeps_the_current_ones(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    from scheduler_bridge.quotas.models import Quota
+
+    Quota.objects.filter(tenant=cast.team_a, flavour=fake_cluster.h100).update(
+        borrow_limit=16, lend_limit=3
+    )
+    logged_in(cast.lead).post(
+        "/tenants/vision/quota-requests/add/",
+        {"flavour": fake_cluster.h100.pk, "guaranteed": 7, "justification": "bigger model"},
+    )
+    request = QuotaRequest.objects.get()
+    assert request.borrow_limit is None  # left blank
+    logged_in(cast.dept_admin).post(f"/quota-requests/{request.pk}/approve/")
+    quota = Quota.objects.get(tenant=cast.team_a, flavour=fake_cluster.h100)
+    assert (quota.guaranteed, quota.borrow_limit, quota.lend_limit) == (7, 16, 3)
