@@ -15,7 +15,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
@@ -158,6 +158,13 @@ def binding_remove(request: HttpRequest, slug: str, binding_id: int) -> HttpResp
 
 @login_required
 def audit_list(request: HttpRequest) -> HttpResponse:
+    # the trail is the admins' page: whoever administers nothing gets 404, as for any
+    # page that is not theirs
+    if not (
+        access.is_platform_admin(request.user)
+        or access.roles_held(request.user) & set(access.WRITE_ALL_ROLES)
+    ):
+        raise Http404
     events = access.audit_events_visible_to(request.user).select_related("tenant")
     page = Paginator(events, 50).get_page(request.GET.get("page"))
     for event in page:
