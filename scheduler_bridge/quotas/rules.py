@@ -83,6 +83,18 @@ def quota_violations(
     return found
 
 
+def largest_guarantee(context: QuotaContext, *, overcommit_allowed: bool) -> int | None:
+    """The largest guarantee the tenant may hold now (None: no ceiling, an allowed
+    overcommit of a top-level tenant): what its parent has unassigned, or what the
+    cluster has beyond the other top-level guarantees."""
+    c = context
+    if c.parent is not None:
+        return max(c.parent_guaranteed - c.siblings_guaranteed, 0)
+    if overcommit_allowed:
+        return None
+    return max(c.capacity - c.other_top_level_guaranteed, 0)
+
+
 def is_overcommitted(*, top_level_guaranteed: int, capacity: int) -> bool:
     """Top-level guarantees of a flavour promise more than the cluster has."""
     return top_level_guaranteed > capacity

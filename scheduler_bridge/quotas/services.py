@@ -15,7 +15,7 @@ from django.utils import timezone
 from scheduler_bridge.followups import queue_admission_cycle, queue_quota_sync
 from scheduler_bridge.inventory.models import Flavour
 from scheduler_bridge.quotas.models import Quota, QuotaRequest
-from scheduler_bridge.quotas.rules import QuotaContext, quota_violations
+from scheduler_bridge.quotas.rules import QuotaContext, largest_guarantee, quota_violations
 from tenants import access
 from tenants.audit import audit_record, snapshot
 from tenants.errors import Conflict, PermissionDenied, ValidationFailed
@@ -224,6 +224,25 @@ def quota_request_create(
     if lend_limit is not None and lend_limit > guaranteed:
         raise ValidationFailed(
             f"lend_limit {lend_limit} exceeds guaranteed {guaranteed}.", field="lend_limit"
+        )
+    # refused now, with what it could ask for, rather than pending for nothing (the
+    # approval checks again, against the quotas of that moment)
+    current = Quota.objects.filter(tenant=tenant, flavour=flavour).first()
+    allowed = bool(current and current.overcommit_allowed)
+    context = quota_context(tenant, flavour)
+    violations = quota_violations(
+        context, guaranteed=guaranteed, lend_limit=lend_limit, overcommit_allowed=allowed
+    )
+    if violations:
+        largest = largest_guarantee(context, overcommit_allowed=allowed)
+        hint = (
+            f" The most {tenant.slug} can ask for now is {largest} {flavour.name}."
+            if largest is not None and guaranteed > largest
+            else ""
+        )
+        raise ValidationFailed(
+            violations[0].message + hint,
+            field_errors={v.field: [v.message + hint] for v in violations},
         )
     with transaction.atomic():
         request = QuotaRequest.objects.create(

@@ -120,3 +120,17 @@ def test_approving_a_request_with_blank_limits_keeps_the_current_ones(
     logged_in(cast.dept_admin).post(f"/quota-requests/{request.pk}/approve/")
     quota = Quota.objects.get(tenant=cast.team_a, flavour=fake_cluster.h100)
     assert (quota.guaranteed, quota.borrow_limit, quota.lend_limit) == (7, 16, 3)
+
+
+def test_a_request_beyond_what_the_parent_can_give_is_refused_with_the_largest_ask(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    client = logged_in(cast.lead)
+    page = client.post(
+        "/tenants/vision/quota-requests/add/",
+        {"flavour": fake_cluster.h100.pk, "guaranteed": 500, "justification": "everything"},
+        follow=True,
+    ).content.decode()
+    assert not QuotaRequest.objects.exists()
+    # research holds 10, speech was given 2: vision may hold 8
+    assert "The most vision can ask for now is 8 h100-80gb." in page

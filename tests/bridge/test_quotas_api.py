@@ -158,14 +158,36 @@ def test_an_approval_that_no_longer_fits_is_refused_and_stays_pending(
         actor=cast.lead,
         tenant=cast.team_a,
         flavour=fake_cluster.h100,
-        guaranteed=9,
+        guaranteed=8,  # all that research has left for it now
         justification="bigger runs",
     )
+    # meanwhile its sibling is given one more
+    from scheduler_bridge.quotas.services import quota_set
+
+    quota_set(actor=cast.dept_admin, tenant=cast.team_b, flavour=fake_cluster.h100, guaranteed=3)
     response = client_for(cast.dept_admin).post(f"/api/v1/quota-requests/{request.pk}/approve/")
-    assert response.status_code == 400 and "8 unassigned" in response.json()["guaranteed"][0]
+    assert response.status_code == 400 and "7 unassigned" in response.json()["guaranteed"][0]
     request.refresh_from_db()
     assert request.state == "pending"
     assert Quota.objects.get(tenant=cast.team_a, flavour=fake_cluster.h100).guaranteed == 6
+
+
+def test_a_request_that_cannot_fit_now_is_a_400_with_the_largest_ask(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    response = client_for(cast.lead).post(
+        "/api/v1/quota-requests/",
+        {
+            "tenant": "vision",
+            "flavour": H100,
+            "guaranteed": 500,
+            "justification": "x",
+        },
+        format="json",
+    )
+    assert response.status_code == 400
+    assert "The most vision can ask for now is 8 h100-80gb." in response.json()["guaranteed"][0]
+    assert not QuotaRequest.objects.exists()
 
 
 def test_rejecting_needs_a_comment(fake_cluster: FakeCluster, cast: Cast) -> None:
