@@ -22,7 +22,7 @@ from scheduler_bridge import selectors
 from scheduler_bridge.inventory.models import Cluster, Flavour
 from scheduler_bridge.quotas import services as quota_services
 from scheduler_bridge.quotas.models import Quota, QuotaRequest
-from scheduler_bridge.workloads.selectors import holdings_by_tenant_and_flavour
+from scheduler_bridge.workloads.selectors import held_by_node, holdings_by_tenant_and_flavour
 from tenants import access
 from tenants.errors import TidegateError
 from tenants.models import Role, Tenant
@@ -167,10 +167,14 @@ def cluster_list(request: HttpRequest) -> HttpResponse:
 @login_required
 def cluster_detail(request: HttpRequest, name: str) -> HttpResponse:
     cluster = get_object_or_404(selectors.clusters_visible_to(request.user), name=name)
+    nodes = list(cluster.nodes.filter(present=True).order_by("name"))
+    held = held_by_node(cluster)
+    for node in nodes:
+        node.held = held.get(node.name, {})  # type: ignore[attr-defined]
     context = {
         "cluster": cluster,
         "flavours": Flavour.objects.filter(cluster=cluster).order_by("name"),
-        "nodes": cluster.nodes.filter(present=True).order_by("name"),
+        "nodes": nodes,
         "chart": capacity_chart(cluster),
         "is_platform_admin": access.is_platform_admin(request.user),
         "overcommitted": selectors.overcommitted_flavour_ids(),

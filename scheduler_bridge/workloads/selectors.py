@@ -9,7 +9,7 @@ from django.db.models import QuerySet
 
 from scheduler_bridge.inventory.models import Cluster
 from scheduler_bridge.workloads.models import Workload
-from scheduler_bridge.workloads.records import parse_elastic_pods
+from scheduler_bridge.workloads.records import parse_elastic_pods, parse_placements
 from tenants import access
 
 
@@ -39,6 +39,18 @@ def holdings_by_tenant_and_flavour() -> dict[tuple[int, int], tuple[int, int]]:
         core, more = held.get((tenant_id, flavour_id), (0, 0))
         held[(tenant_id, flavour_id)] = (core + gpus - elastic, more + elastic)
     return held
+
+
+def held_by_node(cluster: Cluster) -> dict[str, dict[str, int]]:
+    """node -> flavour -> GPUs that admitted and running work holds there now (what the
+    queue gave it: placements, elastic pods included)."""
+    held: dict[str, dict[str, int]] = defaultdict(dict)
+    rows = Workload.objects.filter(cluster=cluster, state__in=Workload.ACTIVE_STATES)
+    for raw in rows.values_list("placements", flat=True):
+        for placement in parse_placements(raw):
+            on_node = held[placement.node]
+            on_node[placement.flavour] = on_node.get(placement.flavour, 0) + placement.gpus
+    return dict(held)
 
 
 def workloads_visible_to(user: Any) -> QuerySet[Workload]:

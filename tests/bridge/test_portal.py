@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.test import Client
 
@@ -134,3 +136,17 @@ def test_a_request_beyond_what_the_parent_can_give_is_refused_with_the_largest_a
     assert not QuotaRequest.objects.exists()
     # research holds 10, speech was given 2: vision may hold 8
     assert "The most vision can ask for now is 8 h100-80gb." in page
+
+
+def test_the_cluster_page_shows_what_runs_on_each_node(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    from scheduler_bridge.workloads.cycle import admission_cycle
+    from tests.workloads.test_queue import submit
+
+    assert submit(cast.member, "vision", 4, count=1).status_code == 201
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    page = logged_in(cast.lead).get("/clusters/gpu-east/").content.decode()
+    cells = re.findall(r'<td class="in-use">(.*?)</td>', page)
+    assert "4 × h100-80gb" in " ".join(cells)
+    assert sum(cell.strip() == "—" for cell in cells) == len(cells) - 1  # the others idle
