@@ -51,6 +51,17 @@ class QuotaRequestForm(forms.Form):
         field.queryset = selectors.flavours_visible_to(user).filter(capacity__gt=0)
 
 
+def _asked(request: HttpRequest) -> dict[str, Any]:
+    """A quota request form prefilled from a link (``?flavour=<id>&guaranteed=<n>``, as
+    the page of work that cannot run as asked links here); unreadable values are left out."""
+    initial: dict[str, Any] = {}
+    for key in ("flavour", "guaranteed"):
+        value = request.GET.get(key, "")
+        if value.isdigit():
+            initial[key] = int(value)
+    return initial
+
+
 def quota_panel(request: HttpRequest, tenant: Tenant) -> dict[str, Any] | None:
     quotas = list(Quota.objects.filter(tenant=tenant).select_related("flavour", "flavour__cluster"))
     requests = QuotaRequest.objects.filter(tenant=tenant).select_related("flavour", "requested_by")[
@@ -69,7 +80,7 @@ def quota_panel(request: HttpRequest, tenant: Tenant) -> dict[str, Any] | None:
         "overcommitted": overcommitted if tenant.parent_id is None else set(),
         "may_ask": may_ask,
         "may_decide": quota_services.can_set_quota(request.user, tenant),
-        "form": QuotaRequestForm(user=request.user) if may_ask else None,
+        "form": QuotaRequestForm(user=request.user, initial=_asked(request)) if may_ask else None,
         "tenant": tenant,
     }
 

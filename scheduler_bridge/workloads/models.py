@@ -192,6 +192,25 @@ class Workload(models.Model):
             counts[pod.pod_set] = counts.get(pod.pod_set, 0) + 1
         return counts
 
+    # reasons a pending workload is not in line at all: its request or its tenant's quota
+    # must change first (admission/explain.py INADMISSIBLE)
+    INADMISSIBLE_CODES = frozenset({"never_fits", "no_quota", "unknown_tenant", "unknown_flavour"})
+
+    @property
+    def inadmissible(self) -> bool:
+        return self.state == self.State.PENDING and self.reason_code in self.INADMISSIBLE_CODES
+
+    def quota_ask(self) -> dict[str, Any] | None:
+        """What to ask for so that it can run: its first flavour and the GPUs it needs
+        (None when it asks for no flavour Tidegate knows)."""
+        records = self.pod_set_records
+        if not records or not records[0].flavours:
+            return None
+        flavour = self.cluster.flavours.filter(name=records[0].flavours[0]).first()
+        if flavour is None:
+            return None
+        return {"flavour": flavour.pk, "guaranteed": sum(ps.core_record.gpus for ps in records)}
+
     def pods_report(self) -> list[dict[str, Any]]:
         """Per pod set: pods running now, its core (min) and its maximum."""
         now = self.pod_counts() if self.state in self.ACTIVE_STATES else {}

@@ -3,6 +3,8 @@ workload with its standing, its runs and a cancel button, scoped like the API.""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from scheduler_bridge.workloads.cycle import admission_cycle
@@ -147,3 +149,25 @@ def test_an_elastic_workload_page_shows_its_pods_and_each_shrink(
     assert page.count("elastic pod stopped") == 4
     assert "grew or shrank (elastic pods)" in page[page.index('id="history"') :]
     assert logged_in(cast.outsider).get(f"/workloads/{elastic}/").status_code == 404
+
+
+def test_work_that_cannot_run_as_asked_says_so_and_what_to_change(
+    fake_cluster: FakeCluster, cast: Cast, priorities: dict
+) -> None:
+    # work that may not be preempted runs only inside its tenant's guarantee (6)
+    stuck = submit(cast.lead, "vision", 8, name="too-big", priority_class="prod").json()["id"]
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    workload = Workload.objects.get(pk=stuck)
+    assert workload.inadmissible, workload.reason_code
+    queue = logged_in(cast.lead).get("/clusters/gpu-east/queue/").content.decode()
+    assert "Cannot run as asked" in queue
+    page = logged_in(cast.lead).get(f"/workloads/{stuck}/").content.decode()
+    hint = page[page.index('id="what-to-change"') :]
+    link = re.search(r'href="([^"]+)"', hint)
+    assert link is not None
+    assert link.group(1).replace("&amp;", "&") == (
+        f"/tenants/vision/?flavour={fake_cluster.h100.pk}&guaranteed=8#quota-request-form"
+    )
+    form = logged_in(cast.lead).get(link.group(1).replace("&amp;", "&")).content.decode()
+    assert 'name="guaranteed" value="8"' in form
+    assert f'<option value="{fake_cluster.h100.pk}" selected>' in form
