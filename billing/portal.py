@@ -21,6 +21,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import NoReverseMatch, path, reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
 from billing import charts, exports, periods, pricing, reports, selectors
@@ -29,6 +30,7 @@ from billing.charges import default_multipliers, grouped_usage, load_cards, load
 from billing.conf import billing_setting
 from billing.models import BillingPeriod, Budget, BudgetAlert, UsageRecord
 from billing.permissions import can_manage_platform_billing, can_read_any_billing
+from billing.pricing import Kind
 from tenants import access
 from tenants.errors import TidegateError
 from tenants.models import Tenant
@@ -85,6 +87,24 @@ def billing_home(request: HttpRequest) -> HttpResponse:
     return render(request, "billing/home.html", context)
 
 
+# What each kind of statement line is, in words finance reads (billing/pricing.py Kind).
+LINE_KINDS: dict[str, Any] = {
+    Kind.USAGE: gettext_lazy("in quota"),
+    Kind.ON_DEMAND: gettext_lazy("borrowed (on-demand rate)"),
+    Kind.RESERVED_CAPACITY: gettext_lazy("reserved capacity"),
+    Kind.IDLE: gettext_lazy("idle capacity"),
+    Kind.IDLE_SHARE: gettext_lazy("share of idle capacity"),
+    Kind.LATE_USAGE: gettext_lazy("late usage"),
+    Kind.LATE_ON_DEMAND: gettext_lazy("late borrowed usage"),
+    Kind.ADJUSTMENT: gettext_lazy("adjustment"),
+}
+
+
+def line_kind(kind: str) -> str:
+    label = LINE_KINDS.get(kind)
+    return str(label) if label is not None else kind
+
+
 @login_required
 def statement_detail(request: HttpRequest, pk: int) -> HttpResponse:
     statement = get_object_or_404(selectors.statements_visible_to(request.user), pk=pk)
@@ -93,10 +113,14 @@ def statement_detail(request: HttpRequest, pk: int) -> HttpResponse:
         workloads = reports.workload_breakdown(
             request.user, statement.period, tenant=statement.tenant, subtree=False
         )
+    lines = list(statement.lines.order_by("flavour_name", "kind", "id"))
+    corrected_by = list(statement.corrected_by.select_related("statement", "statement__period"))
+    for line in [*lines, *corrected_by]:
+        line.kind_label = line_kind(line.kind)  # type: ignore[attr-defined]
     context = {
         "statement": statement,
-        "lines": statement.lines.order_by("flavour_name", "kind", "id"),
-        "corrected_by": statement.corrected_by.select_related("statement", "statement__period"),
+        "lines": lines,
+        "corrected_by": corrected_by,
         "workloads": workloads,
     }
     return render(request, "billing/statement_detail.html", context)

@@ -65,6 +65,7 @@ def test_statement_page_and_export_download(closed: BillingPeriod, cast: Cast, r
     if response.status_code == 200:
         page = response.content.decode()
         assert "8.00 USD" in page and 'id="workloads"' in page
+        assert "<td>in quota</td>" in page and "<td>usage</td>" not in page  # kinds in words
     export = client.get("/billing/periods/2026-02/export/csv/")
     assert export.status_code == HOME[role]
     if export.status_code == 200:
