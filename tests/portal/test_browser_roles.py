@@ -90,8 +90,16 @@ def test_a_lead_follows_a_job_from_the_queue_and_cancels_it(
     assert "4×1 h100-80gb" in page.locator("#request").inner_text()
     assert "Running" in page.locator("#standing").inner_text()  # within vision's guarantee
     assert page.locator("#runs-chart .main-svg").count() > 0
+    asked: list[str] = []
+
+    def answer(dialog: Any) -> None:  # the confirmation a cancel asks for: accept it
+        asked.append(dialog.message)
+        dialog.accept()
+
+    page.on("dialog", answer)
     page.click("#standing button[type=submit]")
     page.wait_for_load_state("networkidle")
+    assert asked and asked[0].startswith("Cancel resnet-sweep?")
     assert "Workload cancelled" in page.content()
     assert "Cancel this workload" not in page.content()
     page.close()

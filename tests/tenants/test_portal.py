@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -118,3 +119,19 @@ def test_api_docs_are_served_from_local_static_files(cast: Cast) -> None:
     page = logged_in(cast.lead).get("/api/docs/").content.decode()
     assert "/static/drf_spectacular_sidecar/swagger-ui-dist/" in page
     assert "cdn" not in page.lower()
+
+
+def test_destructive_actions_ask_first(cast: Cast) -> None:
+    """Removing a member or a namespace binding and cancelling work each ask for a
+    confirmation that says what happens."""
+    from tenants.models import NamespaceBinding
+
+    NamespaceBinding.objects.get_or_create(
+        tenant=cast.team_a, cluster_name="gpu-east", namespace="vision-scratch"
+    )
+    page = logged_in(cast.platform_admin).get("/tenants/vision/").content.decode()
+    forms = re.findall(r'<form method="post" action="[^"]*/remove/"[^>]*>', page)
+    assert forms, "no remove forms on the page"
+    for form in forms:
+        assert 'class="confirm"' in form and "window.confirm" in form
+    assert "They lose access" in page and "Its ResourceQuota is removed" in page

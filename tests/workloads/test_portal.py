@@ -171,3 +171,11 @@ def test_work_that_cannot_run_as_asked_says_so_and_what_to_change(
     form = logged_in(cast.lead).get(link.group(1).replace("&amp;", "&")).content.decode()
     assert 'name="guaranteed" value="8"' in form
     assert f'<option value="{fake_cluster.h100.pk}" selected>' in form
+
+
+def test_cancelling_asks_first_and_says_what_happens(fake_cluster: FakeCluster, cast: Cast) -> None:
+    mine = submit(cast.member, "vision", 2, name="careful").json()["id"]
+    page = logged_in(cast.member).get(f"/workloads/{mine}/").content.decode()
+    form = page[page.index('action="/workloads/') :]
+    form = form[: form.index(">")]
+    assert "window.confirm" in form and "Cancel careful?" in form
