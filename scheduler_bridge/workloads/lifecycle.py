@@ -90,13 +90,20 @@ TRANSITIONS: dict[str, tuple[tuple[str, ...], str]] = {
 }
 
 
+# Transitions that change a workload but not its state: the states they may run in.
+STAYING: dict[str, tuple[str, ...]] = {"follow": (State.PENDING, *ACTIVE)}
+
+
 class IllegalTransition(Conflict):
     """The workload is not in a state this transition may start from (HTTP 409)."""
 
 
 def check(workload: Workload, transition: str) -> str:
     """The state `transition` leads to; IllegalTransition when `workload` cannot take it."""
-    sources, target = TRANSITIONS[transition]
+    if transition in STAYING:
+        sources, target = STAYING[transition], workload.state
+    else:
+        sources, target = TRANSITIONS[transition]
     if workload.pk is None and not sources:
         return target
     if workload.state not in sources:
@@ -377,17 +384,16 @@ def follow_scale(workload: Workload, count: int, *, now: datetime | None = None)
                 message=f"its pods were scaled to {count}",
             ).save()
 
-    with transaction.atomic():
-        hold_admission_lock(workload.cluster_id)
-        locked = Workload.objects.select_for_update().get(pk=workload.pk)
-        if locked.state not in (State.PENDING, *ACTIVE) or locked.pod_sets != seen:
-            raise Conflict(f"Workload {locked.pk} changed meanwhile; nothing to do.")
-        follow(locked)
-        locked.save()
-        _transition_event(locked, "follow", locked.state, f"its pods were scaled to {count}").save()
-        queue_admission_cycle(locked.cluster_id)
-    workload.refresh_from_db()
-    return locked
+    return _single(
+        workload,
+        "follow",
+        f"its pods were scaled to {count}",
+        actor=None,
+        source="system",
+        change=follow,
+        still=lambda locked: locked.pod_sets == seen,
+        follow_up=(queue_admission_cycle,),
+    )
 
 
 def requeue(workload: Workload, reason: str) -> Workload:

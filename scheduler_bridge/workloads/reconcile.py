@@ -153,7 +153,7 @@ def _start(
             return  # the Job is gone or over: the Job sync closes the workload
         if job.suspended:
             try:
-                _admit_job(gateway, workload)
+                _admit_object(gateway, workload)
             except ClusterUnreachable:
                 raise
             except GatewayError as error:
@@ -167,7 +167,7 @@ def _start(
     result.started.append(workload.pk)
 
 
-def _admit_job(gateway: ClusterGateway, workload: Workload) -> None:
+def _admit_object(gateway: ClusterGateway, workload: Workload) -> None:
     flavour = workload.flavour
     if flavour is None:
         raise GatewayError(f"workload {workload.pk} is admitted without a flavour")
