@@ -45,7 +45,7 @@ bench: $(STAMP) services
 ## Refresh locale/zh_Hans/LC_MESSAGES/django.po from the strings the sources mark
 ## (needs GNU gettext; tests/test_translations.py fails when it is out of date).
 messages: $(STAMP)
-	$(DEMO_ENV) $(BIN)/python manage.py makemessages -l zh_Hans --no-obsolete \
+	$(DEMO_ENV) $(BIN)/python manage.py makemessages -l zh_Hans --no-obsolete --no-location \
 		--ignore '.venv/*' --ignore 'tests/*' --ignore 'benchmarks/*' \
 		--ignore 'staticfiles/*' --ignore 'docs/*' --ignore 'platform/*'
 
