@@ -5,21 +5,20 @@ from __future__ import annotations
 from django.utils.translation import gettext as _
 
 from billing.models import BudgetAlert
+from tenants.languages import emails_by_language
 from tenants.models import Membership, Role
 
 NOTIFIED_ROLES = (Role.ADMIN, Role.FINANCE, Role.LEAD)
 
 
-def alert_recipients(alert: BudgetAlert) -> list[str]:
-    """E-mail addresses of admins, finance and leads on the budget's tenant or above it."""
+def alert_recipients(alert: BudgetAlert) -> dict[str, list[str]]:
+    """E-mail addresses of admins, finance and leads on the budget's tenant or above it,
+    grouped by the language each chose (each group gets the mail in its language)."""
     tenant = alert.budget.tenant
-    emails = (
-        Membership.objects.filter(tenant_id__in=tenant.ancestor_ids(), role__in=NOTIFIED_ROLES)
-        .exclude(user__email="")
-        .filter(user__is_active=True)
-        .values_list("user__email", flat=True)
-    )
-    return sorted(set(emails))
+    memberships = Membership.objects.filter(
+        tenant_id__in=tenant.ancestor_ids(), role__in=NOTIFIED_ROLES
+    ).select_related("user")
+    return emails_by_language({m.user for m in memberships})
 
 
 def alert_mail(alert: BudgetAlert) -> tuple[str, str]:

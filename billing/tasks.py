@@ -10,7 +10,7 @@ import logging
 
 from celery import shared_task
 from django.core.mail import send_mail
-from django.utils import timezone
+from django.utils import timezone, translation
 
 from billing.prometheus import PrometheusUnavailable
 from scheduler_bridge.gateways import ClusterUnreachable, GatewayError
@@ -92,16 +92,18 @@ def budget_alert_notify(alert_id: int) -> int:
     if not claimed:
         return 0
     alert = BudgetAlert.objects.select_related("budget", "budget__tenant").get(pk=alert_id)
-    recipients = alert_recipients(alert)
-    if not recipients:
-        return 0
-    subject, body = alert_mail(alert)
+    by_language = alert_recipients(alert)
+    sent = 0
     try:
-        send_mail(subject, body, None, recipients)
+        for language, recipients in by_language.items():
+            with translation.override(language):
+                subject, body = alert_mail(alert)
+            send_mail(subject, body, None, recipients)
+            sent += len(recipients)
     except OSError:
         BudgetAlert.objects.filter(pk=alert_id).update(emailed_at=None)
         raise
-    return len(recipients)
+    return sent
 
 
 @shared_task

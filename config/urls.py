@@ -11,6 +11,7 @@ from scheduler_bridge import webhooks
 from scheduler_bridge.api import urls as scheduler_api
 from tenants.api import urls as tenants_api
 from tenants.api.views import MeView
+from tenants.languages import set_language
 
 api_router = DefaultRouter()
 api_router.registry.extend(tenants_api.router.registry)
@@ -24,7 +25,7 @@ urlpatterns = [
     path("", include("billing.portal")),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("i18n/", include("django.conf.urls.i18n")),
+    path("i18n/setlang/", set_language, name="set_language"),
     path("api/v1/me/", MeView.as_view(), name="api-me"),
     path("api/v1/", include(api_router.urls)),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),

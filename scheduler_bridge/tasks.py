@@ -179,15 +179,24 @@ def mig_failure_notify(node_id: int, message: str) -> int:
     """Email the active staff admins that MIG Manager failed on a node. Returns mails sent."""
     from django.contrib.auth import get_user_model
     from django.core.mail import send_mail
+    from django.utils import translation
+    from django.utils.translation import gettext as _
 
     from scheduler_bridge.inventory.models import Node
+    from tenants.languages import emails_by_language
 
     node = Node.objects.select_related("cluster").filter(pk=node_id).first()
     if node is None:
         return 0
     admins = get_user_model().objects.filter(is_staff=True, is_active=True).exclude(email="")
-    recipients = list(admins.values_list("email", flat=True))
-    if not recipients:
-        return 0
-    subject = f"Tidegate: MIG reconfiguration failed on {node.name}"
-    return send_mail(subject, message, None, recipients, fail_silently=True)
+    sent = 0
+    for language, recipients in emails_by_language(admins).items():
+        with translation.override(language):
+            subject = _("Tidegate: MIG reconfiguration failed on %(node)s") % {"node": node.name}
+            body = _(
+                "MIG Manager could not apply the layout Tidegate asked for on node %(node)s "
+                "(cluster %(cluster)s). What it reported:\n\n%(message)s\n\n"
+                "The node keeps its previous layout; see its page in Tidegate."
+            ) % {"node": node.name, "cluster": node.cluster.name, "message": message}
+        sent += send_mail(subject, body, None, recipients, fail_silently=True)
+    return sent

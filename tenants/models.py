@@ -170,3 +170,16 @@ class AuditEvent(models.Model):
         return (
             f"{self.created_at:%Y-%m-%d %H:%M} {self.actor_repr} {self.action} {self.object_type}"
         )
+
+
+class UserPreference(models.Model):
+    """What a person chose for themselves: the language the portal and their e-mails use
+    (blank: the site's default, or what their browser asks for)."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="preference"
+    )
+    language = models.CharField(max_length=16, blank=True, choices=settings.LANGUAGES)
+
+    def __str__(self) -> str:
+        return f"{self.user} ({self.language or 'default'})"

@@ -5,8 +5,10 @@ from __future__ import annotations
 from celery import shared_task
 from django.conf import settings
 from django.core.mail import send_mail
+from django.utils import translation
 from django.utils.translation import gettext as _
 
+from tenants.languages import language_for
 from tenants.models import Membership
 
 
@@ -26,6 +28,12 @@ def membership_notify(membership_id: int) -> int:
     )
     if membership is None or not membership.user.email:
         return 0
+    with translation.override(language_for(membership.user)):
+        subject, body = _membership_mail(membership)
+    return send_mail(subject, body, settings.DEFAULT_FROM_EMAIL, [membership.user.email])
+
+
+def _membership_mail(membership: Membership) -> tuple[str, str]:
     subject = _("Tidegate: you are now %(role)s of %(tenant)s") % {
         "role": membership.get_role_display(),
         "tenant": membership.tenant.name,
@@ -39,7 +47,7 @@ def membership_notify(membership_id: int) -> int:
         "tenant": membership.tenant.name,
         "slug": membership.tenant.slug,
     }
-    return send_mail(subject, body, settings.DEFAULT_FROM_EMAIL, [membership.user.email])
+    return subject, body
 
 
 @shared_task

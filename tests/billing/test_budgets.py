@@ -18,6 +18,7 @@ from billing.models import Budget, BudgetAlert, BudgetStatus
 from scheduler_bridge.admission import model as m
 from scheduler_bridge.admission.engine import run_cycle
 from scheduler_bridge.workloads.budget_gate import budget_gate_for
+from tenants.models import UserPreference
 from tests.billing.conftest import MAR, GpuCluster
 from tests.billing.factories import record_usage
 from tests.conftest import Cast, client_for
@@ -307,3 +308,21 @@ def test_the_admission_engine_shows_the_budget_reason(cast: Cast, gpu: GpuCluste
     (decision,) = result.pending
     assert decision.code == m.ReasonCode.BUDGET
     assert f"budget for {month_name(now)} exhausted (hard)" in decision.message
+
+
+def test_an_alert_reaches_each_reader_in_the_language_they_chose(
+    cast: Cast, gpu: GpuCluster, django_capture_on_commit_callbacks: Any
+) -> None:
+    UserPreference.objects.create(user=cast.lead, language="zh-hans")
+    vision_budget(cast)
+    spend(cast, gpu, 13)  # 52.00 = 52 %
+    with django_capture_on_commit_callbacks(execute=True):
+        assert budgets_evaluate(now=NOW).alerts_fired == 1
+    by_reader = {tuple(message.to): message for message in mail.outbox}
+    assert set(by_reader) == {
+        ("dept-admin@example.com", "money@example.com"),
+        ("vision-lead@example.com",),
+    }
+    chinese = by_reader[("vision-lead@example.com",)]
+    assert "budget" not in chinese.subject and "预算" in chinese.subject
+    assert "has used 50 %" in by_reader[("dept-admin@example.com", "money@example.com")].subject
