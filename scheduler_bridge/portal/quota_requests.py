@@ -105,7 +105,6 @@ class QuotaRequestForm(forms.Form):
         min_value=0,
         required=False,
         label=gettext_lazy("Guaranteed GPUs"),
-        help_text=gettext_lazy("The most you can ask for is shown with each flavour."),
     )
     borrow_limit = forms.IntegerField(
         min_value=0, required=False, label=gettext_lazy("Borrow limit")

@@ -58,7 +58,7 @@ def test_a_row_says_what_is_held_what_is_asked_and_what_the_parent_can_give(
     page = logged_in(cast.dept_admin).get("/quota-requests/").content.decode()
     row = page.split(f'id="request-{request.pk}"', 1)[1].split("</article>", 1)[0]
     assert "guaranteed 6, borrow limit 16, lend limit all unused" in row
-    assert "guaranteed 7" in row and 'borrow limit <span class="meta">kept</span>' in row
+    assert "guaranteed 7" in row and 'borrow limit <span class="meta">kept</span> (16)' in row
     assert "at most 8" in row
     assert "vit-huge needs 7" in row and "vision-lead" in row and "ago" in row
 
