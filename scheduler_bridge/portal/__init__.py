@@ -19,6 +19,7 @@ from scheduler_bridge.portal.quota_requests import (
     quota_deletion_blocker,
     quota_panel,
     quota_request_add,
+    quota_request_withdraw,
 )
 
 __all__ = [
@@ -40,6 +41,11 @@ urlpatterns = [
     ),
     path("quota-requests/", quota_inbox, name="portal-quota-requests"),
     path("quota-requests/decided/", quota_history, name="portal-quota-request-history"),
+    path(
+        "quota-requests/<int:request_id>/withdraw/",
+        quota_request_withdraw,
+        name="portal-quota-request-withdraw",
+    ),
     path(
         "quota-requests/<int:request_id>/<str:decision>/",
         quota_request_decide,

@@ -16,7 +16,7 @@ from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import redirect
+from django.shortcuts import get_object_or_404, redirect
 from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
@@ -177,6 +177,7 @@ def quota_panel(request: HttpRequest, tenant: Tenant) -> dict[str, Any] | None:
         "may_ask": may_ask,
         "may_decide": quota_services.can_set_quota(request.user, tenant),
         "asks": list(asks.values()),
+        "user_id": request.user.pk,
         "form": form,
         "tenant": tenant,
     }
@@ -231,3 +232,24 @@ def _add_errors(form: QuotaRequestForm, error: TidegateError) -> None:
             placed = True
     if not placed:
         form.add_error(None, error.message)
+
+
+@login_required
+@require_POST
+def quota_request_withdraw(request: HttpRequest, request_id: int) -> HttpResponse:
+    """The requester takes back a request still waiting for a decision (anyone else: 404)."""
+    quota_request = get_object_or_404(
+        selectors.quota_requests_visible_to(request.user).filter(
+            requested_by_id=request.user.pk, state=QuotaRequest.State.PENDING
+        ),
+        pk=request_id,
+    )
+    try:
+        quota_services.quota_request_cancel(
+            actor=request.user, request=quota_request, source="portal"
+        )
+    except TidegateError as error:
+        messages.error(request, error.message)
+    else:
+        messages.success(request, _("Quota request withdrawn."))
+    return redirect(reverse("portal-tenant", args=[quota_request.tenant.slug]) + "#quotas")

@@ -215,3 +215,30 @@ def test_who_may_not_ask_for_quota_gets_404(
     )
     assert response.status_code == 404
     assert not QuotaRequest.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_requester_withdraws_a_waiting_request_after_confirming(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    request = QuotaRequest.objects.create(
+        tenant=cast.team_a,
+        flavour=fake_cluster.h100,
+        guaranteed=8,
+        justification="x",
+        requested_by=cast.lead,
+    )
+    page = logged_in(cast.lead).get("/tenants/vision/").content.decode()
+    form = page[page.index(f'action="/quota-requests/{request.pk}/withdraw/"') :]
+    assert "window.confirm" in form[: form.index(">")]
+    for someone_else in ("member", "dept_admin", "outsider"):
+        response = logged_in(cast.user(someone_else)).post(
+            f"/quota-requests/{request.pk}/withdraw/"
+        )
+        assert response.status_code == 404
+    response = logged_in(cast.lead).post(f"/quota-requests/{request.pk}/withdraw/", follow=True)
+    assert "Quota request withdrawn." in response.content.decode()
+    request.refresh_from_db()
+    assert request.state == "cancelled"
+    again = logged_in(cast.lead).post(f"/quota-requests/{request.pk}/withdraw/")
+    assert again.status_code == 404
