@@ -175,3 +175,20 @@ def test_an_admin_of_another_subtree_cannot_decide_or_see_the_request(
     assert listed(client.get("/quota-requests/").content.decode()) == set()
     assert client.post(f"/quota-requests/{request.pk}/approve/").status_code == 404
     assert client.post(f"/quota-requests/{request.pk}/maybe/").status_code == 404
+
+
+def test_approving_what_no_longer_fits_is_refused_at_the_request(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    request = ask(cast, fake_cluster, cast.team_a, 9)  # research has 8 left for vision
+    response = logged_in(cast.dept_admin).post(
+        f"/quota-requests/{request.pk}/approve/", {"comment": "fine by me"}
+    )
+    assert response.status_code == 400
+    page = response.content.decode()
+    row = page.split(f'id="request-{request.pk}"', 1)[1].split("</article>", 1)[0]
+    assert "parent research has 8 unassigned" in row
+    assert "fine by me</textarea>" in row  # what was typed is kept
+    request.refresh_from_db()
+    assert request.state == "pending"
+    assert Quota.objects.get(tenant=cast.team_a, flavour=fake_cluster.h100).guaranteed == 6
