@@ -14,14 +14,16 @@ class BillingConfig(AppConfig):
 
     def ready(self) -> None:
         # Lower apps ask; billing answers through their registries (docs/architecture.md#registries).
-        from billing import demo, portal
+        from billing import cluster_health, demo, portal
         from billing.gate import budget_gate_for_cluster
+        from scheduler_bridge.portal import register_cluster_health
         from scheduler_bridge.workloads.budget_gate import register_budget_gate
         from tenants.deletion import register_deletion_blocker
         from tenants.demo import register_demo_seeder
         from tenants.portal.views import register_tenant_panel
 
         register_budget_gate(budget_gate_for_cluster)
+        register_cluster_health(cluster_health.usage_collection_health)
         register_deletion_blocker(demo.billing_deletion_blocker)
         register_demo_seeder(demo.seed_demo_billing)
         # The panel checks at render time that the billing pages are routed.

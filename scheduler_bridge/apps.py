@@ -14,6 +14,7 @@ class SchedulerBridgeConfig(AppConfig):
         from tenants.context_processors import register_nav_entry
         from tenants.deletion import register_deletion_blocker
         from tenants.demo import register_demo_seeder
+        from tenants.models import Role
         from tenants.portal.views import register_tenant_panel
 
         register_deletion_blocker(portal.quota_deletion_blocker)
@@ -22,5 +23,11 @@ class SchedulerBridgeConfig(AppConfig):
         register_tenant_panel(queue_portal.queue_panel)
         register_deletion_blocker(queue_portal.workload_deletion_blocker)
         register_nav_entry("portal-clusters", _("Clusters"), None)
+        register_nav_entry(
+            "portal-quota-requests",
+            _("Quota requests"),
+            frozenset({Role.ADMIN}),
+            count=portal.pending_count,
+        )
         register_binding_check(bindings.binding_check)
         register_binding_listener(bindings.sync_quotas_of)

@@ -30,6 +30,8 @@ class QuotaContext:
 class QuotaViolation:
     field: str
     message: str
+    # which rule: lend_above_guarantee, parent_room, below_children, above_capacity
+    code: str = ""
 
 
 def quota_violations(
@@ -48,6 +50,7 @@ def quota_violations(
                 "lend_limit",
                 f"lend_limit {lend_limit} exceeds guaranteed {guaranteed}: a tenant can lend "
                 "only its own guarantee.",
+                "lend_above_guarantee",
             )
         )
     if c.parent is not None:
@@ -59,6 +62,7 @@ def quota_violations(
                     f"{c.tenant} asks {guaranteed} {c.flavour}, parent {c.parent} has "
                     f"{max(room, 0)} unassigned (guaranteed {c.parent_guaranteed}, "
                     f"{c.siblings_guaranteed} given to other sub-tenants).",
+                    "parent_room",
                 )
             )
     if guaranteed < c.children_guaranteed:
@@ -67,6 +71,7 @@ def quota_violations(
                 "guaranteed",
                 f"{c.tenant}'s sub-tenants already hold {c.children_guaranteed} {c.flavour}; "
                 f"its guarantee cannot go below that (asked {guaranteed}). Lower theirs first.",
+                "below_children",
             )
         )
     if c.parent is None and not overcommit_allowed:
@@ -78,6 +83,7 @@ def quota_violations(
                     f"top-level guarantees would total {total} {c.flavour} but the cluster has "
                     f"{c.capacity}; lower them, or have a platform admin allow an explicit "
                     "overcommit on this quota.",
+                    "above_capacity",
                 )
             )
     return found

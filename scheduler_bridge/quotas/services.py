@@ -6,16 +6,23 @@ once can never together hand out more than the parent (or the cluster) has.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from scheduler_bridge.followups import queue_admission_cycle, queue_quota_sync
 from scheduler_bridge.inventory.models import Flavour
 from scheduler_bridge.quotas.models import Quota, QuotaRequest
-from scheduler_bridge.quotas.rules import QuotaContext, largest_guarantee, quota_violations
+from scheduler_bridge.quotas.rules import (
+    QuotaContext,
+    QuotaViolation,
+    largest_guarantee,
+    quota_violations,
+)
 from tenants import access
 from tenants.audit import audit_record, snapshot
 from tenants.errors import Conflict, PermissionDenied, ValidationFailed
@@ -55,12 +62,60 @@ def quota_context(tenant: Tenant, flavour: Flavour) -> QuotaContext:
     )
 
 
-def _raise_violations(violations: list[Any]) -> None:
+def violation_message(violation: QuotaViolation, context: QuotaContext, guaranteed: int) -> str:
+    """A broken quota rule in the reader's language, with the numbers that explain it."""
+    c = context
+    if violation.code == "lend_above_guarantee":
+        return _(
+            "The lend limit exceeds guaranteed %(guaranteed)s: a tenant can lend only its "
+            "own guarantee."
+        ) % {"guaranteed": guaranteed}
+    if violation.code == "parent_room":
+        return _(
+            "%(tenant)s asks %(asked)s %(flavour)s, parent %(parent)s has %(room)s unassigned "
+            "(guaranteed %(parent_guaranteed)s, %(siblings)s given to other sub-tenants)."
+        ) % {
+            "tenant": c.tenant,
+            "asked": guaranteed,
+            "flavour": c.flavour,
+            "parent": c.parent,
+            "room": max(c.parent_guaranteed - c.siblings_guaranteed, 0),
+            "parent_guaranteed": c.parent_guaranteed,
+            "siblings": c.siblings_guaranteed,
+        }
+    if violation.code == "below_children":
+        return _(
+            "%(tenant)s's sub-tenants already hold %(held)s %(flavour)s; its guarantee cannot "
+            "go below that (asked %(asked)s). Lower theirs first."
+        ) % {
+            "tenant": c.tenant,
+            "held": c.children_guaranteed,
+            "flavour": c.flavour,
+            "asked": guaranteed,
+        }
+    if violation.code == "above_capacity":
+        return _(
+            "top-level guarantees would total %(total)s %(flavour)s but the cluster has "
+            "%(capacity)s; lower them, or have a platform admin allow an explicit overcommit "
+            "on this quota."
+        ) % {
+            "total": c.other_top_level_guaranteed + guaranteed,
+            "flavour": c.flavour,
+            "capacity": c.capacity,
+        }
+    return violation.message
+
+
+def _raise_violations(
+    violations: list[QuotaViolation], context: QuotaContext, guaranteed: int, hint: str = ""
+) -> None:
     if violations:
         field_errors: dict[str, list[str]] = {}
         for violation in violations:
-            field_errors.setdefault(violation.field, []).append(violation.message)
-        raise ValidationFailed(violations[0].message, field_errors=field_errors)
+            message = violation_message(violation, context, guaranteed) + hint
+            field_errors.setdefault(violation.field, []).append(message)
+        first = violations[0]
+        raise ValidationFailed(field_errors[first.field][0], field_errors=field_errors)
 
 
 def _check_amounts(guaranteed: Any, borrow_limit: Any, lend_limit: Any) -> None:
@@ -73,7 +128,9 @@ def _check_amounts(guaranteed: Any, borrow_limit: Any, lend_limit: Any) -> None:
             continue
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise ValidationFailed(
-                f"{field} must be a whole number >= 0 (got {value!r}).", field=field
+                _("%(field)s must be a whole number >= 0 (got %(value)s).")
+                % {"field": field, "value": repr(value)},
+                field=field,
             )
 
 
@@ -125,12 +182,18 @@ def quota_upsert(
     with the numbers when a rule is broken.
     """
     if not can_set_quota(actor, tenant):
-        raise PermissionDenied(
-            f"Setting quotas of {tenant.slug} needs the admin role on "
-            f"{tenant.parent.slug if tenant.parent else 'the platform'}."
-        )
+        if tenant.parent is not None:
+            message = _("Setting quotas of %(tenant)s needs the admin role on %(parent)s.") % {
+                "tenant": tenant.slug,
+                "parent": tenant.parent.slug,
+            }
+        else:
+            message = _("Setting quotas of %(tenant)s needs the admin role on the platform.") % {
+                "tenant": tenant.slug
+            }
+        raise PermissionDenied(message)
     if overcommit_allowed is not None and not access.is_platform_admin(actor):
-        raise PermissionDenied("Only platform administrators may allow an overcommit.")
+        raise PermissionDenied(_("Only platform administrators may allow an overcommit."))
     _check_amounts(guaranteed, borrow_limit, lend_limit)
     with transaction.atomic():
         Flavour.objects.select_for_update().get(pk=flavour.pk)
@@ -140,13 +203,13 @@ def quota_upsert(
         if quota is None:
             quota = Quota(tenant=tenant, flavour=flavour)
         allowed = quota.overcommit_allowed if overcommit_allowed is None else overcommit_allowed
+        context = quota_context(tenant, flavour)
         _raise_violations(
             quota_violations(
-                quota_context(tenant, flavour),
-                guaranteed=guaranteed,
-                lend_limit=lend_limit,
-                overcommit_allowed=allowed,
-            )
+                context, guaranteed=guaranteed, lend_limit=lend_limit, overcommit_allowed=allowed
+            ),
+            context,
+            guaranteed,
         )
         quota.guaranteed = guaranteed
         quota.borrow_limit = borrow_limit
@@ -176,15 +239,16 @@ def quota_delete(*, actor: Any, quota: Quota, source: str = "api") -> None:
     """Remove a quota (its children must hold none of the flavour any more)."""
     if not can_set_quota(actor, quota.tenant):
         raise PermissionDenied(
-            f"Removing quotas of {quota.tenant.slug} needs the parent's admin role."
+            _("Removing quotas of %(tenant)s needs the parent's admin role.")
+            % {"tenant": quota.tenant.slug}
         )
     with transaction.atomic():
         Flavour.objects.select_for_update().get(pk=quota.flavour_id)
         held = _sum(Quota.objects.filter(flavour=quota.flavour, tenant__parent=quota.tenant))
         if held:
             raise Conflict(
-                f"{quota.tenant.slug}'s sub-tenants hold {held} {quota.flavour.name}; "
-                "remove their quotas first."
+                _("%(tenant)s's sub-tenants hold %(held)s %(flavour)s; remove their quotas first.")
+                % {"tenant": quota.tenant.slug, "held": held, "flavour": quota.flavour.name}
             )
         audit_record(
             actor=actor,
@@ -198,53 +262,125 @@ def quota_delete(*, actor: Any, quota: Quota, source: str = "api") -> None:
     queue_quota_sync(quota.flavour.cluster_id)
 
 
+@dataclass(frozen=True)
+class QuotaSeen:
+    """A quota's numbers as a form showed them (all None: there was no quota yet)."""
+
+    guaranteed: int | None
+    borrow_limit: int | None
+    lend_limit: int | None
+
+    @classmethod
+    def of(cls, quota: Quota | None) -> QuotaSeen:
+        if quota is None:
+            return cls(None, None, None)
+        return cls(quota.guaranteed, quota.borrow_limit, quota.lend_limit)
+
+    def describe(self) -> str:
+        """'guaranteed 6, borrow limit 16, lend limit all unused', in the reader's language."""
+        if self.guaranteed is None:
+            return _("no quota yet")
+        return _("guaranteed %(guaranteed)s, borrow limit %(borrow)s, lend limit %(lend)s") % {
+            "guaranteed": self.guaranteed,
+            "borrow": _("cohort") if self.borrow_limit is None else self.borrow_limit,
+            "lend": _("all unused") if self.lend_limit is None else self.lend_limit,
+        }
+
+
+class QuotaChangedMeanwhile(Conflict):
+    """The quota changed after the form asking to change it was shown."""
+
+    def __init__(self, message: str, *, current: QuotaSeen) -> None:
+        super().__init__(message)
+        self.current = current
+
+
+class AlreadyRequested(Conflict):
+    """The same change is already waiting for a decision (a form sent twice)."""
+
+    def __init__(self, message: str, *, existing: QuotaRequest) -> None:
+        super().__init__(message)
+        self.existing = existing
+
+
 def quota_request_create(
     *,
     actor: Any,
     tenant: Tenant,
     flavour: Flavour,
-    guaranteed: int,
+    guaranteed: int | None,
     justification: str,
     borrow_limit: int | None = None,
     lend_limit: int | None = None,
+    seen: QuotaSeen | None = None,
     source: str = "api",
 ) -> QuotaRequest:
-    """A lead (or admin) of `tenant` asks for a quota change, with a justification."""
+    """A lead (or admin) of `tenant` asks for a quota change, with a justification.
+
+    A blank (None) guarantee keeps the current one; blank borrow and lend limits are kept
+    by the approval. With `seen` (the numbers a form showed), a quota that changed since
+    is refused (QuotaChangedMeanwhile, with the current numbers). The same change asked
+    again by the same person while the first waits is refused (AlreadyRequested): requests
+    of one flavour serialise on its row, so two identical submits at once make one request.
+    Raises PermissionDenied without the lead or admin role, ValidationFailed with the
+    largest possible ask when the parent (or the cluster) cannot give it.
+    """
     if not access.has_role(actor, tenant, [Role.LEAD, Role.ADMIN]):
-        raise PermissionDenied(f"Asking for quota of {tenant.slug} needs the lead or admin role.")
+        raise PermissionDenied(
+            _("Asking for quota of %(tenant)s needs the lead or admin role.")
+            % {"tenant": tenant.slug}
+        )
     if not justification.strip():
-        raise ValidationFailed("Say why the team needs this change.", field="justification")
+        raise ValidationFailed(_("Say why the team needs this change."), field="justification")
     if flavour.capacity == 0:
         raise ValidationFailed(
-            f"Cluster {flavour.cluster.name} currently has no {flavour.name}; "
-            f"ask for one of: {', '.join(_available_flavours(flavour))}.",
+            _("Cluster %(cluster)s currently has no %(flavour)s; ask for one of: %(available)s.")
+            % {
+                "cluster": flavour.cluster.name,
+                "flavour": flavour.name,
+                "available": ", ".join(_available_flavours(flavour)),
+            },
             field="flavour",
         )
-    _check_amounts(guaranteed, borrow_limit, lend_limit)
-    if lend_limit is not None and lend_limit > guaranteed:
-        raise ValidationFailed(
-            f"lend_limit {lend_limit} exceeds guaranteed {guaranteed}.", field="lend_limit"
-        )
-    # refused now, with what it could ask for, rather than pending for nothing (the
-    # approval checks again, against the quotas of that moment)
-    current = Quota.objects.filter(tenant=tenant, flavour=flavour).first()
-    allowed = bool(current and current.overcommit_allowed)
-    context = quota_context(tenant, flavour)
-    violations = quota_violations(
-        context, guaranteed=guaranteed, lend_limit=lend_limit, overcommit_allowed=allowed
-    )
-    if violations:
-        largest = largest_guarantee(context, overcommit_allowed=allowed)
-        hint = (
-            f" The most {tenant.slug} can ask for now is {largest} {flavour.name}."
-            if largest is not None and guaranteed > largest
-            else ""
-        )
-        raise ValidationFailed(
-            violations[0].message + hint,
-            field_errors={v.field: [v.message + hint] for v in violations},
-        )
+    _check_amounts(0 if guaranteed is None else guaranteed, borrow_limit, lend_limit)
     with transaction.atomic():
+        Flavour.objects.select_for_update().get(pk=flavour.pk)
+        current = Quota.objects.filter(tenant=tenant, flavour=flavour).first()
+        now = QuotaSeen.of(current)
+        if seen is not None and seen != now:
+            raise QuotaChangedMeanwhile(
+                _(
+                    "The quota of %(tenant)s on %(flavour)s changed while the form was open; "
+                    "it is now: %(current)s. Check the numbers and send again."
+                )
+                % {"tenant": tenant.slug, "flavour": flavour.name, "current": now.describe()},
+                current=now,
+            )
+        if guaranteed is None:
+            if current is None:
+                raise ValidationFailed(
+                    _("%(tenant)s has no quota of %(flavour)s yet: say how many GPUs to guarantee.")
+                    % {"tenant": tenant.slug, "flavour": flavour.name},
+                    field="guaranteed",
+                )
+            guaranteed = current.guaranteed
+        _refuse_unchanged(current, guaranteed, borrow_limit, lend_limit)
+        _refuse_what_cannot_fit(tenant, flavour, current, guaranteed, borrow_limit, lend_limit)
+        pending = QuotaRequest.objects.filter(
+            tenant=tenant,
+            flavour=flavour,
+            requested_by=actor,
+            state=QuotaRequest.State.PENDING,
+            guaranteed=guaranteed,
+            borrow_limit=borrow_limit,
+            lend_limit=lend_limit,
+        ).first()
+        if pending is not None:
+            raise AlreadyRequested(
+                _("This request was already sent (request %(id)s); it waits for a decision.")
+                % {"id": pending.pk},
+                existing=pending,
+            )
         request = QuotaRequest.objects.create(
             tenant=tenant,
             flavour=flavour,
@@ -265,9 +401,68 @@ def quota_request_create(
     return request
 
 
+def _refuse_unchanged(
+    current: Quota | None, guaranteed: int, borrow_limit: int | None, lend_limit: int | None
+) -> None:
+    if (
+        current is not None
+        and guaranteed == current.guaranteed
+        and borrow_limit in (None, current.borrow_limit)
+        and lend_limit in (None, current.lend_limit)
+    ):
+        raise ValidationFailed(
+            _("These are the current numbers: change at least one of them."), field="guaranteed"
+        )
+
+
+def _refuse_what_cannot_fit(
+    tenant: Tenant,
+    flavour: Flavour,
+    current: Quota | None,
+    guaranteed: int,
+    borrow_limit: int | None,
+    lend_limit: int | None,
+) -> None:
+    """Refused now, with what it could ask for, rather than pending for nothing (the
+    approval checks again, against the quotas of that moment)."""
+    kept_lend = lend_limit if lend_limit is not None else (current.lend_limit if current else None)
+    if kept_lend is not None and kept_lend > guaranteed:
+        raise ValidationFailed(
+            _(
+                "The lend limit %(lend)s exceeds guaranteed %(guaranteed)s: a tenant can lend "
+                "only its own guarantee."
+            )
+            % {"lend": kept_lend, "guaranteed": guaranteed},
+            field="lend_limit",
+        )
+    allowed = bool(current and current.overcommit_allowed)
+    context = quota_context(tenant, flavour)
+    violations = quota_violations(
+        context, guaranteed=guaranteed, lend_limit=lend_limit, overcommit_allowed=allowed
+    )
+    largest = largest_guarantee(context, overcommit_allowed=allowed)
+    hint = ""
+    if largest is not None and guaranteed > largest:
+        hint = " " + _("The most %(tenant)s can ask for now is %(largest)s %(flavour)s.") % {
+            "tenant": tenant.slug,
+            "largest": largest,
+            "flavour": flavour.name,
+        }
+    _raise_violations(violations, context, guaranteed, hint)
+
+
+def largest_ask(tenant: Tenant, flavour: Flavour) -> int | None:
+    """The largest guarantee `tenant` could ask for on `flavour` now (None: no ceiling)."""
+    current = Quota.objects.filter(tenant=tenant, flavour=flavour).first()
+    return largest_guarantee(
+        quota_context(tenant, flavour),
+        overcommit_allowed=bool(current and current.overcommit_allowed),
+    )
+
+
 def _available_flavours(flavour: Flavour) -> list[str]:
     names = Flavour.objects.filter(cluster_id=flavour.cluster_id, capacity__gt=0)
-    return list(names.values_list("name", flat=True)) or ["(none: sync the inventory first)"]
+    return list(names.values_list("name", flat=True)) or [_("(none: sync the inventory first)")]
 
 
 def _decide(
@@ -276,7 +471,8 @@ def _decide(
     locked = QuotaRequest.objects.select_for_update().get(pk=request.pk)
     if locked.state != QuotaRequest.State.PENDING:
         raise Conflict(
-            f"Quota request {locked.pk} is already {locked.state}; it cannot be decided again."
+            _("Quota request %(id)s is already %(state)s; it cannot be decided again.")
+            % {"id": locked.pk, "state": locked.get_state_display().lower()}
         )
     before = snapshot(locked)
     locked.state = state
@@ -304,7 +500,8 @@ def quota_request_approve(
     A borrow or lend limit the request left empty keeps the quota's current one."""
     if not can_set_quota(actor, request.tenant):
         raise PermissionDenied(
-            f"Approving quota for {request.tenant.slug} needs the admin role on its parent."
+            _("Approving quota for %(tenant)s needs the admin role on its parent.")
+            % {"tenant": request.tenant.slug}
         )
     with transaction.atomic():
         decided = _decide(actor, request, QuotaRequest.State.APPROVED, comment, source)
@@ -329,10 +526,11 @@ def quota_request_reject(
 ) -> QuotaRequest:
     if not can_set_quota(actor, request.tenant):
         raise PermissionDenied(
-            f"Rejecting quota for {request.tenant.slug} needs the admin role on its parent."
+            _("Rejecting quota for %(tenant)s needs the admin role on its parent.")
+            % {"tenant": request.tenant.slug}
         )
     if not comment.strip():
-        raise ValidationFailed("Tell the requester why: a comment is required.", field="comment")
+        raise ValidationFailed(_("Tell the requester why: a comment is required."), field="comment")
     with transaction.atomic():
         return _decide(actor, request, QuotaRequest.State.REJECTED, comment.strip(), source)
 
@@ -341,6 +539,6 @@ def quota_request_cancel(*, actor: Any, request: QuotaRequest, source: str = "ap
     if request.requested_by_id != getattr(actor, "pk", None) and not can_set_quota(
         actor, request.tenant
     ):
-        raise PermissionDenied("Only the requester or an approver may cancel a quota request.")
+        raise PermissionDenied(_("Only the requester or an approver may cancel a quota request."))
     with transaction.atomic():
         return _decide(actor, request, QuotaRequest.State.CANCELLED, "", source)
