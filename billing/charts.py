@@ -45,7 +45,7 @@ def spend_by_cost_center(groups: Sequence[dict[str, Any]], currency: str, title:
     )
     figure.update_xaxes(**CATEGORY_AXIS)
     figure.update_yaxes(**VALUE_AXIS)
-    return _html(figure, "spend-by-cost-centre")
+    return _html(figure, "spend-by-cost-centre-chart")
 
 
 def burn(
@@ -102,7 +102,7 @@ def burn(
     figure.update_layout(
         title={"text": title, "x": 0.01, "xanchor": "left"}, yaxis_title=currency, **LAYOUT
     )
-    figure.update_xaxes(automargin=True, tickangle=-35, tickformat="%d %b")
+    figure.update_xaxes(automargin=True, tickangle=-35, tickformat="%m-%d")
     figure.update_yaxes(**VALUE_AXIS)
     return _html(figure, "budget-burn")
 
