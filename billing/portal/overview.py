@@ -94,7 +94,7 @@ def billing_home(request: HttpRequest) -> HttpResponse:
         ),
         "statements": statements,
         "may_close": closable,
-        "preview": close_preview(request.user, period) if closable else None,
+        "preview": close_preview(request.user, period, report) if closable else None,
     }
     return render(request, "billing/home.html", context)
 

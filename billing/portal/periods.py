@@ -40,11 +40,14 @@ class ClosePreview:
     idle: bool
 
 
-def close_preview(user: Any, period: BillingPeriod) -> ClosePreview:
+def close_preview(
+    user: Any, period: BillingPeriod, report: reports.PeriodReport | None = None
+) -> ClosePreview:
     """Statements (one per active tenant or tenant with charges, plus the idle capacity
     statement when the policy shows it as a line), lines and total the close will freeze,
-    priced as of now like the close itself (billing.periods)."""
-    report = reports.period_report(user, period)
+    priced as of now like the close itself (billing.periods). ``report``: the caller's
+    whole-platform report of ``period``, when it has one already."""
+    report = report or reports.period_report(user, period)
     charged = {row.tenant_id for row in report.rows if row.tenant_id is not None}
     active = set(Tenant.objects.filter(is_active=True).values_list("pk", flat=True))
     tenants = len(active | charged)
@@ -93,7 +96,7 @@ def period_list(request: HttpRequest) -> HttpResponse:
             row["provisional_total"] = report.total
             row["currency"] = report.currency
             if may_close(request.user, period):
-                row["preview"] = close_preview(request.user, period)
+                row["preview"] = close_preview(request.user, period, report)
         rows.append(row)
     return render(request, "billing/periods.html", {"rows": rows})
 

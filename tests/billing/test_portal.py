@@ -193,3 +193,18 @@ def test_the_burn_shown_is_the_rate_the_forecast_uses_and_says_how_it_is_compute
     left = budget.amount - status.spent
     assert left / Decimal("16.00") == Decimal("11.75")
     assert '"name":"At this burn rate"' in page  # the chart draws the same projection
+
+
+@pytest.mark.parametrize(
+    "recent, running, shown, basis",
+    [("1.00", "16.00", "16.00", "running"), ("5.00", "2.00", "5.00", "recent")],
+)
+def test_the_burn_rate_is_the_larger_of_recent_spend_and_running_work(
+    recent: str, running: str, shown: str, basis: str
+) -> None:
+    from billing.budgets import burn_rate
+
+    rate = burn_rate(
+        recent_per_hour=Decimal(recent), running_per_hour=Decimal(running), window_hours=72
+    )
+    assert (rate.per_hour, rate.basis) == (Decimal(shown), basis)
