@@ -133,29 +133,52 @@ def budget_overview(request: HttpRequest) -> HttpResponse:
                 "share": share,
             }
         )
-    chart = ""
-    if budgets:
-        name, start, end = budget_window(Budget.Cadence.MONTH, now)
-        paths = dict(Tenant.objects.values_list("pk", "path"))
-        groups = {
-            f"{b.tenant.slug} ({b.get_cadence_display()})": {
-                pk for pk, path in paths.items() if path.startswith(b.tenant.path)
-            }
-            for b in budgets
-        }
-        spend = daily_spend(groups, start, min(end, now + timedelta(hours=1)))
-        # The whole month is drawn; days still to come stay blank.
-        month = days_between(start, end)
-        blank: list[float | None] = [None] * (len(month) - len(spend.days))
-        shares: list[list[float | None]] = [
-            [*(float(total * 100 / budget.amount) for total in spend.cumulative(label)), *blank]
-            for label, budget in zip(groups, budgets, strict=True)
-        ]
-        chart = charts.budget_heatmap(
-            list(groups),
-            month,
-            shares,
-            _("Share of each budget spent by the end of each day, %(period)s") % {"period": name},
-            x_title=_("Day of %(period)s") % {"period": name},
-        )
+    chart = _heatmap(budgets, now) if budgets else ""
     return render(request, "billing/budgets.html", {"rows": rows, "chart": chart})
+
+
+def _heatmap(budgets: list[Budget], now: datetime) -> str:
+    """Budgets x days of this month: the share of each budget spent by the end of each day
+    (a quarterly budget counts its quarter's earlier months too)."""
+    name, start, end = budget_window(Budget.Cadence.MONTH, now)
+    paths = dict(Tenant.objects.values_list("pk", "path"))
+    groups = {
+        f"{b.tenant.slug} ({b.get_cadence_display()})": {
+            pk for pk, path in paths.items() if path.startswith(b.tenant.path)
+        }
+        for b in budgets
+    }
+    spend = daily_spend(groups, start, min(end, now + timedelta(hours=1)))
+    earlier_start = budget_window(Budget.Cadence.QUARTER, now)[1]
+    earlier_groups = {
+        label: members
+        for (label, members), b in zip(groups.items(), budgets, strict=True)
+        if b.cadence == Budget.Cadence.QUARTER
+    }
+    earlier = (
+        daily_spend(earlier_groups, earlier_start, start)
+        if earlier_groups and earlier_start < start
+        else None
+    )
+    # The whole month is drawn; days still to come stay blank.
+    month = days_between(start, end)
+    blank: list[float | None] = [None] * (len(month) - len(spend.days))
+    shares: list[list[float | None]] = []
+    for label, budget in zip(groups, budgets, strict=True):
+        before = sum(earlier.amounts.get(label, [])) if earlier else Decimal(0)
+        shares.append(
+            [
+                *(
+                    float((before + total) * 100 / budget.amount)
+                    for total in spend.cumulative(label)
+                ),
+                *blank,
+            ]
+        )
+    return charts.budget_heatmap(
+        list(groups),
+        month,
+        shares,
+        _("Share of each budget spent by the end of each day, %(period)s") % {"period": name},
+        x_title=_("Day of %(period)s") % {"period": name},
+    )

@@ -306,3 +306,19 @@ def test_every_finance_page_speaks_chinese_but_for_its_data(
             f"{url}: {t}" for t in visible_text(response.content.decode()) if untranslated(t, data)
         ]
     assert left == []
+
+
+def test_a_quarterly_budget_in_the_heat_map_counts_its_quarter_so_far(
+    cast: Cast, gpu: GpuCluster
+) -> None:
+    from datetime import UTC, datetime
+
+    from billing.portal.budgets import _heatmap
+
+    record_usage(cast.team_a, gpu.h100, FEB + timedelta(days=3), hours=2)  # 4.00 in February
+    budget = Budget.objects.create(
+        tenant=cast.team_a, cadence="quarter", amount=Decimal("40.00"), currency="USD"
+    )
+    html = _heatmap([budget], datetime(2026, 3, 2, 12, tzinfo=UTC))
+    # 4.00 of 40.00 spent before March: every March day so far starts at 10 %.
+    assert '"z":[[10.0,10.0,null' in html
