@@ -64,6 +64,7 @@ def pages(cast: Cast, gpu: GpuCluster) -> dict[str, dict[str, int]]:
         "/billing/budgets/panel/vision/": VISION_READERS,
         "/billing/periods/2026-02/cost-centre/?code=CC-VISION": VISION_READERS,
         "/billing/periods/2026-02/cost-centre/?code=__idle__": PLATFORM_ONLY,
+        "/billing/periods/2026-02/export/csv/?tenant=vision": VISION_READERS,
         "/billing/periods/2031-01/export/csv/": dict.fromkeys(ROLE_NAMES, 404),
         "/billing/periods/2026-02/export/docx/": dict.fromkeys(ROLE_NAMES, 404),
     }
@@ -191,6 +192,10 @@ def test_a_statement_drills_down_to_flavours_and_workload_pages(
     drilled = client.get(f"/billing/statements/{statement.pk}/?flavour=h100-80gb").content.decode()
     workloads = drilled[drilled.index('id="workloads"') :]
     assert f'<a href="/workloads/{workload.pk}/">resnet</a>' in workloads
+    downloads = page[page.index('id="statement-downloads"') :]
+    assert 'href="/billing/periods/2026-02/export/pdf/?tenant=vision"' in downloads
+    pdf = client.get("/billing/periods/2026-02/export/pdf/?tenant=vision")
+    assert pdf.status_code == 200 and pdf.content.startswith(b"%PDF")
     other = client.get(f"/billing/statements/{statement.pk}/?flavour=nothing-like-it")
     assert "No metered workloads." in other.content.decode()
 

@@ -126,3 +126,28 @@ def test_finance_charts_draw_in_each_language(
     assert ("/h" if language == "en" else "/小时") in burn
     page.screenshot(path=str(tmp_path / f"vision-{language}.png"), full_page=True)
     page.close()
+
+
+def test_the_budget_panel_follows_new_spend_without_a_reload(
+    demo: None, live_server: Any, browser: Any
+) -> None:
+    from billing.models import Budget
+
+    page = browser.new_page()
+    page.clock.install()  # htmx's "every 30s" runs on the page's clock: move it on
+    page.goto(f"{live_server.url}/accounts/login/")
+    page.fill("#id_username", "vision-lead")
+    page.fill("#id_password", DEMO_PASSWORD)
+    page.click("button[type=submit]")
+    page.goto(f"{live_server.url}/tenants/vision/")
+    before = page.locator("#budget-summary").inner_text()
+    budget = Budget.objects.get(tenant__slug="vision")
+    Budget.objects.filter(pk=budget.pk).update(amount=budget.amount + 1000)
+    with page.expect_response(lambda r: "/billing/budgets/panel/vision/" in r.url):
+        page.clock.fast_forward("00:31")
+    page.wait_for_function(
+        "before => document.querySelector('#budget-summary').innerText !== before", arg=before
+    )
+    assert f"{budget.amount + 1000:.2f} USD" in page.locator("#budget-summary").inner_text()
+    page.wait_for_selector("#budget-burn .main-svg")  # the chart is drawn again after the swap
+    page.close()
