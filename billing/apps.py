@@ -33,11 +33,16 @@ class BillingConfig(AppConfig):
 
 
 def register_nav_entry() -> None:
-    """Put "Billing" in the navigation of everyone who reads money."""
+    """Put "Billing" in the navigation of everyone who reads money, and the finance pages
+    (billing periods, budgets, rate cards) in that of those who read them."""
     from tenants import access
     from tenants.context_processors import register_nav_entry as register
+    from tenants.models import Role
 
     register("billing-home", _("Billing"), access.BILLING_READ_ROLES)
+    register("billing-periods", _("Billing periods"), access.BILLING_READ_ROLES)
+    register("billing-budgets", _("Budgets"), access.BILLING_READ_ROLES)
+    register("billing-rate-cards", _("Rate cards"), frozenset({Role.FINANCE}))
 
 
 def _portal_routed() -> bool:

@@ -3,8 +3,9 @@
 A budget covers its tenant's whole subtree. Evaluation prices the subtree's ledger rows of
 the current month or quarter with the same code as statements, adds reserved capacity
 accrued so far, and stores the result in BudgetStatus, which the admission gate reads.
-The forecast projects exhaustion from the recent burn (FORECAST_WINDOW_HOURS of metered
-spend), but never slower than what the work running now costs per hour.
+The forecast projects exhaustion from one burn rate (:func:`burn_rate`): the average of
+the last FORECAST_WINDOW_HOURS of metered spend, or what the work running now costs per
+hour when that is more. Pages show that same rate and say which of the two it is.
 """
 
 from __future__ import annotations
@@ -224,6 +225,45 @@ def running_cost_per_hour(
     return {k: v for k, v in priced.totals().items() if k is not None}
 
 
+@dataclass(frozen=True)
+class BurnRate:
+    """The one burn rate a budget is forecast with, and where it comes from.
+
+    ``basis`` is ``"recent"`` (the average of the last ``window_hours`` of metered spend) or
+    ``"running"`` (what the work running now costs per hour, when that is more: the ledger
+    lags an hour behind, and newly admitted work has not been metered yet).
+    """
+
+    per_hour: Decimal
+    basis: str
+    recent_per_hour: Decimal
+    running_per_hour: Decimal
+    window_hours: int
+
+
+def burn_rate(
+    *, recent_per_hour: Decimal, running_per_hour: Decimal, window_hours: int
+) -> BurnRate:
+    """The rate forecasts use: the larger of the recent average and the running cost."""
+    running_wins = running_per_hour > recent_per_hour
+    return BurnRate(
+        per_hour=running_per_hour if running_wins else recent_per_hour,
+        basis="running" if running_wins else "recent",
+        recent_per_hour=recent_per_hour,
+        running_per_hour=running_per_hour,
+        window_hours=window_hours,
+    )
+
+
+def status_burn_rate(status: BudgetStatus) -> BurnRate:
+    """The burn rate ``status`` was forecast with (from its stored components)."""
+    return burn_rate(
+        recent_per_hour=status.burn_per_hour,
+        running_per_hour=status.running_per_hour,
+        window_hours=int(billing_setting("FORECAST_WINDOW_HOURS")),
+    )
+
+
 def forecast_exhaustion(
     *, amount: Decimal, spent: Decimal, per_hour: Decimal, now: datetime, window_end: datetime
 ) -> datetime | None:
@@ -274,8 +314,14 @@ def budgets_evaluate(*, now: datetime | None = None) -> EvaluationResult:
         for budget in group:
             members = subtrees[budget.pk]
             spent = sum((spent_by_tenant.get(t, Decimal(0)) for t in members), Decimal("0.00"))
-            burn = sum((recent.get(t, Decimal(0)) for t in members), Decimal(0)) / window_hours
-            now_rate = sum((running.get(t, Decimal(0)) for t in members), Decimal(0))
+            recent_spend = sum((recent.get(t, Decimal(0)) for t in members), Decimal(0))
+            rate = burn_rate(
+                recent_per_hour=(recent_spend / window_hours).quantize(Decimal("0.0001")),
+                running_per_hour=sum(
+                    (running.get(t, Decimal(0)) for t in members), Decimal(0)
+                ).quantize(Decimal("0.0001")),
+                window_hours=window_hours,
+            )
             BudgetStatus.objects.update_or_create(
                 budget=budget,
                 defaults={
@@ -283,12 +329,12 @@ def budgets_evaluate(*, now: datetime | None = None) -> EvaluationResult:
                     "window_start": start,
                     "window_end": end,
                     "spent": spent,
-                    "burn_per_hour": burn.quantize(Decimal("0.0001")),
-                    "running_per_hour": now_rate.quantize(Decimal("0.0001")),
+                    "burn_per_hour": rate.recent_per_hour,
+                    "running_per_hour": rate.running_per_hour,
                     "forecast_exhausted_at": forecast_exhaustion(
                         amount=budget.amount,
                         spent=spent,
-                        per_hour=max(burn, now_rate),
+                        per_hour=rate.per_hour,
                         now=now,
                         window_end=end,
                     ),

@@ -11,7 +11,13 @@ from typing import Any
 import plotly.graph_objects as go
 from django.utils.translation import gettext as _
 
-LAYOUT: dict[str, Any] = {"height": 320, "margin": {"l": 50, "r": 10, "t": 40, "b": 80}}
+LAYOUT: dict[str, Any] = {
+    "height": 340,
+    "margin": {"l": 60, "r": 20, "t": 50, "b": 40},
+}
+# Long tenant and cost centre names: tilt the labels and let plotly make room for them.
+CATEGORY_AXIS: dict[str, Any] = {"automargin": True, "tickangle": -35}
+VALUE_AXIS: dict[str, Any] = {"automargin": True, "rangemode": "tozero"}
 
 
 def _html(figure: go.Figure, div_id: str) -> str:
@@ -31,8 +37,15 @@ def spend_by_cost_center(groups: Sequence[dict[str, Any]], currency: str, title:
             go.Bar(name=_("Showback"), x=names, y=[float(g["showback"]) for g in groups]),
         ]
     )
-    figure.update_layout(barmode="stack", title=title, yaxis_title=currency, **LAYOUT)
-    return _html(figure, "spend-by-cost-centre")
+    figure.update_layout(
+        barmode="stack",
+        title={"text": title, "x": 0.01, "xanchor": "left"},
+        yaxis_title=currency,
+        **LAYOUT,
+    )
+    figure.update_xaxes(**CATEGORY_AXIS)
+    figure.update_yaxes(**VALUE_AXIS)
+    return _html(figure, "spend-by-cost-centre-chart")
 
 
 def burn(
@@ -43,8 +56,11 @@ def burn(
     currency: str,
     forecast_at: datetime | None,
     title: str,
+    projection: tuple[datetime, Decimal, datetime, Decimal] | None = None,
 ) -> str:
-    """Daily spend (bars), cumulative spend (line), the budget and its forecast exhaustion."""
+    """Daily spend (bars), cumulative spend (line), the budget, its forecast exhaustion and
+    ``projection`` ((now, spent), (then, spent at the burn rate)): the line the forecast
+    follows, so the chart and the stated rate agree."""
     cumulative = []
     running = Decimal(0)
     for amount in daily:
@@ -56,9 +72,24 @@ def burn(
             go.Scatter(name=_("Spent so far"), x=list(days), y=cumulative, mode="lines+markers"),
         ]
     )
+    if projection is not None:
+        start, spent, end, projected = projection
+        figure.add_trace(
+            go.Scatter(
+                name=_("At this burn rate"),
+                x=[start, end],
+                y=[float(spent), float(projected)],
+                mode="lines",
+                line={"dash": "dot", "color": "darkorange"},
+            )
+        )
     if budget is not None:
         figure.add_hline(
-            y=float(budget), line_dash="dash", line_color="firebrick", annotation_text=_("Budget")
+            y=float(budget),
+            line_dash="dash",
+            line_color="firebrick",
+            annotation_text=_("Budget"),
+            annotation_position="top left",
         )
     if forecast_at is not None:
         figure.add_vline(
@@ -66,6 +97,69 @@ def burn(
             line_dash="dot",
             line_color="darkorange",
             annotation_text=_("Forecast: exhausted"),
+            annotation_position="bottom right",
         )
-    figure.update_layout(title=title, yaxis_title=currency, **LAYOUT)
+    figure.update_layout(
+        title={"text": title, "x": 0.01, "xanchor": "left"}, yaxis_title=currency, **LAYOUT
+    )
+    figure.update_xaxes(automargin=True, tickangle=-35, tickformat="%m-%d")
+    figure.update_yaxes(**VALUE_AXIS)
     return _html(figure, "budget-burn")
+
+
+def trend(
+    periods: Sequence[str],
+    chargeback: Sequence[Decimal],
+    showback: Sequence[Decimal],
+    *,
+    currency: str,
+    title: str,
+) -> str:
+    """Month over month: chargeback and showback per period, stacked."""
+    figure = go.Figure(
+        data=[
+            go.Bar(name=_("Chargeback"), x=list(periods), y=[float(a) for a in chargeback]),
+            go.Bar(name=_("Showback"), x=list(periods), y=[float(a) for a in showback]),
+        ]
+    )
+    figure.update_layout(
+        barmode="stack",
+        title={"text": title, "x": 0.01, "xanchor": "left"},
+        yaxis_title=currency,
+        **LAYOUT,
+    )
+    figure.update_xaxes(type="category", **CATEGORY_AXIS)
+    figure.update_yaxes(**VALUE_AXIS)
+    return _html(figure, "spend-trend")
+
+
+def budget_heatmap(
+    tenants: Sequence[str],
+    days: Sequence[date],
+    shares: Sequence[Sequence[float | None]],
+    title: str,
+    x_title: str = "",
+) -> str:
+    """Tenants x days, coloured by the share of the budget spent by the end of each day
+    (percent; 100 = the budget is used up)."""
+    figure = go.Figure(
+        data=[
+            go.Heatmap(
+                z=[list(row) for row in shares],
+                x=[f"{day:%d}" for day in days],
+                y=list(tenants),
+                zmin=0,
+                zmax=max([100.0, *(v for row in shares for v in row if v is not None)]),
+                colorscale=[[0, "#f7fbff"], [0.5, "#fdae61"], [1, "#a50026"]],
+                colorbar={"title": {"text": _("Budget used (per cent)")}},
+                hovertemplate=_("%(tenant)s, %(day)s: %(share)s %% of the budget spent")
+                % {"tenant": "%{y}", "day": "%{x}", "share": "%{z:.0f}"}
+                + "<extra></extra>",
+            )
+        ]
+    )
+    layout = LAYOUT | {"height": max(260, 90 + 34 * len(tenants))}
+    figure.update_layout(title={"text": title, "x": 0.01, "xanchor": "left"}, **layout)
+    figure.update_xaxes(automargin=True, type="category", title_text=x_title)
+    figure.update_yaxes(automargin=True, autorange="reversed", type="category")
+    return _html(figure, "budget-heatmap")

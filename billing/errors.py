@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from tenants.errors import Conflict, ValidationFailed
 
 
@@ -9,10 +11,12 @@ class RateCardOverlap(ValidationFailed):
     """Two rate cards for the same scope would both be valid on some day."""
 
     field = "valid_from"
+    other: Any = None  # the rate card it overlaps
 
 
 class CurrencyMismatch(ValidationFailed):
     field = "currency"
+    other: Any = None  # the rate card in another currency, when one is the reason
 
 
 class PeriodNotFound(ValidationFailed):

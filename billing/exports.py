@@ -5,8 +5,14 @@ The CSV has exactly the columns finance loads elsewhere:
 An open period's export is provisional: the file name says so, the ``X-Tidegate-Provisional``
 header says so (set by the views), the XLSX sheet and the PDF say so in their titles.
 
+The CSV and the XLSX data sheet keep these machine column names in every language (other
+systems load them). What people read is in their language: the XLSX "about" sheet (which
+also explains each column), and the PDF's title and column headers. PDFs in Chinese use
+ReportLab's built-in CID font STSong-Light (no font files needed).
+
 Text cells that a spreadsheet would run as a formula (starting with = + - @ tab or CR)
-get a leading apostrophe (OWASP "CSV injection"); numbers are written as numbers.
+get a leading apostrophe (OWASP "CSV injection"); numbers are written as numbers, with
+number formats in the XLSX (hours to 4 places, rates to 6, amounts to cents).
 """
 
 from __future__ import annotations
@@ -16,8 +22,10 @@ import io
 from collections.abc import Iterable
 from decimal import Decimal
 
+from django.utils.translation import get_language, gettext_lazy
 from django.utils.translation import gettext as _
 
+from billing.pricing import IDLE_TENANT
 from billing.reports import PeriodReport, ReportRow
 
 CSV_COLUMNS = (
@@ -31,6 +39,32 @@ CSV_COLUMNS = (
     "amount",
     "currency",
 )
+# Column headers for people (the PDF, the XLSX "about" sheet), in the reader's language.
+COLUMN_LABELS = {
+    "period": gettext_lazy("Period"),
+    "tenant": gettext_lazy("Tenant"),
+    "cost_center": gettext_lazy("Cost centre"),
+    "flavor": gettext_lazy("Flavour"),
+    "gpu_hours_allocated": gettext_lazy("GPU-hours"),
+    "gpu_hours_busy": gettext_lazy("Busy GPU-hours"),
+    "rate": gettext_lazy("Rate"),
+    "amount": gettext_lazy("Amount"),
+    "currency": gettext_lazy("Currency"),
+}
+COLUMN_HELP = {
+    "period": gettext_lazy("Billing period (calendar month, UTC)"),
+    "tenant": gettext_lazy("Tenant slug; __idle__ is capacity no tenant held"),
+    "cost_center": gettext_lazy("Cost centre of the tenant"),
+    "flavor": gettext_lazy("GPU flavour, or the kind of charge for lines without one"),
+    "gpu_hours_allocated": gettext_lazy("GPU-hours held, in whole-GPU equivalents"),
+    "gpu_hours_busy": gettext_lazy("GPU-hours the GPUs were busy (empty: not measured)"),
+    "rate": gettext_lazy("Price of one GPU-hour on this line"),
+    "amount": gettext_lazy("Amount charged (or shown, in showback)"),
+    "currency": gettext_lazy("ISO 4217 currency code"),
+}
+# Excel number formats of the numeric columns (E..H).
+NUMBER_FORMATS = {"E": "#,##0.0000", "F": "#,##0.0000", "G": "#,##0.000000", "H": "#,##0.00"}
+CJK_FONT = "STSong-Light"
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
 CONTENT_TYPES = {
     "csv": "text/csv; charset=utf-8",
@@ -97,14 +131,25 @@ def to_xlsx(report: PeriodReport) -> bytes:
     for row in report.rows:
         # Decimals go in as numbers (exact to the cent in the file's text form).
         sheet.append(["" if cell is None else cell for cell in _cells(row)])
+    for column, number_format in NUMBER_FORMATS.items():
+        for cell in sheet[column][1:]:
+            cell.number_format = number_format
     for column, width in zip("ABCDEFGHI", (9, 18, 14, 28, 12, 12, 12, 14, 9), strict=True):
         sheet.column_dimensions[column].width = width
+    sheet.freeze_panes = "A2"
     about = book.create_sheet("about")
     about.append([_("Period"), report.period.name])
     about.append([_("State"), _("provisional") if report.provisional else _("closed")])
     about.append([_("Total"), report.total, report.currency])
+    about["B3"].number_format = "#,##0.00"
     if report.provisional:
         about.append([_("Provisional: the period is still open; amounts will change.")])
+    about.append([])
+    about.append([_("Column"), _("Name"), _("Meaning")])
+    for name in CSV_COLUMNS:
+        about.append([name, str(COLUMN_LABELS[name]), str(COLUMN_HELP[name])])
+    for column, width in zip("ABC", (22, 18, 60), strict=True):
+        about.column_dimensions[column].width = width
     buffer = io.BytesIO()
     book.save(buffer)
     return buffer.getvalue()
@@ -116,12 +161,13 @@ def to_pdf(report: PeriodReport) -> bytes:
     from reportlab.lib.styles import getSampleStyleSheet
     from reportlab.platypus import Paragraph, SimpleDocTemplate, Spacer, Table, TableStyle
 
+    font, bold = _pdf_fonts()
     buffer = io.BytesIO()
-    document = SimpleDocTemplate(
-        buffer, pagesize=landscape(A4), title=f"Chargeback {report.period.name}"
-    )
-    styles = getSampleStyleSheet()
     title = _("Chargeback statement %(period)s") % {"period": report.period.name}
+    document = SimpleDocTemplate(buffer, pagesize=landscape(A4), title=title)
+    styles = getSampleStyleSheet()
+    for style in ("Title", "Heading2", "Normal"):
+        styles[style].fontName = bold if style != "Normal" else font
     story = [Paragraph(_escape(title), styles["Title"])]
     if report.provisional:
         story.append(
@@ -140,14 +186,18 @@ def to_pdf(report: PeriodReport) -> bytes:
         )
     )
     story.append(Spacer(1, 12))
-    data: list[list[str]] = [list(CSV_COLUMNS)]
+    data: list[list[str]] = [[str(COLUMN_LABELS[name]) for name in CSV_COLUMNS]]
     for row in report.rows:
-        data.append(["" if cell is None else str(cell) for cell in _cells(row)])
+        cells = ["" if cell is None else str(cell) for cell in _cells(row)]
+        if row.tenant == IDLE_TENANT:
+            cells[1] = _("Idle capacity")
+        data.append(cells)
     table = Table(data, repeatRows=1)
     table.setStyle(
         TableStyle(
             [
-                ("FONT", (0, 0), (-1, 0), "Helvetica-Bold"),
+                ("FONT", (0, 0), (-1, -1), font),
+                ("FONT", (0, 0), (-1, 0), bold),
                 ("FONTSIZE", (0, 0), (-1, -1), 7),
                 ("GRID", (0, 0), (-1, -1), 0.25, colors.grey),
                 ("ALIGN", (4, 1), (7, -1), "RIGHT"),
@@ -158,6 +208,19 @@ def to_pdf(report: PeriodReport) -> bytes:
     story.append(table)
     document.build(story)
     return buffer.getvalue()
+
+
+def _pdf_fonts() -> tuple[str, str]:
+    """(body, bold) fonts for the current language: Helvetica cannot draw Chinese, so
+    Chinese PDFs use the CID font every PDF reader has (no bold variant)."""
+    if (get_language() or "").lower().startswith("zh"):
+        from reportlab.pdfbase import pdfmetrics
+        from reportlab.pdfbase.cidfonts import UnicodeCIDFont
+
+        if CJK_FONT not in pdfmetrics.getRegisteredFontNames():
+            pdfmetrics.registerFont(UnicodeCIDFont(CJK_FONT))
+        return CJK_FONT, CJK_FONT
+    return "Helvetica", "Helvetica-Bold"
 
 
 def _escape(text: str) -> str:

@@ -136,11 +136,13 @@ def _check_against_others(card: RateCard) -> None:
             continue
         if other.scope_key() == card.scope_key():
             until = other.valid_to or "open end"
-            raise RateCardOverlap(
+            overlap = RateCardOverlap(
                 f"Rate card '{other.name}' ({other.scope_label()}) is already valid from "
                 f"{other.valid_from} to {until}; end it before {card.valid_from} or start this "
                 "one after it."
             )
+            overlap.other = other  # the portal names it in the user's language
+            raise overlap
     # A statement prices a whole month in one currency: cards valid in the same calendar
     # month must agree on it, even when their days do not overlap.
     first, last = _month_span(card.valid_from, card.valid_to)
@@ -148,11 +150,13 @@ def _check_against_others(card: RateCard) -> None:
         if other.currency == card.currency:
             continue
         if _overlaps(first, last, other.valid_from, other.valid_to):
-            raise CurrencyMismatch(
+            mismatch = CurrencyMismatch(
                 f"Rate card '{other.name}' is in {other.currency} in the same month; one month "
                 f"is billed in one currency (this one is {card.currency}). Start the new "
                 "currency on the first day of a month."
             )
+            mismatch.other = other
+            raise mismatch
 
 
 def _month_span(valid_from: Any, valid_to: Any) -> tuple[Any, Any]:

@@ -89,10 +89,10 @@ def test_closing_from_the_portal_needs_the_platform_role(cast: Cast, gpu: GpuClu
     form = page[page.rindex("<form", 0, page.index('id="close-form"')) :]
     action = re.search(r'action="([^"]+)"', form)
     assert action is not None and action.group(1) == "/billing/periods/2026-02/close/"
-    assert "freezes its statements" in form and "window.confirm" in form  # asks first
+    assert "Closing 2026-02 freezes" in form and "window.confirm" in form  # asks first
     closed = admin.post(action.group(1), follow=True)
     assert closed.redirect_chain[-1][0] == "/billing/?period=2026-02"  # the portal, not the API
-    assert "Period 2026-02 closed." in closed.content.decode()
+    assert "Period 2026-02 closed: its statements are frozen." in closed.content.decode()
     assert BillingPeriod.objects.get(name="2026-02").state == "closed"
 
 
@@ -137,7 +137,7 @@ def test_the_panel_stays_away_where_billing_is_not_routed(
 ) -> None:
     from django.urls import NoReverseMatch
 
-    from billing import portal
+    from billing.portal import budgets as portal
 
     def unrouted(name: str, *args: Any, **kwargs: Any) -> str:
         raise NoReverseMatch(name)
@@ -145,3 +145,66 @@ def test_the_panel_stays_away_where_billing_is_not_routed(
     monkeypatch.setattr(portal, "reverse", unrouted)
     page = logged_in(cast.lead).get("/tenants/vision/")
     assert page.status_code == 200 and 'id="budget-panel"' not in page.content.decode()
+
+
+def test_the_burn_shown_is_the_rate_the_forecast_uses_and_says_how_it_is_computed(
+    cast: Cast, gpu: GpuCluster
+) -> None:
+    from datetime import UTC, datetime
+
+    from django.utils.formats import date_format
+
+    from billing.models import BudgetStatus
+    from scheduler_bridge.workloads.models import Workload
+
+    now = datetime(2026, 3, 10, tzinfo=UTC)
+    record_usage(cast.team_a, gpu.h100, now - timedelta(hours=6), hours=6)  # 6 x 2.00
+    budget = Budget.objects.create(tenant=cast.team_a, amount=Decimal("200.00"), currency="USD")
+    budgets_evaluate(now=now)
+    page = logged_in(cast.lead).get("/tenants/vision/").content.decode()
+    # 12.00 metered in the 72 h window: 0.17 per hour, 188.00 left lasts past March.
+    assert "Burn 0.17 USD/h (average of the last 72 h of metered spend)." in page
+    assert "At this rate the budget lasts until the period ends." in page
+
+    Workload.objects.create(
+        cluster=gpu.cluster,
+        tenant=cast.team_a,
+        name="big",
+        pod_sets=[],
+        submitted_at=now,
+        admitted_at=now,
+        state=Workload.State.RUNNING,
+        flavour=gpu.h100,
+        gpus=8,
+    )
+    budgets_evaluate(now=now)
+    status = BudgetStatus.objects.get(budget=budget)
+    assert status.forecast_exhausted_at == now + timedelta(hours=11, minutes=45)  # 188 / 16
+    page = logged_in(cast.lead).get("/tenants/vision/").content.decode()
+    burn = page[page.index('id="burn"') :]
+    burn = burn[: burn.index("</p>")]
+    assert (
+        "Burn 16.00 USD/h (what the work running now costs per hour; the average of the "
+        "last 72 h of metered spend is lower (0.17/h))." in burn
+    )
+    shown = date_format(status.forecast_exhausted_at, "SHORT_DATETIME_FORMAT")
+    assert f'runs out on <strong id="forecast">{shown}</strong>' in burn
+    # The rate shown and the forecast agree: what is left / the rate = the time to run out.
+    left = budget.amount - status.spent
+    assert left / Decimal("16.00") == Decimal("11.75")
+    assert '"name":"At this burn rate"' in page  # the chart draws the same projection
+
+
+@pytest.mark.parametrize(
+    "recent, running, shown, basis",
+    [("1.00", "16.00", "16.00", "running"), ("5.00", "2.00", "5.00", "recent")],
+)
+def test_the_burn_rate_is_the_larger_of_recent_spend_and_running_work(
+    recent: str, running: str, shown: str, basis: str
+) -> None:
+    from billing.budgets import burn_rate
+
+    rate = burn_rate(
+        recent_per_hour=Decimal(recent), running_per_hour=Decimal(running), window_hours=72
+    )
+    assert (rate.per_hour, rate.basis) == (Decimal(shown), basis)

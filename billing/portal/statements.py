@@ -1,0 +1,129 @@
+"""Statements with their drill-down: a tenant's statement -> its flavours -> the
+workloads that used them (linked to their pages); and a cost centre's statements."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from decimal import Decimal
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
+
+from billing import reports, selectors
+from billing.permissions import can_manage_platform_billing
+from billing.portal.common import (
+    IDLE_COST_CENTRE,
+    line_kind,
+    period_or_404,
+    require_billing_reader,
+)
+from billing.pricing import IDLE_TENANT
+from scheduler_bridge.workloads.models import Workload
+
+
+def _flavour_totals(lines: list[Any]) -> list[dict[str, Any]]:
+    totals: dict[str, dict[str, Any]] = {}
+    for line in lines:
+        name = line.flavour_name or ""
+        group = totals.setdefault(
+            name, {"flavour": name, "gpu_hours": Decimal(0), "amount": Decimal("0.00")}
+        )
+        group["gpu_hours"] += line.gpu_hours
+        group["amount"] += line.amount
+    return sorted(totals.values(), key=lambda g: (-g["amount"], g["flavour"]))
+
+
+def _link_workloads(workloads: list[dict[str, Any]]) -> None:
+    """Give each metered workload still known to the queue a link to its page."""
+    ids = {w["workload_id"] for w in workloads if w["workload_id"]}
+    known = set(Workload.objects.filter(pk__in=ids).values_list("pk", flat=True))
+    for w in workloads:
+        w["url"] = (
+            reverse("portal-workload", args=[w["workload_id"]]) if w["workload_id"] in known else ""
+        )
+
+
+@login_required
+def statement_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    statement = get_object_or_404(selectors.statements_visible_to(request.user), pk=pk)
+    flavour = request.GET.get("flavour", "")
+    workloads: list[dict[str, Any]] = []
+    if statement.tenant is not None:
+        workloads = reports.workload_breakdown(
+            request.user, statement.period, tenant=statement.tenant, subtree=False
+        )
+        if flavour:
+            workloads = [w for w in workloads if w["flavor"] == flavour]
+        _link_workloads(workloads)
+    lines = list(statement.lines.order_by("flavour_name", "kind", "id"))
+    corrected_by = list(statement.corrected_by.select_related("statement", "statement__period"))
+    for line in [*lines, *corrected_by]:
+        line.kind_label = line_kind(line.kind)  # type: ignore[attr-defined]
+    context = {
+        "statement": statement,
+        "is_idle": statement.tenant_slug == IDLE_TENANT,
+        "lines": lines,
+        "flavours": _flavour_totals(lines),
+        "flavour": flavour,
+        "corrected_by": corrected_by,
+        "workloads": workloads,
+    }
+    return render(request, "billing/statement_detail.html", context)
+
+
+@login_required
+def cost_centre_detail(request: HttpRequest, name: str) -> HttpResponse:
+    """One cost centre in one period: its tenants' statements, per flavour and per kind."""
+    require_billing_reader(request)
+    period = period_or_404(name)
+    code = request.GET.get("code", "")
+    if code == IDLE_TENANT and not can_manage_platform_billing(request.user):
+        raise Http404  # idle capacity is the platform's: only its billing managers read it
+    report = reports.period_report(request.user, period)
+    if code == IDLE_TENANT:
+        rows = [r for r in report.rows if r.tenant == IDLE_TENANT]
+    else:
+        rows = [r for r in report.rows if r.tenant != IDLE_TENANT and r.cost_center == code]
+    if not rows and code and code != IDLE_TENANT:
+        known = selectors.billing_tenants(request.user).filter(cost_center=code).exists()
+        if not known:
+            raise Http404
+    statement_of = dict(
+        selectors.statements_visible_to(request.user)
+        .filter(period=period)
+        .values_list("tenant_slug", "pk")
+    )
+    tenants: dict[str, dict[str, Any]] = {}
+    flavours: dict[str, Decimal] = defaultdict(lambda: Decimal("0.00"))
+    kinds: dict[str, Decimal] = defaultdict(lambda: Decimal("0.00"))
+    for row in rows:
+        tenant = tenants.setdefault(
+            row.tenant,
+            {
+                "slug": row.tenant,
+                "name": row.tenant_name,
+                "mode": row.mode,
+                "amount": Decimal("0.00"),
+                "gpu_hours": Decimal(0),
+                "statement": statement_of.get(row.tenant),
+            },
+        )
+        tenant["amount"] += row.amount
+        tenant["gpu_hours"] += row.gpu_hours_allocated
+        flavours[row.flavor] += row.amount
+        kinds[line_kind(row.kind)] += row.amount
+    title = str(IDLE_COST_CENTRE) if code == IDLE_TENANT else code
+    context = {
+        "period": period,
+        "code": code,
+        "title": title,
+        "report": report,
+        "tenants": sorted(tenants.values(), key=lambda t: (-t["amount"], t["slug"])),
+        "flavours": sorted(flavours.items(), key=lambda kv: -kv[1]),
+        "kinds": sorted(kinds.items(), key=lambda kv: -kv[1]),
+        "total": sum((r.amount for r in rows), Decimal("0.00")),
+    }
+    return render(request, "billing/cost_centre.html", context)

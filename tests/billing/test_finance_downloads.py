@@ -1,0 +1,126 @@
+"""Downloads from the portal: the CSV keeps its machine columns in every language, the
+XLSX opens with numbers formatted as numbers, the PDF speaks the reader's language (and
+Chinese PDFs carry a font that can draw Chinese). Readers of another organisation only
+download their own rows; members none."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import csv
+import io
+import re
+import zlib
+
+import pytest
+from openpyxl import load_workbook
+
+from billing.exports import CSV_COLUMNS
+from billing.models import BillingPeriod
+from billing.periods import period_close
+from tests.billing.conftest import FEB, GpuCluster
+from tests.billing.factories import record_usage
+from tests.conftest import ROLE_NAMES, Cast
+from tests.tenants.test_portal import logged_in
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def closed(cast: Cast, gpu: GpuCluster) -> BillingPeriod:
+    record_usage(cast.team_a, gpu.h100, FEB, hours=3, devices=2, busy_ratio="0.5")
+    record_usage(cast.other_org, gpu.h100, FEB, hours=1, pod="g", namespace="globex-train")
+    return period_close(actor=None, period=BillingPeriod.objects.get(name="2026-02"))
+
+
+def pdf_text(data: bytes) -> str:
+    """The PDF's content streams decoded (ASCII85, then Flate, as ReportLab writes them):
+    enough to find the strings drawn on its pages."""
+    out = []
+    for stream in re.findall(rb"stream\r?\n(.*?)endstream", data, re.S):
+        raw = stream.strip()
+        if raw.endswith(b"~>"):
+            raw = base64.a85decode(raw[:-2])
+        with contextlib.suppress(zlib.error):
+            raw = zlib.decompress(raw)
+        out.append(raw.decode("latin-1"))
+    return "\n".join(out)
+
+
+def drawn_unicode(data: bytes) -> str:
+    """Strings drawn with a CID font (two bytes per character, UTF-16BE) made readable."""
+    texts = []
+    for literal in re.findall(r"\(((?:\\.|[^\\)])*)\) Tj", pdf_text(data)):
+        raw = re.sub(
+            r"\\([0-7]{1,3}|.)",
+            lambda m: chr(int(m.group(1), 8)) if m.group(1).isdigit() else m.group(1),
+            literal,
+        ).encode("latin-1")
+        texts.append(raw.decode("utf-16-be", errors="replace"))
+    return "\n".join(texts)
+
+
+@pytest.mark.parametrize("role", ROLE_NAMES)
+@pytest.mark.parametrize("fmt", ["csv", "xlsx", "pdf"])
+def test_every_format_downloads_for_readers_only(
+    closed: BillingPeriod, cast: Cast, role: str, fmt: str
+) -> None:
+    response = logged_in(cast.user(role)).get(f"/billing/periods/2026-02/export/{fmt}/")
+    assert response.status_code == (404 if role == "member" else 200)
+    if response.status_code == 200:
+        assert f'filename="chargeback-2026-02.{fmt}"' in response["Content-Disposition"]
+        assert response.content
+
+
+def test_the_csv_keeps_its_machine_columns_in_chinese_too(
+    closed: BillingPeriod, cast: Cast
+) -> None:
+    response = logged_in(cast.lead).get(
+        "/billing/periods/2026-02/export/csv/", HTTP_ACCEPT_LANGUAGE="zh-hans"
+    )
+    rows = list(csv.reader(io.StringIO(response.content.decode())))
+    assert tuple(rows[0]) == CSV_COLUMNS
+    assert {r[1] for r in rows[1:]} == {"vision"}  # the lead's own rows only
+    vision = dict(zip(rows[0], rows[1], strict=True))
+    assert (vision["gpu_hours_allocated"], vision["amount"]) == ("6.0000", "12.00")
+
+
+def test_the_xlsx_has_numbers_with_number_formats_and_explains_its_columns(
+    closed: BillingPeriod, cast: Cast
+) -> None:
+    response = logged_in(cast.finance).get(
+        "/billing/periods/2026-02/export/xlsx/", HTTP_ACCEPT_LANGUAGE="zh-hans"
+    )
+    book = load_workbook(io.BytesIO(response.content))
+    sheet = book["2026-02"]
+    assert [c.value for c in sheet[1]] == list(CSV_COLUMNS)
+    row = next(r for r in sheet.iter_rows(min_row=2) if r[1].value == "vision")
+    assert row[7].value == 12 and row[7].number_format == "#,##0.00"  # amount
+    assert row[4].value == 6 and row[4].number_format == "#,##0.0000"  # GPU-hours
+    assert row[6].number_format == "#,##0.000000"  # rate
+    about = [[c.value for c in r] for r in book["about"].iter_rows()]
+    assert ["amount", "金额", "收取的金额（展示模式下仅展示）"] in about
+
+
+def test_an_english_pdf_has_english_headers(closed: BillingPeriod, cast: Cast) -> None:
+    data = logged_in(cast.finance).get("/billing/periods/2026-02/export/pdf/").content
+    assert data.startswith(b"%PDF") and len(data) > 1000
+    text = pdf_text(data)
+    assert "Chargeback statement 2026-02" in text and "GPU-hours" in text
+    assert b"STSong-Light" not in data
+
+
+def test_a_chinese_pdf_uses_a_chinese_font_for_its_chinese_headers(
+    closed: BillingPeriod, cast: Cast
+) -> None:
+    data = (
+        logged_in(cast.finance)
+        .get("/billing/periods/2026-02/export/pdf/", HTTP_ACCEPT_LANGUAGE="zh-hans")
+        .content
+    )
+    assert data.startswith(b"%PDF")
+    assert b"/BaseFont /STSong-Light" in data  # a CID font every PDF reader has
+    text = drawn_unicode(data)
+    assert "成本分摊账单 2026-02" in text  # the title
+    assert "金额" in text and "租户" in text and "GPU 小时" in text  # the column headers
+    assert "Amount" not in pdf_text(data)
