@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes sure everything the test suite talks to is installed and running:
-# PostgreSQL and Redis at 127.0.0.1, Debian's chromium (portal tests), gettext (the check
+# PostgreSQL and Redis at 127.0.0.1, Debian's chromium and a Chinese font (portal tests), gettext (the check
 # that the translation catalogue matches the sources) and prometheus
 # (metering tests). Idempotent: does nothing when all is in place.
 set -euo pipefail
@@ -11,6 +11,8 @@ command -v xgettext >/dev/null 2>&1 || need_apt+=(gettext)
 command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
+# a Chinese font, so the portal's zh-Hans pages draw in Chromium as readers see them
+fc-list :lang=zh 2>/dev/null | grep -q . || need_apt+=(fonts-noto-cjk)
 command -v pg_ctlcluster >/dev/null 2>&1 || need_apt+=(postgresql)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "installing Debian packages: ${need_apt[*]}" >&2
