@@ -193,8 +193,8 @@ class Explainer:
         if protecting and cls == 0:
             until = self._protected_until(node, shape)
             if until is not None:
-                message += "; " + reasons.reclaim_protected(
-                    st.config.reclaim_min_run_s, until - st.now
+                message = reasons.with_protection(
+                    message, reasons.reclaim_protected(st.config.reclaim_min_run_s, until - st.now)
                 )
         return code, message, self.names[f], f
 
@@ -310,7 +310,7 @@ class Explainer:
         if pool.plan_generic(option.needs, topology, now) is not None:
             # only possible when the cycle did not get to try it (budget refusals are
             # recorded separately): say so rather than invent a shortage
-            return ReasonCode.NODE_CAPACITY, "fits now; will be tried in the next cycle", f0
+            return ReasonCode.NODE_CAPACITY, reasons.fits_now(), f0
         if st.released:
             with_released = {f: list(arr) for f, arr in now.items()}
             for (f, j), gpus in st.released.items():
@@ -362,8 +362,7 @@ class Explainer:
                 fn.largest_block(shape.topology),
                 fn.pods_fit(per_pod),
             )
-        parts = [f"{count} x {per_pod} {self.names[f]}" for f, count, per_pod in option.needs]
-        return reasons.multi_shortage(parts)
+        return reasons.multi_shortage(self._pod_sets(option))
 
     def _never(self, shape: Shape, option: Option) -> str:
         pool = self.state.pool
@@ -378,5 +377,10 @@ class Explainer:
             return reasons.node_never(
                 self.names[f], count, per_pod, shape.topology, largest, fn.pods_capacity(per_pod)
             )
-        parts = [f"{count} x {per_pod} {self.names[f]}" for f, count, per_pod in option.needs]
-        return "needs " + " and ".join(parts) + " placed together; the cluster cannot hold it"
+        return reasons.multi_never(self._pod_sets(option))
+
+    def _pod_sets(self, option: Option) -> list[str]:
+        return [
+            reasons.pod_set_shape(count, per_pod, self.names[f])
+            for f, count, per_pod in option.needs
+        ]

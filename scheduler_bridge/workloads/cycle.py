@@ -28,7 +28,7 @@ from scheduler_bridge.inventory.models import Cluster, Flavour
 from scheduler_bridge.workloads import lifecycle
 from scheduler_bridge.workloads.budget_gate import budget_gate_for
 from scheduler_bridge.workloads.locks import hold_admission_lock
-from scheduler_bridge.workloads.models import Workload
+from scheduler_bridge.workloads.models import Workload, dump_reason
 from scheduler_bridge.workloads.persist import COLUMN_TYPES, update_workloads
 from scheduler_bridge.workloads.reconcile import reconcile
 from scheduler_bridge.workloads.records import ElasticPodRecord, Placement, dump_placements
@@ -118,6 +118,7 @@ def decide_and_persist(cluster: Cluster) -> tuple[CycleOutcome, engine.CycleResu
                     message=admission.message,
                 )
             )
+            workload.reason_args = dump_reason(admission.message)
             outcome.admitted.append(workload.pk)
         for preemption in result.preemptions:
             victim = workloads[int(preemption.victim_id)]
@@ -177,13 +178,14 @@ def decide_and_persist(cluster: Cluster) -> tuple[CycleOutcome, engine.CycleResu
                     "queue_position": d.position,
                     "reason_code": d.code.value,
                     "reason": d.message,
+                    "reason_args": dump_reason(d.message),
                     "held_placements": dump_placements(
                         Placement(p.node, p.flavour, p.gpus) for p in d.held
                     ),
                 }
                 for d in result.pending
             ],
-            ["queue_position", "reason_code", "reason", "held_placements"],
+            ["queue_position", "reason_code", "reason", "reason_args", "held_placements"],
         )
         outcome.pending = len(result.pending)
         outcome.preempted += graced
@@ -205,6 +207,7 @@ ADMIT_COLUMNS = [
     "queue_position",
     "reason_code",
     "reason",
+    "reason_args",
     "apply_error",
     "apply_attempts",
     "held_placements",

@@ -1,0 +1,97 @@
+"""A waiting workload's reason reads in the reader's language on the queue and workload
+pages, worded by the real cycle; the API, logs and Kubernetes Events keep the English."""
+
+from __future__ import annotations
+
+import html
+
+import pytest
+
+from scheduler_bridge.admission import reasons
+from scheduler_bridge.quotas.models import Quota
+from scheduler_bridge.workloads.cycle import admission_cycle
+from scheduler_bridge.workloads.models import Workload, dump_reason
+from tests.conftest import Cast, client_for
+from tests.tenants.test_portal import logged_in
+from tests.workloads.conftest import FakeCluster
+from tests.workloads.test_queue import submit
+
+pytestmark = pytest.mark.django_db
+
+ENGLISH = "quota of h100-80gb used 2/3 (guaranteed 2, borrowing limit 1); needs 2"
+CHINESE = "h100-80gb 配额已用 2/3（保障 2，借用上限 1）；需要 2"
+
+
+def waiting_at_its_quota_limit(fake_cluster: FakeCluster, cast: Cast) -> Workload:
+    """speech holds 2 H100 and may borrow 1 more: its second job of 2 waits."""
+    Quota.objects.filter(tenant=cast.team_b, flavour=fake_cluster.h100).update(borrow_limit=1)
+    ids = [submit(cast.platform_admin, "speech", 2, name=f"s{i}").json()["id"] for i in range(2)]
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    waiting = Workload.objects.get(pk=ids[1])
+    assert waiting.state == "pending" and waiting.reason_code == "quota_limit"
+    return waiting
+
+
+def page(user: object, url: str, language: str) -> str:
+    response = logged_in(user).get(url, HTTP_ACCEPT_LANGUAGE=language)
+    assert response.status_code == 200, url
+    return html.unescape(response.content.decode())
+
+
+def test_a_waiting_reason_reads_in_chinese_for_a_chinese_reader(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    waiting = waiting_at_its_quota_limit(fake_cluster, cast)
+    for url in ("/clusters/gpu-east/queue/", f"/workloads/{waiting.pk}/"):
+        text = page(cast.platform_admin, url, "zh-hans")
+        assert CHINESE in text, url
+        assert ENGLISH not in text, url
+
+
+def test_the_same_reason_reads_in_english_for_an_english_reader(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    waiting = waiting_at_its_quota_limit(fake_cluster, cast)
+    for url in ("/clusters/gpu-east/queue/", f"/workloads/{waiting.pk}/"):
+        text = page(cast.platform_admin, url, "en")
+        assert ENGLISH in text and CHINESE not in text, url
+
+
+def test_the_api_keeps_the_english_reason_whatever_the_language(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    waiting = waiting_at_its_quota_limit(fake_cluster, cast)
+    assert waiting.reason == ENGLISH
+    client = client_for(cast.platform_admin)
+    for language in ("en", "zh-hans"):
+        body = client.get(f"/api/v1/workloads/{waiting.pk}/", HTTP_ACCEPT_LANGUAGE=language)
+        assert body.json()["reason"] == ENGLISH
+
+
+def test_work_that_can_never_run_says_why_in_chinese(fake_cluster: FakeCluster, cast: Cast) -> None:
+    """speech may hold 2 H100 and borrow none: 2 pods of 2 wait for nothing."""
+    Quota.objects.filter(tenant=cast.team_b, flavour=fake_cluster.h100).update(borrow_limit=0)
+    pk = submit(cast.platform_admin, "speech", 2, count=2, name="over-quota").json()["id"]
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    workload = Workload.objects.get(pk=pk)
+    assert workload.reason_code == "never_fits", workload.reason
+    text = page(cast.platform_admin, f"/workloads/{pk}/", "zh-hans")
+    assert "需要 4 块 h100-80gb，但即使整个资源组空闲，配额也只允许 speech 最多占用 2 块" in text
+
+
+def test_a_reason_rewritten_without_its_words_is_shown_as_stored(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    """Older rows, and reasons written outside the engine, have no words that match."""
+    waiting = waiting_at_its_quota_limit(fake_cluster, cast)
+    Workload.objects.filter(pk=waiting.pk).update(reason="held by an operator")
+    text = page(cast.platform_admin, f"/workloads/{waiting.pk}/", "zh-hans")
+    assert "held by an operator" in text and CHINESE not in text
+    Workload.objects.filter(pk=waiting.pk).update(reason=ENGLISH, reason_args={})
+    assert ENGLISH in page(cast.platform_admin, f"/workloads/{waiting.pk}/", "zh-hans")
+
+
+def test_only_the_engines_words_are_stored() -> None:
+    worded = reasons.waiting_fair_share("h100")
+    assert dump_reason(worded)["template"].startswith("waiting behind fair share")
+    assert dump_reason(str(worded) + "!") == {}
