@@ -72,6 +72,7 @@ class Explainer:
         verdicts: list[tuple[ReasonCode, str, str | None, int] | None] = [None] * len(groups)
         admitted_priority = self.admitted_priority
         names = self.names
+        waiting_priority: dict[int, str] = {}  # one wording per flavour, not per workload
         position = 0
         for entry in keyed:
             item = entry[-1]
@@ -90,7 +91,10 @@ class Explainer:
                 code, message, flavour, f = cached
                 if code is WAITING and admitted_priority.get(f, wl.priority) > wl.priority:
                     code = ReasonCode.WAITING_PRIORITY
-                    message = reasons.waiting_priority(names[f])
+                    worded = waiting_priority.get(f)
+                    if worded is None:
+                        worded = waiting_priority[f] = reasons.waiting_priority(names[f])
+                    message = worded
             if code in INADMISSIBLE:
                 aside.append(
                     PendingDecision(

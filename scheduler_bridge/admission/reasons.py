@@ -505,3 +505,16 @@ def preempted_priority(preemptor: str, preemptor_priority: int, priority: int) -
         preemptor_priority=preemptor_priority,
         priority=priority,
     )
+
+
+def borrowing_now(borrowed: int, gpus: int) -> Wording:
+    """Running work whose borrowing changed because its tenant's other work did."""
+    return wording(
+        gettext_noop("borrows %(borrowed)s of its %(gpus)s GPUs now (its tenant's work changed)"),
+        borrowed=borrowed,
+        gpus=gpus,
+    )
+
+
+def within_guarantee_now() -> Wording:
+    return wording(gettext_noop("within its tenant's guarantee now (its tenant's work changed)"))

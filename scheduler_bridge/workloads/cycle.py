@@ -22,6 +22,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from scheduler_bridge import admission as engine
+from scheduler_bridge.admission import reasons
 from scheduler_bridge.admission.elastic import SEPARATOR, parse_pod_id
 from scheduler_bridge.gateways import ClusterGateway
 from scheduler_bridge.inventory.models import Cluster, Flavour
@@ -277,8 +278,15 @@ def _reword_elastic(
             workload, len(workload.elastic_pod_records), waiting.get(str(workload.pk), [])
         )
         if reason != workload.reason:
-            rows.append({"id": workload.pk, "reason_code": "elastic", "reason": reason})
-    update_workloads(rows, ["reason_code", "reason"])
+            rows.append(
+                {
+                    "id": workload.pk,
+                    "reason_code": "elastic",
+                    "reason": reason,
+                    "reason_args": dump_reason(reason),
+                }
+            )
+    update_workloads(rows, ["reason_code", "reason", "reason_args"])
 
 
 def _per_workload(borrowing: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
@@ -326,19 +334,17 @@ def _rebalance_borrowing(
         if pk in decided_now or code not in REWORDED_CODES:
             continue
         total = sum(fresh.values())
+        reason = reasons.borrowing_now(total, gpus) if total else reasons.within_guarantee_now()
         rows_reworded.append(
             {
                 "id": pk,
                 "reason_code": "borrowing" if total else "within_guarantee",
-                "reason": (
-                    f"borrows {total} of its {gpus} GPUs now (its tenant's work changed)"
-                    if total
-                    else "within its tenant's guarantee now (its tenant's work changed)"
-                ),
+                "reason": reason,
+                "reason_args": dump_reason(reason),
             }
         )
     update_workloads(rows, ["borrowed"])
-    update_workloads(rows_reworded, ["reason_code", "reason"])
+    update_workloads(rows_reworded, ["reason_code", "reason", "reason_args"])
     return changed
 
 

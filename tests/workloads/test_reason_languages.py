@@ -79,6 +79,26 @@ def test_work_that_can_never_run_says_why_in_chinese(fake_cluster: FakeCluster, 
     assert "需要 4 块 h100-80gb，但即使整个资源组空闲，配额也只允许 speech 最多占用 2 块" in text
 
 
+def test_why_running_work_holds_its_gpus_reads_in_chinese(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    """speech (guarantee 2) runs a 2-GPU job, then a 4-GPU one that borrows 4; when the
+    first finishes, the second borrows only 2 and says so."""
+    older = submit(cast.platform_admin, "speech", 2, name="older").json()["id"]
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    text = page(cast.platform_admin, f"/workloads/{older}/", "zh-hans")
+    assert "在保障额度内：h100-80gb 已用 2/2" in text
+    newer = submit(cast.platform_admin, "speech", 4, name="newer").json()["id"]
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    client_for(cast.platform_admin).post(f"/api/v1/workloads/{older}/finish/")
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    assert Workload.objects.get(pk=newer).reason == (
+        "borrows 2 of its 4 GPUs now (its tenant's work changed)"
+    )
+    text = page(cast.platform_admin, f"/workloads/{newer}/", "zh-hans")
+    assert "现在借用其 4 块 GPU 中的 2 块（其租户的工作有变化）" in text
+
+
 def test_a_reason_rewritten_without_its_words_is_shown_as_stored(
     fake_cluster: FakeCluster, cast: Cast
 ) -> None:
