@@ -518,3 +518,19 @@ def borrowing_now(borrowed: int, gpus: int) -> Wording:
 
 def within_guarantee_now() -> Wording:
     return wording(gettext_noop("within its tenant's guarantee now (its tenant's work changed)"))
+
+
+def preempted(reason: str) -> Wording:
+    """Work put back in the queue by a preemption (``reason``: preempted_reclaim or
+    preempted_priority)."""
+    return wording(gettext_noop("preempted: %(reason)s"), reason=reason)
+
+
+def preempted_after_grace(at: str, grace_s: int, reason: str) -> Wording:
+    """Running work told it will be preempted at ``at``, after its grace."""
+    return wording(
+        gettext_noop("preempted at %(at)s (a %(grace)s s grace to save a checkpoint): %(reason)s"),
+        at=at,
+        grace=grace_s,
+        reason=reason,
+    )

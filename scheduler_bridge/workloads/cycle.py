@@ -134,6 +134,11 @@ def decide_and_persist(cluster: Cluster) -> tuple[CycleOutcome, engine.CycleResu
                         grace_s=grace,
                     )
                 )
+                victim.reason_args = dump_reason(
+                    reasons.preempted_after_grace(
+                        _stamp(victim.preempt_at), grace, preemption.message
+                    )
+                )
                 outcome.announced.append(victim.pk)
                 continue
             events.append(
@@ -141,6 +146,7 @@ def decide_and_persist(cluster: Cluster) -> tuple[CycleOutcome, engine.CycleResu
                     victim, now=now, by=preemption.preemptor_id, message=preemption.message
                 )
             )
+            victim.reason_args = dump_reason(reasons.preempted(preemption.message))
             outcome.preempted.append(victim.pk)
         waiting = _waiting_pods(decided, result)
         for wid, change in resizes.items():
@@ -224,11 +230,20 @@ def _preempt_after_grace(cluster: Cluster, now: datetime) -> list[int]:
     )
     events = []
     for workload in due:
-        message = workload.reason.split(": ", 1)[-1]
+        # why it was preempted, as the announcement worded it (English text otherwise)
+        worded = workload.reason_wording
+        said = worded.params.get("reason") if worded is not None else None
+        message = said if isinstance(said, str) else workload.reason.split(": ", 1)[-1]
         events.append(lifecycle.preempt(workload, now=now, by="grace", message=message))
+        workload.reason_args = dump_reason(reasons.preempted(message))
     audit_save_many(events)
     update_workloads([_row(w, COLUMN_TYPES) for w in due], list(COLUMN_TYPES))
     return [w.pk for w in due]
+
+
+def _stamp(when: datetime | None) -> str:
+    """The preemption time as lifecycle.announce_preemption writes it into the reason."""
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ") if when is not None else ""
 
 
 # What a resize changes on a row.

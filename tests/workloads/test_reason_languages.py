@@ -4,8 +4,10 @@ pages, worded by the real cycle; the API, logs and Kubernetes Events keep the En
 from __future__ import annotations
 
 import html
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from scheduler_bridge.admission import reasons
 from scheduler_bridge.quotas.models import Quota
@@ -97,6 +99,39 @@ def test_why_running_work_holds_its_gpus_reads_in_chinese(
     )
     text = page(cast.platform_admin, f"/workloads/{newer}/", "zh-hans")
     assert "现在借用其 4 块 GPU 中的 2 块（其租户的工作有变化）" in text
+
+
+def test_preempted_work_says_why_in_chinese(fake_cluster: FakeCluster, cast: Cast) -> None:
+    """speech borrows the whole cluster; vision comes back for its guarantee."""
+    big = submit(cast.platform_admin, "speech", 8, name="big").json()["id"]
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    submit(cast.lead, "vision", 6, name="owner")
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    victim = Workload.objects.get(pk=big)
+    assert victim.state == "pending" and victim.reason.startswith("preempted: reclaim: vision")
+    queue = page(cast.platform_admin, "/clusters/gpu-east/queue/", "zh-hans")
+    assert "已被抢占：收回：vision 需要其保障的 h100-80gb" in queue
+    assert "preempted: reclaim" not in queue
+
+
+def test_work_told_it_will_be_preempted_says_when_in_chinese(
+    fake_cluster: FakeCluster, cast: Cast, priorities: dict
+) -> None:
+    """The same, with a grace to save a checkpoint: speech is told first, then waits."""
+    big = submit(cast.platform_admin, "speech", 8, name="big", preemption_grace_s=300)
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    submit(cast.lead, "vision", 6, name="owner")
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    victim = Workload.objects.get(pk=big.json()["id"])
+    assert victim.state == "running" and victim.preempt_at is not None
+    announced = page(cast.platform_admin, f"/workloads/{victim.pk}/", "zh-hans")
+    assert "秒宽限期以保存检查点）：收回：vision 需要其保障的 h100-80gb" in announced
+    Workload.objects.filter(pk=victim.pk).update(preempt_at=timezone.now() - timedelta(seconds=1))
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    victim.refresh_from_db()
+    assert (victim.state, victim.reason_code) == ("pending", "cohort_exhausted")
+    text = page(cast.platform_admin, f"/workloads/{victim.pk}/", "zh-hans")
+    assert "资源组 acme 只能借出 4 块 h100-80gb（speech 有 2 块保障额度未使用）；需要 8" in text
 
 
 def test_a_reason_rewritten_without_its_words_is_shown_as_stored(
