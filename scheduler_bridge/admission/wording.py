@@ -12,6 +12,8 @@ Templates use named placeholders and are marked for extraction by the two marker
 the catalogue lists them although nothing here translates. Numbers stay numbers until
 rendered (a plural form is picked for the reader's language, a duration is worded with
 the reader's units); names (tenants, flavours, jobs) are data and are never translated.
+Joining reasons with ``+`` or an f-string gives a plain ``str``, English only: compose
+them with a template instead (``reasons.with_protection``, ``chain``).
 """
 
 from __future__ import annotations
