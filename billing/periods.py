@@ -23,6 +23,8 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext_lazy
 
 from billing import pricing
 from billing.charges import PricingContext, price_period
@@ -37,7 +39,15 @@ from tenants.errors import PermissionDenied, ValidationFailed
 from tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
+
 State = BillingPeriod.State
+
+# a period's state as a word inside a sentence ("is open, not closed")
+STATE_WORDS = {
+    State.OPEN: pgettext_lazy("billing period state in a sentence", "open"),
+    State.CLOSING: pgettext_lazy("billing period state in a sentence", "closing"),
+    State.CLOSED: pgettext_lazy("billing period state in a sentence", "closed"),
+}
 
 
 def period_current(now: datetime | None = None) -> BillingPeriod:
@@ -57,8 +67,10 @@ def period_close(
     """
     if actor is not None and not can_manage_platform_billing(actor):
         raise PermissionDenied(
-            "Closing a billing period needs the platform admin role, or finance on every "
-            "top-level tenant."
+            _(
+                "Closing a billing period needs the platform admin role, or finance on every "
+                "top-level tenant."
+            )
         )
     now = now or timezone.now()
     token = str(uuid.uuid4())
@@ -66,14 +78,20 @@ def period_close(
         period = BillingPeriod.objects.select_for_update().get(pk=period.pk)
         if period.state == State.CLOSED:
             raise PeriodClosed(
-                f"Billing period {period.name} is already closed "
-                f"(on {period.closed_at:%Y-%m-%d %H:%M} UTC); its statements are frozen. "
-                "Record corrections as adjustments in an open period."
+                _(
+                    "Billing period %(period)s is already closed (on %(closed_at)s UTC); its "
+                    "statements are frozen. Record corrections as adjustments in an open "
+                    "period."
+                ),
+                params={"period": period.name, "closed_at": f"{period.closed_at:%Y-%m-%d %H:%M}"},
             )
         if period.end > now:
             raise PeriodClosed(
-                f"Billing period {period.name} runs until {period.end:%Y-%m-%d}; it can be "
-                "closed once it has ended."
+                _(
+                    "Billing period %(period)s runs until %(end)s; it can be closed once it "
+                    "has ended."
+                ),
+                params={"period": period.name, "end": f"{period.end:%Y-%m-%d}"},
             )
         stale_before = now - timedelta(minutes=billing_setting("STALE_CLOSE_MINUTES"))
         if (
@@ -82,8 +100,14 @@ def period_close(
             and period.close_heartbeat_at > stale_before
         ):
             raise PeriodBusy(
-                f"Billing period {period.name} is being closed by another worker (last "
-                f"report {period.close_heartbeat_at:%H:%M:%S} UTC); try again in a minute."
+                _(
+                    "Billing period %(period)s is being closed by another worker (last report "
+                    "%(heartbeat)s UTC); try again in a minute."
+                ),
+                params={
+                    "period": period.name,
+                    "heartbeat": f"{period.close_heartbeat_at:%H:%M:%S}",
+                },
             )
         before = snapshot(period)
         resumed = period.state == State.CLOSING
@@ -114,7 +138,10 @@ def _heartbeat(period: BillingPeriod, token: str) -> None:
         pk=period.pk, state=State.CLOSING, close_token=token
     ).update(close_heartbeat_at=timezone.now())
     if not renewed:
-        raise PeriodBusy(f"Another worker took over closing {period.name}; stopping here.")
+        raise PeriodBusy(
+            _("Another worker took over closing %(period)s; stopping here."),
+            params={"period": period.name},
+        )
 
 
 def _write_statements(period: BillingPeriod, token: str) -> None:
@@ -214,7 +241,10 @@ def _insert_statements(
         with transaction.atomic():
             created = Statement.objects.bulk_create(statements)
     except IntegrityError as error:  # the unique key caught a duplicate: one set only
-        raise PeriodBusy(f"Statements of {period.name} were written by another worker") from error
+        raise PeriodBusy(
+            _("Statements of %(period)s were written by another worker"),
+            params={"period": period.name},
+        ) from error
     rows = []
     for statement in created:
         for line in lines_by_tenant.get(statement.tenant_id, []):
@@ -294,18 +324,26 @@ def period_reopen(
     the period is not closed or a later period is already closed.
     """
     if not can_reopen_periods(actor):
-        raise PermissionDenied("Re-opening a billing period is for platform administrators.")
+        raise PermissionDenied(_("Re-opening a billing period is for platform administrators."))
     if not reason.strip():
-        raise ValidationFailed("Say why the period is re-opened (it is audited).", field="reason")
+        raise ValidationFailed(
+            _("Say why the period is re-opened (it is audited)."), field="reason"
+        )
     with transaction.atomic():
         period = BillingPeriod.objects.select_for_update().get(pk=period.pk)
         if period.state != State.CLOSED:
-            raise PeriodClosed(f"Billing period {period.name} is {period.state}, not closed.")
+            raise PeriodClosed(
+                _("Billing period %(period)s is %(state)s, not closed."),
+                params={"period": period.name, "state": STATE_WORDS[State(period.state)]},
+            )
         later = BillingPeriod.objects.filter(start__gt=period.start, state=State.CLOSED).first()
         if later is not None:
             raise PeriodClosed(
-                f"Billing period {later.name} after {period.name} is closed; re-open "
-                "the latest closed period only."
+                _(
+                    "Billing period %(later)s after %(period)s is closed; re-open the latest "
+                    "closed period only."
+                ),
+                params={"later": later.name, "period": period.name},
             )
         before = snapshot(period)
         period.state = State.OPEN
@@ -342,27 +380,42 @@ def adjustment_create(
     (409) when ``period`` is not open.
     """
     if not can_write_billing(actor, tenant):
-        raise PermissionDenied(f"Adjusting {tenant.slug}'s bill needs admin or finance on it.")
+        raise PermissionDenied(
+            _("Adjusting %(tenant)s's bill needs admin or finance on it."),
+            params={"tenant": tenant.slug},
+        )
     amount = Decimal(amount)
     if amount == 0 or amount != amount.quantize(Decimal("0.01")):
         raise ValidationFailed(
-            "The adjustment amount must be non-zero, in cents (e.g. -12.50).", field="amount"
+            _("The adjustment amount must be non-zero, in cents (e.g. -12.50)."), field="amount"
         )
     if corrects is not None and corrects.tenant_id != tenant.pk:
         raise ValidationFailed(
-            f"Statement {corrects.number} is not {tenant.slug}'s.", field="corrects"
+            _("Statement %(number)s is not %(tenant)s's."),
+            params={"number": corrects.number, "tenant": tenant.slug},
+            field="corrects",
         )
     with transaction.atomic():
         period = BillingPeriod.objects.select_for_update().get(pk=period.pk)
         if not period.is_open:
             raise PeriodClosed(
-                f"Billing period {period.name} is {period.state}; adjustments go into an open "
-                f"period (e.g. {month_name(timezone.now())})."
+                _(
+                    "Billing period %(period)s is %(state)s; adjustments go into an open "
+                    "period (e.g. %(open)s)."
+                ),
+                params={
+                    "period": period.name,
+                    "state": STATE_WORDS[State(period.state)],
+                    "open": month_name(timezone.now()),
+                },
             )
         expected = PricingContext.load().currency_at(period.start)
         if currency != expected:
             raise CurrencyMismatch(
-                f"Period {period.name} is billed in {expected}; the adjustment is in {currency}."
+                _(
+                    "Period %(period)s is billed in %(expected)s; the adjustment is in %(currency)s."
+                ),
+                params={"period": period.name, "expected": expected, "currency": currency},
             )
         adjustment = Adjustment.objects.create(
             tenant=tenant,
@@ -388,14 +441,18 @@ def adjustment_delete(*, actor: Any, adjustment: Adjustment, source: str = "api"
     """Withdraw an adjustment not billed yet (its period still open); else PeriodClosed."""
     if not can_write_billing(actor, adjustment.tenant):
         raise PermissionDenied(
-            f"Adjusting {adjustment.tenant.slug}'s bill needs admin or finance on it."
+            _("Adjusting %(tenant)s's bill needs admin or finance on it."),
+            params={"tenant": adjustment.tenant.slug},
         )
     with transaction.atomic():
         period = BillingPeriod.objects.select_for_update().get(pk=adjustment.period_id)
         if not period.is_open:
             raise PeriodClosed(
-                f"This adjustment was billed when {period.name} closed; it can no longer be "
-                "withdrawn. Record a counter-adjustment instead."
+                _(
+                    "This adjustment was billed when %(period)s closed; it can no longer be "
+                    "withdrawn. Record a counter-adjustment instead."
+                ),
+                params={"period": period.name},
             )
         audit_record(
             actor=actor,

@@ -15,6 +15,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import F, Value
 from django.db.models.functions import Concat, Substr
+from django.utils.translation import gettext_lazy as _
 
 from tenants import access
 from tenants.audit import audit_record, snapshot
@@ -40,7 +41,10 @@ def _full_clean(instance: Any, exclude: list[str] | None = None) -> None:
         field_errors = {field: [str(m) for m in msgs] for field, msgs in error.message_dict.items()}
         first = next(iter(field_errors.items()))
         raise ValidationFailed(
-            f"{first[0]}: {first[1][0]}", field=first[0], field_errors=field_errors
+            _("%(field)s: %(problem)s"),
+            params={"field": first[0], "problem": first[1][0]},
+            field=first[0],
+            field_errors=field_errors,
         ) from error
 
 
@@ -67,9 +71,12 @@ def tenant_create(
     Raises PermissionDenied without the admin role on `parent`, ValidationFailed on bad fields.
     """
     if parent is None and not access.is_platform_admin(actor):
-        raise PermissionDenied("Only platform administrators create top-level tenants.")
+        raise PermissionDenied(_("Only platform administrators create top-level tenants."))
     if parent is not None and not access.can_write_tenant(actor, parent):
-        raise PermissionDenied(f"Creating a tenant under {parent.slug} needs the admin role on it.")
+        raise PermissionDenied(
+            _("Creating a tenant under %(parent)s needs the admin role on it."),
+            params={"parent": parent.slug},
+        )
     tenant = Tenant(
         parent=parent,
         slug=slug,
@@ -88,7 +95,9 @@ def tenant_create(
                 tenant.save()
         except IntegrityError as error:
             raise ValidationFailed(
-                f"A tenant with slug '{slug}' already exists; choose another slug.", field="slug"
+                _("A tenant with slug '%(slug)s' already exists; choose another slug."),
+                params={"slug": slug},
+                field="slug",
             ) from error
         tenant.path = f"{parent.path if parent else '/'}{tenant.pk}/"
         tenant.depth = parent.depth + 1 if parent else 0
@@ -117,18 +126,23 @@ def tenant_update(
     itself or one of its descendants raises TreeCycle naming the cycle.
     """
     if not access.can_write_tenant(actor, tenant):
-        raise PermissionDenied(f"Changing {tenant.slug} needs the admin role on it.")
+        raise PermissionDenied(
+            _("Changing %(tenant)s needs the admin role on it."), params={"tenant": tenant.slug}
+        )
     unknown = set(changes) - set(TENANT_FIELDS) - {"parent"}
     if unknown:
-        raise ValidationFailed(f"Unknown field(s): {', '.join(sorted(unknown))}.")
+        raise ValidationFailed(
+            _("Unknown field(s): %(fields)s."), params={"fields": ", ".join(sorted(unknown))}
+        )
     moving = "parent" in changes and changes["parent"] != tenant.parent
     new_parent: Tenant | None = changes.pop("parent", tenant.parent)
     if moving:
         if new_parent is None and not access.is_platform_admin(actor):
-            raise PermissionDenied("Only platform administrators create top-level tenants.")
+            raise PermissionDenied(_("Only platform administrators create top-level tenants."))
         if new_parent is not None and not access.can_write_tenant(actor, new_parent):
             raise PermissionDenied(
-                f"Moving {tenant.slug} under {new_parent.slug} needs the admin role on it."
+                _("Moving %(tenant)s under %(parent)s needs the admin role on it."),
+                params={"tenant": tenant.slug, "parent": new_parent.slug},
             )
     with transaction.atomic():
         _lock_tenants(tenant, new_parent)
@@ -142,8 +156,11 @@ def tenant_update(
                 if new_parent.pk == tenant.pk or new_parent.path.startswith(tenant.path):
                     chain = _chain(tenant, new_parent)
                     raise TreeCycle(
-                        f"Cannot move {tenant.slug} under {new_parent.slug}: it would create "
-                        f"the cycle {chain}. Choose a parent outside {tenant.slug}'s subtree."
+                        _(
+                            "Cannot move %(tenant)s under %(parent)s: it would create the "
+                            "cycle %(cycle)s. Choose a parent outside %(tenant)s's subtree."
+                        ),
+                        params={"tenant": tenant.slug, "parent": new_parent.slug, "cycle": chain},
                     )
             tenant.parent = new_parent
         _full_clean(tenant)
@@ -152,7 +169,8 @@ def tenant_update(
                 tenant.save()
         except IntegrityError as error:
             raise ValidationFailed(
-                f"A tenant with slug '{tenant.slug}' already exists; choose another slug.",
+                _("A tenant with slug '%(slug)s' already exists; choose another slug."),
+                params={"slug": tenant.slug},
                 field="slug",
             ) from error
         if moving:
@@ -191,16 +209,21 @@ def _move_subtree(tenant: Tenant, new_parent: Tenant | None) -> None:
 def tenant_delete(*, actor: Any, tenant: Tenant, source: str = "api") -> None:
     """Delete a tenant that nothing points to any more; else raise TenantInUse (409)."""
     if not access.can_write_tenant(actor, tenant):
-        raise PermissionDenied(f"Deleting {tenant.slug} needs the admin role on it.")
+        raise PermissionDenied(
+            _("Deleting %(tenant)s needs the admin role on it."), params={"tenant": tenant.slug}
+        )
     if tenant.parent is None and not access.is_platform_admin(actor):
-        raise PermissionDenied("Only platform administrators delete top-level tenants.")
+        raise PermissionDenied(_("Only platform administrators delete top-level tenants."))
     with transaction.atomic():
         _lock_tenants(tenant)
         blockers = deletion_blockers(tenant)
         if blockers:
             raise TenantInUse(
-                f"Tenant {tenant.slug} still has {'; '.join(blockers)}. "
-                "Remove or move them first, or mark the tenant inactive instead."
+                _(
+                    "Tenant %(tenant)s still has %(blockers)s. Remove or move them first, or "
+                    "mark the tenant inactive instead."
+                ),
+                params={"tenant": tenant.slug, "blockers": "; ".join(blockers)},
             )
         audit_record(
             actor=actor,
@@ -224,8 +247,11 @@ def membership_create(
                 membership = Membership.objects.create(user=user, tenant=tenant, role=role)
         except IntegrityError as error:
             raise ValidationFailed(
-                f"{user.get_username()} is already a member of {tenant.slug}; "
-                "change the existing membership's role instead.",
+                _(
+                    "%(user)s is already a member of %(tenant)s; change the existing "
+                    "membership's role instead."
+                ),
+                params={"user": user.get_username(), "tenant": tenant.slug},
                 field="user",
             ) from error
         audit_record(
@@ -280,14 +306,20 @@ def membership_delete(*, actor: Any, membership: Membership, source: str = "api"
 def _check_grant(actor: Any, tenant: Tenant, role: str) -> None:
     if role not in Role.values:
         raise ValidationFailed(
-            f"Unknown role '{role}'; use one of {', '.join(Role.values)}.", field="role"
+            _("Unknown role '%(role)s'; use one of %(roles)s."),
+            params={"role": role, "roles": ", ".join(Role.values)},
+            field="role",
         )
     allowed = access.grantable_roles(actor, tenant)
     if not allowed:
-        raise PermissionDenied(f"Managing members of {tenant.slug} needs the lead or admin role.")
+        raise PermissionDenied(
+            _("Managing members of %(tenant)s needs the lead or admin role."),
+            params={"tenant": tenant.slug},
+        )
     if role not in allowed:
         raise PermissionDenied(
-            f"Your role on {tenant.slug} may grant only {', '.join(sorted(allowed))}, not {role}."
+            _("Your role on %(tenant)s may grant only %(allowed)s, not %(role)s."),
+            params={"tenant": tenant.slug, "allowed": ", ".join(sorted(allowed)), "role": role},
         )
 
 
@@ -296,7 +328,10 @@ def binding_create(
 ) -> NamespaceBinding:
     """Bind (cluster, namespace) to `tenant`; a namespace binds to one tenant only."""
     if not access.can_manage_bindings(actor, tenant):
-        raise PermissionDenied(f"Binding namespaces to {tenant.slug} needs the lead or admin role.")
+        raise PermissionDenied(
+            _("Binding namespaces to %(tenant)s needs the lead or admin role."),
+            params={"tenant": tenant.slug},
+        )
     binding = NamespaceBinding(tenant=tenant, cluster_name=cluster_name, namespace=namespace)
     _full_clean(binding, exclude=["tenant"])  # NamespaceBinding.clean: binding_rules
     with transaction.atomic():
@@ -323,12 +358,21 @@ def _already_bound(actor: Any, cluster_name: str, namespace: str) -> NamespaceAl
         .select_related("tenant")
         .first()
     )
-    owner = ""
+    params = {"namespace": namespace, "cluster": cluster_name}
     if current is not None and access.tenants_visible_to(actor).filter(pk=current.tenant_id):
-        owner = f" to tenant {current.tenant.slug}"
+        return NamespaceAlreadyBound(
+            _(
+                "Namespace %(namespace)s on cluster %(cluster)s is already bound to tenant "
+                "%(tenant)s. A namespace belongs to one tenant; remove that binding first."
+            ),
+            params=params | {"tenant": current.tenant.slug},
+        )
     return NamespaceAlreadyBound(
-        f"Namespace {namespace} on cluster {cluster_name} is already bound{owner}. "
-        "A namespace belongs to one tenant; remove that binding first."
+        _(
+            "Namespace %(namespace)s on cluster %(cluster)s is already bound. A namespace "
+            "belongs to one tenant; remove that binding first."
+        ),
+        params=params,
     )
 
 
@@ -338,7 +382,10 @@ def binding_update(
     """Hand a namespace over to another tenant (needs lead or admin on both)."""
     for side in (binding.tenant, tenant):
         if not access.can_manage_bindings(actor, side):
-            raise PermissionDenied(f"Moving bindings of {side.slug} needs the lead or admin role.")
+            raise PermissionDenied(
+                _("Moving bindings of %(tenant)s needs the lead or admin role."),
+                params={"tenant": side.slug},
+            )
     with transaction.atomic():
         before = snapshot(binding)
         binding.tenant = tenant
@@ -360,7 +407,8 @@ def binding_delete(*, actor: Any, binding: NamespaceBinding, source: str = "api"
     Tidegate's ResourceQuota there."""
     if not access.can_manage_bindings(actor, binding.tenant):
         raise PermissionDenied(
-            f"Removing bindings of {binding.tenant.slug} needs the lead or admin role."
+            _("Removing bindings of %(tenant)s needs the lead or admin role."),
+            params={"tenant": binding.tenant.slug},
         )
     with transaction.atomic():
         audit_record(
@@ -379,5 +427,7 @@ def user_by_username(username: str) -> Any:
     """The active user called `username`, or ValidationFailed naming the field."""
     user = get_user_model().objects.filter(username=username, is_active=True).first()
     if user is None:
-        raise ValidationFailed(f"No active user named '{username}'.", field="user")
+        raise ValidationFailed(
+            _("No active user named '%(username)s'."), params={"username": username}, field="user"
+        )
     return user

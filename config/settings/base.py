@@ -86,6 +86,10 @@ LOCALE_PATHS = [BASE_DIR / "locale"]
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+# Numbers grouped by three with a comma in both languages (config/formats); grouping is
+# asked for where a value is shown (the money and gpu_hours filters), not switched on
+# everywhere with USE_THOUSAND_SEPARATOR, which would also group ids and years in URLs.
+FORMAT_MODULE_PATH = ["config.formats"]
 
 STATIC_URL = "/static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"

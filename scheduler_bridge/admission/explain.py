@@ -72,6 +72,7 @@ class Explainer:
         verdicts: list[tuple[ReasonCode, str, str | None, int] | None] = [None] * len(groups)
         admitted_priority = self.admitted_priority
         names = self.names
+        waiting_priority: dict[int, str] = {}  # one wording per flavour, not per workload
         position = 0
         for entry in keyed:
             item = entry[-1]
@@ -90,7 +91,10 @@ class Explainer:
                 code, message, flavour, f = cached
                 if code is WAITING and admitted_priority.get(f, wl.priority) > wl.priority:
                     code = ReasonCode.WAITING_PRIORITY
-                    message = reasons.waiting_priority(names[f])
+                    worded = waiting_priority.get(f)
+                    if worded is None:
+                        worded = waiting_priority[f] = reasons.waiting_priority(names[f])
+                    message = worded
             if code in INADMISSIBLE:
                 aside.append(
                     PendingDecision(
@@ -193,8 +197,8 @@ class Explainer:
         if protecting and cls == 0:
             until = self._protected_until(node, shape)
             if until is not None:
-                message += "; " + reasons.reclaim_protected(
-                    st.config.reclaim_min_run_s, until - st.now
+                message = reasons.with_protection(
+                    message, reasons.reclaim_protected(st.config.reclaim_min_run_s, until - st.now)
                 )
         return code, message, self.names[f], f
 
@@ -310,7 +314,7 @@ class Explainer:
         if pool.plan_generic(option.needs, topology, now) is not None:
             # only possible when the cycle did not get to try it (budget refusals are
             # recorded separately): say so rather than invent a shortage
-            return ReasonCode.NODE_CAPACITY, "fits now; will be tried in the next cycle", f0
+            return ReasonCode.NODE_CAPACITY, reasons.fits_now(), f0
         if st.released:
             with_released = {f: list(arr) for f, arr in now.items()}
             for (f, j), gpus in st.released.items():
@@ -362,8 +366,7 @@ class Explainer:
                 fn.largest_block(shape.topology),
                 fn.pods_fit(per_pod),
             )
-        parts = [f"{count} x {per_pod} {self.names[f]}" for f, count, per_pod in option.needs]
-        return reasons.multi_shortage(parts)
+        return reasons.multi_shortage(self._pod_sets(option))
 
     def _never(self, shape: Shape, option: Option) -> str:
         pool = self.state.pool
@@ -378,5 +381,10 @@ class Explainer:
             return reasons.node_never(
                 self.names[f], count, per_pod, shape.topology, largest, fn.pods_capacity(per_pod)
             )
-        parts = [f"{count} x {per_pod} {self.names[f]}" for f, count, per_pod in option.needs]
-        return "needs " + " and ".join(parts) + " placed together; the cluster cannot hold it"
+        return reasons.multi_never(self._pod_sets(option))
+
+    def _pod_sets(self, option: Option) -> list[str]:
+        return [
+            reasons.pod_set_shape(count, per_pod, self.names[f])
+            for f, count, per_pod in option.needs
+        ]

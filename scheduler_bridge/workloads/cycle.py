@@ -22,13 +22,14 @@ from django.db import transaction
 from django.utils import timezone
 
 from scheduler_bridge import admission as engine
+from scheduler_bridge.admission import reasons
 from scheduler_bridge.admission.elastic import SEPARATOR, parse_pod_id
 from scheduler_bridge.gateways import ClusterGateway
 from scheduler_bridge.inventory.models import Cluster, Flavour
 from scheduler_bridge.workloads import lifecycle
 from scheduler_bridge.workloads.budget_gate import budget_gate_for
 from scheduler_bridge.workloads.locks import hold_admission_lock
-from scheduler_bridge.workloads.models import Workload
+from scheduler_bridge.workloads.models import Workload, dump_reason
 from scheduler_bridge.workloads.persist import COLUMN_TYPES, update_workloads
 from scheduler_bridge.workloads.reconcile import reconcile
 from scheduler_bridge.workloads.records import ElasticPodRecord, Placement, dump_placements
@@ -118,6 +119,7 @@ def decide_and_persist(cluster: Cluster) -> tuple[CycleOutcome, engine.CycleResu
                     message=admission.message,
                 )
             )
+            workload.reason_args = dump_reason(admission.message)
             outcome.admitted.append(workload.pk)
         for preemption in result.preemptions:
             victim = workloads[int(preemption.victim_id)]
@@ -132,6 +134,11 @@ def decide_and_persist(cluster: Cluster) -> tuple[CycleOutcome, engine.CycleResu
                         grace_s=grace,
                     )
                 )
+                victim.reason_args = dump_reason(
+                    reasons.preempted_after_grace(
+                        _stamp(victim.preempt_at), grace, preemption.message
+                    )
+                )
                 outcome.announced.append(victim.pk)
                 continue
             events.append(
@@ -139,6 +146,7 @@ def decide_and_persist(cluster: Cluster) -> tuple[CycleOutcome, engine.CycleResu
                     victim, now=now, by=preemption.preemptor_id, message=preemption.message
                 )
             )
+            victim.reason_args = dump_reason(reasons.preempted(preemption.message))
             outcome.preempted.append(victim.pk)
         waiting = _waiting_pods(decided, result)
         for wid, change in resizes.items():
@@ -177,13 +185,14 @@ def decide_and_persist(cluster: Cluster) -> tuple[CycleOutcome, engine.CycleResu
                     "queue_position": d.position,
                     "reason_code": d.code.value,
                     "reason": d.message,
+                    "reason_args": dump_reason(d.message),
                     "held_placements": dump_placements(
                         Placement(p.node, p.flavour, p.gpus) for p in d.held
                     ),
                 }
                 for d in result.pending
             ],
-            ["queue_position", "reason_code", "reason", "held_placements"],
+            ["queue_position", "reason_code", "reason", "reason_args", "held_placements"],
         )
         outcome.pending = len(result.pending)
         outcome.preempted += graced
@@ -205,6 +214,7 @@ ADMIT_COLUMNS = [
     "queue_position",
     "reason_code",
     "reason",
+    "reason_args",
     "apply_error",
     "apply_attempts",
     "held_placements",
@@ -220,11 +230,20 @@ def _preempt_after_grace(cluster: Cluster, now: datetime) -> list[int]:
     )
     events = []
     for workload in due:
-        message = workload.reason.split(": ", 1)[-1]
+        # why it was preempted, as the announcement worded it (English text otherwise)
+        worded = workload.reason_wording
+        said = worded.params.get("reason") if worded is not None else None
+        message = said if isinstance(said, str) else workload.reason.split(": ", 1)[-1]
         events.append(lifecycle.preempt(workload, now=now, by="grace", message=message))
+        workload.reason_args = dump_reason(reasons.preempted(message))
     audit_save_many(events)
     update_workloads([_row(w, COLUMN_TYPES) for w in due], list(COLUMN_TYPES))
     return [w.pk for w in due]
+
+
+def _stamp(when: datetime | None) -> str:
+    """The preemption time as lifecycle.announce_preemption writes it into the reason."""
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ") if when is not None else ""
 
 
 # What a resize changes on a row.
@@ -274,8 +293,15 @@ def _reword_elastic(
             workload, len(workload.elastic_pod_records), waiting.get(str(workload.pk), [])
         )
         if reason != workload.reason:
-            rows.append({"id": workload.pk, "reason_code": "elastic", "reason": reason})
-    update_workloads(rows, ["reason_code", "reason"])
+            rows.append(
+                {
+                    "id": workload.pk,
+                    "reason_code": "elastic",
+                    "reason": reason,
+                    "reason_args": dump_reason(reason),
+                }
+            )
+    update_workloads(rows, ["reason_code", "reason", "reason_args"])
 
 
 def _per_workload(borrowing: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
@@ -323,19 +349,17 @@ def _rebalance_borrowing(
         if pk in decided_now or code not in REWORDED_CODES:
             continue
         total = sum(fresh.values())
+        reason = reasons.borrowing_now(total, gpus) if total else reasons.within_guarantee_now()
         rows_reworded.append(
             {
                 "id": pk,
                 "reason_code": "borrowing" if total else "within_guarantee",
-                "reason": (
-                    f"borrows {total} of its {gpus} GPUs now (its tenant's work changed)"
-                    if total
-                    else "within its tenant's guarantee now (its tenant's work changed)"
-                ),
+                "reason": reason,
+                "reason_args": dump_reason(reason),
             }
         )
     update_workloads(rows, ["borrowed"])
-    update_workloads(rows_reworded, ["reason_code", "reason"])
+    update_workloads(rows_reworded, ["reason_code", "reason", "reason_args"])
     return changed
 
 

@@ -10,6 +10,7 @@ from django.core.validators import MinValueValidator
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from scheduler_bridge.admission.wording import Wording
 from scheduler_bridge.inventory.models import Cluster, Flavour
 from scheduler_bridge.workloads.records import (
     ElasticPodRecord,
@@ -21,6 +22,12 @@ from scheduler_bridge.workloads.records import (
     parse_pod_sets,
 )
 from tenants.models import DNS1123_LABEL, Tenant
+
+
+def dump_reason(reason: str) -> dict[str, Any]:
+    """What to store as ``Workload.reason_args`` next to ``reason`` (the engine's reasons
+    are Wordings; any other text stays English only)."""
+    return reason.to_json() if isinstance(reason, Wording) else {}
 
 
 class PriorityClass(models.Model):
@@ -139,6 +146,9 @@ class Workload(models.Model):
     queue_position = models.PositiveIntegerField(null=True, blank=True)
     reason_code = models.CharField(max_length=32, blank=True)
     reason = models.TextField(blank=True)
+    # how the engine worded ``reason`` (a Wording's JSON form, see dump_reason), so the
+    # portal can say it in the reader's language; {} when it was not worded that way
+    reason_args = models.JSONField(default=dict, blank=True)
     preemptions = models.PositiveIntegerField(default=0)
     # Admitted work the reconciler could not start yet: the last error and how many tries
     # failed; after RECONCILE_START_ATTEMPTS it goes back to the queue (lifecycle.requeue).
@@ -172,6 +182,15 @@ class Workload(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tenant.slug}/{self.name} ({self.state})"
+
+    @property
+    def reason_wording(self) -> Wording | None:
+        """How ``reason`` was worded, if it was and the words still make that text (a
+        writer that changed ``reason`` alone leaves words that no longer match it)."""
+        if not self.reason_args:
+            return None
+        wording = Wording.parse(self.reason_args)
+        return wording if wording is not None and wording == self.reason else None
 
     @property
     def pod_set_records(self) -> list[PodSetRecord]:

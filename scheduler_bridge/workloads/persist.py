@@ -24,6 +24,7 @@ COLUMN_TYPES = {
     "queue_position": "integer",
     "reason_code": "varchar",
     "reason": "text",
+    "reason_args": "jsonb",
     "preemptions": "integer",
     "past_runs": "jsonb",
     "apply_error": "text",

@@ -11,6 +11,9 @@ from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
+from django.utils.functional import lazy
+from django.utils.translation import gettext, ngettext_lazy
+from django.utils.translation import gettext_lazy as _
 
 from scheduler_bridge import admission as engine
 from scheduler_bridge.admission.reasons import duration
@@ -74,7 +77,7 @@ def cluster_shape(cluster: Cluster) -> ClusterShape:
             largest_node[name] = max(largest_node[name], amount)
             domains[(name, node.topology_domain or f"node:{node.name}")] += amount
     largest_domain: dict[str, int] = defaultdict(int)
-    for (name, _), amount in domains.items():
+    for (name, _domain), amount in domains.items():
         largest_domain[name] = max(largest_domain[name], amount)
     return ClusterShape(dict(total), dict(largest_node), dict(largest_domain), tuple(nodes))
 
@@ -86,8 +89,12 @@ def resolve_flavours(cluster: Cluster, spec: PodSetSpec) -> list[str]:
     if spec.flavour:
         if spec.flavour not in names:
             raise ValidationFailed(
-                f"Unknown flavour {spec.flavour!r} on {cluster.name}; "
-                f"available: {', '.join(names) or 'none'}.",
+                _("Unknown flavour '%(flavour)s' on %(cluster)s; available: %(available)s."),
+                params={
+                    "flavour": spec.flavour,
+                    "cluster": cluster.name,
+                    "available": ", ".join(names) or _("none"),
+                },
                 field="pod_sets",
             )
         return [spec.flavour]
@@ -97,7 +104,12 @@ def resolve_flavours(cluster: Cluster, spec: PodSetSpec) -> list[str]:
         if not candidates:
             products = sorted({f.product for f in flavours})
             raise ValidationFailed(
-                f"No {spec.product} on {cluster.name}; products there: {', '.join(products)}.",
+                _("No %(product)s on %(cluster)s; products there: %(products)s."),
+                params={
+                    "product": spec.product,
+                    "cluster": cluster.name,
+                    "products": ", ".join(products),
+                },
                 field="pod_sets",
             )
     if spec.mig_profile:
@@ -113,14 +125,22 @@ def resolve_flavours(cluster: Cluster, spec: PodSetSpec) -> list[str]:
         if not mig:
             offered = sorted({f.mig_profile for f in candidates if f.mig_profile})
             raise ValidationFailed(
-                f"No MIG profile {spec.mig_profile} on {cluster.name}; "
-                f"profiles there: {', '.join(offered) or 'none'}.",
+                _("No MIG profile %(profile)s on %(cluster)s; profiles there: %(offered)s."),
+                params={
+                    "profile": spec.mig_profile,
+                    "cluster": cluster.name,
+                    "offered": ", ".join(offered) or _("none"),
+                },
                 field="pod_sets",
             )
         return [f.name for f in mig]
     whole = [f.name for f in candidates if not f.mig_profile]
     if not whole:
-        raise ValidationFailed(f"No whole-GPU flavour on {cluster.name}.", field="pod_sets")
+        raise ValidationFailed(
+            _("No whole-GPU flavour on %(cluster)s."),
+            params={"cluster": cluster.name},
+            field="pod_sets",
+        )
     return whole
 
 
@@ -132,59 +152,105 @@ def check_can_ever_run(shape: ClusterShape, pod_sets: list[PodSetRecord], topolo
         best = max(ps.flavours, key=lambda f: shape.total.get(f, 0))
         if not fits:
             raise ValidationFailed(
-                f"Pod set {ps.name} needs {needed} GPUs of {'/'.join(ps.flavours)}; "
-                f"the cluster has {shape.total.get(best, 0)} {best} in all.",
+                _(
+                    "Pod set %(pod_set)s needs %(need)s GPUs of %(flavours)s; the cluster has "
+                    "%(have)s %(best)s in all."
+                ),
+                params={
+                    "pod_set": ps.name,
+                    "need": needed,
+                    "flavours": "/".join(ps.flavours),
+                    "have": shape.total.get(best, 0),
+                    "best": best,
+                },
                 field="pod_sets",
             )
         if not any(shape.largest_node.get(f, 0) >= ps.gpus_per_pod for f in ps.flavours):
             raise ValidationFailed(
-                f"A pod of {ps.name} needs {ps.gpus_per_pod} GPUs on one node; the "
-                f"largest node offers {shape.largest_node.get(best, 0)} {best}.",
+                _(
+                    "A pod of %(pod_set)s needs %(per_pod)s GPUs on one node; the largest "
+                    "node offers %(have)s %(best)s."
+                ),
+                params={
+                    "pod_set": ps.name,
+                    "per_pod": ps.gpus_per_pod,
+                    "have": shape.largest_node.get(best, 0),
+                    "best": best,
+                },
                 field="pod_sets",
             )
         if topology == Workload.Topology.ONE_NODE and not any(
             shape.largest_node.get(f, 0) >= needed for f in ps.flavours
         ):
             raise ValidationFailed(
-                f"Needs {needed} GPUs on one node; the largest node has "
-                f"{shape.largest_node.get(best, 0)} {best}.",
+                _("Needs %(need)s GPUs on one node; the largest node has %(have)s %(best)s."),
+                params={"need": needed, "have": shape.largest_node.get(best, 0), "best": best},
                 field="topology",
             )
         if topology == Workload.Topology.ONE_DOMAIN and not any(
             shape.largest_domain.get(f, 0) >= needed for f in ps.flavours
         ):
             raise ValidationFailed(
-                f"Needs {needed} GPUs in one NVLink domain; the largest domain has "
-                f"{shape.largest_domain.get(best, 0)} {best}.",
+                _(
+                    "Needs %(need)s GPUs in one NVLink domain; the largest domain has "
+                    "%(have)s %(best)s."
+                ),
+                params={"need": needed, "have": shape.largest_domain.get(best, 0), "best": best},
                 field="topology",
             )
     pod_set_specs = [engine.PodSet(ps.count, ps.gpus_per_pod, ps.flavours) for ps in pod_sets]
     if not engine.fits_when_idle(shape.nodes, pod_set_specs, engine.Topology(topology)):
-        raise ValidationFailed(_together_message(shape, pod_sets, topology), field="pod_sets")
+        raise _not_together(shape, pod_sets, topology)
 
 
-def _together_message(shape: ClusterShape, pod_sets: list[PodSetRecord], topology: str) -> str:
-    """Why pod sets that each fit cannot be placed together (first flavour of each)."""
+def _not_together(
+    shape: ClusterShape, pod_sets: list[PodSetRecord], topology: str
+) -> ValidationFailed:
+    """Why pod sets that each fit cannot be placed together (first flavour of each).
+    Amounts are "4 h100-80gb": a number and a flavour's name, the same in every language."""
     need: dict[str, int] = defaultdict(int)
     for ps in pod_sets:
         need[ps.flavours[0]] += ps.gpus
-    asked = " and ".join(f"{n} {f}" for f, n in sorted(need.items()))
+    asked = [f"{n} {f}" for f, n in sorted(need.items())]
     if topology == Workload.Topology.ONE_NODE:
         where = ", ".join(f"{shape.largest_node.get(f, 0)} {f}" for f in sorted(need))
-        return f"The pod sets together need {asked} on one node; the largest node has {where}."
+        return ValidationFailed(
+            _("The pod sets together need %(asked)s on one node; the largest node has %(where)s."),
+            params={"asked": _joined(asked), "where": where},
+            field="pod_sets",
+        )
     if topology == Workload.Topology.ONE_DOMAIN:
         where = ", ".join(f"{shape.largest_domain.get(f, 0)} {f}" for f in sorted(need))
-        return (
-            f"The pod sets together need {asked} in one NVLink domain; the largest domain "
-            f"has {where}."
+        return ValidationFailed(
+            _(
+                "The pod sets together need %(asked)s in one NVLink domain; the largest "
+                "domain has %(where)s."
+            ),
+            params={"asked": _joined(asked), "where": where},
+            field="pod_sets",
         )
     have = ", ".join(f"{shape.total.get(f, 0)} {f}" for f in sorted(need))
-    pods = ", ".join(f"{ps.count} x {ps.gpus_per_pod} GPUs" for ps in pod_sets)
-    return (
-        f"The pods ({pods}) cannot be placed together even with every GPU free: they need "
-        f"{asked}; the cluster has {have} in all, on nodes of "
-        f"{', '.join(sorted({str(sum(n.capacity.values())) for n in shape.nodes}))} GPUs."
+    pods = ", ".join(f"{ps.count} x {ps.gpus_per_pod}" for ps in pod_sets)
+    sizes = ", ".join(sorted({str(sum(n.capacity.values())) for n in shape.nodes}))
+    return ValidationFailed(
+        _(
+            "The pods (%(pods)s GPUs) cannot be placed together even with every GPU free: "
+            "they need %(asked)s; the cluster has %(have)s in all, on nodes of %(sizes)s GPUs."
+        ),
+        params={"pods": pods, "asked": _joined(asked), "have": have, "sizes": sizes},
+        field="pod_sets",
     )
+
+
+def _join_now(amounts: list[str]) -> str:
+    text = amounts[-1]
+    for amount in reversed(amounts[:-1]):
+        text = gettext("%(first)s and %(rest)s") % {"first": amount, "rest": text}
+    return text
+
+
+# '4 a100 and 8 h100' in the language of whoever reads the error
+_joined = lazy(_join_now, str)
 
 
 def priority_class_named(name: str | None) -> PriorityClass | None:
@@ -192,9 +258,11 @@ def priority_class_named(name: str | None) -> PriorityClass | None:
         return PriorityClass.objects.filter(is_default=True).first()
     found = PriorityClass.objects.filter(name=name).first()
     if found is None:
-        known = ", ".join(PriorityClass.objects.values_list("name", flat=True)) or "none defined"
+        known = ", ".join(PriorityClass.objects.values_list("name", flat=True)) or _("none defined")
         raise ValidationFailed(
-            f"Unknown priority class {name!r}; use one of: {known}.", field="priority_class"
+            _("Unknown priority class '%(name)s'; use one of: %(known)s."),
+            params={"name": name, "known": known},
+            field="priority_class",
         )
     return found
 
@@ -225,12 +293,16 @@ def workload_submit(
     """Queue a workload for admission. Raises PermissionDenied for users who may not run
     work for `tenant`, ValidationFailed when the workload could never run on `cluster`."""
     if actor is not None and not access.has_role(actor, tenant, SUBMIT_ROLES):
-        raise PermissionDenied(f"Submitting work for {tenant.slug} needs a member role on it.")
+        raise PermissionDenied(
+            _("Submitting work for %(tenant)s needs a member role on it."),
+            params={"tenant": tenant.slug},
+        )
     if not pod_sets:
-        raise ValidationFailed("Give at least one pod set.", field="pod_sets")
+        raise ValidationFailed(_("Give at least one pod set."), field="pod_sets")
     if topology not in Workload.Topology.values:
         raise ValidationFailed(
-            f"Unknown topology {topology!r}; use one of {', '.join(Workload.Topology.values)}.",
+            _("Unknown topology '%(topology)s'; use one of %(topologies)s."),
+            params={"topology": topology, "topologies": ", ".join(Workload.Topology.values)},
             field="topology",
         )
     for field_name, seconds in (
@@ -239,20 +311,25 @@ def workload_submit(
     ):
         if seconds is not None and not 0 <= seconds <= MAX_SECONDS:
             raise ValidationFailed(
-                f"{field_name} is {seconds}; give a whole number of seconds from 0 to "
-                f"{MAX_SECONDS}.",
+                _("%(field)s is %(seconds)s; give a whole number of seconds from 0 to %(max)s."),
+                params={"field": field_name, "seconds": seconds, "max": MAX_SECONDS},
                 field=field_name,
             )
     stored = []
     for index, spec in enumerate(pod_sets):
         if spec.count < 1 or spec.gpus_per_pod < 1:
             raise ValidationFailed(
-                f"Pod set {index}: count and gpus_per_pod must be at least 1.", field="pod_sets"
+                _("Pod set %(index)s: count and gpus_per_pod must be at least 1."),
+                params={"index": index},
+                field="pod_sets",
             )
         if spec.min_count is not None and not 1 <= spec.min_count <= spec.count:
             raise ValidationFailed(
-                f"Pod set {index}: min_count is {spec.min_count}; it must be between 1 and "
-                f"its count ({spec.count}).",
+                _(
+                    "Pod set %(index)s: min_count is %(min_count)s; it must be between 1 and "
+                    "its count (%(count)s)."
+                ),
+                params={"index": index, "min_count": spec.min_count, "count": spec.count},
                 field="pod_sets",
             )
         stored.append(
@@ -303,16 +380,19 @@ def may_manage(actor: Any, workload: Workload) -> bool:
 def workload_cancel(*, actor: Any, workload: Workload, source: str = "api") -> Workload:
     """Withdraw pending or admitted work (the submitter, or the tenant's leads/admins)."""
     if not may_manage(actor, workload):
-        raise PermissionDenied("Only the submitter or a lead of the tenant may cancel it.")
+        raise PermissionDenied(_("Only the submitter or a lead of the tenant may cancel it."))
     return lifecycle.cancel(workload, "cancelled", actor=actor, source=source)
 
 
 def workload_finish(*, actor: Any, workload: Workload, source: str = "api") -> Workload:
     """Report that API-submitted work has ended, freeing its GPUs."""
     if not may_manage(actor, workload):
-        raise PermissionDenied("Only the submitter or a lead of the tenant may finish it.")
+        raise PermissionDenied(_("Only the submitter or a lead of the tenant may finish it."))
     if workload.state not in Workload.ACTIVE_STATES:
-        raise Conflict(f"Workload {workload.pk} is {workload.state}; only running work finishes.")
+        raise Conflict(
+            _("Workload %(id)s is %(state)s; only running work finishes."),
+            params={"id": workload.pk, "state": Workload.State(workload.state).label},
+        )
     return lifecycle.finish(workload, "finished", actor=actor, source=source)
 
 
@@ -356,7 +436,7 @@ def priority_class_save(
 ) -> PriorityClass:
     """Create or change a priority class (platform admins); one default at most."""
     if not access.is_platform_admin(actor):
-        raise PermissionDenied("Only platform administrators manage priority classes.")
+        raise PermissionDenied(_("Only platform administrators manage priority classes."))
     with transaction.atomic():
         before = snapshot(PriorityClass.objects.get(pk=instance.pk)) if instance.pk else None
         if instance.is_default:
@@ -376,13 +456,19 @@ def priority_class_save(
 def priority_class_delete(*, actor: Any, instance: PriorityClass, source: str = "api") -> None:
     """Delete a priority class no workload uses (409 otherwise)."""
     if not access.is_platform_admin(actor):
-        raise PermissionDenied("Only platform administrators manage priority classes.")
+        raise PermissionDenied(_("Only platform administrators manage priority classes."))
     with transaction.atomic():
         in_use = Workload.objects.filter(priority_class=instance).count()
         if in_use:
             raise Conflict(
-                f"Priority class {instance.name} is used by {in_use} workload(s); "
-                "keep it, or lower its value instead."
+                ngettext_lazy(
+                    "Priority class %(name)s is used by %(count)s workload; keep it, or lower "
+                    "its value instead.",
+                    "Priority class %(name)s is used by %(count)s workloads; keep it, or lower "
+                    "its value instead.",
+                    "count",
+                ),
+                params={"name": instance.name, "count": in_use},
             )
         audit_record(
             actor=actor,

@@ -1,0 +1,72 @@
+"""Template filters that say stored values in the reader's language and format:
+``{{ workload|reason }}``, ``{{ amount|money }}`` / ``{{ amount|money:currency }}``,
+``{{ hours|gpu_hours }}``. Load with ``{% load tidegate %}``."""
+
+from __future__ import annotations
+
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from typing import Any
+
+from django import template
+from django.utils.formats import number_format
+from django.utils.translation import gettext, ngettext
+
+from scheduler_bridge.admission.wording import Wording
+
+register = template.Library()
+
+CENT = Decimal("0.01")
+
+
+def say(wording: Wording) -> str:
+    """A reason the engine worded, in the active language."""
+    return wording.render(gettext, ngettext)
+
+
+@register.filter
+def reason(workload: Any) -> str:
+    """A workload's reason in the reader's language; the stored English text when it was
+    not worded by the engine (older rows, reasons written elsewhere)."""
+    wording = getattr(workload, "reason_wording", None)
+    if wording is not None:
+        return say(wording)
+    return str(getattr(workload, "reason", "") or "")
+
+
+def _decimal(value: Any) -> Decimal | None:
+    if value is None or value == "" or isinstance(value, bool):
+        return None
+    try:
+        number = value if isinstance(value, Decimal) else Decimal(str(value))
+    except (InvalidOperation, ValueError):
+        return None
+    return number if number.is_finite() else None
+
+
+def _grouped(number: Decimal) -> str:
+    return number_format(
+        number.quantize(CENT, rounding=ROUND_HALF_UP),
+        decimal_pos=2,
+        use_l10n=True,
+        force_grouping=True,
+    )
+
+
+@register.filter
+def money(amount: Any, currency: str = "") -> str:
+    """An amount with two decimals, grouped as the locale groups numbers (12,345.60),
+    followed by its currency when given. Anything that is not a number is shown as is."""
+    number = _decimal(amount)
+    if number is None:
+        return "" if amount is None else str(amount)
+    text = _grouped(number)
+    return f"{text} {currency}" if currency else text
+
+
+@register.filter
+def gpu_hours(hours: Any) -> str:
+    """GPU-hours with two decimals, grouped as the locale groups numbers (1,234.50)."""
+    number = _decimal(hours)
+    if number is None:
+        return "" if hours is None else str(hours)
+    return _grouped(number)
