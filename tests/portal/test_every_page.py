@@ -12,6 +12,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
+from billing.models import RateCard
 from scheduler_bridge.inventory.models import Cluster
 from scheduler_bridge.workloads.models import PriorityClass
 from tenants.demo import DEMO_PASSWORD, DEMO_USERS, seed_demo
@@ -61,9 +62,11 @@ def demo(db: Any) -> None:
 
 @pytest.mark.django_db
 def test_every_page_of_every_role_speaks_chinese_and_is_404_to_an_outsider(demo: None) -> None:
-    # a cluster's display name and a priority class's description are what admins wrote
+    # a cluster's display name, a priority class's description and a rate card's name are
+    # what admins wrote
     data = data_values() | set(Cluster.objects.values_list("display_name", flat=True))
     data |= set(PriorityClass.objects.values_list("description", flat=True))
+    data |= set(RateCard.objects.values_list("name", flat=True))
     pages: dict[str, str] = {}
     left: list[str] = []
     for username in ROLES:
