@@ -14,7 +14,7 @@ from django.core.paginator import Paginator
 from django.db.models import Count, Sum
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.urls import path
+from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
@@ -29,6 +29,7 @@ from scheduler_bridge.workloads.selectors import workloads_visible_to
 from tenants import access
 from tenants.errors import TidegateError
 from tenants.models import AuditEvent, Tenant
+from tenants.portal.views import visible_tenant_or_404
 
 
 def workload_deletion_blocker(tenant: Tenant) -> str | None:
@@ -36,13 +37,38 @@ def workload_deletion_blocker(tenant: Tenant) -> str | None:
     return f"{count} workload(s) in its history" if count else None
 
 
+PANEL_SIZE = 50
+# how often an open page asks for its queue again (seconds)
+LIVE_EVERY_S = 5
+
+
 def queue_panel(request: HttpRequest, tenant: Tenant) -> dict[str, Any] | None:
-    workloads = (
-        workloads_visible_to(request.user)
-        .filter(tenant__path__startswith=tenant.path, state__in=Workload.OPEN_STATES)
-        .order_by(*Workload.QUEUE_ORDER)[:50]
+    """The open work of the tenant's subtree in queue order (the first PANEL_SIZE, with
+    the count of the rest), refreshed by the page through ``tenant_queue_part``."""
+    open_work = workloads_visible_to(request.user).filter(
+        tenant__path__startswith=tenant.path, state__in=Workload.OPEN_STATES
     )
-    return {"template": "scheduler_bridge/queue_panel.html", "workloads": list(workloads)}
+    workloads = list(open_work.order_by(*Workload.QUEUE_ORDER)[:PANEL_SIZE])
+    total = len(workloads) if len(workloads) < PANEL_SIZE else open_work.count()
+    return {
+        "template": "scheduler_bridge/queue_panel.html",
+        "tenant": tenant,
+        "workloads": workloads,
+        "total": total,
+        "every_s": LIVE_EVERY_S,
+    }
+
+
+@login_required
+def tenant_queue_part(request: HttpRequest, slug: str) -> HttpResponse:
+    """The tenant page's queue panel alone, for htmx to swap in; a plain visit goes to
+    the panel on the tenant page."""
+    tenant = visible_tenant_or_404(request, slug)
+    if not request.htmx:  # type: ignore[attr-defined]
+        return redirect(reverse("portal-tenant", args=[tenant.slug]) + "#queue")
+    return render(
+        request, "scheduler_bridge/queue_panel.html", {"panel": queue_panel(request, tenant)}
+    )
 
 
 def holdings_chart(cluster: Any, visible_slugs: set[str]) -> str:
@@ -120,7 +146,6 @@ def cluster_queue(request: HttpRequest, name: str) -> HttpResponse:
     page = Paginator(workloads.order_by(*Workload.QUEUE_ORDER), QUEUE_PAGE_SIZE).get_page(
         request.GET.get("page")
     )
-    visible = set(access.tenants_visible_to(request.user).values_list("slug", flat=True))
     context = {
         "cluster": cluster,
         "workloads": page.object_list,
@@ -129,8 +154,13 @@ def cluster_queue(request: HttpRequest, name: str) -> HttpResponse:
         "tenant": team,
         "pending_count": counts.get(Workload.State.PENDING, 0),
         "running_count": sum(counts.get(s, 0) for s in Workload.ACTIVE_STATES),
-        "chart": holdings_chart(cluster, visible),
+        "every_s": LIVE_EVERY_S,
     }
+    if request.htmx:  # type: ignore[attr-defined]
+        # the page polls its queue: the table alone, with the same filters and page
+        return render(request, "scheduler_bridge/cluster_queue_live.html", context)
+    visible = set(access.tenants_visible_to(request.user).values_list("slug", flat=True))
+    context["chart"] = holdings_chart(cluster, visible)
     return render(request, "scheduler_bridge/cluster_queue.html", context)
 
 
@@ -227,6 +257,7 @@ def workload_cancel(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 urlpatterns = [
+    path("tenants/<slug:slug>/queue/", tenant_queue_part, name="portal-tenant-queue"),
     path("clusters/<slug:name>/queue/", cluster_queue, name="portal-cluster-queue"),
     path("workloads/<int:pk>/", workload_detail, name="portal-workload"),
     path("workloads/<int:pk>/cancel/", workload_cancel, name="portal-workload-cancel"),
