@@ -7,12 +7,14 @@ and reads that tenant's subtree only; lists are capped and come with their full 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
-from django.db.models import Case, Count, DateTimeField, Q, QuerySet, Sum, When
+from django.core.cache import cache
+from django.db.models import Case, Count, DateTimeField, Max, Q, QuerySet, Sum, When
 from django.db.models.functions import TruncDay, TruncHour
 from django.http import Http404
 from django.shortcuts import get_object_or_404
@@ -273,10 +275,36 @@ class UsagePoint:
     busy: float | None  # of which busy, where DCGM measured it
 
 
+# how long a read of the ledger is kept; any new ledger row makes it stale at once
+LEDGER_CACHE_S = 600
+
+
+T = TypeVar("T")
+
+
+def ledger_cached(name: str, tenant: Tenant, moment: datetime, compute: Callable[[], T]) -> T:
+    """``compute()`` (a read of the subtree's ledger as of ``moment``), kept while the
+    ledger has no new row: the ledger only grows, by the hour, so a year of it need not be
+    summed again at every refresh. One query (the newest row's id) when kept."""
+    newest = UsageRecord.objects.aggregate(newest=Max("id"))["newest"]
+    key = f"dashboard:{name}:{tenant.pk}:{tenant.path}:{moment.isoformat()}:{newest}"
+    found = cache.get(key)
+    if found is None:
+        found = compute()
+        cache.set(key, found, LEDGER_CACHE_S)
+    return found  # type: ignore[no-any-return]
+
+
 def usage_series(tenant: Tenant, now: datetime) -> list[UsagePoint]:
     """Allocated and busy GPU-equivalents of the subtree over the last year from the
     hourly ledger: hours for the last HOURLY_DAYS days, whole days before (one GROUP BY
-    query, then weighted by each flavour's GPU-equivalent)."""
+    query, then weighted by each flavour's GPU-equivalent; kept while the ledger does
+    not grow)."""
+    hour = now.replace(minute=0, second=0, microsecond=0)
+    return ledger_cached("usage", tenant, hour, lambda: _usage_series(tenant, hour))
+
+
+def _usage_series(tenant: Tenant, now: datetime) -> list[UsagePoint]:
     day = now.replace(hour=0, minute=0, second=0, microsecond=0)
     hourly_from = day - timedelta(days=HOURLY_DAYS)
     bucket = Case(
@@ -324,7 +352,13 @@ def usage_series(tenant: Tenant, now: datetime) -> list[UsagePoint]:
 def team_efficiency(tenant: Tenant, now: datetime) -> list[dict[str, Any]]:
     """Per direct sub-team (its subtree), and the tenant's own work when it has any:
     allocated and busy GPU-hours (GPU-equivalents) over the last EFFICIENCY_DAYS days
-    and busy / allocated over the hours where DCGM measured activity. One query."""
+    and busy / allocated over the hours where DCGM measured activity. Two queries, kept
+    while the ledger does not grow."""
+    hour = now.replace(minute=0, second=0, microsecond=0)
+    return ledger_cached("efficiency", tenant, hour, lambda: _team_efficiency(tenant, hour))
+
+
+def _team_efficiency(tenant: Tenant, now: datetime) -> list[dict[str, Any]]:
     tree = list(tenant.subtree().values_list("pk", "path", "parent_id", "slug", "name"))
     teams = [(path, slug, name) for pk, path, parent, slug, name in tree if parent == tenant.pk]
     paths = {pk: path for pk, path, *_ in tree}
