@@ -21,6 +21,7 @@ from django.utils.translation import gettext as _
 
 from billing.portal import budget_panel
 from dashboard import charts, selectors
+from scheduler_bridge.workloads.portal import live_login_required
 from tenants.models import Tenant
 
 
@@ -105,7 +106,7 @@ def dashboard(request: HttpRequest, slug: str) -> HttpResponse:
     return render(request, "dashboard/dashboard.html", context)
 
 
-@login_required
+@live_login_required
 def dashboard_part(request: HttpRequest, slug: str, part: str) -> HttpResponse:
     """One section of the dashboard alone, for htmx to swap in; a plain visit goes to
     the section on the whole page."""

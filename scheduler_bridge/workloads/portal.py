@@ -5,11 +5,14 @@ stands, why it waits, every run it had) with its cancel button."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
+from functools import wraps
 from typing import Any
 
 import plotly.graph_objects as go
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.views import redirect_to_login
 from django.core.paginator import Paginator
 from django.db.models import Count, Sum
 from django.http import HttpRequest, HttpResponse
@@ -19,6 +22,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
+from django_htmx.http import HttpResponseClientRedirect
 
 from scheduler_bridge import selectors
 from scheduler_bridge.quotas.models import Quota
@@ -35,6 +39,21 @@ from tenants.portal.views import visible_tenant_or_404
 def workload_deletion_blocker(tenant: Tenant) -> str | None:
     count = Workload.objects.filter(tenant=tenant).count()
     return f"{count} workload(s) in its history" if count else None
+
+
+def live_login_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """``login_required`` for views a page polls: when the session has ended, an htmx
+    request gets the browser sent to the login page (HX-Redirect) instead of the login
+    form swapped into the polled section."""
+    guarded = login_required(view)
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if request.htmx and not request.user.is_authenticated:  # type: ignore[attr-defined]
+            return HttpResponseClientRedirect(redirect_to_login(request.get_full_path()).url)
+        return guarded(request, *args, **kwargs)
+
+    return wrapper
 
 
 PANEL_SIZE = 50
@@ -59,7 +78,7 @@ def queue_panel(request: HttpRequest, tenant: Tenant) -> dict[str, Any] | None:
     }
 
 
-@login_required
+@live_login_required
 def tenant_queue_part(request: HttpRequest, slug: str) -> HttpResponse:
     """The tenant page's queue panel alone, for htmx to swap in; a plain visit goes to
     the panel on the tenant page."""
@@ -121,7 +140,7 @@ QUEUE_PAGE_SIZE = 100
 QUEUE_STATES = {"pending": [Workload.State.PENDING], "running": list(Workload.ACTIVE_STATES)}
 
 
-@login_required
+@live_login_required
 def cluster_queue(request: HttpRequest, name: str) -> HttpResponse:
     """The cluster's open work in queue order, a page at a time (a deep queue holds tens
     of thousands), optionally one team's only or one state only."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 from decimal import Decimal
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -289,3 +290,18 @@ def test_the_dashboard_speaks_chinese_but_for_its_data(
         assert '<html lang="zh-hans">' in page
         left += [f"{url}: {t}" for t in visible_text(page) if untranslated(t, data)]
     assert left == []
+
+
+def test_a_polled_section_sends_a_signed_out_browser_to_the_login_page(
+    fake_cluster: FakeCluster, client: Any
+) -> None:
+    for url in (
+        "/dashboard/vision/parts/queue/",
+        "/tenants/vision/queue/",
+        "/clusters/gpu-east/queue/",
+    ):
+        polled = client.get(url, headers=HTMX)
+        # after signing in, a plain visit of a section URL lands on its page
+        assert polled.headers["HX-Redirect"] == f"/accounts/login/?next={url}"
+        assert b"<form" not in polled.content  # nothing swapped into the section
+        assert client.get(url).status_code == 302
