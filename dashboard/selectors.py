@@ -16,7 +16,6 @@ from typing import Any, TypeVar
 from django.core.cache import cache
 from django.db.models import Case, Count, DateTimeField, Max, Q, QuerySet, Sum, When
 from django.db.models.functions import TruncDay, TruncHour
-from django.http import Http404
 from django.shortcuts import get_object_or_404
 
 from billing.models import UsageRecord
@@ -49,13 +48,11 @@ def dashboard_tenant_or_404(user: Any, slug: str) -> Tenant:
     return get_object_or_404(dashboard_tenants(user), slug=slug)
 
 
-def default_tenant(user: Any) -> Tenant:
-    """The first tenant ``user`` leads (or administers), else the first they see."""
+def default_tenant(user: Any) -> Tenant | None:
+    """The first tenant ``user`` leads (or administers), else the first they see (None
+    when they belong to no tenant yet)."""
     led = access.tenants_with_role(user, [Role.LEAD, Role.ADMIN]).order_by("depth", "path")
-    tenant = led.first() or dashboard_tenants(user).order_by("depth", "path").first()
-    if tenant is None:
-        raise Http404
-    return tenant
+    return led.first() or dashboard_tenants(user).order_by("depth", "path").first()
 
 
 # ---------------------------------------------------------------------------- holdings

@@ -85,11 +85,13 @@ def dashboard_home(request: HttpRequest) -> HttpResponse:
     """The switcher submits here (``?tenant=<slug>``); without one, the first tenant the
     user leads (else the first they see)."""
     slug = request.GET.get("tenant", "")
-    tenant = (
-        selectors.dashboard_tenant_or_404(request.user, slug)
-        if slug
-        else selectors.default_tenant(request.user)
-    )
+    if slug:
+        tenant = selectors.dashboard_tenant_or_404(request.user, slug)
+    else:
+        found = selectors.default_tenant(request.user)
+        if found is None:  # nobody added them to a tenant yet: say what to do
+            return render(request, "dashboard/no_tenant.html")
+        tenant = found
     return redirect("dashboard", slug=tenant.slug)
 
 

@@ -305,3 +305,14 @@ def test_a_polled_section_sends_a_signed_out_browser_to_the_login_page(
         assert polled.headers["HX-Redirect"] == f"/accounts/login/?next={url}"
         assert b"<form" not in polled.content  # nothing swapped into the section
         assert client.get(url).status_code == 302
+
+
+def test_everyone_signed_in_finds_the_dashboard_in_the_navigation(cast: Cast) -> None:
+    from tests.factories import UserFactory
+
+    page = logged_in(cast.member).get("/").content.decode()
+    nav = section(page, 'aria-label="Main"', "</nav>")
+    assert 'href="/dashboard/"' in nav and ">Dashboard<" in nav
+    newcomer = logged_in(UserFactory(username="newcomer")).get("/dashboard/")
+    assert newcomer.status_code == 200
+    assert "Ask the lead of your team to add you" in newcomer.content.decode()
