@@ -5,8 +5,9 @@ the GPUs its own admitted and running work holds, and returns one :class:`Holdin
 tenant. Quotas nest: a tenant's guarantee covers its sub-teams' guarantees, and what a
 parent guarantees beyond its children's is a pool its subtree shares.
 
-The rules, for a tenant ``t`` with guarantee ``G(t)`` and subtree use ``U(t)`` (its own
-work plus all its sub-teams' work):
+The rules, for a tenant ``t`` with guarantee ``G(t)`` (its quota, but never less than its
+sub-teams' guarantees together, as the admission queue counts it) and subtree use ``U(t)``
+(its own work plus all its sub-teams' work):
 
 * **in use** ``U(t)``;
 * **borrowed** ``max(0, U(t) - G(t))``: held beyond its own guarantee. For a team
@@ -71,25 +72,28 @@ def holdings(
         parent = node.parent_id if node.parent_id in known else None
         children[parent].append(node.id)
     use: dict[int, int] = {}
+    guarantee: dict[int, int] = {}
 
-    def subtree_use(tenant: int) -> int:
+    def sum_up(tenant: int) -> None:
         # iterative post-order: trees may be deep
         stack = [(tenant, False)]
         while stack:
             current, expanded = stack.pop()
             if expanded:
-                use[current] = own_use.get(current, 0) + sum(use[c] for c in children[current])
+                kids = children[current]
+                use[current] = own_use.get(current, 0) + sum(use[c] for c in kids)
+                share = shares.get(current)
+                # as the queue counts it: at least what its sub-teams are guaranteed
+                guarantee[current] = max(
+                    share.guaranteed if share else 0, sum(guarantee[c] for c in kids)
+                )
             else:
                 stack.append((current, True))
                 stack.extend((c, False) for c in children[current])
-        return use[tenant]
-
-    def guaranteed(tenant: int) -> int:
-        share = shares.get(tenant)
-        return share.guaranteed if share else 0
 
     for root in children[None]:
-        subtree_use(root)
+        sum_up(root)
+    guaranteed = guarantee.__getitem__
     lent: dict[int, int] = {root: 0 for root in children[None]}
     queue = list(children[None])
     while queue:
@@ -103,7 +107,7 @@ def holdings(
             + own_use.get(parent, 0)
             + lent[parent]
         )
-        lendable = {k: _lendable(shares.get(k), use[k]) for k in kids}
+        lendable = {k: _lendable(guaranteed(k), shares.get(k), use[k]) for k in kids}
         taken = min(sum(lendable.values()), max(0, demand - unassigned))
         lent.update(split(taken, lendable))
         queue.extend(kids)
@@ -118,11 +122,10 @@ def holdings(
     }
 
 
-def _lendable(share: Share | None, used: int) -> int:
-    if share is None:
-        return 0
-    idle = max(0, share.guaranteed - used)
-    return idle if share.lend_limit is None else min(idle, share.lend_limit)
+def _lendable(guaranteed: int, share: Share | None, used: int) -> int:
+    idle = max(0, guaranteed - used)
+    limit = share.lend_limit if share else None
+    return idle if limit is None else min(idle, limit)
 
 
 def split(total: int, weights: Mapping[int, int]) -> dict[int, int]:

@@ -54,3 +54,10 @@ def test_whole_gpus_are_shared_out_by_largest_remainder() -> None:
     assert split(5, {1: 1, 2: 1, 3: 1}) == {1: 2, 2: 2, 3: 1}
     assert split(0, {1: 3}) == {1: 0}
     assert sum(split(7, {1: 3, 2: 5, 3: 1}).values()) == 7
+
+
+def test_a_parent_without_a_quota_row_is_guaranteed_what_its_teams_are() -> None:
+    shares = {k: v for k, v in SHARES.items() if k != 2}  # research has no row
+    held = holdings(TREE, shares, {4: 8})
+    assert held[2].guaranteed == 8  # vision 6 + speech 2
+    assert held[3].lent == 6  # nothing unassigned in research: all of vision's idle 6
