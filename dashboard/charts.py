@@ -95,7 +95,7 @@ def efficiency_bars(rows: Sequence[dict[str, Any]], title: str) -> str:
     layout = dict(
         title={"text": title, "font": {"size": 14}},
         height=max(160, 60 + 28 * len(shown)),
-        margin={"l": 90, "r": 10, "t": 40, "b": 30},
+        margin={"l": 90, "r": 30, "t": 40, "b": 30},
         xaxis={"range": [0, 100], "ticksuffix": " %"},
         yaxis={"autorange": "reversed"},
     )

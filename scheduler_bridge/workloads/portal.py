@@ -244,16 +244,36 @@ def workload_detail(request: HttpRequest, pk: int) -> HttpResponse:
         label = TRANSITION_LABELS.get(str(after.get("transition", "")))
         event.label = label or event.get_action_display()  # type: ignore[attr-defined]
     has_runs = workload.admitted_at is not None or bool(workload.past_runs)
-    context = {
-        "workload": workload,
-        "may_cancel": workload.state in Workload.OPEN_STATES
-        and services.may_manage(request.user, workload),
+    context = _standing(request, workload) | {
         "history": history,
         "past_runs": past_runs(workload.past_runs, workload.pk),
         "chart": runs_chart(workload) if has_runs else "",
-        "pods": workload.pods_report(),
     }
     return render(request, "scheduler_bridge/workload_detail.html", context)
+
+
+def _standing(request: HttpRequest, workload: Workload) -> dict[str, Any]:
+    """Where the workload stands: its state, why it waits or where it runs, its pods and
+    the cancel button; open work's page polls it (closed work changes no more)."""
+    is_open = workload.state in Workload.OPEN_STATES
+    return {
+        "workload": workload,
+        "may_cancel": is_open and services.may_manage(request.user, workload),
+        "pods": workload.pods_report(),
+        "live": is_open,
+        "live_every_s": LIVE_EVERY_S,
+    }
+
+
+@live_login_required
+def workload_standing(request: HttpRequest, pk: int) -> HttpResponse:
+    """The workload page's standing section alone, for htmx to swap in."""
+    workload = get_object_or_404(workloads_visible_to(request.user), pk=pk)
+    if not request.htmx:  # type: ignore[attr-defined]
+        return redirect("portal-workload", pk=workload.pk)
+    # the state badge in the page's heading changes with it (an out-of-band swap)
+    context = _standing(request, workload) | {"oob": True}
+    return render(request, "scheduler_bridge/workload_standing.html", context)
 
 
 @login_required
@@ -280,4 +300,5 @@ urlpatterns = [
     path("clusters/<slug:name>/queue/", cluster_queue, name="portal-cluster-queue"),
     path("workloads/<int:pk>/", workload_detail, name="portal-workload"),
     path("workloads/<int:pk>/cancel/", workload_cancel, name="portal-workload-cancel"),
+    path("workloads/<int:pk>/standing/", workload_standing, name="portal-workload-standing"),
 ]

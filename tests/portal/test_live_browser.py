@@ -60,7 +60,7 @@ def test_the_dashboard_draws_its_charts_in_both_languages(
     page.context.close()
 
 
-def test_a_cancel_by_one_user_disappears_from_anothers_open_queue_without_reload(
+def test_a_cancel_by_one_user_shows_on_anothers_open_pages_without_reload(
     demo: None, live_server: Any, browser: Any
 ) -> None:
     job = Workload.objects.get(name="llm-finetune")  # nlp's, waiting; both users see it
@@ -71,6 +71,10 @@ def test_a_cancel_by_one_user_disappears_from_anothers_open_queue_without_reload
     for page, region in ((watcher, "#queue-live"), (dashboard, "#queue")):
         assert "llm-finetune" in page.locator(region).inner_text()
         page.evaluate("window.notReloaded = true")
+    detail = watcher.context.new_page()
+    detail.goto(f"{live_server.url}/workloads/{job.pk}/")
+    assert detail.locator("#state-badge").inner_text() == "Pending"
+    detail.evaluate("window.notReloaded = true")
 
     canceller = signed_in(browser, live_server.url, "nlp-lead")
     canceller.goto(f"{live_server.url}/workloads/{job.pk}/")
@@ -87,5 +91,12 @@ def test_a_cancel_by_one_user_disappears_from_anothers_open_queue_without_reload
         )
         assert page.evaluate("window.notReloaded") is True  # swapped in, not reloaded
     assert "llm-finetune" not in dashboard.locator("#queue").inner_text()
+    # the watcher's open page of the workload says so too, heading and all
+    detail.wait_for_function(
+        "() => document.querySelector('#standing h2').innerText.includes('Cancelled')",
+        timeout=LIVE_TIMEOUT_MS,
+    )
+    assert detail.locator("#state-badge").inner_text() == "Cancelled"
+    assert detail.evaluate("window.notReloaded") is True
     canceller.context.close()
     watcher.context.close()

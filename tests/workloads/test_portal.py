@@ -227,3 +227,24 @@ def test_the_position_column_says_why_work_has_no_number(
         "too-big": "not in line",
         "brand-new": "next cycle",
     }
+
+
+@pytest.mark.parametrize("role", ROLE_NAMES)
+def test_a_workload_page_polls_where_it_stands_until_it_is_closed(
+    fake_cluster: FakeCluster, cast: Cast, role: str
+) -> None:
+    mine = submit(cast.member, "vision", 2, name="watched").json()["id"]
+    client = logged_in(cast.user(role))
+    url = f"/workloads/{mine}/standing/"
+    polled = client.get(url, headers={"HX-Request": "true"})
+    if role == "outsider":
+        assert polled.status_code == 404 and client.get(url).status_code == 404
+        return
+    fragment = polled.content.decode()
+    assert fragment.lstrip().startswith(f'<section class="card" id="standing" hx-get="{url}"')
+    assert "<html" not in fragment and 'id="state-badge"' in fragment
+    assert 'hx-swap-oob="true"' in fragment  # the heading's badge changes with it
+    assert client.get(url)["Location"] == f"/workloads/{mine}/"
+    logged_in(cast.member).post(f"/workloads/{mine}/cancel/")
+    closed = client.get(url, headers={"HX-Request": "true"}).content.decode()
+    assert "Cancelled" in closed and "hx-get" not in closed  # nothing more to wait for
