@@ -69,10 +69,6 @@ class FlavourHoldings:
     flavour: Flavour
     rows: list[HoldingRow] = field(default_factory=list)
 
-    @property
-    def total(self) -> HoldingRow:
-        return self.rows[0]
-
 
 def subtree_holdings(tenant: Tenant) -> list[FlavourHoldings]:
     """Per flavour the tenant has a quota of or uses: its holding (its whole subtree) and
@@ -112,6 +108,8 @@ def subtree_holdings(tenant: Tenant) -> list[FlavourHoldings]:
     out = []
     for flavour in sorted(flavours, key=lambda f: (f.cluster.name, f.name)):
         result = holdings(nodes, shares.get(flavour.pk, {}), use.get(flavour.pk, {}))
+        if not (result[tenant.pk].guaranteed or result[tenant.pk].in_use):
+            continue  # a quota of nothing, and nothing held
         group = FlavourHoldings(flavour)
         for row, is_subtree in [(by_id[tenant.pk], True), *((c, False) for c in children)]:
             inside = [t for t in subtree_ids if by_id[t]["path"].startswith(row["path"])]
