@@ -70,13 +70,15 @@ def _budget(request: HttpRequest, tenant: Tenant) -> dict[str, Any]:
     return {"budget": panel, "idle": selectors.idle_workloads(request.user, tenant, findings)}
 
 
+# What the queue decides changes by the second; what the ledger says, by the hour (a
+# redrawn chart also forgets the range its reader picked, so charts are redrawn rarely).
 PARTS: dict[str, Part] = {
     "holdings": Part("dashboard/holdings.html", _holdings, 5),
     "queue": Part("dashboard/queue.html", _queue, 5),
     "running": Part("dashboard/running.html", _running, 5),
-    "usage": Part("dashboard/usage.html", _usage, 300),
-    "efficiency": Part("dashboard/efficiency.html", _efficiency, 300),
-    "budget": Part("dashboard/budget.html", _budget, 60),
+    "usage": Part("dashboard/usage.html", _usage, 900),
+    "efficiency": Part("dashboard/efficiency.html", _efficiency, 900),
+    "budget": Part("dashboard/budget.html", _budget, 300),
 }
 
 
