@@ -23,6 +23,7 @@ urlpatterns = [
     path("", include("scheduler_bridge.portal")),
     path("", include("scheduler_bridge.workloads.portal")),
     path("", include("billing.portal")),
+    path("", include("dashboard.urls")),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("i18n/setlang/", set_language, name="set_language"),

@@ -36,6 +36,7 @@ INSTALLED_APPS = [
     "tenants",
     "scheduler_bridge",
     "billing",
+    "dashboard",
 ]
 
 MIDDLEWARE = [

@@ -5,20 +5,24 @@ stands, why it waits, every run it had) with its cancel button."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
+from functools import wraps
 from typing import Any
 
 import plotly.graph_objects as go
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.views import redirect_to_login
 from django.core.paginator import Paginator
 from django.db.models import Count, Sum
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.urls import path
+from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
+from django_htmx.http import HttpResponseClientRedirect
 
 from scheduler_bridge import selectors
 from scheduler_bridge.quotas.models import Quota
@@ -29,6 +33,7 @@ from scheduler_bridge.workloads.selectors import workloads_visible_to
 from tenants import access
 from tenants.errors import TidegateError
 from tenants.models import AuditEvent, Tenant
+from tenants.portal.views import visible_tenant_or_404
 
 
 def workload_deletion_blocker(tenant: Tenant) -> str | None:
@@ -36,13 +41,53 @@ def workload_deletion_blocker(tenant: Tenant) -> str | None:
     return f"{count} workload(s) in its history" if count else None
 
 
+def live_login_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """``login_required`` for views a page polls: when the session has ended, an htmx
+    request gets the browser sent to the login page (HX-Redirect) instead of the login
+    form swapped into the polled section."""
+    guarded = login_required(view)
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if request.htmx and not request.user.is_authenticated:  # type: ignore[attr-defined]
+            return HttpResponseClientRedirect(redirect_to_login(request.get_full_path()).url)
+        return guarded(request, *args, **kwargs)
+
+    return wrapper
+
+
+PANEL_SIZE = 50
+# how often an open page asks for its queue again (seconds)
+LIVE_EVERY_S = 5
+
+
 def queue_panel(request: HttpRequest, tenant: Tenant) -> dict[str, Any] | None:
-    workloads = (
-        workloads_visible_to(request.user)
-        .filter(tenant__path__startswith=tenant.path, state__in=Workload.OPEN_STATES)
-        .order_by(*Workload.QUEUE_ORDER)[:50]
+    """The open work of the tenant's subtree in queue order (the first PANEL_SIZE, with
+    the count of the rest), refreshed by the page through ``tenant_queue_part``."""
+    open_work = workloads_visible_to(request.user).filter(
+        tenant__path__startswith=tenant.path, state__in=Workload.OPEN_STATES
     )
-    return {"template": "scheduler_bridge/queue_panel.html", "workloads": list(workloads)}
+    workloads = list(open_work.order_by(*Workload.QUEUE_ORDER)[:PANEL_SIZE])
+    total = len(workloads) if len(workloads) < PANEL_SIZE else open_work.count()
+    return {
+        "template": "scheduler_bridge/queue_panel.html",
+        "tenant": tenant,
+        "workloads": workloads,
+        "total": total,
+        "every_s": LIVE_EVERY_S,
+    }
+
+
+@live_login_required
+def tenant_queue_part(request: HttpRequest, slug: str) -> HttpResponse:
+    """The tenant page's queue panel alone, for htmx to swap in; a plain visit goes to
+    the panel on the tenant page."""
+    tenant = visible_tenant_or_404(request, slug)
+    if not request.htmx:  # type: ignore[attr-defined]
+        return redirect(reverse("portal-tenant", args=[tenant.slug]) + "#queue")
+    return render(
+        request, "scheduler_bridge/queue_panel.html", {"panel": queue_panel(request, tenant)}
+    )
 
 
 def holdings_chart(cluster: Any, visible_slugs: set[str]) -> str:
@@ -95,7 +140,7 @@ QUEUE_PAGE_SIZE = 100
 QUEUE_STATES = {"pending": [Workload.State.PENDING], "running": list(Workload.ACTIVE_STATES)}
 
 
-@login_required
+@live_login_required
 def cluster_queue(request: HttpRequest, name: str) -> HttpResponse:
     """The cluster's open work in queue order, a page at a time (a deep queue holds tens
     of thousands), optionally one team's only or one state only."""
@@ -120,7 +165,6 @@ def cluster_queue(request: HttpRequest, name: str) -> HttpResponse:
     page = Paginator(workloads.order_by(*Workload.QUEUE_ORDER), QUEUE_PAGE_SIZE).get_page(
         request.GET.get("page")
     )
-    visible = set(access.tenants_visible_to(request.user).values_list("slug", flat=True))
     context = {
         "cluster": cluster,
         "workloads": page.object_list,
@@ -129,8 +173,13 @@ def cluster_queue(request: HttpRequest, name: str) -> HttpResponse:
         "tenant": team,
         "pending_count": counts.get(Workload.State.PENDING, 0),
         "running_count": sum(counts.get(s, 0) for s in Workload.ACTIVE_STATES),
-        "chart": holdings_chart(cluster, visible),
+        "every_s": LIVE_EVERY_S,
     }
+    if request.htmx:  # type: ignore[attr-defined]
+        # the page polls its queue: the table alone, with the same filters and page
+        return render(request, "scheduler_bridge/cluster_queue_live.html", context)
+    visible = set(access.tenants_visible_to(request.user).values_list("slug", flat=True))
+    context["chart"] = holdings_chart(cluster, visible)
     return render(request, "scheduler_bridge/cluster_queue.html", context)
 
 
@@ -195,16 +244,36 @@ def workload_detail(request: HttpRequest, pk: int) -> HttpResponse:
         label = TRANSITION_LABELS.get(str(after.get("transition", "")))
         event.label = label or event.get_action_display()  # type: ignore[attr-defined]
     has_runs = workload.admitted_at is not None or bool(workload.past_runs)
-    context = {
-        "workload": workload,
-        "may_cancel": workload.state in Workload.OPEN_STATES
-        and services.may_manage(request.user, workload),
+    context = _standing(request, workload) | {
         "history": history,
         "past_runs": past_runs(workload.past_runs, workload.pk),
         "chart": runs_chart(workload) if has_runs else "",
-        "pods": workload.pods_report(),
     }
     return render(request, "scheduler_bridge/workload_detail.html", context)
+
+
+def _standing(request: HttpRequest, workload: Workload) -> dict[str, Any]:
+    """Where the workload stands: its state, why it waits or where it runs, its pods and
+    the cancel button; open work's page polls it (closed work changes no more)."""
+    is_open = workload.state in Workload.OPEN_STATES
+    return {
+        "workload": workload,
+        "may_cancel": is_open and services.may_manage(request.user, workload),
+        "pods": workload.pods_report(),
+        "live": is_open,
+        "live_every_s": LIVE_EVERY_S,
+    }
+
+
+@live_login_required
+def workload_standing(request: HttpRequest, pk: int) -> HttpResponse:
+    """The workload page's standing section alone, for htmx to swap in."""
+    workload = get_object_or_404(workloads_visible_to(request.user), pk=pk)
+    if not request.htmx:  # type: ignore[attr-defined]
+        return redirect("portal-workload", pk=workload.pk)
+    # the state badge in the page's heading changes with it (an out-of-band swap)
+    context = _standing(request, workload) | {"oob": True}
+    return render(request, "scheduler_bridge/workload_standing.html", context)
 
 
 @login_required
@@ -227,7 +296,9 @@ def workload_cancel(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 urlpatterns = [
+    path("tenants/<slug:slug>/queue/", tenant_queue_part, name="portal-tenant-queue"),
     path("clusters/<slug:name>/queue/", cluster_queue, name="portal-cluster-queue"),
     path("workloads/<int:pk>/", workload_detail, name="portal-workload"),
     path("workloads/<int:pk>/cancel/", workload_cancel, name="portal-workload-cancel"),
+    path("workloads/<int:pk>/standing/", workload_standing, name="portal-workload-standing"),
 ]

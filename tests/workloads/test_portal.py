@@ -179,3 +179,72 @@ def test_cancelling_asks_first_and_says_what_happens(fake_cluster: FakeCluster, 
     form = page[page.index('action="/workloads/') :]
     form = form[: form.index(">")]
     assert "window.confirm" in form and "Cancel careful?" in form
+
+
+@pytest.mark.parametrize("role", ROLE_NAMES)
+def test_the_live_queue_parts_are_scoped_and_are_fragments_for_htmx(
+    fake_cluster: FakeCluster, cast: Cast, role: str
+) -> None:
+    submit(cast.member, "vision", 2, name="vision-job")
+    client = logged_in(cast.user(role))
+    panel = client.get("/tenants/vision/queue/", HTTP_HX_REQUEST="true")
+    queue = client.get("/clusters/gpu-east/queue/?state=pending", HTTP_HX_REQUEST="true")
+    if role == "outsider":
+        assert panel.status_code == 404
+        assert queue.status_code == 404 or "vision-job" not in queue.content.decode()
+        assert client.get("/tenants/vision/queue/").status_code == 404
+        return
+    fragment = panel.content.decode()
+    assert "<html" not in fragment and "vision-job" in fragment
+    assert 'hx-get="/tenants/vision/queue/"' in fragment and 'hx-swap="outerHTML"' in fragment
+    live = queue.content.decode()
+    assert "<html" not in live and "vision-job" in live and 'id="holdings-chart"' not in live
+    # it asks again for the same filtered view
+    assert 'hx-get="/clusters/gpu-east/queue/?state=pending"' in live
+    plain = client.get("/tenants/vision/queue/")
+    assert plain.status_code == 302 and plain["Location"] == "/tenants/vision/#queue"
+
+
+def test_the_position_column_says_why_work_has_no_number(
+    fake_cluster: FakeCluster, cast: Cast, priorities: dict
+) -> None:
+    submit(cast.lead, "vision", 6, name="runs")
+    submit(cast.lead, "vision", 8, name="too-big", priority_class="prod")
+    submit(cast.lead, "vision", 8, name="waits")
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    submit(cast.lead, "vision", 1, name="brand-new")
+    page = logged_in(cast.lead).get("/clusters/gpu-east/queue/").content.decode()
+    positions = dict(
+        (name, re.sub(r"<[^>]+>", "", cell))
+        for cell, name in re.findall(
+            r'<td class="position">(.*?)</td><td><a href="/workloads/\d+/">([\w-]+)</a>', page
+        )
+    )
+    waits = Workload.objects.get(name="waits").queue_position
+    assert positions == {
+        "runs": "holds GPUs",
+        "waits": str(waits),
+        "too-big": "not in line",
+        "brand-new": "next cycle",
+    }
+
+
+@pytest.mark.parametrize("role", ROLE_NAMES)
+def test_a_workload_page_polls_where_it_stands_until_it_is_closed(
+    fake_cluster: FakeCluster, cast: Cast, role: str
+) -> None:
+    mine = submit(cast.member, "vision", 2, name="watched").json()["id"]
+    client = logged_in(cast.user(role))
+    url = f"/workloads/{mine}/standing/"
+    polled = client.get(url, headers={"HX-Request": "true"})
+    if role == "outsider":
+        assert polled.status_code == 404 and client.get(url).status_code == 404
+        return
+    fragment = polled.content.decode()
+    assert fragment.lstrip().startswith(f'<section class="card" id="standing" hx-get="{url}"')
+    assert "<html" not in fragment and 'id="state-badge"' in fragment
+    assert 'hx-swap-oob="true"' in fragment  # the heading's badge changes with it
+    assert client.get(url)["Location"] == f"/workloads/{mine}/"
+    logged_in(cast.member).post(f"/workloads/{mine}/cancel/")
+    closed = client.get(url, headers={"HX-Request": "true"}).content.decode()
+    assert "Cancelled" in closed and "hx-get" not in closed  # nothing more to wait for

@@ -1,0 +1,102 @@
+"""The lead dashboard and the queue pages in real Chromium: charts draw in both languages,
+and what one user does shows on another user's open page without a reload."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from scheduler_bridge.workloads.models import Workload
+from tenants.demo import DEMO_PASSWORD, seed_demo
+from tests.portal.browser import browser
+
+__all__ = ["browser"]
+
+pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("browser")]
+
+# the pages poll every 5 s; a generous bound for a loaded machine
+LIVE_TIMEOUT_MS = 30_000
+
+
+@pytest.fixture
+def demo(transactional_db: Any) -> None:
+    seed_demo()
+
+
+def signed_in(browser: Any, base_url: str, username: str, language: str = "en") -> Any:
+    """A page of its own browser context (its own cookies: one user per context)."""
+    context = browser.new_context(viewport={"width": 1366, "height": 900})
+    context.add_cookies([{"name": "django_language", "value": language, "url": base_url}])
+    page = context.new_page()
+    page.goto(f"{base_url}/accounts/login/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", DEMO_PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_load_state("networkidle")
+    return page
+
+
+@pytest.mark.parametrize("language", ["en", "zh-hans"])
+def test_the_dashboard_draws_its_charts_in_both_languages(
+    demo: None, live_server: Any, browser: Any, language: str
+) -> None:
+    page = signed_in(browser, live_server.url, "vision-lead", language)
+    page.goto(f"{live_server.url}/dashboard/")
+    page.wait_for_load_state("networkidle")
+    assert page.url.endswith("/dashboard/vision/")
+    assert page.locator("html").get_attribute("lang") == language
+    page.wait_for_selector("#usage-chart .main-svg")
+    assert page.locator("#usage-chart .main-svg").count() > 0
+    assert page.locator("#efficiency-chart .main-svg").count() > 0
+    buttons = page.locator("#usage-chart .rangeselector .button").all_text_contents()
+    assert buttons == (
+        ["1 day", "7 days", "30 days", "all"]
+        if language == "en"
+        else ["1 天", "7 天", "30 天", "全部"]
+    )
+    heading = page.locator("#holdings h2").inner_text()
+    assert heading == ("GPUs held now" if language == "en" else "当前持有的 GPU")
+    page.context.close()
+
+
+def test_a_cancel_by_one_user_shows_on_anothers_open_pages_without_reload(
+    demo: None, live_server: Any, browser: Any
+) -> None:
+    job = Workload.objects.get(name="llm-finetune")  # nlp's, waiting; both users see it
+    watcher = signed_in(browser, live_server.url, "research-admin")
+    watcher.goto(f"{live_server.url}/clusters/demo/queue/")
+    dashboard = watcher.context.new_page()
+    dashboard.goto(f"{live_server.url}/dashboard/nlp/")
+    for page, region in ((watcher, "#queue-live"), (dashboard, "#queue")):
+        assert "llm-finetune" in page.locator(region).inner_text()
+        page.evaluate("window.notReloaded = true")
+    detail = watcher.context.new_page()
+    detail.goto(f"{live_server.url}/workloads/{job.pk}/")
+    assert detail.locator("#state-badge").inner_text() == "Pending"
+    detail.evaluate("window.notReloaded = true")
+
+    canceller = signed_in(browser, live_server.url, "nlp-lead")
+    canceller.goto(f"{live_server.url}/workloads/{job.pk}/")
+    canceller.on("dialog", lambda dialog: dialog.accept())
+    canceller.click("#standing button[type=submit]")
+    canceller.wait_for_load_state("networkidle")
+    assert "Workload cancelled" in canceller.content()
+
+    for page, region in ((watcher, "#queue-live"), (dashboard, "#queue")):
+        page.wait_for_function(
+            "([region, name]) => !document.querySelector(region).innerText.includes(name)",
+            arg=[region, "llm-finetune"],
+            timeout=LIVE_TIMEOUT_MS,
+        )
+        assert page.evaluate("window.notReloaded") is True  # swapped in, not reloaded
+    assert "llm-finetune" not in dashboard.locator("#queue").inner_text()
+    # the watcher's open page of the workload says so too, heading and all
+    detail.wait_for_function(
+        "() => document.querySelector('#standing h2').innerText.includes('Cancelled')",
+        timeout=LIVE_TIMEOUT_MS,
+    )
+    assert detail.locator("#state-badge").inner_text() == "Cancelled"
+    assert detail.evaluate("window.notReloaded") is True
+    canceller.context.close()
+    watcher.context.close()
