@@ -63,6 +63,7 @@ class Built:
     statements: int = 0
     team: str = ""  # a big team, whose lead is measured
     department: str = ""  # its department
+    organisation: str = ""
     statement_pk: int = 0  # the big team's statement of the last closed month
     last_closed: str = ""
     users: dict[str, str] = field(default_factory=dict)  # role -> username
@@ -87,7 +88,7 @@ def build(size: Size, now: datetime, track: Callable[..., Any]) -> Built:
     _rates_and_policy(now - size.history, org, departments)
     built.users = _users(org, departments, teams)
     big = teams[0]
-    built.team, built.department = big.slug, departments[0].slug
+    built.team, built.department, built.organisation = big.slug, departments[0].slug, org.slug
     built.rows = _ledger(size, cluster, flavours, teams, now, track)
     built.last_closed, built.statements = _close_months(now, track)
     built.statement_pk = _statement_of(big, built.last_closed)
@@ -269,12 +270,19 @@ def _users(org: Any, departments: list[Any], teams: list[Any]) -> dict[str, str]
     users.create_user("admin", "admin@example.com", "x", is_staff=True, is_superuser=True)
     for username, role, tenant in [
         ("finance", Role.FINANCE, org),
+        ("org-lead", Role.LEAD, org),
         ("team-lead", Role.LEAD, teams[0]),
         ("dept-lead", Role.LEAD, departments[0]),
     ]:
         user = users.create_user(username, f"{username}@example.com", "x")
         Membership.objects.create(user=user, tenant=tenant, role=role)
-    return {"admin": "admin", "finance": "finance", "lead": "team-lead", "dept": "dept-lead"}
+    return {
+        "admin": "admin",
+        "finance": "finance",
+        "lead": "team-lead",
+        "dept": "dept-lead",
+        "org": "org-lead",
+    }
 
 
 LEDGER_COLUMNS = (
