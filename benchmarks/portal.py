@@ -26,11 +26,12 @@ then the median of RUNS requests; `queries` counted with CaptureQueriesContext):
   `finance-home-closed`: the same for the last closed month.
 
 Prints one JSON line per page: bench, scenario, page, path, role, server_ms, queries,
-server_ms_small, queries_small, the data sizes (tenants, rows, pending, running,
-workloads and their `_small` twins) and status. PORTAL_PROFILE=1 also prints, on
-standard error, each page's top functions (cProfile) and its slowest queries with
-their EXPLAIN ANALYZE; PORTAL_LARGE_ONLY=1 skips the small data set (its figures are
-then null).
+server_ms_min (the fastest request: the least disturbed by other work on a shared
+machine), sql_ms (median time spent in the database), server_ms_small, queries_small,
+the data sizes (tenants, rows, pending, running, workloads and their `_small` twins)
+and status. PORTAL_PROFILE=1 also prints, on standard error, each page's top functions
+(cProfile), every query it made and the slowest ones with their EXPLAIN ANALYZE;
+PORTAL_LARGE_ONLY=1 skips the small data set (its figures are then null).
 """
 
 from __future__ import annotations
@@ -101,13 +102,14 @@ def measure(username: str, path: str) -> dict[str, Any]:
     client = Client(HTTP_HOST="127.0.0.1", raise_request_exception=False)
     client.force_login(get_user_model().objects.get(username=username))
     response = client.get(path)  # warm caches (templates, plotly, URL resolver)
-    timings, counts = [], []
+    timings, counts, in_sql = [], [], []
     for _ in range(RUNS):
         with CaptureQueriesContext(connection) as queries:
             started = time.perf_counter()
             response = client.get(path)
             timings.append((time.perf_counter() - started) * 1000)
         counts.append(len(queries.captured_queries))
+        in_sql.append(sum(float(q["time"]) for q in queries.captured_queries) * 1000)
     if response.status_code != 200:
         progress(f"!! {path} answered {response.status_code}")
     if os.environ.get("PORTAL_PROFILE"):
@@ -116,6 +118,8 @@ def measure(username: str, path: str) -> dict[str, Any]:
         profile_page(client, path)
     return {
         "server_ms": round(statistics.median(timings), 1),
+        "server_ms_min": round(min(timings), 1),
+        "sql_ms": round(statistics.median(in_sql), 1),
         "queries": max(counts),
         "status": response.status_code,
         "bytes": len(response.content),
@@ -176,6 +180,8 @@ def main() -> None:
                 role=figures["role"],
                 server_ms=figures["server_ms"],
                 queries=figures["queries"],
+                server_ms_min=figures["server_ms_min"],
+                sql_ms=figures["sql_ms"],
                 server_ms_small=other.get("server_ms"),
                 queries_small=other.get("queries"),
                 status=figures["status"],
