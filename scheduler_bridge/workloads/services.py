@@ -17,6 +17,7 @@ from django.utils.translation import gettext_lazy as _
 
 from scheduler_bridge import admission as engine
 from scheduler_bridge.admission.reasons import duration
+from scheduler_bridge.admission.wording import Wording, gettext_noop
 from scheduler_bridge.inventory.catalogue import (
     UnknownGpuProduct,
     UnknownMigProfile,
@@ -35,6 +36,9 @@ from tenants.models import Role, Tenant
 
 SUBMIT_ROLES = (Role.MEMBER, Role.LEAD, Role.ADMIN)
 MANAGE_ROLES = (Role.LEAD, Role.ADMIN)
+
+# what new work says until a cycle has looked at it
+NOT_LOOKED_AT_YET = Wording(gettext_noop("waiting for the next admission cycle"))
 
 
 @dataclass(frozen=True)
@@ -365,7 +369,8 @@ def workload_submit(
         checkpoint_interval_s=checkpoint_interval_s,
         submitted_by=actor if getattr(actor, "is_authenticated", False) else None,
         submitted_at=timezone.now(),
-        reason="waiting for the next admission cycle",
+        reason=NOT_LOOKED_AT_YET,
+        reason_args=NOT_LOOKED_AT_YET.to_json(),
     )
     return lifecycle.submit(workload, actor=actor, source=audit_source)
 
