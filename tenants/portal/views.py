@@ -179,7 +179,12 @@ def _audit_filters(request: HttpRequest) -> tuple[AuditFilterForm, AuditFilters 
 
 
 def _audit_form_errors(request: HttpRequest, form: AuditFilterForm) -> HttpResponse:
-    context: dict[str, Any] = {"form": form, "page": None, "filtered": True}
+    context: dict[str, Any] = {
+        "form": form,
+        "page": None,
+        "filtered": True,
+        "zone": timezone.get_current_timezone_name(),
+    }
     return render(request, "tenants/audit_list.html", context, status=400)
 
 

@@ -202,7 +202,7 @@ def test_the_query_count_does_not_grow_with_the_page(cast: Cast) -> None:
 def test_the_csv_holds_the_filtered_events_of_the_readers_scope(
     cast: Cast, trail: dict[str, AuditEvent]
 ) -> None:
-    response = page_for(cast.dept_admin, "zh-hans").get("/audit/events.csv", {"action": "create"})
+    response = page_for(cast.dept_admin, "zh-hans").get("/audit/export/csv/", {"action": "create"})
     assert response.status_code == 200 and response["Content-Type"].startswith("text/csv")
     rows = csv_of(response)
     assert [r["object_repr"] for r in rows] == ["speech-member"]
@@ -217,7 +217,7 @@ def test_the_csv_holds_the_filtered_events_of_the_readers_scope(
         "tenant": "speech",
         "message": "added by the department",
     }
-    unfiltered = csv_of(page_for(cast.dept_admin).get("/audit/events.csv"))
+    unfiltered = csv_of(page_for(cast.dept_admin).get("/audit/export/csv/"))
     assert {r["object_repr"] for r in unfiltered} == {
         "vision-quota",
         "speech-member",
@@ -225,11 +225,19 @@ def test_the_csv_holds_the_filtered_events_of_the_readers_scope(
     }
 
 
+def test_the_csv_of_a_tenant_outside_the_readers_scope_is_refused(
+    cast: Cast, trail: dict[str, AuditEvent]
+) -> None:
+    response = page_for(cast.dept_admin).get("/audit/export/csv/", {"tenant": "globex"})
+    assert response.status_code == 400
+    assert "globex-secret" not in response.content.decode()
+
+
 def test_the_page_links_the_csv_with_the_same_filters(
     cast: Cast, trail: dict[str, AuditEvent]
 ) -> None:
     html = page_for(cast.dept_admin).get("/audit/", {"action": "create"}).content.decode()
-    assert 'href="/audit/events.csv?action=create"' in html
+    assert 'href="/audit/export/csv/?action=create"' in html
 
 
 @pytest.mark.parametrize(
@@ -248,7 +256,7 @@ def test_bad_filters_are_field_errors_in_the_readers_language(
     order_error: str,
 ) -> None:
     client = page_for(cast.dept_admin, lang)
-    for url in ("/audit/", "/audit/events.csv"):
+    for url in ("/audit/", "/audit/export/csv/"):
         response = client.get(url, {"date_from": "yesterday-ish", "kind": "auth.user"})
         assert response.status_code == 400
         html = response.content.decode()
@@ -259,7 +267,7 @@ def test_bad_filters_are_field_errors_in_the_readers_language(
 
 
 @pytest.mark.parametrize("role", ["outsider", "member", "lead", "finance"])
-@pytest.mark.parametrize("url", ["/audit/", "/audit/events.csv"])
+@pytest.mark.parametrize("url", ["/audit/", "/audit/export/csv/"])
 def test_whoever_administers_nothing_gets_404(
     cast: Cast, trail: dict[str, AuditEvent], role: str, url: str
 ) -> None:
