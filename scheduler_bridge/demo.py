@@ -103,20 +103,40 @@ DEMO_WORKLOADS = [
     ("data", "embedding-backfill", [(4, 1, "a100-sxm4-80gb-mig-3g.40gb")], "none", "spot"),
 ]
 
+# Submitted once the work above runs: each inside its team's unused guarantee, so it
+# starts, and with it every whole H100 is taken.
+DEMO_FILLING = [
+    ("speech", "whisper-finetune", [(4, 1, "h100-80gb")], "none", "batch"),
+    ("nlp", "bert-distill", [(4, 1, "h100-80gb")], "none", "batch"),
+    ("search", "query-encoder", [(2, 1, "h100-80gb")], "none", "batch"),
+    ("recsys", "seq-rec", [(2, 1, "h100-80gb")], "none", "batch"),
+]
+
+# Ordinary work that waits in line: each fits its team's quota but asks more than the
+# team's unused guarantee, so it would borrow, and every whole H100 is held - by work
+# inside its owners' guarantees or by vision's borrowed run, which only an owner's
+# guaranteed work may reclaim. Submitted after the cluster filled, it keeps waiting with
+# a position until GPUs are freed (a cancel, a finish).
+DEMO_WAITING = [
+    ("speech", "whisper-eval", [(2, 1, "h100-80gb")], "none", "batch"),
+    ("search", "ranker-refresh", [(2, 1, "h100-80gb")], "none", "batch"),
+]
+
 
 def _seed_queue(cluster: Cluster) -> None:
     from scheduler_bridge.workloads.cycle import admission_cycle
     from scheduler_bridge.workloads.services import PodSetSpec, workload_submit
 
-    for slug, name, pod_sets, topology, pclass in DEMO_WORKLOADS:
-        workload_submit(
-            actor=None,
-            cluster=cluster,
-            tenant=Tenant.objects.get(slug=slug),
-            name=name,
-            pod_sets=[PodSetSpec(count=c, gpus_per_pod=g, flavour=f) for c, g, f in pod_sets],
-            topology=topology,
-            priority_class=pclass,
-            audit_source="system",
-        )
-    admission_cycle(cluster)
+    for batch in (DEMO_WORKLOADS, DEMO_FILLING, DEMO_WAITING):
+        for slug, name, pod_sets, topology, pclass in batch:
+            workload_submit(
+                actor=None,
+                cluster=cluster,
+                tenant=Tenant.objects.get(slug=slug),
+                name=name,
+                pod_sets=[PodSetSpec(count=c, gpus_per_pod=g, flavour=f) for c, g, f in pod_sets],
+                topology=topology,
+                priority_class=pclass,
+                audit_source="system",
+            )
+        admission_cycle(cluster)

@@ -18,4 +18,5 @@ urlpatterns = [
         name="portal-binding-remove",
     ),
     path("audit/", views.audit_list, name="portal-audit"),
+    path("audit/export/csv/", views.audit_csv, name="portal-audit-csv"),
 ]

@@ -10,21 +10,23 @@ from collections.abc import Callable
 from typing import Any
 
 from django import forms
-from django.apps import apps
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
 from tenants import access, services
 from tenants.errors import TidegateError
 from tenants.models import Tenant
-from tenants.portal.forms import AddBindingForm, AddMemberForm
+from tenants.portal import audit_trail
+from tenants.portal.audit_trail import AuditFilters
+from tenants.portal.forms import AddBindingForm, AddMemberForm, AuditFilterForm
 
 # Higher apps add panels to the tenant page: callables (request, tenant) -> a dict with
 # "template" and that template's context, or None when the panel does not apply.
@@ -156,8 +158,7 @@ def binding_remove(request: HttpRequest, slug: str, binding_id: int) -> HttpResp
     return redirect("portal-tenant", slug=tenant.slug)
 
 
-@login_required
-def audit_list(request: HttpRequest) -> HttpResponse:
+def _audit_reader_or_404(request: HttpRequest) -> None:
     # the trail is the admins' page: whoever administers nothing gets 404, as for any
     # page that is not theirs
     if not (
@@ -165,42 +166,62 @@ def audit_list(request: HttpRequest) -> HttpResponse:
         or access.roles_held(request.user) & set(access.WRITE_ALL_ROLES)
     ):
         raise Http404
-    events = access.audit_events_visible_to(request.user).select_related("tenant")
+
+
+def _audit_filters(request: HttpRequest) -> tuple[AuditFilterForm, AuditFilters | None]:
+    """The reader's filters from the query string; None when they are not valid. An
+    untouched page (no parameter but the page number) is unfiltered."""
+    data = request.GET if set(request.GET) - {"page"} else None
+    form = AuditFilterForm(data, user=request.user)
+    if not form.is_bound:
+        return form, AuditFilters()
+    return form, (form.filters() if form.is_valid() else None)
+
+
+def _audit_form_errors(request: HttpRequest, form: AuditFilterForm) -> HttpResponse:
+    context: dict[str, Any] = {
+        "form": form,
+        "page": None,
+        "filtered": True,
+        "zone": timezone.get_current_timezone_name(),
+    }
+    return render(request, "tenants/audit_list.html", context, status=400)
+
+
+@login_required
+def audit_list(request: HttpRequest) -> HttpResponse:
+    """The audit trail an administrator may read, filtered by the GET form; bad filters
+    re-render the form with field errors (400) and no events."""
+    _audit_reader_or_404(request)
+    form, filters = _audit_filters(request)
+    if filters is None:
+        return _audit_form_errors(request, form)
+    events = audit_trail.audit_events_filtered(user=request.user, filters=filters)
     page = Paginator(events, 50).get_page(request.GET.get("page"))
-    for event in page:
-        event.object_label = object_label(event.object_type)  # type: ignore[attr-defined]
-    return render(request, "tenants/audit_list.html", {"page": page})
+    audit_trail.attach_object_links(page.object_list)
+    query = request.GET.copy()
+    query.pop("page", None)
+    context: dict[str, Any] = {
+        "form": form,
+        "page": page,
+        "filtered": form.is_bound,
+        "query": query.urlencode(),
+        "zone": timezone.get_current_timezone_name(),
+    }
+    return render(request, "tenants/audit_list.html", context)
 
 
-# What each audited kind of object is called, by its stored model label.
-OBJECT_LABELS = {
-    "tenants.tenant": gettext_lazy("tenant"),
-    "tenants.membership": gettext_lazy("membership"),
-    "tenants.namespacebinding": gettext_lazy("namespace binding"),
-    "scheduler_bridge.cluster": gettext_lazy("cluster"),
-    "scheduler_bridge.node": gettext_lazy("node"),
-    "scheduler_bridge.flavour": gettext_lazy("GPU flavour"),
-    "scheduler_bridge.quota": gettext_lazy("quota"),
-    "scheduler_bridge.quotarequest": gettext_lazy("quota request"),
-    "scheduler_bridge.priorityclass": gettext_lazy("priority class"),
-    "scheduler_bridge.workload": gettext_lazy("workload"),
-    "billing.budget": gettext_lazy("budget"),
-    "billing.billingperiod": gettext_lazy("billing period"),
-    "billing.statement": gettext_lazy("statement"),
-    "billing.adjustment": gettext_lazy("adjustment"),
-    "billing.ratecard": gettext_lazy("rate card"),
-    "billing.tenantbillingsettings": gettext_lazy("billing settings"),
-    "billing.billingpolicy": gettext_lazy("billing policy"),
-}
-
-
-def object_label(object_type: str) -> str:
-    """What an audited object is, in the reader's language ("workload", "工作负载"),
-    from its stored model label ("scheduler_bridge.workload")."""
-    label = OBJECT_LABELS.get(object_type)
-    if label is not None:
-        return str(label)
-    try:
-        return str(apps.get_model(object_type)._meta.verbose_name)
-    except (LookupError, ValueError):
-        return object_type
+@login_required
+def audit_csv(request: HttpRequest) -> HttpResponseBase:
+    """The filtered trail as CSV (columns: `audit_trail.CSV_COLUMNS`, machine names in
+    every language, times in UTC); bad filters re-render the page's form with errors (400)."""
+    _audit_reader_or_404(request)
+    form, filters = _audit_filters(request)
+    if filters is None:
+        return _audit_form_errors(request, form)
+    events = audit_trail.audit_events_filtered(user=request.user, filters=filters)
+    response = StreamingHttpResponse(
+        audit_trail.csv_rows(events), content_type="text/csv; charset=utf-8"
+    )
+    response["Content-Disposition"] = 'attachment; filename="audit-trail.csv"'
+    return response

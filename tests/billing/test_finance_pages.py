@@ -16,6 +16,7 @@ from billing.budgets import budgets_evaluate
 from billing.metering import floor_hour
 from billing.models import BillingPeriod, Budget, Statement, StatementLine
 from billing.periods import period_close
+from scheduler_bridge.templatetags.tidegate import money
 from scheduler_bridge.workloads.models import Workload
 from tests.billing.conftest import FEB, GpuCluster
 from tests.billing.factories import record_usage
@@ -132,7 +133,7 @@ def test_closing_from_the_periods_page_says_what_freezes_then_comes_back(
     form = form[: form.index("</form>")]
     asked = re.search(
         r"Closing 2026-02 freezes (\d+) statements \((\d+) tenants and the idle capacity "
-        r"statement\), their (\d+) lines and their totals: ([\d.]+) USD in all",
+        r"statement\), their (\d+) lines and their totals: ([\d,.]+) USD in all",
         form,
     )
     assert asked is not None, form
@@ -145,7 +146,7 @@ def test_closing_from_the_periods_page_says_what_freezes_then_comes_back(
     assert int(asked.group(1)) == statements.count()
     assert int(asked.group(2)) == statements.filter(tenant__isnull=False).count()
     assert int(asked.group(3)) == StatementLine.objects.filter(statement__in=statements).count()
-    assert Decimal(asked.group(4)) == sum(s.total for s in statements)
+    assert Decimal(asked.group(4).replace(",", "")) == sum(s.total for s in statements)
     again = admin.post("/billing/periods/2026-02/close/", follow=True).content.decode()
     assert "is already closed; its statements are frozen" in again  # in words, no 500
 
@@ -218,7 +219,7 @@ def test_idle_capacity_has_a_name_an_explanation_and_shares(
     shares = page[page.index('id="idle-shares"') :]
     # vision and speech hold the H100 guarantees (4 and 2 of 6, net of what is handed down)
     assert "<code>vision</code>" in shares and "<code>speech</code>" in shares
-    assert f"{idle.total} USD" in page  # the platform-wide idle amount, for its managers
+    assert f"{money(idle.total)} USD" in page  # the platform-wide idle amount, for its managers
 
 
 def test_the_trend_shows_chargeback_and_showback_per_period_and_cost_centre(
