@@ -12,6 +12,7 @@ from django.db.models.functions import TruncDay
 
 from billing import pricing
 from billing.charges import PricingContext, grouped_usage
+from billing.ledger_cache import ledger_cached, ledger_mark
 from billing.models import UsageRecord
 
 
@@ -49,9 +50,29 @@ def daily_spend(
     """Usage charges per day of each group of tenant ids (a subtree each) in [start, end).
 
     One GROUP BY query over the ledger (tenant x flavour x day), priced once; a tenant in
-    several groups (nested budgets) counts in each.
+    several groups (nested budgets) counts in each. Kept in the cache while the ledger,
+    the rate cards, the flavours and the priority multipliers stay as they are (a year's
+    subtree prices thousands of tenant-days; the ledger grows once an hour).
     """
     context = context or PricingContext.load()
+    mark = ledger_mark()
+    parts = (
+        sorted((name, sorted(members)) for name, members in groups.items()),
+        start,
+        mark.bound(end),
+        days_between(start, end),
+        context.cards,
+        sorted(context.flavours.items()),
+        sorted(context.multipliers.items()),
+    )
+    return ledger_cached(
+        "daily-spend", mark, parts, lambda: _daily_spend(groups, start, end, context)
+    )
+
+
+def _daily_spend(
+    groups: Mapping[str, set[int]], start: datetime, end: datetime, context: PricingContext
+) -> DailySpend:
     days = days_between(start, end)
     everyone = set().union(*groups.values()) if groups else set()
     amounts = {name: [Decimal(0)] * len(days) for name in groups}
