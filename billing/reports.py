@@ -372,14 +372,16 @@ def idle_findings(
     more, per tenant x namespace x pod (or job), most idle hours first."""
     since = since or timezone.now() - timedelta(days=7)
     threshold = Decimal(str(billing_setting("IDLE_THRESHOLD")))
+    # by tenant id, not by path: a path prefix leaves PostgreSQL guessing one tenant
+    ids = visible_tenant_ids(user, subtree)
     rows = (
-        usage_visible_to(user)
-        .filter(interval_start__gte=since, gpu_seconds_busy__isnull=False)
+        UsageRecord.objects.all() if ids is None else UsageRecord.objects.filter(tenant_id__in=ids)
+    )
+    rows = (
+        rows.filter(interval_start__gte=since, gpu_seconds_busy__isnull=False)
         .filter(gpu_seconds_allocated__gte=F("devices") * 3600)
         .filter(gpu_seconds_busy__lt=F("gpu_seconds_allocated") * threshold)
     )
-    if subtree is not None:
-        rows = rows.filter(tenant__path__startswith=subtree.path)
     grouped = (
         rows.order_by()
         .values("tenant__slug", "namespace", "pod_name", "job_name", "flavour__name")

@@ -24,7 +24,6 @@ from scheduler_bridge.inventory.models import Flavour
 from scheduler_bridge.quotas.models import Quota
 from scheduler_bridge.workloads.models import Workload
 from scheduler_bridge.workloads.records import parse_elastic_pods, parse_pod_sets
-from scheduler_bridge.workloads.selectors import workloads_visible_to
 from tenants import access
 from tenants.models import Role, Tenant
 
@@ -35,6 +34,8 @@ RUNNING_LIMIT = 25
 HOURLY_DAYS = 30
 CHART_DAYS = 365
 EFFICIENCY_DAYS = 7
+# what the dashboard's workload rows show of their relations (as workloads_visible_to)
+WORKLOAD_RELATIONS = ("tenant", "cluster", "flavour", "priority_class", "submitted_by")
 # reasons after which a quota request is the change to make (others: the request itself)
 QUOTA_CODES = frozenset({"never_fits", "no_quota"})
 
@@ -130,7 +131,15 @@ def subtree_holdings(tenant: Tenant) -> list[FlavourHoldings]:
 
 # ------------------------------------------------------------------------------- queue
 def _subtree_work(user: Any, tenant: Tenant) -> QuerySet[Workload]:
-    return workloads_visible_to(user).filter(tenant__path__startswith=tenant.path)
+    """The work of the tenant's subtree that ``user`` may see, filtered by tenant id: a
+    path prefix leaves PostgreSQL guessing one tenant, and it then walks every tenant's
+    workloads one by one (one query for the ids)."""
+    ids = list(
+        access.tenants_visible_to(user)
+        .filter(path__startswith=tenant.path)
+        .values_list("pk", flat=True)
+    )
+    return Workload.objects.filter(tenant_id__in=ids).select_related(*WORKLOAD_RELATIONS)
 
 
 def subtree_queue(user: Any, tenant: Tenant, limit: int = QUEUE_LIMIT) -> dict[str, Any]:
