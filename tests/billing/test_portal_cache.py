@@ -123,3 +123,21 @@ def test_the_statement_page_reads_a_constant_number_of_queries_whatever_the_usag
         return len(captured.captured_queries)
 
     assert queries(cast.team_b) == queries(cast.team_a)
+
+
+def test_spend_per_day_prices_again_only_the_day_that_grew(cast: Cast, gpu: GpuCluster) -> None:
+    from billing.spend import daily_spend
+    from tests.billing.conftest import FEB
+
+    groups = {"vision": {cast.team_a.pk}, "research": {cast.team_a.pk, cast.team_b.pk}}
+    end = FEB + timedelta(days=4)
+    record_usage(cast.team_a, gpu.h100, FEB, hours=60, devices=2)
+    record_usage(cast.team_b, gpu.mig_1g, FEB + timedelta(hours=5), hours=40, pod="mig")
+    first = daily_spend(groups, FEB, end)
+    record_usage(cast.team_b, gpu.h100, FEB + timedelta(days=2, hours=3), hours=2, pod="late")
+    grown = daily_spend(groups, FEB, end)
+    assert grown.amounts["vision"] == first.amounts["vision"]
+    assert grown.amounts["research"][2] > first.amounts["research"][2]
+    assert grown.amounts["research"][:2] == first.amounts["research"][:2]
+    cache.clear()
+    assert daily_spend(groups, FEB, end) == grown
