@@ -11,7 +11,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.core.cache import cache
-from django.db.models import Count, Max, Q, QuerySet
+from django.db.models import Count, Max, QuerySet
 from django.db.models.functions import TruncDay
 
 from billing import pricing
@@ -121,18 +121,23 @@ def _spend_per_tenant_day(
     missing = [day for day, key in keys.items() if key not in kept]
     if not missing:
         return out
-    days_query = Q(pk__in=[])
-    for day in missing:
-        moment = datetime(day.year, day.month, day.day, tzinfo=UTC)
-        days_query |= Q(interval_start__gte=moment, interval_start__lt=moment + timedelta(days=1))
-    fresh = _price_per_tenant_day(rows.filter(days_query), context)
+    # one range from the first day not kept to the last (usually just today); kept days
+    # inside it are priced again too, which changes nothing
+    first, last = min(missing), max(missing)
+    fresh = _price_per_tenant_day(
+        rows.filter(
+            interval_start__gte=datetime(first.year, first.month, first.day, tzinfo=UTC),
+            interval_start__lt=datetime(last.year, last.month, last.day, tzinfo=UTC)
+            + timedelta(days=1),
+        ),
+        context,
+    )
     per_day: dict[date, dict[int, Decimal]] = {day: {} for day in missing}
     for (tenant_id, day), amount in fresh.items():
-        per_day.setdefault(day, {})[tenant_id] = amount
-        out[(tenant_id, day)] = amount
-    cache.set_many(
-        {keys[day]: found for day, found in per_day.items() if day in keys}, LEDGER_CACHE_S
-    )
+        if day in per_day:
+            per_day[day][tenant_id] = amount
+            out[(tenant_id, day)] = amount
+    cache.set_many({keys[day]: found for day, found in per_day.items()}, LEDGER_CACHE_S)
     return out
 
 
