@@ -172,8 +172,7 @@ def burn(
     layout = {
         "title": {"text": title, "x": 0.01, "xanchor": "left"},
         **LAYOUT,
-        "shapes": shapes,
-        "annotations": annotations,
+        **({"shapes": shapes, "annotations": annotations} if shapes else {}),
         "xaxis": {"automargin": True, "tickangle": -35, "tickformat": "%m-%d"},
         "yaxis": {"title": {"text": currency}, **VALUE_AXIS},
     }
