@@ -213,13 +213,19 @@ class PricingContext:
 
 
 def price_period(
-    period: BillingPeriod, *, as_of: datetime | None = None, context: PricingContext | None = None
+    period: BillingPeriod,
+    *,
+    as_of: datetime | None = None,
+    context: PricingContext | None = None,
+    usage: list[pricing.Usage] | None = None,
 ) -> pricing.PricedPeriod:
     """Every tenant's charges for ``period``: its ledger rows (late ones included),
-    reservations, idle capacity per the policy, and its adjustments."""
+    reservations, idle capacity per the policy, and its adjustments. ``usage``: the
+    period's ledger rows as :func:`period_usage` sums them, when the caller has them."""
     context = context or PricingContext.load()
     bounds = pricing.boundaries(context.cards)
-    rows = UsageRecord.objects.filter(period=period)
+    if usage is None:
+        usage = period_usage(period, bounds)
     adjustments = [
         pricing.ManualAdjustment(
             id=a.pk, tenant_id=a.tenant_id, amount=a.amount, currency=a.currency, note=a.reason
@@ -232,7 +238,7 @@ def price_period(
             end=period.end,
             flavours=context.flavours,
             cards=context.cards,
-            usage=usage_aggregates(rows, bounds, period.name),
+            usage=usage,
             reservations=_reservations(context.billing, context.guarantees, None),
             adjustments=adjustments,
             default_multipliers=context.multipliers,
@@ -242,6 +248,11 @@ def price_period(
             default_currency=context.currency_at(period.start),
         )
     )
+
+
+def period_usage(period: BillingPeriod, bounds: list[datetime]) -> list[pricing.Usage]:
+    """The ledger rows of ``period`` summed for pricing (one GROUP BY query)."""
+    return usage_aggregates(UsageRecord.objects.filter(period=period), bounds, period.name)
 
 
 def price_window(

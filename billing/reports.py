@@ -19,9 +19,10 @@ from django.db.models import Count, F, Max, Min, Q, Sum
 from django.utils import timezone
 
 from billing import pricing
-from billing.charges import PricingContext, grouped_usage, price_period
+from billing.charges import PricingContext, grouped_usage, period_usage, price_period
 from billing.conf import billing_setting
-from billing.models import BillingPeriod, StatementLine
+from billing.ledger_cache import ledger_cached, ledger_mark
+from billing.models import BillingPeriod, StatementLine, UsageRecord
 from billing.permissions import can_manage_platform_billing
 from billing.selectors import billing_tenants, statements_visible_to, usage_visible_to
 from tenants.models import Tenant
@@ -143,7 +144,16 @@ def _provisional_report(
     period: BillingPeriod, ids: set[int] | None, show_idle: bool, now: datetime
 ) -> PeriodReport:
     context = PricingContext.load()
-    priced = price_period(period, as_of=min(now, period.end), context=context)
+    # The month's ledger summed is kept while the ledger does not grow; the pricing runs
+    # on every request (idle capacity and reservations count up to ``now``).
+    bounds = pricing.boundaries(context.cards)
+    usage = ledger_cached(
+        "period-usage",
+        ledger_mark(),
+        (period.pk, period.name, bounds),
+        lambda: period_usage(period, bounds),
+    )
+    priced = price_period(period, as_of=min(now, period.end), context=context, usage=usage)
     tenants = {t.pk: t for t in Tenant.objects.all()}
     rows = []
     for line in priced.lines:
@@ -296,30 +306,35 @@ def efficiency_by_tenant(
     user: Any, *, start: datetime, end: datetime, subtree: Tenant | None = None
 ) -> list[dict[str, Any]]:
     """Busy / allocated device-seconds per tenant over [start, end), from rows with busy data
-    (rows without it count as allocated but are left out of the ratio)."""
-    rows = usage_visible_to(user).filter(interval_start__gte=start, interval_start__lt=end)
+    (rows without it count as allocated but are left out of the ratio). The ledger's sums
+    per tenant (of the subtree, or of everyone) are kept while the ledger does not grow;
+    the caller's tenants are picked from them."""
+    tenants = billing_tenants(user)
+    scope: list[int] | None = None
     if subtree is not None:
-        rows = rows.filter(tenant__path__startswith=subtree.path)
-    grouped = (
-        rows.order_by()
-        .values("tenant_id", "tenant__slug", "tenant__name")
-        .annotate(
-            allocated=Sum("gpu_seconds_allocated"),
-            measured=Sum("gpu_seconds_allocated", filter=Q(gpu_seconds_busy__isnull=False)),
-            busy=Sum("gpu_seconds_busy"),
+        tenants = tenants.filter(path__startswith=subtree.path)
+        scope = sorted(
+            Tenant.objects.filter(path__startswith=subtree.path).values_list("pk", flat=True)
         )
-        .order_by("tenant__slug")
+    mark = ledger_mark()
+    sums = ledger_cached(
+        "tenant-efficiency",
+        mark,
+        (scope, start, mark.bound(end)),
+        lambda: _usage_sums_per_tenant(scope, start, end),
     )
+    shown = tenants.filter(pk__in=list(sums)).order_by("slug").values_list("pk", "slug", "name")
     out = []
-    for group in grouped:
-        measured = Fraction(int(group["measured"] or 0))
-        busy = Fraction(group["busy"]) if group["busy"] is not None else None
+    for pk, slug, name in shown:
+        allocated, measured_seconds, busy_seconds = sums[pk]
+        measured = Fraction(int(measured_seconds or 0))
+        busy = Fraction(busy_seconds) if busy_seconds is not None else None
         out.append(
             {
-                "tenant": group["tenant__slug"],
-                "tenant_name": group["tenant__name"],
+                "tenant": slug,
+                "tenant_name": name,
                 "device_hours_allocated": pricing.round_half_even(
-                    Fraction(int(group["allocated"] or 0), 3600), 2
+                    Fraction(int(allocated or 0), 3600), 2
                 ),
                 "device_hours_measured": pricing.round_half_even(measured / 3600, 2),
                 "device_hours_busy": (
@@ -331,6 +346,25 @@ def efficiency_by_tenant(
     return out
 
 
+def _usage_sums_per_tenant(
+    tenant_ids: list[int] | None, start: datetime, end: datetime
+) -> dict[int, tuple[Any, Any, Any]]:
+    """tenant id -> (allocated, measured, busy) device-seconds over [start, end)."""
+    rows = UsageRecord.objects.filter(interval_start__gte=start, interval_start__lt=end)
+    if tenant_ids is not None:
+        rows = rows.filter(tenant_id__in=tenant_ids)
+    grouped = (
+        rows.order_by()
+        .values("tenant_id")
+        .annotate(
+            allocated=Sum("gpu_seconds_allocated"),
+            measured=Sum("gpu_seconds_allocated", filter=Q(gpu_seconds_busy__isnull=False)),
+            busy=Sum("gpu_seconds_busy"),
+        )
+    )
+    return {g["tenant_id"]: (g["allocated"], g["measured"], g["busy"]) for g in grouped}
+
+
 def idle_findings(
     user: Any, *, since: datetime | None = None, subtree: Tenant | None = None, limit: int = 100
 ) -> list[dict[str, Any]]:
@@ -338,14 +372,16 @@ def idle_findings(
     more, per tenant x namespace x pod (or job), most idle hours first."""
     since = since or timezone.now() - timedelta(days=7)
     threshold = Decimal(str(billing_setting("IDLE_THRESHOLD")))
+    # by tenant id, not by path: a path prefix leaves PostgreSQL guessing one tenant
+    ids = visible_tenant_ids(user, subtree)
     rows = (
-        usage_visible_to(user)
-        .filter(interval_start__gte=since, gpu_seconds_busy__isnull=False)
+        UsageRecord.objects.all() if ids is None else UsageRecord.objects.filter(tenant_id__in=ids)
+    )
+    rows = (
+        rows.filter(interval_start__gte=since, gpu_seconds_busy__isnull=False)
         .filter(gpu_seconds_allocated__gte=F("devices") * 3600)
         .filter(gpu_seconds_busy__lt=F("gpu_seconds_allocated") * threshold)
     )
-    if subtree is not None:
-        rows = rows.filter(tenant__path__startswith=subtree.path)
     grouped = (
         rows.order_by()
         .values("tenant__slug", "namespace", "pod_name", "job_name", "flavour__name")

@@ -6,6 +6,7 @@ and reads that tenant's subtree only; lists are capped and come with their full 
 
 from __future__ import annotations
 
+import hashlib
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,7 +25,6 @@ from scheduler_bridge.inventory.models import Flavour
 from scheduler_bridge.quotas.models import Quota
 from scheduler_bridge.workloads.models import Workload
 from scheduler_bridge.workloads.records import parse_elastic_pods, parse_pod_sets
-from scheduler_bridge.workloads.selectors import workloads_visible_to
 from tenants import access
 from tenants.models import Role, Tenant
 
@@ -35,6 +35,8 @@ RUNNING_LIMIT = 25
 HOURLY_DAYS = 30
 CHART_DAYS = 365
 EFFICIENCY_DAYS = 7
+# what the dashboard's workload rows show of their relations (as workloads_visible_to)
+WORKLOAD_RELATIONS = ("tenant", "cluster", "flavour", "priority_class", "submitted_by")
 # reasons after which a quota request is the change to make (others: the request itself)
 QUOTA_CODES = frozenset({"never_fits", "no_quota"})
 
@@ -130,7 +132,23 @@ def subtree_holdings(tenant: Tenant) -> list[FlavourHoldings]:
 
 # ------------------------------------------------------------------------------- queue
 def _subtree_work(user: Any, tenant: Tenant) -> QuerySet[Workload]:
-    return workloads_visible_to(user).filter(tenant__path__startswith=tenant.path)
+    """The work of the tenant's subtree that ``user`` may see, filtered by tenant id: a
+    path prefix leaves PostgreSQL guessing one tenant, and it then walks every tenant's
+    workloads one by one (one query for the ids)."""
+    ids = list(
+        access.tenants_visible_to(user)
+        .filter(path__startswith=tenant.path)
+        .values_list("pk", flat=True)
+    )
+    return Workload.objects.filter(tenant_id__in=ids).select_related(*WORKLOAD_RELATIONS)
+
+
+def _first(work: QuerySet[Workload], order: tuple[Any, ...], limit: int) -> list[Workload]:
+    """The first ``limit`` of ``work`` in ``order``: picked by a subquery that sorts ids
+    and the order's columns alone, then read whole (a whole row is wide; sorting
+    thousands of them is slow). One query."""
+    first = work.order_by(*order).values("pk")[:limit]
+    return list(work.filter(pk__in=first).order_by(*order))
 
 
 def subtree_queue(user: Any, tenant: Tenant, limit: int = QUEUE_LIMIT) -> dict[str, Any]:
@@ -145,7 +163,7 @@ def subtree_queue(user: Any, tenant: Tenant, limit: int = QUEUE_LIMIT) -> dict[s
         )
         .order_by("cluster__name")
     )
-    workloads = list(pending.order_by(*Workload.QUEUE_ORDER)[:limit])
+    workloads = _first(pending, Workload.QUEUE_ORDER, limit)
     stuck = [w for w in workloads if w.inadmissible]
     changes = what_to_change(stuck)
     for workload in workloads:
@@ -230,7 +248,7 @@ def subtree_running(user: Any, tenant: Tenant, limit: int = RUNNING_LIMIT) -> di
         .order_by("cluster__name")
     )
     return {
-        "workloads": list(active.order_by("-admitted_at", "-id")[:limit]),
+        "workloads": _first(active, ("-admitted_at", "-id"), limit),
         "total": sum(c["n"] for c in counts),
         "gpus": sum(c["gpus"] or 0 for c in counts),
         "clusters": counts,
@@ -299,37 +317,27 @@ def usage_series(tenant: Tenant, now: datetime) -> list[UsagePoint]:
     return ledger_cached("usage", tenant, hour, lambda: _usage_series(tenant, hour))
 
 
+# bucket start -> flavour id -> (allocated, busy) GPU-seconds (busy None: not measured)
+Sums = dict[datetime, dict[int, tuple[Decimal, Decimal | None]]]
+PAST_CACHE_S = 24 * 3600
+
+
 def _usage_series(tenant: Tenant, now: datetime) -> list[UsagePoint]:
     day = now.replace(hour=0, minute=0, second=0, microsecond=0)
     hourly_from = day - timedelta(days=HOURLY_DAYS)
-    bucket = Case(
-        When(interval_start__gte=hourly_from, then=TruncHour("interval_start")),
-        default=TruncDay("interval_start"),
-        output_field=DateTimeField(),
-    )
-    rows = (
-        UsageRecord.objects.filter(
-            tenant_id__in=tenant.subtree().values("pk"),
-            interval_start__gte=day - timedelta(days=CHART_DAYS),
-        )
-        .annotate(bucket=bucket)
-        .order_by()
-        .values("bucket", "flavour__gpu_equivalent")
-        .annotate(allocated=Sum("gpu_seconds_allocated"), busy=Sum("gpu_seconds_busy"))
-        .order_by("bucket")
-    )
+    ids = sorted(tenant.subtree().values_list("pk", flat=True))
+    sums = _past_usage(ids, day) | _usage_sums(ids, day, None, hourly_from)
+    weights = dict(Flavour.objects.values_list("pk", "gpu_equivalent"))
     allocated: dict[datetime, Decimal] = defaultdict(Decimal)
     busy: dict[datetime, Decimal | None] = {}
-    for row in rows:
-        weight = row["flavour__gpu_equivalent"] or Decimal(1)
-        start = row["bucket"]
-        if start.tzinfo is None:  # a CASE of truncations comes back without its zone
-            start = start.replace(tzinfo=UTC)
-        allocated[start] += Decimal(row["allocated"] or 0) * weight
-        if row["busy"] is not None:
-            busy[start] = (busy.get(start) or Decimal(0)) + row["busy"] * weight
-        else:
-            busy.setdefault(start, None)
+    for start, flavours in sums.items():
+        for flavour_id, (seconds, busy_seconds) in flavours.items():
+            weight = weights.get(flavour_id) or Decimal(1)
+            allocated[start] += seconds * weight
+            if busy_seconds is not None:
+                busy[start] = (busy.get(start) or Decimal(0)) + busy_seconds * weight
+            else:
+                busy.setdefault(start, None)
     points = []
     for start in sorted(allocated):
         seconds = Decimal(3600 if start >= hourly_from else 86400)
@@ -342,6 +350,55 @@ def _usage_series(tenant: Tenant, now: datetime) -> list[UsagePoint]:
             )
         )
     return points
+
+
+def _past_usage(ids: list[int], day: datetime) -> Sums:
+    """The subtree's sums before ``day`` (a year of them), kept for the day: the ledger
+    grows by the hour, and a row that starts before ``day`` and is newer than the kept
+    sums (late usage) makes them read again (one query to check, by row id)."""
+    key = "dashboard:usage-past:" + hashlib.sha256(repr((ids, day)).encode()).hexdigest()
+    found = cache.get(key)
+    if found is not None:
+        newest, sums = found
+        late = UsageRecord.objects.filter(id__gt=newest or 0, interval_start__lt=day)
+        if not late.exists():
+            return sums  # type: ignore[no-any-return]
+    newest = UsageRecord.objects.aggregate(newest=Max("id"))["newest"]
+    sums = _usage_sums(
+        ids, day - timedelta(days=CHART_DAYS), day, day - timedelta(days=HOURLY_DAYS)
+    )
+    cache.set(key, (newest, sums), PAST_CACHE_S)
+    return sums
+
+
+def _usage_sums(
+    ids: list[int], start: datetime, end: datetime | None, hourly_from: datetime
+) -> Sums:
+    """Sums of the tenants' ledger over [start, end) (end None: everything from start)
+    per bucket (hours from ``hourly_from`` on, whole days before) and flavour (one
+    GROUP BY query)."""
+    bucket = Case(
+        When(interval_start__gte=hourly_from, then=TruncHour("interval_start")),
+        default=TruncDay("interval_start"),
+        output_field=DateTimeField(),
+    )
+    window = UsageRecord.objects.filter(tenant_id__in=ids, interval_start__gte=start)
+    if end is not None:
+        window = window.filter(interval_start__lt=end)
+    rows = (
+        window.annotate(bucket=bucket)
+        .order_by()
+        .values("bucket", "flavour_id")
+        .annotate(allocated=Sum("gpu_seconds_allocated"), busy=Sum("gpu_seconds_busy"))
+    )
+    sums: Sums = defaultdict(dict)
+    for row in rows:
+        moment = row["bucket"]
+        if moment.tzinfo is None:  # a CASE of truncations comes back without its zone
+            moment = moment.replace(tzinfo=UTC)
+        busy = Decimal(row["busy"]) if row["busy"] is not None else None
+        sums[moment][row["flavour_id"]] = (Decimal(row["allocated"] or 0), busy)
+    return dict(sums)
 
 
 def team_efficiency(tenant: Tenant, now: datetime) -> list[dict[str, Any]]:

@@ -103,6 +103,8 @@ class UsageRecord(WriteOnceModel):
         indexes = [
             models.Index(fields=["period", "tenant"], name="usage_period_tenant"),
             models.Index(fields=["tenant", "interval_start"], name="usage_tenant_time"),
+            # the newest hour in the ledger (what keeps cached reads of it current)
+            models.Index(fields=["interval_start"], name="usage_time"),
         ]
 
     def __str__(self) -> str:

@@ -18,3 +18,14 @@ SESSION_COOKIE_SECURE = True
 CSRF_COOKIE_SECURE = True
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
+
+# Cached reads of the ledger (billing.ledger_cache) are shared by every web process when
+# CACHE_URL names a Redis database (e.g. redis://redis:6379/2); without it each process
+# keeps its own copy in memory.
+if env("CACHE_URL", default=""):
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": env("CACHE_URL"),
+        }
+    }

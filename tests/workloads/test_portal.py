@@ -248,3 +248,27 @@ def test_a_workload_page_polls_where_it_stands_until_it_is_closed(
     logged_in(cast.member).post(f"/workloads/{mine}/cancel/")
     closed = client.get(url, headers={"HX-Request": "true"}).content.decode()
     assert "Cancelled" in closed and "hx-get" not in closed  # nothing more to wait for
+
+
+def test_the_queue_page_reads_a_constant_number_of_queries_whatever_the_queue(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    client = logged_in(cast.platform_admin)
+
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert client.get("/clusters/gpu-east/queue/").status_code == 200
+        return len(captured.captured_queries)
+
+    submit(cast.member, "vision", 1, name="first")
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    queries()
+    before = queries()
+    for i in range(6):
+        submit(cast.platform_admin, "speech" if i % 2 else "vision", 2, name=f"more-{i}")
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    assert Workload.objects.filter(state__in=Workload.ACTIVE_STATES).count() > 1
+    assert queries() == before
