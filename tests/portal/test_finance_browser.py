@@ -148,6 +148,6 @@ def test_the_budget_panel_follows_new_spend_without_a_reload(
     page.wait_for_function(
         "before => document.querySelector('#budget-summary').innerText !== before", arg=before
     )
-    assert f"{budget.amount + 1000:.2f} USD" in page.locator("#budget-summary").inner_text()
+    assert f"{budget.amount + 1000:,.2f} USD" in page.locator("#budget-summary").inner_text()
     page.wait_for_selector("#budget-burn .main-svg")  # the chart is drawn again after the swap
     page.close()
