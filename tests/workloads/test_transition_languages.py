@@ -120,3 +120,28 @@ def test_an_announced_preemption_keeps_its_words_through_to_the_preemption(
     victim = Workload.objects.get(pk=big.json()["id"])
     assert victim.reason_wording is not None
     assert victim.reason_wording.template.startswith("preempted at %(at)s")
+
+
+def test_an_object_its_integration_cannot_queue_says_why_in_chinese(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    from tests.integrations import objects
+
+    fake_cluster.api.create_object(
+        objects.batch_job(
+            "vision-train",
+            "too-few",
+            "vision",
+            parallelism=2,
+            annotations={"tidegate.io/min-pods": "4"},
+        )
+    )
+    jobs_sync(fake_cluster.cluster, fake_cluster.gateway)
+    refused = Workload.objects.get(job_name="too-few")
+    assert refused.state == "rejected"
+    says(
+        cast,
+        refused,
+        refused.reason,
+        "Pod 集 'main' 要求 2 个 Pod 中至少 4 个；最小值必须介于 1 和 2 之间",
+    )
