@@ -38,6 +38,8 @@ from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
+from django.utils.functional import lazy
+from django.utils.translation import gettext_lazy as _
 
 from scheduler_bridge.admission import reasons
 from scheduler_bridge.followups import (
@@ -96,6 +98,10 @@ TRANSITIONS: dict[str, tuple[tuple[str, ...], str]] = {
 STAYING: dict[str, tuple[str, ...]] = {"follow": (State.PENDING, *ACTIVE)}
 
 
+# a state as a sentence says it ("cancelled"), in the language of whoever reads it
+_state_in_words = lazy(lambda state: str(State(state).label).lower(), str)
+
+
 class IllegalTransition(Conflict):
     """The workload is not in a state this transition may start from (HTTP 409)."""
 
@@ -110,7 +116,10 @@ def check(workload: Workload, transition: str) -> str:
         return target
     if workload.state not in sources:
         if workload.state not in Workload.OPEN_STATES:
-            raise IllegalTransition(f"Workload {workload.pk} is already {workload.state}.")
+            raise IllegalTransition(
+                _("Workload %(id)s is already %(state)s."),
+                params={"id": workload.pk, "state": _state_in_words(workload.state)},
+            )
         allowed = ", ".join(str(s) for s in sources) or "a new workload"
         raise IllegalTransition(
             f"Workload {workload.pk} is {workload.state}; it cannot {transition.replace('_', ' ')} "
@@ -514,7 +523,9 @@ def _single(
         locked = Workload.objects.select_for_update().get(pk=workload.pk)
         target = check(locked, transition)
         if still is not None and not still(locked):
-            raise Conflict(f"Workload {locked.pk} changed meanwhile; nothing to do.")
+            raise Conflict(
+                _("Workload %(id)s changed meanwhile; nothing to do."), params={"id": locked.pk}
+            )
         before = locked.state
         held_borrowed = bool(locked.borrowed)
         change(locked)
@@ -555,8 +566,7 @@ def _clear_admission(workload: Workload) -> None:
 
 
 def _say(workload: Workload, reason: str) -> None:
-    """Set why the workload is where it is: the English text and, for a Wording, its
-    words (the portal says them in the reader's language)."""
+    """Set why the workload is where it is: the English text and its words (dump_reason)."""
     workload.reason = reason
     workload.reason_args = dump_reason(reason)
 

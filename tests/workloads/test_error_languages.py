@@ -68,3 +68,18 @@ def test_a_bad_toleration_is_refused_in_the_readers_language(
     assert chinese.json()["tolerations"] == [
         '容忍度 0：operator 必须是 "Equal" 或 "Exists"，而不是 \'Maybe\''
     ]
+
+
+def test_cancelling_twice_says_so_in_the_readers_language(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    from tests.tenants.test_portal import logged_in
+    from tests.workloads.test_queue import submit
+
+    workload = submit(cast.member, "vision", 1).json()["id"]
+    client = logged_in(cast.member)
+    client.post(f"/workloads/{workload}/cancel/")
+    again = client.post(
+        f"/workloads/{workload}/cancel/", follow=True, HTTP_ACCEPT_LANGUAGE="zh-hans"
+    )
+    assert f"工作负载 {workload} 已处于“已取消”状态。" in again.content.decode()
