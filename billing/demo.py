@@ -10,6 +10,7 @@ from decimal import Decimal
 from random import Random
 
 from django.utils import timezone
+from django.utils.translation import gettext, gettext_noop
 
 from billing.budgets import budgets_evaluate
 from billing.ledger import LedgerRow, ledger_append, period_create
@@ -26,21 +27,31 @@ from billing.models import (
 from billing.months import add_months, month_start
 from billing.periods import period_close
 from scheduler_bridge.inventory.models import Cluster, Flavour
+from tenants.deletion import Description, said
 from tenants.demo import DEMO_CLUSTER, DemoResult
 from tenants.models import Tenant
 
 HOUR = timedelta(hours=1)
 
 
-def billing_deletion_blocker(tenant: Tenant) -> str | None:
+def billing_deletion_blocker(tenant: Tenant) -> Description | None:
     parts = []
     if UsageRecord.objects.filter(tenant=tenant).exists():
-        parts.append("metered usage")
+        parts.append(gettext_noop("metered usage"))
     if Statement.objects.filter(tenant=tenant).exists():
-        parts.append("billing statements")
+        parts.append(gettext_noop("billing statements"))
     if Budget.objects.filter(tenant=tenant).exists():
-        parts.append("budgets")
-    return " and ".join(parts) if parts else None
+        parts.append(gettext_noop("budgets"))
+    if not parts:
+        return None
+    return said(lambda: _and([gettext(part) for part in parts]))
+
+
+def _and(parts: list[str]) -> str:
+    text = parts[-1]
+    for part in reversed(parts[:-1]):
+        text = gettext("%(first)s and %(rest)s") % {"first": part, "rest": text}
+    return text
 
 
 def _flavour(cluster: Cluster, product: str, profile: str = "") -> Flavour | None:

@@ -22,6 +22,7 @@ from billing.budgets import budget_window
 from billing.charges import load_cards
 from billing.models import Budget
 from scheduler_bridge.admission.model import PendingWorkload
+from scheduler_bridge.admission.wording import gettext_noop, wording
 from scheduler_bridge.inventory.models import Cluster, Flavour
 from tenants.models import Tenant
 
@@ -34,13 +35,23 @@ class HardBudget:
     left: Fraction
 
     def reason_exhausted(self) -> str:
-        return f"{self.tenant_slug} budget for {self.period_name} exhausted (hard)"
+        return wording(
+            gettext_noop("%(tenant)s budget for %(period)s exhausted (hard)"),
+            tenant=self.tenant_slug,
+            period=self.period_name,
+        )
 
     def reason_too_expensive(self, cost: Fraction) -> str:
-        return (
-            f"{self.tenant_slug} budget for {self.period_name}: this workload would cost about "
-            f"{pricing.round_half_even(cost)} {self.currency}, "
-            f"{pricing.round_half_even(max(self.left, Fraction(0)))} left (hard)"
+        return wording(
+            gettext_noop(
+                "%(tenant)s budget for %(period)s: this workload would cost about "
+                "%(cost)s %(currency)s, %(left)s left (hard)"
+            ),
+            tenant=self.tenant_slug,
+            period=self.period_name,
+            cost=str(pricing.round_half_even(cost)),
+            currency=self.currency,
+            left=str(pricing.round_half_even(max(self.left, Fraction(0)))),
         )
 
 

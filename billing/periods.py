@@ -34,6 +34,7 @@ from billing.ledger import period_create
 from billing.models import Adjustment, BillingPeriod, Statement, StatementLine
 from billing.months import month_name
 from billing.permissions import can_manage_platform_billing, can_reopen_periods, can_write_billing
+from scheduler_bridge.admission.wording import gettext_noop, wording
 from tenants.audit import audit_record, snapshot
 from tenants.errors import PermissionDenied, ValidationFailed
 from tenants.models import Tenant
@@ -122,7 +123,9 @@ def period_close(
             before=before,
             after=snapshot(period),
             source=source,
-            message=f"close {'resumed' if resumed else 'started'}",
+            message=wording(gettext_noop("close resumed"))
+            if resumed
+            else wording(gettext_noop("close started")),
         )
     _write_statements(period, token)
     return _finish_close(period, token, actor, source)
@@ -308,7 +311,11 @@ def _finish_close(period: BillingPeriod, token: str, actor: Any, source: str) ->
             before=before,
             after=snapshot(period),
             source=source,
-            message=f"closed: {count} statement(s), revision {period.revision}",
+            message=wording(
+                gettext_noop("closed: %(count)s statement(s), revision %(revision)s"),
+                count=count,
+                revision=period.revision,
+            ),
         )
     logger.info("billing period %s closed (%s statements)", period.name, count)
     return period
@@ -357,7 +364,7 @@ def period_reopen(
             before=before,
             after=snapshot(period),
             source=source,
-            message=f"re-opened: {reason.strip()}",
+            message=wording(gettext_noop("re-opened: %(reason)s"), reason=reason.strip()),
         )
     return period
 

@@ -6,6 +6,7 @@ from decimal import Decimal
 
 from django.contrib.auth import get_user_model
 
+from scheduler_bridge.admission.wording import gettext_noop, wording
 from scheduler_bridge.inventory.models import Cluster, Flavour
 from scheduler_bridge.inventory.services import inventory_sync
 from scheduler_bridge.quotas.models import Quota
@@ -18,6 +19,9 @@ from tenants.models import Tenant
 # Share of the parent's guarantee each department gets (the rest stays with the parent,
 # shared by its subtree); teams split their department's share evenly.
 DEPARTMENT_SHARES = {"research": 0.5, "product": 0.3, "platform": 0.15}
+
+# the audit message of what the demo seeds, in the reader's language on the audit page
+DEMO_DATA = wording(gettext_noop("demo data"))
 
 
 def seed_demo_cluster(result: DemoResult) -> None:
@@ -42,7 +46,7 @@ def seed_demo_cluster(result: DemoResult) -> None:
             flavour=flavour,
             guaranteed=flavour.capacity,
             source="system",
-            message="demo data",
+            message=DEMO_DATA,
         )
         for department in org.children.order_by("slug"):
             share = int(flavour.capacity * DEPARTMENT_SHARES.get(department.slug, 0))
@@ -53,7 +57,7 @@ def seed_demo_cluster(result: DemoResult) -> None:
                 guaranteed=share,
                 lend_limit=share,
                 source="system",
-                message="demo data",
+                message=DEMO_DATA,
             )
             teams = list(department.children.order_by("slug"))
             for team in teams:
@@ -64,7 +68,7 @@ def seed_demo_cluster(result: DemoResult) -> None:
                     guaranteed=share // len(teams),
                     borrow_limit=share,
                     source="system",
-                    message="demo data",
+                    message=DEMO_DATA,
                 )
     quota_sync(cluster)
     _seed_queue(cluster)

@@ -81,7 +81,7 @@ class TenantAdmin(AuditedAdmin):
         # Show every deletion blocker (usage, quotas, ...) as a protected object.
         to_delete, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
         for obj in objs:
-            protected.extend(deletion_blockers(obj))
+            protected.extend(str(reason) for reason in deletion_blockers(obj))
         return to_delete, counts, perms_needed, protected
 
     def delete_model(self, request: HttpRequest, obj: Tenant) -> None:

@@ -10,10 +10,12 @@ import datetime as dt
 import decimal
 import json
 import uuid
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
 
 from django.db import connection, models
-from django.utils import timezone
+from django.utils import timezone, translation
+from django.utils.functional import Promise
 
 from tenants.models import AuditEvent, Tenant
 
@@ -33,6 +35,48 @@ def snapshot(instance: models.Model) -> dict[str, Any]:
     return data
 
 
+@runtime_checkable
+class Worded(Protocol):
+    """Text that keeps how it was worded (scheduler_bridge.admission.wording.Wording):
+    its ``to_json()`` is ``{"template": ..., "params": {...}}``."""
+
+    def to_json(self) -> dict[str, Any]: ...
+
+
+AuditMessage = str | Promise  # plain text, a Wording, or a gettext_lazy template
+
+
+def message_words(
+    message: AuditMessage, params: Mapping[str, Any] | None = None
+) -> tuple[str, dict[str, Any]]:
+    """The English text of an audit message and how it was worded (stored as
+    ``AuditEvent.message_args``, said again in the reader's language by the audit page):
+    a Wording keeps its own words; a gettext_lazy template is stored with ``params``
+    (its msgid is its English text); plain text has no words ({})."""
+    if isinstance(message, Promise):
+        values = dict(params or {})
+        with translation.override("en"):
+            template = str(message)
+            english = str(message % values) if values else template
+            words = {name: _json_param(value) for name, value in values.items()}
+        return english, {"template": template, "params": words}
+    if isinstance(message, Worded):
+        return str(message), message.to_json()
+    return str(message), {}
+
+
+def _json_param(value: Any) -> Any:
+    """A message's value as stored in its words: numbers and text as they are, a lazy
+    text (a choice's label) as a template of its own; anything else as text."""
+    if isinstance(value, Promise):
+        return {"template": str(value), "params": {}}
+    if isinstance(value, Worded):
+        return value.to_json()
+    if isinstance(value, int | float | str) and not isinstance(value, bool):
+        return value
+    return str(value)
+
+
 def _tenant_of(instance: models.Model) -> Tenant | None:
     if isinstance(instance, Tenant):
         return instance
@@ -48,12 +92,16 @@ def audit_event(
     before: dict[str, Any] | None,
     after: dict[str, Any] | None,
     source: str = "system",
-    message: str = "",
+    message: AuditMessage = "",
+    params: Mapping[str, Any] | None = None,
     tenant: Tenant | None = None,
 ) -> AuditEvent:
     """One audit event for `instance`, not yet saved: for callers that save many at once
-    (``AuditEvent.objects.bulk_create``) in the transaction of their change."""
+    (``AuditEvent.objects.bulk_create``) in the transaction of their change. ``message``
+    may be a Wording or a gettext_lazy template filled with ``params`` (see
+    message_words): the audit page then shows it in the reader's language."""
     tenant = tenant or _tenant_of(instance)
+    text, words = message_words(message, params)
     user = actor if (actor is not None and getattr(actor, "is_authenticated", False)) else None
     return AuditEvent(
         actor=user,
@@ -67,7 +115,8 @@ def audit_event(
         tenant_path=tenant.path if tenant is not None else "",
         before=before,
         after=after,
-        message=message,
+        message=text,
+        message_args=words,
     )
 
 
@@ -79,10 +128,12 @@ def audit_record(
     before: dict[str, Any] | None,
     after: dict[str, Any] | None,
     source: str = "system",
-    message: str = "",
+    message: AuditMessage = "",
+    params: Mapping[str, Any] | None = None,
     tenant: Tenant | None = None,
 ) -> AuditEvent:
-    """Append one audit event for `instance`. Call inside the change's transaction."""
+    """Append one audit event for `instance`. Call inside the change's transaction.
+    ``message`` and ``params`` as for audit_event."""
     event = audit_event(
         actor=actor,
         action=action,
@@ -91,6 +142,7 @@ def audit_record(
         after=after,
         source=source,
         message=message,
+        params=params,
         tenant=tenant,
     )
     event.save()
@@ -112,6 +164,7 @@ _COPY_COLUMNS = (
     "before",
     "after",
     "message",
+    "message_args",
 )
 
 
@@ -150,5 +203,6 @@ def audit_save_many(events: list[AuditEvent]) -> None:
                     None if event.before is None else json.dumps(event.before),
                     None if event.after is None else json.dumps(event.after),
                     event.message,
+                    json.dumps(event.message_args or {}),
                 )
             )

@@ -162,6 +162,9 @@ class AuditEvent(models.Model):
     before = models.JSONField(null=True, blank=True)
     after = models.JSONField(null=True, blank=True)
     message = models.TextField(blank=True)
+    # how ``message`` was worded (template and values), so it reads in the reader's
+    # language; {} for a message that is plain text (tenants.audit.message_words)
+    message_args = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]

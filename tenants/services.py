@@ -20,7 +20,7 @@ from django.utils.translation import gettext_lazy as _
 from tenants import access
 from tenants.audit import audit_record, snapshot
 from tenants.binding_rules import bindings_changed
-from tenants.deletion import deletion_blockers
+from tenants.deletion import blocker_list, deletion_blockers
 from tenants.errors import (
     NamespaceAlreadyBound,
     PermissionDenied,
@@ -223,7 +223,7 @@ def tenant_delete(*, actor: Any, tenant: Tenant, source: str = "api") -> None:
                     "Tenant %(tenant)s still has %(blockers)s. Remove or move them first, or "
                     "mark the tenant inactive instead."
                 ),
-                params={"tenant": tenant.slug, "blockers": "; ".join(blockers)},
+                params={"tenant": tenant.slug, "blockers": blocker_list(blockers)},
             )
         audit_record(
             actor=actor,

@@ -16,6 +16,7 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
+from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -46,14 +47,20 @@ from tenants.transactions import queue_after_commit
 def period_named(name: str | None) -> BillingPeriod:
     """The period called ``name``, or a 400 that says what periods look like."""
     if not name:
-        raise PeriodNotFound("Name the period, e.g. period=2026-02.", field="period")
+        raise PeriodNotFound(_("Name the period, e.g. period=2026-02."), field="period")
     if parse_month(name) is None:
-        raise PeriodNotFound(f"'{name}' is not a period; periods are months named YYYY-MM.")
+        raise PeriodNotFound(
+            _("'%(name)s' is not a period; periods are months named YYYY-MM."),
+            params={"name": name},
+        )
     period = BillingPeriod.objects.filter(name=name).first()
     if period is None:
         raise PeriodNotFound(
-            f"There is no billing period {name}: nothing was metered in it yet. Periods exist "
-            "from the first usage of their month."
+            _(
+                "There is no billing period %(name)s: nothing was metered in it yet. Periods "
+                "exist from the first usage of their month."
+            ),
+            params={"name": name},
         )
     return period
 
@@ -69,7 +76,9 @@ def _since(request: Request, name: str, default: datetime) -> datetime:
         return default
     moment = parse_datetime(raw)
     if moment is None:
-        raise ValidationFailed(f"{name} must be an ISO 8601 date-time.", field=name)
+        raise ValidationFailed(
+            _("%(name)s must be an ISO 8601 date-time."), params={"name": name}, field=name
+        )
     return moment if timezone.is_aware(moment) else timezone.make_aware(moment)
 
 
@@ -263,8 +272,15 @@ class StatementViewSet(viewsets.ModelViewSet[Statement]):
     def _frozen(self) -> StatementFrozen:
         statement = self.get_object()
         return StatementFrozen(
-            f"Statement {statement.number} is frozen ({statement.period.name} is "
-            f"{statement.period.state}); record an adjustment in an open period instead."
+            _(
+                "Statement %(number)s is frozen (%(period)s is %(state)s); record an "
+                "adjustment in an open period instead."
+            ),
+            params={
+                "number": statement.number,
+                "period": statement.period.name,
+                "state": statement.period.state,
+            },
         )
 
     def update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -386,7 +402,7 @@ class SpendReportViewSet(viewsets.ViewSet):
             rows = [_plain(row.__dict__) for row in report.rows]
         elif group_by == "child":
             if tenant is None:
-                raise ValidationFailed("group_by=child needs tenant=<slug>.", field="tenant")
+                raise ValidationFailed(_("group_by=child needs tenant=<slug>."), field="tenant")
             rows = [_plain(row) for row in reports.roll_up_to_children(report, tenant)]
         else:
             rows = [_plain(row) for row in report.grouped(group_by)]
@@ -457,7 +473,9 @@ class ExportViewSet(viewsets.ViewSet):
         fmt = request.query_params.get("as", "csv")
         if fmt not in exports.CONTENT_TYPES:
             raise ValidationFailed(
-                f"Unknown export type '{fmt}'; use as=csv, as=xlsx or as=pdf.", field="as"
+                _("Unknown export type '%(type)s'; use as=csv, as=xlsx or as=pdf."),
+                params={"type": fmt},
+                field="as",
             )
         period = period_named(request.query_params.get("period"))
         tenant = s.tenant_of_slug(request.user, request.query_params.get("tenant"))

@@ -44,6 +44,7 @@ from .model import (
     RunningWorkload,
     Topology,
 )
+from .wording import Wording, gettext_noop, wording
 
 # Engine id of an elastic pod: "<workload id>~<pod set>~<index above the core>".
 SEPARATOR = "~"
@@ -198,17 +199,34 @@ def without_elastic_pods(snapshot: ClusterSnapshot, result: CycleResult) -> Cycl
 
 def elastic_reason(
     request: PendingWorkload, running_pods: int, waiting: Iterable[PendingDecision]
-) -> str:
+) -> Wording:
     """Why a running elastic workload is not larger, e.g. "running 6 of 8 pods: 2 wait
     for GPUs nobody else needs (...)"."""
     total = sum(ps.count for ps in request.pod_sets)
     core = sum(ps.core for ps in request.pod_sets)
     decisions = list(waiting)
     if running_pods >= total:
-        return f"running {running_pods} of {total} pods: at its maximum"
+        return wording(
+            gettext_noop("running %(running)s of %(total)s pods: at its maximum"),
+            running=running_pods,
+            total=total,
+        )
     missing = total - running_pods
-    words = f"running {running_pods} of {total} pods (at least {core})"
+    running = wording(
+        gettext_noop("running %(running)s of %(total)s pods (at least %(core)s)"),
+        running=running_pods,
+        total=total,
+        core=core,
+    )
     if not decisions:
-        return f"{words}: {missing} more start once their GPUs are free"
-    first = decisions[0].message
-    return f"{words}: {missing} wait for GPUs nobody else needs ({first})"
+        return wording(
+            gettext_noop("%(running)s: %(missing)s more start once their GPUs are free"),
+            running=running,
+            missing=missing,
+        )
+    return wording(
+        gettext_noop("%(running)s: %(missing)s wait for GPUs nobody else needs (%(first)s)"),
+        running=running,
+        missing=missing,
+        first=decisions[0].message,
+    )

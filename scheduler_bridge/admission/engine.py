@@ -697,7 +697,7 @@ class _Cycle:
         queue.version += 1
         code, message = records.admission_words(st, item, option, borrowed, via, sources)
         if own is not None:
-            message += "; " + reasons.admitted_reservation()
+            message = reasons.admitted_reservation(message)
         self.admissions.append(
             Admission(
                 workload_id=item.wl.id,

@@ -475,8 +475,9 @@ def admitted_backfill(job: str) -> Wording:
     )
 
 
-def admitted_reservation() -> Wording:
-    return wording(gettext_noop("started on the GPUs reserved for it"))
+def admitted_reservation(reason: str) -> Wording:
+    """An admission's reason when the work started on GPUs held for it."""
+    return wording(gettext_noop("%(reason)s; started on the GPUs reserved for it"), reason=reason)
 
 
 def preempted_reclaim(

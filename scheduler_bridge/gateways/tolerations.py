@@ -18,6 +18,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ..admission.wording import Param, gettext_noop, wording
 from .base import Taint
 from .placement import tolerates
 
@@ -56,54 +57,84 @@ def _label_value(value: str) -> bool:
 
 def toleration_problems(tolerations: Any) -> list[str]:
     """Every reason ``tolerations`` cannot be a flavour's tolerations, each naming the
-    entry and how to fix it; empty when they are fine."""
+    entry and how to fix it; empty when they are fine. Each is a Wording (English text
+    that the portal and the API say again in the reader's language)."""
     if not isinstance(tolerations, list):
-        return ['must be a list of tolerations, e.g. [{"key": "nvidia.com/gpu", ...}]']
+        return [
+            wording(
+                gettext_noop("must be a list of tolerations, e.g. %(example)s"),
+                example='[{"key": "nvidia.com/gpu", ...}]',
+            )
+        ]
     problems: list[str] = []
     for index, entry in enumerate(tolerations):
-        where = f"toleration {index}"
+        where = wording(gettext_noop("toleration %(index)s"), index=index)
+
+        def problem(template: str, **params: Param) -> None:
+            problems.append(
+                wording(
+                    gettext_noop("%(where)s: %(problem)s"),
+                    where=where,  # noqa: B023 - called in this iteration only
+                    problem=wording(template, **params),
+                )
+            )
+
         if not isinstance(entry, Mapping):
-            problems.append(f"{where}: must be an object with key, operator, value, effect")
+            problem(gettext_noop("must be an object with key, operator, value, effect"))
             continue
         unknown = sorted(set(entry) - _FIELDS)
         if unknown:
-            problems.append(
-                f"{where}: unknown field(s) {', '.join(unknown)}; "
-                "allowed: key, operator, value, effect, tolerationSeconds"
+            problem(
+                gettext_noop(
+                    "unknown field(s) %(fields)s; allowed: key, operator, value, effect, "
+                    "tolerationSeconds"
+                ),
+                fields=", ".join(unknown),
             )
         key = entry.get("key") or ""
         operator = entry.get("operator") or "Equal"
         value = entry.get("value") or ""
         effect = entry.get("effect") or ""
         if not isinstance(key, str) or not isinstance(value, str):
-            problems.append(f"{where}: key and value must be strings")
+            problem(gettext_noop("key and value must be strings"))
             continue
         if operator not in ("Equal", "Exists"):
-            problems.append(f'{where}: operator must be "Equal" or "Exists", not {operator!r}')
+            problem(
+                gettext_noop('operator must be "Equal" or "Exists", not %(operator)s'),
+                operator=repr(operator),
+            )
         if not key:
-            problems.append(
-                f"{where}: a toleration without a key would tolerate every taint, including "
-                "those of cordoned and unreachable nodes; name the taint's key"
+            problem(
+                gettext_noop(
+                    "a toleration without a key would tolerate every taint, including those "
+                    "of cordoned and unreachable nodes; name the taint's key"
+                )
             )
         elif not _qualified_name(key):
-            problems.append(f"{where}: {key!r} is not a valid taint key")
+            problem(gettext_noop("%(key)s is not a valid taint key"), key=repr(key))
         elif key in NODE_CONDITION_TAINTS:
-            problems.append(
-                f"{where}: {key} is a node-condition taint Kubernetes sets itself; "
-                "tolerating it would place pods on cordoned, unready or unreachable nodes"
+            problem(
+                gettext_noop(
+                    "%(key)s is a node-condition taint Kubernetes sets itself; tolerating it "
+                    "would place pods on cordoned, unready or unreachable nodes"
+                ),
+                key=key,
             )
         if operator == "Exists" and value:
-            problems.append(f'{where}: value must be empty when operator is "Exists"')
+            problem(gettext_noop('value must be empty when operator is "Exists"'))
         if operator == "Equal" and not _label_value(value):
-            problems.append(f"{where}: {value!r} is not a valid taint value")
+            problem(gettext_noop("%(value)s is not a valid taint value"), value=repr(value))
         if effect and effect not in EFFECTS:
-            problems.append(f"{where}: effect must be one of {', '.join(EFFECTS)} or empty")
+            problem(
+                gettext_noop("effect must be one of %(effects)s or empty"),
+                effects=", ".join(EFFECTS),
+            )
         seconds = entry.get("tolerationSeconds")
         if seconds is not None:
             if effect != "NoExecute":
-                problems.append(f'{where}: tolerationSeconds needs effect "NoExecute"')
+                problem(gettext_noop('tolerationSeconds needs effect "NoExecute"'))
             if isinstance(seconds, bool) or not isinstance(seconds, int):
-                problems.append(f"{where}: tolerationSeconds must be a whole number of seconds")
+                problem(gettext_noop("tolerationSeconds must be a whole number of seconds"))
     return problems
 
 

@@ -21,6 +21,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from scheduler_bridge.admission.wording import gettext_noop, wording
 from scheduler_bridge.gateways import manifests
 from scheduler_bridge.gateways.base import (
     GPU_RESOURCE,
@@ -38,7 +39,12 @@ PRODUCT_LABEL = "nvidia.com/gpu.product"
 
 class IntegrationError(ValueError):
     """An object of a supported kind that Tidegate cannot queue; the message says why
-    and what to change."""
+    and what to change (a Wording: English, and said again in the reader's language
+    where the refusal is shown)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
 
 
 @dataclass(frozen=True)
@@ -131,7 +137,12 @@ class Integration(abc.ABC):
         """(finished, failed); failed implies finished."""
 
     def set_count(self, obj: dict[str, Any], pod_set: str, count: int) -> None:
-        raise IntegrationError(f"a {self.kind}'s pod counts cannot change while it runs")
+        raise IntegrationError(
+            wording(
+                gettext_noop("a %(kind)s's pod counts cannot change while it runs"),
+                kind=self.kind,
+            )
+        )
 
     def priority_class_name(self, obj: dict[str, Any]) -> str | None:
         for _, template in self.templates(obj):
@@ -154,7 +165,7 @@ class Integration(abc.ABC):
         try:
             pod_sets = self.pod_sets(obj)
         except IntegrationError as error:
-            problem = str(error)
+            problem = error.message
         return ObjectRead(
             kind=self.kind,
             namespace=str(meta.get("namespace") or ""),
@@ -183,8 +194,14 @@ class Integration(abc.ABC):
             target = self.elastic_pod_set(obj)
             if target is None:
                 raise IntegrationError(
-                    f"annotation {MIN_PODS_ANNOTATION} is set, but a {self.kind} cannot "
-                    "change how many pods it runs; remove the annotation"
+                    wording(
+                        gettext_noop(
+                            "annotation %(annotation)s is set, but a %(kind)s cannot change "
+                            "how many pods it runs; remove the annotation"
+                        ),
+                        annotation=MIN_PODS_ANNOTATION,
+                        kind=self.kind,
+                    )
                 )
             minimums[target] = annotated
         found = []
@@ -199,8 +216,15 @@ class Integration(abc.ABC):
             minimum = minimums.get(name)
             if minimum is not None and not 1 <= minimum <= count:
                 raise IntegrationError(
-                    f"pod set {name!r} asks for at least {minimum} of {count} pods; "
-                    f"the minimum must be between 1 and {count}"
+                    wording(
+                        gettext_noop(
+                            "pod set %(name)s asks for at least %(minimum)s of %(count)s pods; "
+                            "the minimum must be between 1 and %(count)s"
+                        ),
+                        name=repr(name),
+                        minimum=minimum,
+                        count=count,
+                    )
                 )
             node_selector = (template.get("spec") or {}).get("nodeSelector") or {}
             found.append(
@@ -215,15 +239,24 @@ class Integration(abc.ABC):
             )
         if not found:
             raise IntegrationError(
-                f"no pod of this {self.kind} requests a GPU (nvidia.com/gpu or one "
-                "nvidia.com/mig-* resource); only GPU work queues"
+                wording(
+                    gettext_noop(
+                        "no pod of this %(kind)s requests a GPU (nvidia.com/gpu or one "
+                        "nvidia.com/mig-* resource); only GPU work queues"
+                    ),
+                    kind=self.kind,
+                )
             )
         products = {ps.product for ps in found}
         if len(products) > 1:
             raise IntegrationError(
-                "pod sets name different GPU products in their node selectors "
-                f"({', '.join(sorted(p or 'none' for p in products))}); "
-                "a workload runs on one flavour"
+                wording(
+                    gettext_noop(
+                        "pod sets name different GPU products in their node selectors "
+                        "(%(products)s); a workload runs on one flavour"
+                    ),
+                    products=", ".join(sorted(p or "none" for p in products)),
+                )
             )
         return tuple(found)
 
@@ -314,13 +347,25 @@ def gpu_request(template: Mapping[str, Any], where: str) -> tuple[str, int] | No
     try:
         totals = gpu_requests(template.get("spec") or {})
     except (TypeError, ValueError, AttributeError) as error:
-        raise IntegrationError(f"{where}: unreadable resources ({error})") from error
+        raise IntegrationError(
+            wording(
+                gettext_noop("%(where)s: unreadable resources (%(error)s)"),
+                where=where,
+                error=str(error),
+            )
+        ) from error
     if not totals:
         return None
     if len(totals) > 1:
         raise IntegrationError(
-            f"{where}: each pod must request exactly one GPU resource (nvidia.com/gpu or "
-            f"one nvidia.com/mig-*), found: {sorted(totals)}"
+            wording(
+                gettext_noop(
+                    "%(where)s: each pod must request exactly one GPU resource "
+                    "(nvidia.com/gpu or one nvidia.com/mig-*), found: %(found)s"
+                ),
+                where=where,
+                found=str(sorted(totals)),
+            )
         )
     return next(iter(totals.items()))
 
@@ -341,7 +386,14 @@ def min_pods(annotations: Mapping[str, str]) -> int | None:
         value = 0
     if value < 1:
         raise IntegrationError(
-            f"annotation {MIN_PODS_ANNOTATION} is {raw!r}; it must be a whole number of pods, 1 or more"
+            wording(
+                gettext_noop(
+                    "annotation %(annotation)s is %(value)s; it must be a whole number of "
+                    "pods, 1 or more"
+                ),
+                annotation=MIN_PODS_ANNOTATION,
+                value=repr(raw),
+            )
         )
     return value
 

@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from scheduler_bridge.admission.wording import gettext_noop, wording
 from scheduler_bridge.gateways.admission_webhook import GATE, SUSPENDED_AS_A_WHOLE
 from scheduler_bridge.gateways.base import Toleration
 from scheduler_bridge.gateways.parsing import workload_name
@@ -124,7 +125,7 @@ def _group(namespace: str, name: str, members: list[Mapping[str, Any]]) -> PodGr
     try:
         pod_sets = (_pod_set(members),)
     except IntegrationError as error:
-        problem = str(error)
+        problem = error.message
     read = ObjectRead(
         kind=KIND,
         namespace=namespace,
@@ -149,15 +150,25 @@ def _pod_set(members: list[Mapping[str, Any]]) -> PodSetRead:
         found = gpu_request({"spec": pod.get("spec") or {}}, f"pod {pod['metadata']['name']}")
         if found is None:
             raise IntegrationError(
-                f"pod {pod['metadata']['name']} carries Tidegate's scheduling gate but requests "
-                "no GPU; remove the gate (or the queue label) from pods that need no GPU"
+                wording(
+                    gettext_noop(
+                        "pod %(pod)s carries Tidegate's scheduling gate but requests no GPU; "
+                        "remove the gate (or the queue label) from pods that need no GPU"
+                    ),
+                    pod=pod["metadata"]["name"],
+                )
             )
         requests.add(found)
     if len(requests) > 1:
         raise IntegrationError(
-            "the pods of one group ask for different GPUs "
-            f"({', '.join(f'{n} {r}' for r, n in sorted(requests))}); give each kind of pod "
-            f"its own {GROUP_LABEL} label"
+            wording(
+                gettext_noop(
+                    "the pods of one group ask for different GPUs (%(asked)s); give each "
+                    "kind of pod its own %(label)s label"
+                ),
+                asked=", ".join(f"{n} {r}" for r, n in sorted(requests)),
+                label=GROUP_LABEL,
+            )
         )
     ((resource, amount),) = requests
     count = len(members)

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from scheduler_bridge.admission.wording import gettext_noop, wording
+
 from .base import Integration, IntegrationError, KindRef, child, ended_by_conditions, whole
 
 WORKER = "Worker"
@@ -40,8 +42,14 @@ class PyTorchJobIntegration(Integration):
         workers = self.counts(obj)[WORKER]
         if isinstance(maximum, int) and maximum < workers:
             raise IntegrationError(
-                f"elasticPolicy.maxReplicas is {maximum}, below the {workers} Worker "
-                "replicas asked for; raise maxReplicas or lower the replicas"
+                wording(
+                    gettext_noop(
+                        "elasticPolicy.maxReplicas is %(maximum)s, below the %(workers)s "
+                        "Worker replicas asked for; raise maxReplicas or lower the replicas"
+                    ),
+                    maximum=maximum,
+                    workers=workers,
+                )
             )
         return {WORKER: minimum} if isinstance(minimum, int) else {}
 

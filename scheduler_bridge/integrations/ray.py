@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from scheduler_bridge.admission.wording import gettext_noop, wording
+
 from .base import (
     Integration,
     IntegrationError,
@@ -72,8 +74,15 @@ class RayClusterIntegration(SuspendedBySpec, Integration):
             replicas = whole(group.get("replicas"), 0)
             if isinstance(maximum, int) and maximum < replicas:
                 raise IntegrationError(
-                    f"worker group {_group_name(group)!r} asks for {replicas} replicas, above "
-                    f"its maxReplicas {maximum}"
+                    wording(
+                        gettext_noop(
+                            "worker group %(group)s asks for %(replicas)s replicas, above its "
+                            "maxReplicas %(maximum)s"
+                        ),
+                        group=repr(_group_name(group)),
+                        replicas=replicas,
+                        maximum=maximum,
+                    )
                 )
             if isinstance(minimum, int) and minimum > 0:
                 found[_group_name(group)] = minimum * hosts
@@ -112,8 +121,12 @@ class RayJobIntegration(SuspendedBySpec, Integration):
     def pod_sets(self, obj: dict[str, Any]) -> tuple[PodSetRead, ...]:
         if not isinstance(child(obj, "spec", "rayClusterSpec"), Mapping):
             raise IntegrationError(
-                "the RayJob has no spec.rayClusterSpec (it runs on an existing cluster "
-                "through clusterSelector); queue that RayCluster instead"
+                wording(
+                    gettext_noop(
+                        "the RayJob has no spec.rayClusterSpec (it runs on an existing "
+                        "cluster through clusterSelector); queue that RayCluster instead"
+                    )
+                )
             )
         return super().pod_sets(obj)
 

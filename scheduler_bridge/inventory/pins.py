@@ -6,6 +6,7 @@ from typing import Any
 
 from django.db import transaction
 
+from scheduler_bridge.admission.wording import gettext_noop, wording
 from scheduler_bridge.inventory.catalogue import (
     UnknownGpuProduct,
     UnknownMigProfile,
@@ -78,6 +79,8 @@ def node_pin(*, actor: Any, node: Node, pin: Any, source: str = "api") -> Node:
             before=before,
             after=snapshot(node),
             source=source,
-            message="MIG layout pinned" if stored is not None else "MIG pin removed",
+            message=wording(gettext_noop("MIG layout pinned"))
+            if stored is not None
+            else wording(gettext_noop("MIG pin removed")),
         )
     return node

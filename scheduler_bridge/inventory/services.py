@@ -11,7 +11,9 @@ from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
+from scheduler_bridge.admission.wording import chain, gettext_noop, wording
 from scheduler_bridge.followups import queue_admission_cycle, queue_inventory_sync
 from scheduler_bridge.gateways import ClusterGateway, GatewayConfigError, GatewayError, NodeInfo
 from scheduler_bridge.gateways.base import GPU_RESOURCE, PodInfo, Taint
@@ -31,6 +33,7 @@ from scheduler_bridge.inventory.connection import cluster_gateway
 from scheduler_bridge.inventory.layouts import derive_gpu_layouts, layout_from_json, layout_to_json
 from scheduler_bridge.inventory.models import Cluster, Flavour, Node
 from scheduler_bridge.rows import RememberedRows, update_rows
+from scheduler_bridge.templatetags.tidegate import say_when_read
 from tenants import access
 from tenants.audit import audit_record, snapshot
 from tenants.errors import Conflict, PermissionDenied, ValidationFailed
@@ -460,10 +463,13 @@ def flavour_set_tolerations(
     bad entry, when a toleration is malformed, has no key, or names a node-condition
     taint."""
     if not access.is_platform_admin(actor):
-        raise PermissionDenied("Only platform administrators set a flavour's tolerations.")
+        raise PermissionDenied(_("Only platform administrators set a flavour's tolerations."))
     problems = toleration_problems(tolerations)
     if problems:
-        raise ValidationFailed("; ".join(problems), field_errors={"tolerations": problems})
+        raise ValidationFailed(
+            say_when_read(chain(gettext_noop("%(first)s; %(rest)s"), problems)),
+            field_errors={"tolerations": [say_when_read(p) for p in problems]},
+        )
     with transaction.atomic():
         locked = Flavour.objects.select_for_update().get(pk=flavour.pk)
         before = snapshot(locked)
@@ -476,6 +482,6 @@ def flavour_set_tolerations(
             before=before,
             after=snapshot(locked),
             source=source,
-            message="tolerations set",
+            message=wording(gettext_noop("tolerations set")),
         )
     return locked

@@ -20,6 +20,7 @@ from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
+from scheduler_bridge.admission.wording import gettext_noop, wording
 from scheduler_bridge.gateways import ClusterGateway, GatewayError
 from scheduler_bridge.gateways.manifests import (
     MIG_CONFIG_MAP_NAME,
@@ -215,10 +216,15 @@ def _follow_up(cluster: Cluster, result: ReconcileResult) -> None:
 
 
 def _report_failure(cluster: Cluster, node: Node) -> None:
-    message = (
-        f"MIG Manager failed to apply {node.mig_config} on {cluster.name}/{node.name}. "
-        "The node keeps its previous layout; check the mig-manager pod's log on that node, "
-        "then pin or fix the node and Tidegate will try again."
+    message = wording(
+        gettext_noop(
+            "MIG Manager failed to apply %(config)s on %(cluster)s/%(node)s. The node keeps "
+            "its previous layout; check the mig-manager pod's log on that node, then pin or "
+            "fix the node and Tidegate will try again."
+        ),
+        config=node.mig_config,
+        cluster=cluster.name,
+        node=node.name,
     )
     with transaction.atomic():
         node.mig_failure_reported = True
@@ -232,7 +238,7 @@ def _report_failure(cluster: Cluster, node: Node) -> None:
             after={"mig_config": node.mig_config, "state": "failed"},
             message=message,
         )
-        queue_after_commit("scheduler_bridge.tasks.mig_failure_notify", node.pk, message)
+        queue_after_commit("scheduler_bridge.tasks.mig_failure_notify", node.pk, str(message))
 
 
 def mig_reconcile(cluster: Cluster, gateway: ClusterGateway | None = None) -> ReconcileResult:

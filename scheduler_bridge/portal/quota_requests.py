@@ -30,6 +30,7 @@ from scheduler_bridge.quotas.models import Quota, QuotaRequest
 from scheduler_bridge.quotas.services import QuotaSeen
 from scheduler_bridge.workloads.selectors import holdings_by_tenant_and_flavour
 from tenants import access
+from tenants.deletion import Description, said
 from tenants.errors import TidegateError
 from tenants.models import Role, Tenant
 from tenants.portal.views import _rerender_with_errors, visible_tenant_or_404
@@ -40,9 +41,9 @@ ASK_ROLES = (Role.LEAD, Role.ADMIN)
 SUBMITTED_FORM_ATTRIBUTE = "tidegate_quota_request_form"
 
 
-def quota_deletion_blocker(tenant: Tenant) -> str | None:
+def quota_deletion_blocker(tenant: Tenant) -> Description | None:
     count = Quota.objects.filter(tenant=tenant).count()
-    return f"{count} quota(s)" if count else None
+    return said(lambda: _("%(count)s quota(s)") % {"count": count}) if count else None
 
 
 def _or_keep(value: int | None, keep: str) -> str:

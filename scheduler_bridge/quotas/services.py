@@ -14,6 +14,7 @@ from django.db.models import Sum
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from scheduler_bridge.admission.wording import gettext_noop, wording
 from scheduler_bridge.followups import queue_admission_cycle, queue_quota_sync
 from scheduler_bridge.inventory.models import Flavour
 from scheduler_bridge.quotas.models import Quota, QuotaRequest
@@ -487,7 +488,7 @@ def _decide(
         before=before,
         after=snapshot(locked),
         source=source,
-        message=f"quota request {state}",
+        message=wording(gettext_noop("quota request %(state)s"), state=state),
     )
     return locked
 
@@ -516,7 +517,7 @@ def quota_request_approve(
             borrow_limit=decided.borrow_limit if decided.borrow_limit is not None else kept_borrow,
             lend_limit=decided.lend_limit if decided.lend_limit is not None else kept_lend,
             source=source,
-            message=f"approved quota request {decided.pk}",
+            message=wording(gettext_noop("approved quota request %(id)s"), id=decided.pk),
         )
     return decided
 

@@ -18,6 +18,7 @@ from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
+from scheduler_bridge.admission.wording import gettext_noop, wording
 from scheduler_bridge.gateways import (
     ApplyResult,
     ClusterGateway,
@@ -182,9 +183,14 @@ def _quota_sync(cluster: Cluster, gateway: ClusterGateway) -> QuotaSyncResult:
                 before=None,
                 after={"hard": dict(desired[binding.namespace])},
                 source="system",
-                message=(
-                    f"restored ResourceQuota {binding.namespace}/{QUOTA_NAME} on "
-                    f"{cluster.name}: " + "; ".join(applied.drift)
+                message=wording(
+                    gettext_noop(
+                        "restored ResourceQuota %(namespace)s/%(name)s on %(cluster)s: %(drift)s"
+                    ),
+                    namespace=binding.namespace,
+                    name=QUOTA_NAME,
+                    cluster=cluster.name,
+                    drift="; ".join(applied.drift),
                 ),
             )
         _mark(binding, NamespaceBinding.SyncState.OK, f"quota {applied.action}")
@@ -276,9 +282,14 @@ def _remove_unbound(
                 before={"namespace": namespace, "resource_quota": name},
                 after=None,
                 source="system",
-                message=(
-                    f"deleted ResourceQuota {namespace}/{name} on {cluster.name}: the "
-                    "namespace is no longer bound to a tenant"
+                message=wording(
+                    gettext_noop(
+                        "deleted ResourceQuota %(namespace)s/%(name)s on %(cluster)s: the "
+                        "namespace is no longer bound to a tenant"
+                    ),
+                    namespace=namespace,
+                    name=name,
+                    cluster=cluster.name,
                 ),
             )
 

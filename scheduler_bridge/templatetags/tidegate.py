@@ -1,6 +1,6 @@
 """Template filters that say stored values in the reader's language and format:
 ``{{ workload|reason }}``, ``{{ amount|money }}`` / ``{{ amount|money:currency }}``,
-``{{ hours|gpu_hours }}``. Load with ``{% load tidegate %}``."""
+``{{ hours|gpu_hours }}``, ``{{ event|audit_message }}``. Load with ``{% load tidegate %}``."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 
 from django import template
 from django.utils.formats import number_format
+from django.utils.functional import lazy
 from django.utils.translation import gettext, ngettext
 
 from scheduler_bridge.admission.wording import Wording
@@ -21,6 +22,15 @@ CENT = Decimal("0.01")
 def say(wording: Wording) -> str:
     """A reason the engine worded, in the active language."""
     return wording.render(gettext, ngettext)
+
+
+# ``say`` when the text is read, not when it is made: for a domain error's message,
+# which its str() renders in English and the API and the portal in the reader's language.
+def _say_text(text: str) -> str:
+    return say(text) if isinstance(text, Wording) else text
+
+
+say_when_read = lazy(_say_text, str)
 
 
 @register.filter
@@ -70,3 +80,16 @@ def gpu_hours(hours: Any) -> str:
     if number is None:
         return "" if hours is None else str(hours)
     return _grouped(number)
+
+
+@register.filter
+def audit_message(event: Any) -> str:
+    """An audit event's message in the reader's language (``{{ event|audit_message }}``);
+    the stored English text when it was not worded (older rows, plain text) or its words
+    no longer make that text."""
+    text = str(getattr(event, "message", "") or "")
+    words = getattr(event, "message_args", None)
+    wording = Wording.parse(words) if isinstance(words, dict) and words else None
+    if wording is None or wording != text:
+        return text
+    return say(wording)

@@ -119,7 +119,6 @@ def decide_and_persist(cluster: Cluster) -> tuple[CycleOutcome, engine.CycleResu
                     message=admission.message,
                 )
             )
-            workload.reason_args = dump_reason(admission.message)
             outcome.admitted.append(workload.pk)
         for preemption in result.preemptions:
             victim = workloads[int(preemption.victim_id)]
@@ -134,11 +133,6 @@ def decide_and_persist(cluster: Cluster) -> tuple[CycleOutcome, engine.CycleResu
                         grace_s=grace,
                     )
                 )
-                victim.reason_args = dump_reason(
-                    reasons.preempted_after_grace(
-                        _stamp(victim.preempt_at), grace, preemption.message
-                    )
-                )
                 outcome.announced.append(victim.pk)
                 continue
             events.append(
@@ -146,7 +140,6 @@ def decide_and_persist(cluster: Cluster) -> tuple[CycleOutcome, engine.CycleResu
                     victim, now=now, by=preemption.preemptor_id, message=preemption.message
                 )
             )
-            victim.reason_args = dump_reason(reasons.preempted(preemption.message))
             outcome.preempted.append(victim.pk)
         waiting = _waiting_pods(decided, result)
         for wid, change in resizes.items():
@@ -235,15 +228,9 @@ def _preempt_after_grace(cluster: Cluster, now: datetime) -> list[int]:
         said = worded.params.get("reason") if worded is not None else None
         message = said if isinstance(said, str) else workload.reason.split(": ", 1)[-1]
         events.append(lifecycle.preempt(workload, now=now, by="grace", message=message))
-        workload.reason_args = dump_reason(reasons.preempted(message))
     audit_save_many(events)
     update_workloads([_row(w, COLUMN_TYPES) for w in due], list(COLUMN_TYPES))
     return [w.pk for w in due]
-
-
-def _stamp(when: datetime | None) -> str:
-    """The preemption time as lifecycle.announce_preemption writes it into the reason."""
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ") if when is not None else ""
 
 
 # What a resize changes on a row.
@@ -254,6 +241,7 @@ RESIZE_COLUMNS = [
     "borrowed",
     "reason_code",
     "reason",
+    "reason_args",
     "past_runs",
     "job_events",
 ]
@@ -292,7 +280,7 @@ def _reword_elastic(
         reason = _elastic_reason(
             workload, len(workload.elastic_pod_records), waiting.get(str(workload.pk), [])
         )
-        if reason != workload.reason:
+        if reason != workload.reason or dump_reason(reason) != workload.reason_args:
             rows.append(
                 {
                     "id": workload.pk,

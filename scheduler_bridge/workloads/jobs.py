@@ -30,6 +30,7 @@ from scheduler_bridge.integrations.pods import pod_groups
 from scheduler_bridge.inventory.connection import cluster_gateway
 from scheduler_bridge.inventory.models import Cluster
 from scheduler_bridge.workloads import lifecycle
+from scheduler_bridge.workloads import wording as worded
 from scheduler_bridge.workloads.models import Workload
 from scheduler_bridge.workloads.services import PodSetSpec, workload_submit
 from tenants.errors import Conflict, TidegateError
@@ -214,9 +215,7 @@ def _sync_objects(
             continue
         except Exception as error:  # noqa: BLE001 - one odd object must not stop the sync
             logger.exception("%s %s/%s could not be queued", job.kind, job.namespace, job.name)
-            result.rejected.append(
-                _reject(cluster, job, tenant, f"could not be queued: {error}").pk
-            )
+            result.rejected.append(_reject(cluster, job, tenant, worded.not_queued(str(error))).pk)
             continue
         result.created.append(created.pk)
     for uid, workload in known.items():
@@ -244,24 +243,16 @@ def _refusal(pins_nodes: bool, job: ObjectRead, owner: Tenant) -> tuple[str | No
     slug = job.labels.get(QUEUE_LABEL, "")
     tenant = Tenant.objects.filter(slug=slug).first()
     if tenant is None:
-        return f"the queue label names unknown tenant {slug!r}", owner
+        return worded.unknown_queue(slug), owner
     if not tenant.path.startswith(owner.path):
-        return f"namespace {job.namespace} belongs to {owner.slug}, not {slug}", owner
+        return worded.foreign_namespace(job.namespace, owner.slug, slug), owner
     if job.problem is not None:
         return job.problem, tenant
     if not job.suspended and job.kind == POD_GROUP:
-        return (
-            "its pods were created without Tidegate's scheduling gate (before the admission "
-            "webhook was installed, or with it switched off); recreate them so the webhook "
-            "gates them",
-            tenant,
-        )
+        return worded.ungated_pods(), tenant
     if not job.suspended:
-        return (
-            f"the {job.kind} was created running; create it suspended "
-            f"({_SUSPEND_FIELD.get(job.kind, 'spec.suspend')}: true) so the queue can admit it",
-            tenant,
-        )
+        field = _SUSPEND_FIELD.get(job.kind, "spec.suspend")
+        return worded.created_running(job.kind, field), tenant
     for key in (GRACE_ANNOTATION, CHECKPOINT_ANNOTATION):
         try:
             _seconds(job.annotations, key)
@@ -269,11 +260,7 @@ def _refusal(pins_nodes: bool, job: ObjectRead, owner: Tenant) -> tuple[str | No
             return str(error), tenant
     topology = job.annotations.get(TOPOLOGY_ANNOTATION, Workload.Topology.NONE)
     if topology != Workload.Topology.NONE and not pins_nodes:
-        return (
-            f"a {job.kind} cannot be pinned to nodes (its pod templates' node affinity may "
-            f"not change); remove the annotation {TOPOLOGY_ANNOTATION}",
-            tenant,
-        )
+        return worded.cannot_pin(job.kind, TOPOLOGY_ANNOTATION), tenant
     return None, tenant
 
 
@@ -287,11 +274,9 @@ def _job_ended(
     held GPUs finishes (or fails), work still waiting is cancelled. False when it had
     already changed meanwhile (nothing to do)."""
     if deleted and kind == POD_GROUP:
-        reason = "its pods are gone"
-    elif deleted:
-        reason = f"the {kind} was deleted"
+        reason = worded.pods_gone()
     else:
-        reason = f"the {kind} failed" if failed else f"the {kind} completed"
+        reason = worded.object_ended(kind, failed=failed, deleted=deleted)
     try:
         if workload.state not in Workload.ACTIVE_STATES:
             lifecycle.cancel(workload, reason)

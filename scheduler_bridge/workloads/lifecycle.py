@@ -38,7 +38,10 @@ from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
+from django.utils.functional import lazy
+from django.utils.translation import gettext_lazy as _
 
+from scheduler_bridge.admission import reasons
 from scheduler_bridge.followups import (
     queue_admission_cycle,
     queue_quota_sync,
@@ -46,8 +49,9 @@ from scheduler_bridge.followups import (
 )
 from scheduler_bridge.integrations.pods import KIND as POD_GROUP
 from scheduler_bridge.inventory.models import Flavour
+from scheduler_bridge.workloads import wording as worded
 from scheduler_bridge.workloads.locks import hold_admission_lock
-from scheduler_bridge.workloads.models import Workload
+from scheduler_bridge.workloads.models import Workload, dump_reason
 from scheduler_bridge.workloads.records import (
     ElasticPodRecord,
     Placement,
@@ -94,6 +98,10 @@ TRANSITIONS: dict[str, tuple[tuple[str, ...], str]] = {
 STAYING: dict[str, tuple[str, ...]] = {"follow": (State.PENDING, *ACTIVE)}
 
 
+# a state as a sentence says it ("cancelled"), in the language of whoever reads it
+_state_in_words = lazy(lambda state: str(State(state).label).lower(), str)
+
+
 class IllegalTransition(Conflict):
     """The workload is not in a state this transition may start from (HTTP 409)."""
 
@@ -108,7 +116,10 @@ def check(workload: Workload, transition: str) -> str:
         return target
     if workload.state not in sources:
         if workload.state not in Workload.OPEN_STATES:
-            raise IllegalTransition(f"Workload {workload.pk} is already {workload.state}.")
+            raise IllegalTransition(
+                _("Workload %(id)s is already %(state)s."),
+                params={"id": workload.pk, "state": _state_in_words(workload.state)},
+            )
         allowed = ", ".join(str(s) for s in sources) or "a new workload"
         raise IllegalTransition(
             f"Workload {workload.pk} is {workload.state}; it cannot {transition.replace('_', ' ')} "
@@ -132,7 +143,7 @@ def submit(workload: Workload, *, actor: Any, source: str) -> Workload:
             before=None,
             after=snapshot(workload) | {"transition": "submit"},
             source=source,
-            message=f"submitted: {workload.gpus_asked} GPUs",
+            message=worded.submitted(workload.gpus_asked),
         )
         queue_admission_cycle(workload.cluster_id)
     return workload
@@ -142,7 +153,7 @@ def reject(workload: Workload, reason: str, *, code: str = "rejected") -> Worklo
     """Save a new workload that will never be admitted (its Job is refused), saying why."""
     workload.state = check(workload, "reject")
     workload.reason_code = code
-    workload.reason = reason
+    _say(workload, reason)
     _owe_event(workload, "QueueRejected", reason, warning=True)
     with transaction.atomic():
         workload.save()
@@ -152,7 +163,7 @@ def reject(workload: Workload, reason: str, *, code: str = "rejected") -> Worklo
             instance=workload,
             before=None,
             after={"transition": "reject", "state": workload.state},
-            message=f"Job {workload.namespace}/{workload.job_name} not admitted: {reason}",
+            message=worded.rejected(workload.namespace, workload.job_name, reason),
         )
         queue_reconcile(workload.cluster_id)
     return workload
@@ -183,13 +194,13 @@ def admit(
     workload.gpus = gpus
     workload.queue_position = None
     workload.reason_code = code
-    workload.reason = message
+    _say(workload, message)
     workload.apply_error = ""
     workload.apply_attempts = 0
     workload.held_placements = []
     nodes = ", ".join(sorted({p.node for p in placements}))
     return _transition_event(
-        workload, "admit", before, f"admitted onto {flavour.name} ({nodes}): {message}"
+        workload, "admit", before, worded.admitted(flavour.name, nodes, message)
     )
 
 
@@ -212,7 +223,7 @@ def announce_preemption(
     workload.preempt_at = now + timedelta(seconds=grace_s)
     stamp = workload.preempt_at.strftime("%Y-%m-%dT%H:%M:%SZ")
     workload.reason_code = "preempting"
-    workload.reason = f"preempted at {stamp} (a {grace_s} s grace to save a checkpoint): {message}"
+    _say(workload, reasons.preempted_after_grace(stamp, grace_s, message))
     _owe_event(workload, "Preempting", workload.reason, warning=True)
     return _transition_event(
         workload, "announce", before, workload.reason, extra={"preempted_by": by}
@@ -230,7 +241,7 @@ def preempt(workload: Workload, *, now: datetime, by: str, message: str) -> Audi
     workload.state = target
     workload.preemptions += 1
     workload.reason_code = "preempted"
-    workload.reason = f"preempted: {message}"
+    _say(workload, reasons.preempted(message))
     _owe_event(workload, "Preempted", workload.reason, warning=True)
     return _transition_event(
         workload, "preempt", before, workload.reason, extra={"preempted_by": by}
@@ -267,21 +278,14 @@ def resize(
     workload.elastic_pods = dump_elastic_pods([*kept, *grow])
     workload.gpus = sum(p.gpus for p in placements)
     workload.reason_code = "elastic"
-    workload.reason = message
-    verb = ", ".join(
-        part
-        for part in (
-            f"grew by {len(grow)} pod(s)" if grow else "",
-            f"shrank by {len(stopped)} pod(s)" if stopped else "",
-        )
-        if part
-    )
-    _owe_event(workload, "Scaled", f"{verb}: {message}")
+    _say(workload, message)
+    change = worded.resized(len(grow), len(stopped), message)
+    _owe_event(workload, "Scaled", change)
     return _transition_event(
         workload,
         "resize",
         workload.state,
-        f"{verb}: {message}",
+        change,
         extra={"grew": len(grow), "shrank": len(stopped)},
     )
 
@@ -294,7 +298,7 @@ def start(workload: Workload, *, now: datetime | None = None) -> Workload:
     return _single(
         workload,
         "start",
-        "started on the cluster",
+        worded.started(),
         actor=None,
         source="system",
         change=lambda w: _mark_started(w, now or timezone.now()),
@@ -333,10 +337,7 @@ def release_pods(
         locked.pod_sets = dump_pod_sets(records)
         _owe_event(locked, "PodsReleased", message)
 
-    message = (
-        f"{pods} completed pod(s) gave back {pods * workload.pod_set_records[0].gpus_per_pod} "
-        "GPU(s); the Job runs on with the rest"
-    )
+    message = worded.pods_released(pods, pods * workload.pod_set_records[0].gpus_per_pod)
     return _single(
         workload,
         "release",
@@ -381,13 +382,13 @@ def follow_scale(workload: Workload, count: int, *, now: datetime | None = None)
                 now=now,
                 grow=[],
                 shrink=beyond,
-                message=f"its pods were scaled to {count}",
+                message=worded.scaled_to(count),
             ).save()
 
     return _single(
         workload,
         "follow",
-        f"its pods were scaled to {count}",
+        worded.scaled_to(count),
         actor=None,
         source="system",
         change=follow,
@@ -402,7 +403,7 @@ def requeue(workload: Workload, reason: str) -> Workload:
     def back(locked: Workload) -> None:
         _clear_admission(locked)
         locked.reason_code = "apply_failed"
-        locked.reason = reason
+        _say(locked, reason)
         _owe_event(locked, "NotStarted", reason, warning=True)
 
     return _single(
@@ -486,7 +487,7 @@ def _close(
             locked.finished_at = timezone.now()
         locked.queue_position = None
         locked.reason_code = str(TRANSITIONS[transition][1])
-        locked.reason = reason
+        _say(locked, reason)
         locked.apply_error = ""
         if event is not None and locked.started_at is not None:
             _owe_event(locked, event[0], reason, warning=event[1])
@@ -522,7 +523,9 @@ def _single(
         locked = Workload.objects.select_for_update().get(pk=workload.pk)
         target = check(locked, transition)
         if still is not None and not still(locked):
-            raise Conflict(f"Workload {locked.pk} changed meanwhile; nothing to do.")
+            raise Conflict(
+                _("Workload %(id)s changed meanwhile; nothing to do."), params={"id": locked.pk}
+            )
         before = locked.state
         held_borrowed = bool(locked.borrowed)
         change(locked)
@@ -560,6 +563,12 @@ def _clear_admission(workload: Workload) -> None:
     workload.gpus = 0
     workload.apply_error = ""
     workload.apply_attempts = 0
+
+
+def _say(workload: Workload, reason: str) -> None:
+    """Set why the workload is where it is: the English text and its words (dump_reason)."""
+    workload.reason = reason
+    workload.reason_args = dump_reason(reason)
 
 
 def _owe_event(workload: Workload, reason: str, message: str, *, warning: bool = False) -> None:

@@ -33,14 +33,17 @@ from scheduler_bridge.workloads.records import parse_borrowed
 from scheduler_bridge.workloads.runs import PREEMPTED, past_runs
 from scheduler_bridge.workloads.selectors import workloads_visible_to
 from tenants import access
+from tenants.deletion import Description, said
 from tenants.errors import TidegateError
 from tenants.models import AuditEvent, Tenant
 from tenants.portal.views import visible_tenant_or_404
 
 
-def workload_deletion_blocker(tenant: Tenant) -> str | None:
+def workload_deletion_blocker(tenant: Tenant) -> Description | None:
     count = Workload.objects.filter(tenant=tenant).count()
-    return f"{count} workload(s) in its history" if count else None
+    if not count:
+        return None
+    return said(lambda: _("%(count)s workload(s) in its history") % {"count": count})
 
 
 def live_login_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:

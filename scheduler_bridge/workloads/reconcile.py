@@ -45,6 +45,7 @@ from scheduler_bridge.inventory.connection import cluster_gateway
 from scheduler_bridge.inventory.models import Cluster, Flavour
 from scheduler_bridge.quotas.sync import quota_sync
 from scheduler_bridge.workloads import lifecycle
+from scheduler_bridge.workloads import wording as worded
 from scheduler_bridge.workloads.jobs import QUEUE_LABEL, QUEUED
 from scheduler_bridge.workloads.models import Workload
 from scheduler_bridge.workloads.records import placement_nodes
@@ -325,7 +326,7 @@ def _start_failed(workload: Workload, error: str, result: ReconcileResult) -> No
     noted = lifecycle.note_start_failure(workload, error)
     if noted.state == State.ADMITTED and noted.apply_attempts >= RECONCILE_START_ATTEMPTS:
         try:
-            lifecycle.requeue(noted, f"could not start the Job: {error}")
+            lifecycle.requeue(noted, worded.could_not_start(error))
         except Conflict:
             return
         result.requeued.append(workload.pk)

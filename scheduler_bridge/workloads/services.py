@@ -26,6 +26,7 @@ from scheduler_bridge.inventory.catalogue import (
 )
 from scheduler_bridge.inventory.models import Cluster, Flavour, Node
 from scheduler_bridge.workloads import lifecycle
+from scheduler_bridge.workloads import wording as worded
 from scheduler_bridge.workloads.models import PriorityClass, Workload
 from scheduler_bridge.workloads.records import PodSetRecord, dump_pod_sets
 from scheduler_bridge.workloads.snapshot import flavour_index, node_flavours
@@ -386,7 +387,7 @@ def workload_cancel(*, actor: Any, workload: Workload, source: str = "api") -> W
     """Withdraw pending or admitted work (the submitter, or the tenant's leads/admins)."""
     if not may_manage(actor, workload):
         raise PermissionDenied(_("Only the submitter or a lead of the tenant may cancel it."))
-    return lifecycle.cancel(workload, "cancelled", actor=actor, source=source)
+    return lifecycle.cancel(workload, worded.cancelled(), actor=actor, source=source)
 
 
 def workload_finish(*, actor: Any, workload: Workload, source: str = "api") -> Workload:
@@ -398,7 +399,7 @@ def workload_finish(*, actor: Any, workload: Workload, source: str = "api") -> W
             _("Workload %(id)s is %(state)s; only running work finishes."),
             params={"id": workload.pk, "state": Workload.State(workload.state).label},
         )
-    return lifecycle.finish(workload, "finished", actor=actor, source=source)
+    return lifecycle.finish(workload, worded.finished(), actor=actor, source=source)
 
 
 def stop_overrunning(cluster: Cluster, now: datetime | None = None) -> list[int]:
@@ -418,7 +419,7 @@ def stop_overrunning(cluster: Cluster, now: datetime | None = None) -> list[int]
     stopped = []
     for workload in overrunning:
         limit = duration(float(workload.max_run_time_s or 0))
-        reason = f"stopped: ran past its declared max run time of {limit}"
+        reason = worded.overran(limit)
         try:
             lifecycle.time_out(workload, reason, still=lambda locked: _overran(locked, now))
         except Conflict:

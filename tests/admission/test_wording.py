@@ -86,3 +86,40 @@ def test_stored_words_that_do_not_fit_their_template_are_refused() -> None:
     assert Wording.parse({"template": "needs %(need)s", "params": {"other": 1}}) is None
     assert Wording.parse({"template": "x %(a)s", "params": {"a": [1]}}) is None
     assert Wording.parse({"template": "x %(a)s", "params": {"a": 1}}) == "x 1"
+
+
+def test_elastic_and_reservation_reasons_keep_their_english_and_their_words() -> None:
+    from scheduler_bridge.admission.elastic import elastic_reason
+    from scheduler_bridge.admission.model import (
+        PendingDecision,
+        PendingWorkload,
+        PodSet,
+        ReasonCode,
+    )
+
+    request = PendingWorkload(
+        id="w", tenant_id="team", pod_sets=(PodSet(8, 1, ("h100",), min_count=4),)
+    )
+    waiting = PendingDecision(
+        workload_id="w~main~2",
+        tenant_id="team",
+        position=1,
+        tenant_position=1,
+        code=ReasonCode.NODE_CAPACITY,
+        message=reasons.fits_now(),
+    )
+    said = elastic_reason(request, 6, [waiting])
+    assert said == (
+        "running 6 of 8 pods (at least 4): 2 wait for GPUs nobody else needs "
+        "(fits now; will be tried in the next cycle)"
+    )
+    assert isinstance(said, Wording) and Wording.parse(json.loads(json.dumps(said.to_json())))
+    assert said.render(lambda m: f"<{m}>", ngettext) == (
+        "<<running 6 of 8 pods (at least 4)>: 2 wait for GPUs nobody else needs "
+        "(<fits now; will be tried in the next cycle>)>"
+    )
+    started = reasons.admitted_reservation(reasons.admitted_within("h100", 4, 8))
+    assert started == "within guarantee: 4/8 h100 in use; started on the GPUs reserved for it"
+    assert started.render(lambda m: f"<{m}>", ngettext) == (
+        "<<within guarantee: 4/8 h100 in use>; started on the GPUs reserved for it>"
+    )

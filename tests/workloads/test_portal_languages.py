@@ -1,7 +1,7 @@
 """Every main portal page, rendered in Simplified Chinese for each kind of user, has no
-English left but data: names, usernames, flavours, nodes, resources, and the audit
-messages Tidegate stored (English records, as the API returns them). Why work runs or
-waits is not data: the cycle's reasons read in Chinese too."""
+English left but data: names, usernames, flavours, nodes and resources. Why work runs or
+waits is not data: the cycle's reasons read in Chinese too, and so do the audit
+messages Tidegate stored (their English text is what the API returns)."""
 
 from __future__ import annotations
 
@@ -52,7 +52,6 @@ def data_values() -> set[str]:
     values |= set(Node.objects.values_list("name", flat=True))
     values |= set(NamespaceBinding.objects.values_list("namespace", flat=True))
     values |= set(Workload.objects.values_list("name", flat=True))
-    values |= set(AuditEvent.objects.values_list("message", flat=True))
     values |= set(AuditEvent.objects.values_list("object_repr", flat=True))
     return {v for v in values if v}
 
