@@ -19,6 +19,8 @@ from django.db.models import Case, Count, DateTimeField, Max, Q, QuerySet, Sum, 
 from django.db.models.functions import TruncDay, TruncHour
 from django.shortcuts import get_object_or_404
 
+from billing.ledger_cache import ledger_cached as billing_ledger_cached
+from billing.ledger_cache import ledger_mark
 from billing.models import UsageRecord
 from dashboard.holdings import Holding, Share, TenantNode, holdings
 from scheduler_bridge.inventory.models import Flavour
@@ -288,24 +290,15 @@ class UsagePoint:
     busy: float | None  # of which busy, where DCGM measured it
 
 
-# how long a read of the ledger is kept; any new ledger row makes it stale at once
-LEDGER_CACHE_S = 600
-
-
 T = TypeVar("T")
 
 
 def ledger_cached(name: str, tenant: Tenant, moment: datetime, compute: Callable[[], T]) -> T:
     """``compute()`` (a read of the subtree's ledger as of ``moment``), kept while the
-    ledger has no new row: the ledger only grows, by the hour, so a year of it need not be
-    summed again at every refresh. One query (the newest row's id) when kept."""
-    newest = UsageRecord.objects.aggregate(newest=Max("id"))["newest"]
-    key = f"dashboard:{name}:{tenant.pk}:{tenant.path}:{moment.isoformat()}:{newest}"
-    found = cache.get(key)
-    if found is None:
-        found = compute()
-        cache.set(key, found, LEDGER_CACHE_S)
-    return found  # type: ignore[no-any-return]
+    ledger has no new row (billing's ledger cache): a year of it need not be summed again
+    at every refresh. One query (where the ledger stands) when kept."""
+    parts = (tenant.pk, tenant.path, moment.isoformat())
+    return billing_ledger_cached(f"dashboard-{name}", ledger_mark(), parts, compute)
 
 
 def usage_series(tenant: Tenant, now: datetime) -> list[UsagePoint]:
