@@ -23,6 +23,7 @@ class BillingConfig(AppConfig):
         from tenants.portal.views import register_tenant_panel
 
         register_budget_gate(budget_gate_for_cluster)
+        _track_history()
         register_cluster_health(cluster_health.usage_collection_health)
         register_deletion_blocker(demo.billing_deletion_blocker)
         register_demo_seeder(demo.seed_demo_billing)
@@ -30,6 +31,23 @@ class BillingConfig(AppConfig):
         register_tenant_panel(portal.budget_panel)
         if _portal_routed():
             register_nav_entry()
+
+
+def _track_history() -> None:
+    """Tenants' billing settings are recorded as they change (billing.history)."""
+    from django.db.models.signals import post_delete, post_save
+
+    from billing import history
+    from billing.models import TenantBillingSettings
+
+    post_save.connect(
+        history.track_billing_settings, sender=TenantBillingSettings, dispatch_uid="billing-history"
+    )
+    post_delete.connect(
+        history.track_billing_settings_deleted,
+        sender=TenantBillingSettings,
+        dispatch_uid="billing-history-delete",
+    )
 
 
 def register_nav_entry() -> None:

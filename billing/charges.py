@@ -8,8 +8,9 @@ marked provisional) and a budget window (spend so far).
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -19,6 +20,7 @@ from django.db.models import Case, Count, IntegerField, QuerySet, Sum, Value, Wh
 from django.db.models.functions import TruncMonth
 
 from billing import pricing
+from billing.history import PeriodSettings, period_settings
 from billing.models import (
     Adjustment,
     BillingPeriod,
@@ -121,9 +123,16 @@ def grouped_usage(
     bounds: list[datetime],
     own_month: str | None,
     by: tuple[str, ...] = (),
+    cuts: Mapping[int, Sequence[datetime]] | None = None,
 ) -> list[tuple[dict[str, Any], pricing.Usage]]:
     """Like :func:`usage_aggregates`, also grouped by the ``by`` fields (returned as a dict
-    next to each sum), in one GROUP BY query."""
+    next to each sum), in one GROUP BY query.
+
+    ``cuts``: per tenant whose attribution or reserved charging changes within the window,
+    the instants where it does; its rows are also summed per piece between them, and each
+    sum's ``segment_start`` lies in its piece. SQL splits those tenants' rows at every cut
+    of any of them (a CASE over the instants, evaluated only for their rows); the pieces of
+    other tenants' cuts are then folded back here."""
     segment: Any = Value(0, output_field=IntegerField())
     if bounds:
         segment = Case(
@@ -131,10 +140,29 @@ def grouped_usage(
             default=Value(len(bounds)),
             output_field=IntegerField(),
         )
+    cuts = {tenant: sorted(at) for tenant, at in (cuts or {}).items() if at}
+    fine = sorted({at for instants in cuts.values() for at in instants})
+    piece: Any = Value(None, output_field=IntegerField())
+    if fine:
+        piece = Case(
+            When(
+                tenant_id__in=sorted(cuts),
+                then=Case(
+                    *[
+                        When(interval_start__gte=at, then=Value(i + 1))
+                        for i, at in reversed(list(enumerate(fine)))
+                    ],
+                    default=Value(0),
+                    output_field=IntegerField(),
+                ),
+            ),
+            default=Value(None, output_field=IntegerField()),
+            output_field=IntegerField(),
+        )
     grouped = (
         rows.order_by()
-        .annotate(segment=segment, month=TruncMonth("interval_start"))
-        .values("tenant_id", "flavour_id", "priority_class", "segment", "month", *by)
+        .annotate(segment=segment, month=TruncMonth("interval_start"), piece=piece)
+        .values("tenant_id", "flavour_id", "priority_class", "segment", "month", "piece", *by)
         .annotate(
             allocated=Sum("gpu_seconds_allocated"),
             borrowed=Sum("gpu_seconds_borrowed"),
@@ -142,23 +170,50 @@ def grouped_usage(
             with_busy=Count("gpu_seconds_busy"),
         )
     )
-    out = []
+    sums: dict[tuple[Any, ...], list[Any]] = {}
     for row in grouped:
         month = row["month"]
         index = row["segment"]
-        start = bounds[index - 1] if index > 0 else month
+        start = max(bounds[index - 1] if index > 0 else month, month)
+        tenant = row["tenant_id"]
+        if row["piece"]:
+            # the tenant's own piece holding the fine piece that starts at this instant
+            fine_start = fine[row["piece"] - 1]
+            own = cuts.get(tenant, [])
+            at = bisect_right(own, fine_start)
+            if at:
+                start = max(start, own[at - 1])
+        key = (tenant, row["flavour_id"], row["priority_class"], start, month) + tuple(
+            row[field] for field in by
+        )
+        acc = sums.get(key)
+        if acc is None:
+            sums[key] = [
+                int(row["allocated"] or 0),
+                int(row["borrowed"] or 0),
+                row["busy"] or Decimal(0),
+                row["with_busy"],
+            ]
+        else:
+            acc[0] += int(row["allocated"] or 0)
+            acc[1] += int(row["borrowed"] or 0)
+            acc[2] += row["busy"] or Decimal(0)
+            acc[3] += row["with_busy"]
+    out = []
+    for key, (allocated, borrowed, busy, with_busy) in sums.items():
+        tenant, flavour, priority, start, month, *extra = key
         name = month_name(month)
         usage = pricing.Usage(
-            tenant_id=row["tenant_id"],
-            flavour_id=row["flavour_id"],
-            segment_start=max(start, month),
-            device_seconds=int(row["allocated"] or 0),
-            borrowed_device_seconds=int(row["borrowed"] or 0),
-            busy_device_seconds=row["busy"] if row["with_busy"] else None,
-            priority_class=row["priority_class"],
+            tenant_id=tenant,
+            flavour_id=flavour,
+            segment_start=start,
+            device_seconds=allocated,
+            borrowed_device_seconds=borrowed,
+            busy_device_seconds=busy if with_busy else None,
+            priority_class=priority,
             usage_period=None if own_month is None or name == own_month else name,
         )
-        out.append(({field: row[field] for field in by}, usage))
+        out.append((dict(zip(by, extra, strict=True)), usage))
     return out
 
 
@@ -218,14 +273,22 @@ def price_period(
     as_of: datetime | None = None,
     context: PricingContext | None = None,
     usage: list[pricing.Usage] | None = None,
+    settings: PeriodSettings | None = None,
+    idle_mode: str | None = None,
 ) -> pricing.PricedPeriod:
     """Every tenant's charges for ``period``: its ledger rows (late ones included),
-    reservations, idle capacity per the policy, and its adjustments. ``usage``: the
-    period's ledger rows as :func:`period_usage` sums them, when the caller has them."""
+    reservations, idle capacity per the policy, and its adjustments, each hour with the
+    quotas, capacity, tree and billing settings in force then (``settings``: what
+    :func:`billing.history.period_settings` gives). ``usage``: the period's ledger rows as
+    :func:`period_usage` sums them with the same settings, when the caller has them.
+    ``idle_mode`` overrides the policy's."""
     context = context or PricingContext.load()
-    bounds = pricing.boundaries(context.cards)
+    settings = settings or period_settings(period)
+    cards = settings.cards if settings.cards is not None else context.cards
+    multipliers = settings.multipliers if settings.multipliers is not None else context.multipliers
+    bounds = pricing.boundaries(cards)
     if usage is None:
-        usage = period_usage(period, bounds)
+        usage = period_usage(period, bounds, settings)
     adjustments = [
         pricing.ManualAdjustment(
             id=a.pk, tenant_id=a.tenant_id, amount=a.amount, currency=a.currency, note=a.reason
@@ -237,22 +300,33 @@ def price_period(
             start=period.start,
             end=period.end,
             flavours=context.flavours,
-            cards=context.cards,
+            cards=cards,
             usage=usage,
-            reservations=_reservations(context.billing, context.guarantees, None),
+            reservations=settings.reservations,
             adjustments=adjustments,
-            default_multipliers=context.multipliers,
-            idle_mode=pricing.IdleMode(context.policy.idle_mode),
-            guarantees=context.guarantees,
+            default_multipliers=multipliers,
+            idle_mode=pricing.IdleMode(idle_mode or settings.idle_mode),
             as_of=as_of,
-            default_currency=context.currency_at(period.start),
+            default_currency=_currency_at(cards, period.start, context.currency),
+            spans=settings.spans,
+            capacity=settings.capacity,
+            guarantee_pieces=settings.guarantees,
         )
     )
 
 
-def period_usage(period: BillingPeriod, bounds: list[datetime]) -> list[pricing.Usage]:
-    """The ledger rows of ``period`` summed for pricing (one GROUP BY query)."""
-    return usage_aggregates(UsageRecord.objects.filter(period=period), bounds, period.name)
+def _currency_at(cards: list[pricing.RateCard], moment: datetime, default: str) -> str:
+    return next((card.currency for card in cards if card.covers(moment)), default)
+
+
+def period_usage(
+    period: BillingPeriod, bounds: list[datetime], settings: PeriodSettings | None = None
+) -> list[pricing.Usage]:
+    """The ledger rows of ``period`` summed for pricing (one GROUP BY query); tenants whose
+    attribution changes within it (per ``settings``) are summed per piece between changes."""
+    cuts = settings.tenant_cuts(period.start, period.end) if settings else {}
+    rows = UsageRecord.objects.filter(period=period)
+    return [usage for _extra, usage in grouped_usage(rows, bounds, period.name, (), cuts)]
 
 
 def price_window(

@@ -30,6 +30,7 @@ from billing import pricing
 from billing.charges import PricingContext, price_period
 from billing.conf import billing_setting
 from billing.errors import CurrencyMismatch, PeriodBusy, PeriodClosed
+from billing.history import PeriodSettings, period_settings
 from billing.ledger import period_create
 from billing.models import Adjustment, BillingPeriod, Statement, StatementLine
 from billing.months import month_name
@@ -149,7 +150,17 @@ def _heartbeat(period: BillingPeriod, token: str) -> None:
 
 def _write_statements(period: BillingPeriod, token: str) -> None:
     context = PricingContext.load()
-    priced = price_period(period, context=context)
+    # The first close freezes what was in force; a re-close prices with that same copy.
+    with transaction.atomic():
+        _heartbeat(period, token)
+        settings = period_settings(
+            period,
+            freeze=True,
+            cards=context.cards,
+            multipliers=context.multipliers,
+            fresh=period.reprice,
+        )
+    priced = price_period(period, context=context, settings=settings)
     lines_by_tenant: dict[int | None, list[pricing.ChargeLine]] = defaultdict(list)
     for line in priced.lines:
         lines_by_tenant[line.tenant_id].append(line)
@@ -163,6 +174,7 @@ def _write_statements(period: BillingPeriod, token: str) -> None:
     if None in lines_by_tenant:
         order.append(None)
     corrections = _statements_corrected(period, priced.lines)
+    previous = _previous_lines(period)
     chunk = int(billing_setting("CLOSE_CHUNK"))
     for i in range(0, len(order), chunk):
         ids = order[i : i + chunk]
@@ -182,7 +194,15 @@ def _write_statements(period: BillingPeriod, token: str) -> None:
                 done.add(None)
             todo = [t for t in ids if t not in done]
             _insert_statements(
-                period, todo, tenants, lines_by_tenant, context, currency, priced, corrections
+                period,
+                todo,
+                tenants,
+                lines_by_tenant,
+                context,
+                settings,
+                currency,
+                corrections,
+                previous,
             )
 
 
@@ -201,9 +221,10 @@ def _insert_statements(
     tenants: dict[int, Tenant],
     lines_by_tenant: dict[int | None, list[pricing.ChargeLine]],
     context: PricingContext,
+    settings: PeriodSettings,
     currency: str,
-    priced: pricing.PricedPeriod,
     corrections: dict[tuple[int | None, str], int],
+    previous: dict[int | None, dict[LineIdentity, LineFigures]] | None = None,
 ) -> None:
     if not tenant_ids:
         return
@@ -214,7 +235,16 @@ def _insert_statements(
     for tenant_id in tenant_ids:
         lines = lines_by_tenant.get(tenant_id, [])
         tenant = tenants.get(tenant_id) if tenant_id is not None else None
-        mode = context.billing[tenant_id].mode if tenant_id in context.billing else "chargeback"
+        mode = (
+            settings.attribution_at(tenant_id, period.end - timedelta(seconds=1)).mode
+            if tenant_id is not None
+            else "chargeback"
+        )
+        changes = (
+            statement_changes(previous.get(tenant_id, {}), _identities(lines, context))
+            if previous is not None and period.revision > 1
+            else []
+        )
         statements.append(
             Statement(
                 period=period,
@@ -238,6 +268,7 @@ def _insert_statements(
                         if line.rate_card_id is None and line.flavour_id in context.flavours
                     }
                 ),
+                changes=changes,
             )
         )
     try:
@@ -278,9 +309,103 @@ def _insert_statements(
                     corrects_id=corrects,
                     adjustment_id=line.adjustment_id,
                     note=line.note[:300],
+                    tenant_path=line.attribution.path,
+                    cost_center=line.attribution.cost_center,
+                    mode=line.attribution.mode if statement.tenant_id is not None else "",
                 )
             )
     StatementLine.objects.bulk_create(rows, batch_size=1000)
+
+
+LineIdentity = tuple[str, str, str, str, str, str]
+"""(kind, flavour, priority class, usage period, cost centre, path) of a statement line."""
+LineFigures = tuple[Decimal, Decimal, Decimal]
+"""(GPU-hours, rate, amount) of the lines of one identity, summed."""
+
+
+def _identities(
+    lines: list[pricing.ChargeLine], context: PricingContext
+) -> dict[LineIdentity, LineFigures]:
+    out: dict[LineIdentity, LineFigures] = {}
+    for line in lines:
+        flavour = context.flavours.get(line.flavour_id or 0)
+        key = (
+            line.kind.value,
+            flavour.name if flavour else "",
+            line.priority_class,
+            line.usage_period or "",
+            line.attribution.cost_center,
+            line.attribution.path,
+        )
+        hours, _rate, amount = out.get(key, (Decimal(0), Decimal(0), Decimal("0.00")))
+        out[key] = (hours + line.gpu_hours, line.rate, amount + line.amount)
+    return out
+
+
+def _previous_lines(period: BillingPeriod) -> dict[int | None, dict[LineIdentity, LineFigures]]:
+    """The lines of the revision before this one, per tenant, to say what a re-close
+    changed."""
+    if period.revision <= 1:
+        return {}
+    out: dict[int | None, dict[LineIdentity, LineFigures]] = defaultdict(dict)
+    rows = StatementLine.objects.filter(
+        statement__period=period, statement__revision=period.revision - 1
+    ).values_list(
+        "statement__tenant_id",
+        "kind",
+        "flavour_name",
+        "priority_class",
+        "usage_period",
+        "cost_center",
+        "tenant_path",
+        "gpu_hours",
+        "rate",
+        "amount",
+    )
+    for tenant, kind, flavour, priority, usage_period, cost, path, hours, rate, amount in rows:
+        key = (kind, flavour, priority, usage_period, cost, path)
+        had = out[tenant].get(key, (Decimal(0), Decimal(0), Decimal("0.00")))
+        out[tenant][key] = (had[0] + hours, rate, had[2] + amount)
+    return dict(out)
+
+
+def statement_changes(
+    before: dict[LineIdentity, LineFigures], after: dict[LineIdentity, LineFigures]
+) -> list[dict[str, str]]:
+    """What changed between two revisions of a tenant's statement, line by line: a list of
+    {"line", "field", "before", "after"}; empty when they are the same."""
+    changes = []
+    for key in sorted(set(before) | set(after)):
+        kind, flavour, priority, usage_period, _cost, _path = key
+        label = " ".join(part for part in (kind, flavour, priority, usage_period) if part)
+        old, new = before.get(key), after.get(key)
+        if old is None or new is None:
+            changes.append(
+                {
+                    "line": label,
+                    "field": "added" if old is None else "removed",
+                    "before": "" if old is None else str(old[2]),
+                    "after": "" if new is None else str(new[2]),
+                }
+            )
+            continue
+        for field, index in (("gpu_hours", 0), ("rate", 1), ("amount", 2)):
+            if old[index] != new[index]:
+                changes.append(
+                    {
+                        "line": label,
+                        "field": field,
+                        "before": str(old[index]),
+                        "after": str(new[index]),
+                    }
+                )
+    old_total = sum((f[2] for f in before.values()), Decimal("0.00"))
+    new_total = sum((f[2] for f in after.values()), Decimal("0.00"))
+    if old_total != new_total:
+        changes.append(
+            {"line": "total", "field": "amount", "before": str(old_total), "after": str(new_total)}
+        )
+    return changes
 
 
 def _is_usage(line: pricing.ChargeLine) -> bool:
@@ -322,11 +447,13 @@ def _finish_close(period: BillingPeriod, token: str, actor: Any, source: str) ->
 
 
 def period_reopen(
-    *, actor: Any, period: BillingPeriod, reason: str, source: str = "api"
+    *, actor: Any, period: BillingPeriod, reason: str, reprice: bool = False, source: str = "api"
 ) -> BillingPeriod:
     """Re-open the latest closed period (platform admins; audited with ``reason``).
 
-    Its statements stay as they were, superseded: the next close writes revision + 1.
+    Its statements stay as they were, superseded: the next close writes revision + 1,
+    priced with the settings the last close froze, unless ``reprice`` asks for the
+    settings (rate cards, quotas, tree, billing settings) the history holds now.
     Raises PermissionDenied, ValidationFailed without a reason, PeriodClosed (409) if
     the period is not closed or a later period is already closed.
     """
@@ -355,8 +482,9 @@ def period_reopen(
         before = snapshot(period)
         period.state = State.OPEN
         period.revision += 1
+        period.reprice = reprice
         period.closed_at = None
-        period.save(update_fields=["state", "revision", "closed_at"])
+        period.save(update_fields=["state", "revision", "reprice", "closed_at"])
         audit_record(
             actor=actor,
             action="action",
@@ -364,7 +492,12 @@ def period_reopen(
             before=before,
             after=snapshot(period),
             source=source,
-            message=wording(gettext_noop("re-opened: %(reason)s"), reason=reason.strip()),
+            message=wording(
+                gettext_noop("re-opened to re-price with today's settings: %(reason)s")
+                if reprice
+                else gettext_noop("re-opened: %(reason)s"),
+                reason=reason.strip(),
+            ),
         )
     return period
 

@@ -177,11 +177,47 @@ class Usage:
 
 @dataclass(frozen=True, slots=True)
 class Reservation:
-    """Devices of a flavour a reserved-charged tenant pays for whether used or not."""
+    """Devices of a flavour a reserved-charged tenant pays for whether used or not, over
+    [start, end) (None: the whole window priced)."""
 
     tenant_id: int
     flavour_id: int
     devices: int
+    start: datetime | None = None
+    end: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Attribution:
+    """Who a line is charged to, as it was at the hour charged: the tenant's place in the
+    tree (its materialised path), its cost centre and its billing mode."""
+
+    path: str = ""
+    cost_center: str = ""
+    mode: str = "chargeback"
+
+
+@dataclass(frozen=True, slots=True)
+class TenantSpan:
+    """A tenant's attribution and whether its guarantee is charged as reserved capacity,
+    over [start, end)."""
+
+    start: datetime
+    end: datetime
+    attribution: Attribution
+    charge_reserved: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """A quantity constant over [start, end): a flavour's capacity, or one tenant's net
+    guarantee of a flavour (``tenant_id`` set)."""
+
+    flavour_id: int
+    units: int
+    start: datetime
+    end: datetime
+    tenant_id: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +245,7 @@ class ChargeLine:
     usage_period: str | None = None
     adjustment_id: int | None = None
     note: str = ""
+    attribution: Attribution = Attribution()
 
 
 @dataclass
@@ -229,6 +266,13 @@ class PricingInput:
     guarantees: Mapping[tuple[int, int], int] = field(default_factory=dict)
     as_of: datetime | None = None
     default_currency: str = "USD"
+    # Effective-dated inputs (empty: the constant values above hold throughout).
+    # Per tenant, its attribution over time; usage is attributed by its segment_start.
+    spans: Mapping[int, Sequence[TenantSpan]] = field(default_factory=dict)
+    # Capacity of a flavour over time (flavours without pieces: Flavour.capacity).
+    capacity: Sequence[Piece] = ()
+    # Net guarantees over time (when given, they replace ``guarantees`` for spreading).
+    guarantee_pieces: Sequence[Piece] = ()
 
 
 @dataclass
@@ -260,7 +304,7 @@ class _Acc:
             self.busy_hours = (self.busy_hours or Fraction(0)) + busy
 
 
-LineKey = tuple[int | None, Kind, int | None, str, int | None, str | None]
+LineKey = tuple[int | None, Kind, int | None, str, int | None, str | None, Attribution]
 
 
 class _Lines:
@@ -284,7 +328,7 @@ class _Lines:
 
     def lines(self) -> list[ChargeLine]:
         out = []
-        for (tenant, kind, flavour, priority, card, period), acc in self.acc.items():
+        for (tenant, kind, flavour, priority, card, period, who), acc in self.acc.items():
             if acc.gpu_hours > 0:
                 rate = round_half_even(acc.amount / acc.gpu_hours, RATE_PLACES)
             else:
@@ -307,6 +351,7 @@ class _Lines:
                     priority_class=priority,
                     rate_card_id=card,
                     usage_period=period,
+                    attribution=who,
                 )
             )
         return out
@@ -347,7 +392,17 @@ class _Pricing:
         self.segments = (
             segments_within(data.start, self.end, self.bounds) if self.end > data.start else []
         )
-        self.reserved = {(r.tenant_id, r.flavour_id) for r in data.reservations if r.devices > 0}
+        self.reservations = [
+            r
+            for r in data.reservations
+            if r.devices > 0 and (r.start or data.start) < (r.end or data.end)
+        ]
+        self.reserved_at: dict[tuple[int, int], list[Reservation]] = defaultdict(list)
+        for r in self.reservations:
+            self.reserved_at[(r.tenant_id, r.flavour_id)].append(r)
+        self.capacity: dict[int, list[Piece]] = defaultdict(list)
+        for piece in data.capacity:
+            self.capacity[piece.flavour_id].append(piece)
         self.lines = _Lines()
         self.currencies: set[str] = set()
         self.unpriced: set[str] = set()
@@ -356,13 +411,18 @@ class _Pricing:
         self.held: dict[tuple[int, int], int] = defaultdict(int)
         self.covered: dict[tuple[int, int, int], int] = defaultdict(int)
         self.covered_busy: dict[tuple[int, int, int], Fraction] = {}
+        self.reserved_seconds: dict[tuple[int, int, int], int] = defaultdict(int)
         self.unused_reserved: dict[tuple[int, int], int] = defaultdict(int)
 
     def run(self) -> PricedPeriod:
         for usage in self.data.usage:
             self._usage(usage)
-        for reservation in self.data.reservations:
-            self._reservation(reservation)
+        busy_given: set[tuple[int, int, int]] = set()
+        for reservation in self.reservations:
+            self._reservation(reservation, busy_given)
+        for (tenant, flavour, index), seconds in self.reserved_seconds.items():
+            used = self.covered.get((tenant, flavour, index), 0)
+            self.unused_reserved[(flavour, index)] += max(0, seconds - used)
         idle = self._idle() if self.data.idle_mode != IdleMode.HIDDEN else []
         self.currencies |= {a.currency for a in self.data.adjustments}
         if len(self.currencies) > 1:
@@ -370,13 +430,50 @@ class _Pricing:
                 f"charges in several currencies ({', '.join(sorted(self.currencies))}); one "
                 "period must be priced in one currency"
             )
-        out = self.lines.lines() + idle + [_adjustment_line(a) for a in self.data.adjustments]
+        adjustments = [
+            _adjustment_line(a, self._attribution(a.tenant_id, self.end))
+            for a in self.data.adjustments
+        ]
+        out = self.lines.lines() + idle + adjustments
         out.sort(key=_line_order)
         warnings = [
             f"no rate card covers {name}; its usage is shown at a rate of 0"
             for name in sorted(self.unpriced)
         ]
         return PricedPeriod(lines=out, warnings=warnings)
+
+    def _span(self, tenant_id: int, at: datetime) -> TenantSpan | None:
+        spans = self.data.spans.get(tenant_id)
+        if not spans:
+            return None
+        for span in spans:
+            if span.start <= at < span.end:
+                return span
+        return spans[-1] if at >= spans[-1].end else spans[0]
+
+    def _attribution(self, tenant_id: int, at: datetime) -> Attribution:
+        span = self._span(tenant_id, at)
+        return span.attribution if span is not None else Attribution()
+
+    def _pieces_by_span(
+        self, tenant_id: int, lo: datetime, hi: datetime
+    ) -> list[tuple[datetime, datetime, Attribution]]:
+        """[lo, hi) cut where the tenant's attribution changes."""
+        spans = self.data.spans.get(tenant_id)
+        if not spans:
+            return [(lo, hi, Attribution())]
+        out = []
+        for span in spans:
+            a, b = max(lo, span.start), min(hi, span.end)
+            if b > a:
+                out.append((a, b, span.attribution))
+        return out or [(lo, hi, self._attribution(tenant_id, lo))]
+
+    def _is_reserved(self, tenant_id: int, flavour_id: int, at: datetime) -> bool:
+        return any(
+            (r.start or self.data.start) <= at < (r.end or self.data.end)
+            for r in self.reserved_at.get((tenant_id, flavour_id), ())
+        )
 
     def _card(self, flavour: Flavour, at: datetime) -> RateCard | None:
         card = resolve_card(self.data.cards, flavour, at)
@@ -395,26 +492,28 @@ class _Pricing:
         late = usage.usage_period is not None
         if not late:
             self.held[(flavour.id, segment)] += usage.device_seconds
+        who = self._attribution(usage.tenant_id, usage.segment_start)
+        reserved = not late and self._is_reserved(usage.tenant_id, flavour.id, usage.segment_start)
         borrowed = min(usage.borrowed_device_seconds, usage.device_seconds)
         for is_borrowed, seconds in ((False, usage.device_seconds - borrowed), (True, borrowed)):
             if seconds <= 0:
                 continue
             busy = _busy_share(usage, seconds, flavour)
-            if not is_borrowed and (usage.tenant_id, flavour.id) in self.reserved:
+            if not is_borrowed and reserved:
                 # Covered by the tenant's reserved capacity (already paid for).
-                if not late:
-                    key = (usage.tenant_id, flavour.id, segment)
-                    self.covered[key] += seconds
-                    if busy is not None:
-                        self.covered_busy[key] = self.covered_busy.get(key, Fraction(0)) + busy
+                key = (usage.tenant_id, flavour.id, segment)
+                self.covered[key] += seconds
+                if busy is not None:
+                    self.covered_busy[key] = self.covered_busy.get(key, Fraction(0)) + busy
                 continue
-            key6 = (
+            key6: LineKey = (
                 usage.tenant_id,
                 _usage_kind(is_borrowed, late),
                 flavour.id,
                 usage.priority_class,
                 card.id if card else None,
                 usage.usage_period,
+                who,
             )
             if card is None:
                 currency = self.data.default_currency
@@ -442,36 +541,68 @@ class _Pricing:
                 busy,
             )
 
-    def _reservation(self, reservation: Reservation) -> None:
+    def _reservation(self, reservation: Reservation, busy_given: set[tuple[int, int, int]]) -> None:
         flavour = self.data.flavours.get(reservation.flavour_id)
-        if flavour is None or reservation.devices <= 0:
+        if flavour is None:
             return
-        for index, lo, hi in self.segments:
-            seconds = reservation.devices * int((hi - lo).total_seconds())
-            key = (reservation.tenant_id, flavour.id, index)
-            self.unused_reserved[(flavour.id, index)] += max(0, seconds - self.covered.get(key, 0))
-            card = self._card(flavour, lo)
-            if card is None:
+        r_start = max(reservation.start or self.data.start, self.data.start)
+        r_end = min(reservation.end or self.end, self.end)
+        for index, seg_lo, seg_hi in self.segments:
+            lo, hi = max(seg_lo, r_start), min(seg_hi, r_end)
+            if hi <= lo:
                 continue
-            per_second, per_gpu_hour = _unit_price(card, flavour, card.reserved_price)
-            self.lines.add(
-                (reservation.tenant_id, Kind.RESERVED_CAPACITY, flavour.id, "", card.id, None),
-                card.currency,
-                per_gpu_hour,
-                Fraction(1),
-                _gpu_hours(seconds, flavour),
-                per_second * seconds,
-                self.covered_busy.get(key),
-            )
+            key = (reservation.tenant_id, flavour.id, index)
+            card = self._card(flavour, lo)
+            for a, b, who in self._pieces_by_span(reservation.tenant_id, lo, hi):
+                seconds = reservation.devices * int((b - a).total_seconds())
+                self.reserved_seconds[key] += seconds
+                if card is None:
+                    continue
+                per_second, per_gpu_hour = _unit_price(card, flavour, card.reserved_price)
+                busy = None
+                if key not in busy_given:
+                    busy_given.add(key)
+                    busy = self.covered_busy.get(key)
+                self.lines.add(
+                    (
+                        reservation.tenant_id,
+                        Kind.RESERVED_CAPACITY,
+                        flavour.id,
+                        "",
+                        card.id,
+                        None,
+                        who,
+                    ),
+                    card.currency,
+                    per_gpu_hour,
+                    Fraction(1),
+                    _gpu_hours(seconds, flavour),
+                    per_second * seconds,
+                    busy,
+                )
+
+    def _capacity_seconds(self, flavour: Flavour, lo: datetime, hi: datetime) -> int:
+        pieces = self.capacity.get(flavour.id)
+        if not pieces:
+            return flavour.capacity * int((hi - lo).total_seconds())
+        total = 0
+        for piece in pieces:
+            a, b = max(lo, piece.start), min(hi, piece.end)
+            if b > a:
+                total += piece.units * int((b - a).total_seconds())
+        return total
 
     def _idle(self) -> list[ChargeLine]:
         """Idle capacity per flavour and card: what nobody held nor paid a reservation for."""
         idle = _Lines()
+        # the segments each idle line covers, to weigh guarantees over the same hours
+        covers: dict[tuple[int, int], list[tuple[datetime, datetime]]] = defaultdict(list)
+        with_capacity = {f for f, pieces in self.capacity.items() if any(p.units for p in pieces)}
         for flavour in sorted(self.data.flavours.values(), key=lambda f: f.id):
-            if flavour.capacity <= 0:
+            if flavour.capacity <= 0 and flavour.id not in with_capacity:
                 continue
             for index, lo, hi in self.segments:
-                capacity = flavour.capacity * int((hi - lo).total_seconds())
+                capacity = self._capacity_seconds(flavour, lo, hi)
                 key = (flavour.id, index)
                 seconds = capacity - self.held.get(key, 0) - self.unused_reserved.get(key, 0)
                 card = self._card(flavour, lo) if seconds > 0 else None
@@ -479,7 +610,7 @@ class _Pricing:
                     continue
                 per_second, per_gpu_hour = _unit_price(card, flavour, card.reserved_price)
                 idle.add(
-                    (None, Kind.IDLE, flavour.id, "", card.id, None),
+                    (None, Kind.IDLE, flavour.id, "", card.id, None, Attribution()),
                     card.currency,
                     per_gpu_hour,
                     Fraction(1),
@@ -487,25 +618,55 @@ class _Pricing:
                     per_second * seconds,
                     None,
                 )
+                covers[(flavour.id, card.id)].append((lo, hi))
         lines = idle.lines()
         if self.data.idle_mode != IdleMode.SPREAD:
             return lines
-        return [share for line in lines for share in _spread(line, self.data.guarantees)]
+        return [
+            share
+            for line in lines
+            for share in _spread(
+                line,
+                self._guarantee_weights(
+                    line, covers[(line.flavour_id or 0, line.rate_card_id or 0)]
+                ),
+            )
+        ]
+
+    def _guarantee_weights(
+        self, line: ChargeLine, hours: list[tuple[datetime, datetime]]
+    ) -> list[tuple[int, Attribution, int]]:
+        """(tenant, attribution, guarantee-seconds) of the line's flavour over ``hours``:
+        idle is shared by the guarantee each tenant held while it was idle."""
+        weights: dict[tuple[int, Attribution], int] = defaultdict(int)
+        pieces = self.data.guarantee_pieces or [
+            Piece(flavour, units, self.data.start, self.data.end, tenant)
+            for (tenant, flavour), units in self.data.guarantees.items()
+        ]
+        for piece in pieces:
+            if piece.flavour_id != line.flavour_id or piece.units <= 0 or piece.tenant_id is None:
+                continue
+            for lo, hi in hours:
+                a, b = max(lo, piece.start), min(hi, piece.end)
+                if b <= a:
+                    continue
+                for x, y, who in self._pieces_by_span(piece.tenant_id, a, b):
+                    weights[(piece.tenant_id, who)] += piece.units * int((y - x).total_seconds())
+        return sorted(
+            ((tenant, who, units) for (tenant, who), units in weights.items() if units > 0),
+            key=lambda w: (w[0], w[1].path, w[1].cost_center, w[1].mode),
+        )
 
 
-def _spread(line: ChargeLine, guarantees: Mapping[tuple[int, int], int]) -> list[ChargeLine]:
-    """An idle line split over the tenants holding a guarantee of its flavour, to the cent;
-    kept whole (the platform's) when nobody holds one."""
-    holders = sorted(
-        (tenant, units)
-        for (tenant, flavour_id), units in guarantees.items()
-        if flavour_id == line.flavour_id and units > 0
-    )
+def _spread(line: ChargeLine, holders: list[tuple[int, Attribution, int]]) -> list[ChargeLine]:
+    """An idle line split over the tenants holding a guarantee of its flavour (weighed by
+    guarantee-seconds), to the cent; kept whole (the platform's) when nobody holds one."""
     if not holders:
         return [line]
-    weights = [Fraction(units) for _tenant, units in holders]
+    weights = [Fraction(units) for _tenant, _who, units in holders]
     amounts = split_exactly(line.amount, weights)
     hours = split_exactly(line.gpu_hours, weights, HOURS_PLACES)
+    total = sum(weights, Fraction(0))
     return [
         ChargeLine(
             tenant_id=tenant,
@@ -518,13 +679,21 @@ def _spread(line: ChargeLine, guarantees: Mapping[tuple[int, int], int]) -> list
             multiplier=line.multiplier,
             amount=amount,
             rate_card_id=line.rate_card_id,
-            note=f"idle capacity shared by guarantee ({units} of {sum(weights)})",
+            note=f"idle capacity shared by guarantee ({_share_text(weight, total)})",
+            attribution=who,
         )
-        for (tenant, units), amount, share_hours in zip(holders, amounts, hours, strict=True)
+        for (tenant, who, _units), weight, amount, share_hours in zip(
+            holders, weights, amounts, hours, strict=True
+        )
     ]
 
 
-def _adjustment_line(adjustment: ManualAdjustment) -> ChargeLine:
+def _share_text(weight: Fraction, total: Fraction) -> str:
+    percent = round_half_even(weight * 100 / total, 2) if total else Decimal(0)
+    return f"{percent} %"
+
+
+def _adjustment_line(adjustment: ManualAdjustment, who: Attribution) -> ChargeLine:
     return ChargeLine(
         tenant_id=adjustment.tenant_id,
         kind=Kind.ADJUSTMENT,
@@ -537,6 +706,7 @@ def _adjustment_line(adjustment: ManualAdjustment) -> ChargeLine:
         amount=round_half_even(Fraction(adjustment.amount)),
         adjustment_id=adjustment.id,
         note=adjustment.note,
+        attribution=who,
     )
 
 
@@ -561,7 +731,7 @@ def _multiplier(card: RateCard, priority_class: str, defaults: Mapping[str, Deci
     return Fraction(1)
 
 
-def _line_order(line: ChargeLine) -> tuple[int, int, str, int, str, str]:
+def _line_order(line: ChargeLine) -> tuple[int, int, str, int, str, str, str, str]:
     return (
         line.tenant_id if line.tenant_id is not None else -1,
         line.flavour_id if line.flavour_id is not None else 1 << 62,
@@ -569,4 +739,6 @@ def _line_order(line: ChargeLine) -> tuple[int, int, str, int, str, str]:
         line.rate_card_id or 0,
         line.priority_class,
         line.usage_period or "",
+        line.attribution.path,
+        line.attribution.cost_center,
     )

@@ -21,8 +21,9 @@ from django.utils import timezone
 from billing import pricing
 from billing.charges import PricingContext, grouped_usage, period_usage, price_period
 from billing.conf import billing_setting
+from billing.history import period_settings
 from billing.ledger_cache import ledger_cached, ledger_mark
-from billing.models import BillingPeriod, StatementLine, UsageRecord
+from billing.models import BillingPeriod, Statement, StatementLine, UsageRecord
 from billing.permissions import can_manage_platform_billing
 from billing.selectors import billing_tenants, statements_visible_to, usage_visible_to
 from tenants.models import Tenant
@@ -48,6 +49,8 @@ class ReportRow:
     currency: str
     mode: str = "chargeback"
     note: str = ""
+    # where the tenant sat in the tree during the hours of the line ("": not recorded)
+    tenant_path: str = ""
 
 
 @dataclass
@@ -103,27 +106,43 @@ def period_report(
     """Every charge line of ``period`` the caller may see (one subtree if given)."""
     ids = visible_tenant_ids(user, subtree)
     show_idle = subtree is None and can_manage_platform_billing(user)
+    # A subtree's roll-up holds what was charged while tenants sat in it: a tenant that
+    # moved in mid-period brings only its later lines, one that moved out leaves its
+    # earlier ones (lines keep the tenant's path at their hours).
+    within = subtree.path if subtree is not None and ids is not None and subtree.pk in ids else None
     if period.state == BillingPeriod.State.CLOSED:
-        return _closed_report(user, period, ids, show_idle)
-    return _provisional_report(period, ids, show_idle, now or timezone.now())
+        return _closed_report(user, period, ids, show_idle, within)
+    return _provisional_report(period, ids, show_idle, now or timezone.now(), within)
 
 
 def _closed_report(
-    user: Any, period: BillingPeriod, ids: set[int] | None, show_idle: bool
+    user: Any,
+    period: BillingPeriod,
+    ids: set[int] | None,
+    show_idle: bool,
+    within: str | None = None,
 ) -> PeriodReport:
     statements = statements_visible_to(user).filter(period=period)
-    if ids is not None:
+    if within is not None:
+        # the subtree is the caller's: every line charged within it is theirs to read
+        statements = Statement.objects.filter(period=period, revision=F("period__revision"))
+    elif ids is not None:
         statements = statements.filter(Q(tenant_id__in=ids) | Q(tenant__isnull=True))
     if not show_idle:
         statements = statements.filter(tenant__isnull=False)
     lines = StatementLine.objects.filter(statement__in=statements).select_related("statement")
+    if within is not None:
+        lines = lines.filter(
+            Q(tenant_path__startswith=within)
+            | Q(tenant_path="", statement__tenant__path__startswith=within)
+        )
     rows = [
         ReportRow(
             period=period.name,
             tenant_id=line.statement.tenant_id,
             tenant=line.statement.tenant_slug,
             tenant_name=line.statement.tenant_name,
-            cost_center=line.statement.cost_center,
+            cost_center=line.cost_center if line.tenant_path else line.statement.cost_center,
             flavor=line.flavour_name or line.kind,
             kind=line.kind,
             gpu_hours_allocated=line.gpu_hours,
@@ -131,8 +150,9 @@ def _closed_report(
             rate=line.rate,
             amount=line.amount,
             currency=line.currency,
-            mode=line.statement.mode,
+            mode=line.mode or line.statement.mode,
             note=line.note,
+            tenant_path=line.tenant_path,
         )
         for line in lines.order_by("statement__tenant_slug", "flavour_name", "kind", "id")
     ]
@@ -141,36 +161,48 @@ def _closed_report(
 
 
 def _provisional_report(
-    period: BillingPeriod, ids: set[int] | None, show_idle: bool, now: datetime
+    period: BillingPeriod,
+    ids: set[int] | None,
+    show_idle: bool,
+    now: datetime,
+    within: str | None = None,
 ) -> PeriodReport:
     context = PricingContext.load()
     # The month's ledger summed is kept while the ledger does not grow; the pricing runs
     # on every request (idle capacity and reservations count up to ``now``).
     bounds = pricing.boundaries(context.cards)
+    settings = period_settings(period)
+    cuts = sorted(settings.tenant_cuts(period.start, period.end).items())
     usage = ledger_cached(
         "period-usage",
         ledger_mark(),
-        (period.pk, period.name, bounds),
-        lambda: period_usage(period, bounds),
+        (period.pk, period.name, bounds, cuts),
+        lambda: period_usage(period, bounds, settings),
     )
-    priced = price_period(period, as_of=min(now, period.end), context=context, usage=usage)
+    priced = price_period(
+        period, as_of=min(now, period.end), context=context, usage=usage, settings=settings
+    )
     tenants = {t.pk: t for t in Tenant.objects.all()}
     rows = []
     for line in priced.lines:
         if line.tenant_id is None and not show_idle:
             continue
-        if line.tenant_id is not None and ids is not None and line.tenant_id not in ids:
+        if line.tenant_id is not None and within is not None:
+            if not line.attribution.path.startswith(within):
+                continue
+        elif line.tenant_id is not None and ids is not None and line.tenant_id not in ids:
             continue
         tenant = tenants.get(line.tenant_id) if line.tenant_id is not None else None
         flavour = context.flavours.get(line.flavour_id) if line.flavour_id else None
-        billing = context.billing.get(line.tenant_id) if line.tenant_id is not None else None
         rows.append(
             ReportRow(
                 period=period.name,
                 tenant_id=line.tenant_id,
                 tenant=tenant.slug if tenant else pricing.IDLE_TENANT,
                 tenant_name=tenant.name if tenant else "Idle capacity",
-                cost_center=tenant.cost_center if tenant else "",
+                cost_center=line.attribution.cost_center
+                if line.attribution.path
+                else (tenant.cost_center if tenant else ""),
                 flavor=flavour.name if flavour else line.kind.value,
                 kind=line.kind.value,
                 gpu_hours_allocated=line.gpu_hours,
@@ -178,8 +210,9 @@ def _provisional_report(
                 rate=line.rate,
                 amount=line.amount,
                 currency=line.currency,
-                mode=billing.mode if billing else "chargeback",
+                mode=line.attribution.mode,
                 note=line.note,
+                tenant_path=line.attribution.path,
             )
         )
     rows.sort(key=lambda r: (r.tenant, r.flavor, r.kind))
@@ -194,7 +227,7 @@ def roll_up_to_children(report: PeriodReport, parent: Tenant) -> list[dict[str, 
     prefix = {child.path: child for child in children.values()}
     totals: dict[str, Decimal] = defaultdict(lambda: ZERO)
     for row in report.rows:
-        path = paths.get(row.tenant_id or 0, "")
+        path = row.tenant_path or paths.get(row.tenant_id or 0, "")
         owner = next((c.slug for p, c in prefix.items() if path.startswith(p)), parent.slug)
         totals[owner] += row.amount
     return [{"key": k, "amount": v} for k, v in sorted(totals.items(), key=lambda kv: -kv[1])]

@@ -8,7 +8,11 @@ class SchedulerBridgeConfig(AppConfig):
 
     def ready(self) -> None:
         # Lower apps ask; this app answers through their registries (docs/architecture.md#registries).
-        from scheduler_bridge import bindings, demo, portal
+        from django.db.models.signals import post_delete, post_save
+
+        from scheduler_bridge import bindings, demo, history, portal
+        from scheduler_bridge.inventory.models import Flavour
+        from scheduler_bridge.quotas.models import Quota
         from scheduler_bridge.workloads import portal as queue_portal
         from tenants.binding_rules import register_binding_check, register_binding_listener
         from tenants.context_processors import register_nav_entry
@@ -31,3 +35,8 @@ class SchedulerBridgeConfig(AppConfig):
         )
         register_binding_check(bindings.binding_check)
         register_binding_listener(bindings.sync_quotas_of)
+        post_save.connect(history.track_quota, sender=Quota, dispatch_uid="quota-history")
+        post_delete.connect(
+            history.track_quota_deleted, sender=Quota, dispatch_uid="quota-history-delete"
+        )
+        post_save.connect(history.track_capacity, sender=Flavour, dispatch_uid="capacity-history")

@@ -186,3 +186,31 @@ class UserPreference(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} ({self.language or 'default'})"
+
+
+class SettingChange(models.Model):
+    """One value a setting took from ``valid_from`` on: the history billing prices the past by.
+
+    Append-only. ``topic`` names what the value is ("tenant": parent path and cost centre;
+    "quota": a guarantee; "capacity": a flavour's devices; "billing": a tenant's billing
+    settings) and ``key`` which one. ``valid_from``
+    None means "since before Tidegate kept history": the first value recorded for a key
+    applies to every earlier hour. Written by :func:`tenants.history.record_setting`.
+    """
+
+    topic = models.CharField(max_length=32)
+    key = models.CharField(max_length=64)
+    value = models.JSONField(null=True)
+    valid_from = models.DateTimeField(null=True, blank=True)
+    recorded_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["topic", "key", "valid_from", "id"]
+        indexes = [
+            models.Index(fields=["topic", "valid_from"], name="setting_change_topic_time"),
+            models.Index(fields=["topic", "key", "valid_from"], name="setting_change_key"),
+        ]
+
+    def __str__(self) -> str:
+        since = f"{self.valid_from:%Y-%m-%d %H:%M}" if self.valid_from else "always"
+        return f"{self.topic} {self.key} = {self.value!r} since {since}"

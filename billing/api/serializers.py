@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.utils.translation import gettext_lazy as _
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -141,12 +142,29 @@ class UsageRecordSerializer(serializers.ModelSerializer[UsageRecord]):
 class BillingPeriodSerializer(serializers.ModelSerializer[BillingPeriod]):
     class Meta:
         model = BillingPeriod
-        fields = ["name", "start", "end", "state", "revision", "closed_at", "created_at"]
+        fields = [
+            "name",
+            "start",
+            "end",
+            "state",
+            "revision",
+            "reprice",
+            "closed_at",
+            "created_at",
+        ]
         read_only_fields = fields
 
 
 class ReopenSerializer(serializers.Serializer[Any]):
     reason = serializers.CharField(max_length=500)
+    reprice = serializers.BooleanField(
+        default=False,
+        help_text=_(
+            "Price the next close with the rate cards and settings recorded now (e.g. a "
+            "corrected rate card). Without it, the next close uses the settings the last "
+            "close froze, so only ledger changes and adjustments change the statements."
+        ),
+    )
 
 
 class StatementLineSerializer(serializers.ModelSerializer[StatementLine]):

@@ -231,6 +231,7 @@ class BillingPeriodViewSet(viewsets.ReadOnlyModelViewSet[BillingPeriod]):
             actor=request.user,
             period=self.get_object(),
             reason=body.validated_data["reason"],
+            reprice=body.validated_data["reprice"],
             source="api",
         )
         return Response(s.BillingPeriodSerializer(period).data)

@@ -2,7 +2,13 @@
 
 from billing.models.budgets import Budget, BudgetAlert, BudgetStatus
 from billing.models.ledger import CollectorWatermark, UsageRecord
-from billing.models.periods import Adjustment, BillingPeriod, Statement, StatementLine
+from billing.models.periods import (
+    Adjustment,
+    BillingPeriod,
+    PricingSnapshot,
+    Statement,
+    StatementLine,
+)
 from billing.models.rates import BillingPolicy, RateCard, TenantBillingSettings
 
 __all__ = [
@@ -13,6 +19,7 @@ __all__ = [
     "BudgetAlert",
     "BudgetStatus",
     "CollectorWatermark",
+    "PricingSnapshot",
     "RateCard",
     "Statement",
     "StatementLine",

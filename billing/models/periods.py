@@ -32,6 +32,9 @@ class BillingPeriod(models.Model):
     end = models.DateTimeField()
     state = models.CharField(max_length=8, choices=State.choices, default=State.OPEN)
     revision = models.PositiveIntegerField(default=1)
+    # Set by a re-open that asks for it: the next close prices with the settings the
+    # history holds now (e.g. a corrected rate card) instead of the copy the last close froze.
+    reprice = models.BooleanField(default=False)
     # The worker closing the period claims it with a token and reports while it works.
     close_token = models.CharField(max_length=36, blank=True)
     close_heartbeat_at = models.DateTimeField(null=True, blank=True)
@@ -92,6 +95,9 @@ class Statement(WriteOnceModel):
     gpu_hours = models.DecimalField(**HOURS, default=0)
     gpu_hours_busy = models.DecimalField(**HOURS, default=0)
     warnings = models.JSONField(default=list, blank=True)
+    # After a re-open: what changed against the same tenant's statement of the previous
+    # revision (a list of {"line", "field", "before", "after"}; empty: nothing changed).
+    changes = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = StatementQuerySet.as_manager()
@@ -168,6 +174,12 @@ class StatementLine(WriteOnceModel):
         db_index=False,
     )
     note = models.CharField(max_length=300, blank=True)
+    # Whom the line was charged to during the hours it covers (a tenant that moved or
+    # changed cost centre mid-period has one line per place): its path in the tree then,
+    # its cost centre then, chargeback or showback then.
+    tenant_path = models.CharField(max_length=512, blank=True)
+    cost_center = models.CharField(max_length=64, blank=True)
+    mode = models.CharField(max_length=10, blank=True)
 
     objects = StatementLineQuerySet.as_manager()
 
@@ -205,3 +217,30 @@ class Adjustment(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tenant.slug} {self.period.name}: {self.amount} {self.currency}"
+
+
+class PricingSnapshotQuerySet(WriteOnceQuerySet["PricingSnapshot"]):
+    pass
+
+
+class PricingSnapshot(WriteOnceModel):
+    """The effective-dated settings a close priced a period with (billing.history), frozen:
+    closing the period again after a re-open prices with this copy, not with today's
+    settings."""
+
+    write_once_error = StatementFrozen
+
+    period = models.ForeignKey(BillingPeriod, on_delete=models.PROTECT, related_name="+")
+    revision = models.PositiveIntegerField()
+    data = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = PricingSnapshotQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["period", "revision"], name="pricing_snapshot_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"settings of {self.period.name} r{self.revision}"

@@ -3,9 +3,7 @@ it, and what each tenant pays (or would pay) when it is shared out by guarantee.
 
 from __future__ import annotations
 
-import copy
 from collections import defaultdict
-from dataclasses import replace
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
@@ -46,9 +44,9 @@ def idle_capacity(request: HttpRequest) -> HttpResponse:
     until = min(timezone.now(), period.end)
     # Priced as if idle were shared out by guarantee: the idle lines that no guarantee
     # covers stay whole; the rest become each tenant's share.
-    spread_policy = copy.copy(context.policy)
-    spread_policy.idle_mode = BillingPolicy.IdleMode.SPREAD
-    priced = price_period(period, as_of=until, context=replace(context, policy=spread_policy))
+    priced = price_period(
+        period, as_of=until, context=context, idle_mode=BillingPolicy.IdleMode.SPREAD
+    )
     idle_lines = [
         line for line in priced.lines if line.kind in (pricing.Kind.IDLE, pricing.Kind.IDLE_SHARE)
     ]

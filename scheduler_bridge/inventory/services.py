@@ -23,6 +23,7 @@ from scheduler_bridge.gateways.tolerations import (
     toleration_problems,
     untolerated,
 )
+from scheduler_bridge.history import record_capacities
 from scheduler_bridge.inventory.catalogue import (
     GpuProduct,
     mig_profile_name_from_resource,
@@ -375,7 +376,11 @@ def _store_flavours(
             left_out.append(f"{name} ({keys})")
         seen.add(name)
     # Flavours no node offers any more keep their quotas (history) but have no capacity.
-    Flavour.objects.filter(cluster=cluster).exclude(name__in=seen).update(capacity=0)
+    gone = Flavour.objects.filter(cluster=cluster).exclude(name__in=seen).exclude(capacity=0)
+    gone_ids = list(gone.values_list("pk", flat=True))
+    if gone_ids:
+        Flavour.objects.filter(pk__in=gone_ids).update(capacity=0)
+        record_capacities((pk, 0) for pk in gone_ids)
     note = (
         "; nodes of " + "; ".join(left_out) + " carry taints the flavour does not tolerate: "
         "set its tolerations (PATCH /api/flavours/{id}/) or its pods will not schedule there"

@@ -15,6 +15,7 @@ from openpyxl import load_workbook
 from billing.exports import safe_text
 from billing.models import BillingPeriod, RateCard
 from billing.periods import period_close
+from tenants.history import record_setting, tenant_place
 from tests.billing.conftest import FEB, MAR, GpuCluster
 from tests.billing.factories import record_usage
 from tests.conftest import Cast, client_for
@@ -27,6 +28,8 @@ COLUMNS = "period,tenant,cost_center,flavor,gpu_hours_allocated,gpu_hours_busy,r
 def closed_february(cast: Cast, gpu: GpuCluster) -> BillingPeriod:
     cast.team_a.cost_center = '=HYPERLINK("http://evil")'
     cast.team_a.save()
+    # in force from February on (cost centres are effective-dated)
+    record_setting("tenant", cast.team_a.pk, tenant_place(cast.team_a), at=FEB)
     record_usage(
         cast.team_a, gpu.h100, FEB + timedelta(days=1), hours=3, devices=2, busy_ratio="0.5"
     )

@@ -18,6 +18,7 @@ from billing.models import BillingPeriod, Budget, Statement, StatementLine
 from billing.periods import period_close
 from scheduler_bridge.templatetags.tidegate import money
 from scheduler_bridge.workloads.models import Workload
+from tenants.history import record_setting, tenant_place
 from tests.billing.conftest import FEB, GpuCluster
 from tests.billing.factories import record_usage
 from tests.conftest import ROLE_NAMES, Cast
@@ -37,6 +38,8 @@ PLATFORM_ONLY = dict.fromkeys(ROLE_NAMES, 404) | {"platform_admin": 200}
 def closed(cast: Cast, gpu: GpuCluster) -> BillingPeriod:
     cast.team_a.cost_center = "CC-VISION"
     cast.team_a.save()
+    # in force from February on (cost centres are effective-dated)
+    record_setting("tenant", cast.team_a.pk, tenant_place(cast.team_a), at=FEB)
     workload = Workload.objects.create(
         cluster=gpu.cluster,
         tenant=cast.team_a,

@@ -12,6 +12,7 @@ import pytest
 from django.db import connection
 
 from billing.errors import PeriodBusy, PeriodClosed, StatementFrozen
+from billing.history import billing_value
 from billing.models import (
     Adjustment,
     BillingPeriod,
@@ -23,6 +24,7 @@ from billing.models import (
 )
 from billing.periods import period_close, period_reopen
 from tenants.errors import PermissionDenied
+from tenants.history import record_setting
 from tenants.models import AuditEvent
 from tests.billing.conftest import FEB, MAR, GpuCluster
 from tests.billing.factories import record_usage
@@ -80,7 +82,11 @@ def test_showback_reserved_charging_and_spread_idle(cast: Cast, gpu: GpuCluster)
     policy = BillingPolicy.current()
     policy.idle_mode = BillingPolicy.IdleMode.SPREAD
     policy.save()
-    TenantBillingSettings.objects.create(tenant=cast.team_b, mode="showback", charge_reserved=True)
+    settings = TenantBillingSettings.objects.create(
+        tenant=cast.team_b, mode="showback", charge_reserved=True
+    )
+    # in force from February on (billing settings are effective-dated)
+    record_setting("billing", cast.team_b.pk, billing_value(settings), at=FEB)
     period = february(cast, gpu)
     period_close(actor=cast.platform_admin, period=period)
     speech = Statement.objects.get(tenant_slug="speech")
@@ -240,7 +246,9 @@ def test_reopening_is_an_audited_admin_action_and_keeps_the_old_set(
     with pytest.raises(PermissionDenied):
         period_reopen(actor=cast.finance, period=feb, reason="typo")
     response = client_for(cast.platform_admin).post(
-        "/api/v1/billing/periods/2026-02/reopen/", {"reason": "rate card was wrong"}, format="json"
+        "/api/v1/billing/periods/2026-02/reopen/",
+        {"reason": "rate card was wrong", "reprice": True},
+        format="json",
     )
     assert response.status_code == 200 and response.json()["revision"] == 2
     event = AuditEvent.objects.filter(object_type="billing.billingperiod").first()
