@@ -15,7 +15,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import Case, Count, IntegerField, QuerySet, Sum, Value, When
+from django.db.models import Case, Count, IntegerField, Q, QuerySet, Sum, Value, When
 from django.db.models.functions import TruncMonth
 
 from billing import pricing
@@ -28,6 +28,7 @@ from billing.models import (
     UsageRecord,
 )
 from billing.months import month_name, to_datetime
+from scheduler_bridge.admission.wording import gettext_noop
 from scheduler_bridge.inventory.models import Cluster, Flavour
 from scheduler_bridge.quotas.models import Quota
 from scheduler_bridge.workloads.models import PriorityClass
@@ -123,7 +124,9 @@ def grouped_usage(
     by: tuple[str, ...] = (),
 ) -> list[tuple[dict[str, Any], pricing.Usage]]:
     """Like :func:`usage_aggregates`, also grouped by the ``by`` fields (returned as a dict
-    next to each sum), in one GROUP BY query."""
+    next to each sum), in one GROUP BY query. The dict also holds ``rows`` and how many of
+    them have partial (``busy_partial_rows``) or estimated (``busy_estimated_rows``) busy
+    time."""
     segment: Any = Value(0, output_field=IntegerField())
     if bounds:
         segment = Case(
@@ -140,6 +143,9 @@ def grouped_usage(
             borrowed=Sum("gpu_seconds_borrowed"),
             busy=Sum("gpu_seconds_busy"),
             with_busy=Count("gpu_seconds_busy"),
+            rows=Count("pk"),
+            partial=Count("pk", filter=Q(busy_partial=True)),
+            estimated=Count("pk", filter=Q(busy_estimated=True)),
         )
     )
     out = []
@@ -158,8 +164,48 @@ def grouped_usage(
             priority_class=row["priority_class"],
             usage_period=None if own_month is None or name == own_month else name,
         )
-        out.append(({field: row[field] for field in by}, usage))
+        extra = {field: row[field] for field in by} | {
+            "rows": row["rows"],
+            "busy_partial_rows": row["partial"],
+            "busy_estimated_rows": row["estimated"],
+        }
+        out.append((extra, usage))
     return out
+
+
+# Statement warnings are stored in English, like the rate-card one; the templates are
+# marked for the catalogue.
+BUSY_PARTIAL_WARNING = gettext_noop(
+    "busy time partial for %(flavour)s: %(count)s of %(rows)s pod-hours had GPU series "
+    "missing; their busy time is scaled from the GPUs that reported"
+)
+BUSY_ESTIMATED_WARNING = gettext_noop(
+    "busy time estimated for %(flavour)s: %(count)s of %(rows)s pod-hours are MIG "
+    "instances without profiling metrics, taken as busy as their parent GPU"
+)
+
+
+def busy_warnings(
+    rows: QuerySet[UsageRecord], flavours: dict[int, pricing.Flavour]
+) -> dict[int, set[str]]:
+    """Per tenant, the statement warnings for busy time that is partial or estimated
+    (:data:`BUSY_PARTIAL_WARNING`, :data:`BUSY_ESTIMATED_WARNING`), per flavour."""
+    counts: dict[tuple[int, int], list[int]] = defaultdict(lambda: [0, 0, 0])
+    for extra, usage in grouped_usage(rows, [], None):
+        found = counts[(usage.tenant_id, usage.flavour_id)]
+        found[0] += extra["rows"]
+        found[1] += extra["busy_partial_rows"]
+        found[2] += extra["busy_estimated_rows"]
+    out: dict[int, set[str]] = defaultdict(set)
+    for (tenant_id, flavour_id), (total, partial, estimated) in counts.items():
+        flavour = flavours[flavour_id].name if flavour_id in flavours else str(flavour_id)
+        for template, count in (
+            (BUSY_PARTIAL_WARNING, partial),
+            (BUSY_ESTIMATED_WARNING, estimated),
+        ):
+            if count:
+                out[tenant_id].add(template % {"flavour": flavour, "count": count, "rows": total})
+    return dict(out)
 
 
 def _reservations(

@@ -19,6 +19,7 @@ from billing.prometheus import (
     PrometheusClient,
     PrometheusTooMuchData,
     PrometheusUnavailable,
+    Reading,
     detect_pod_labels,
     engine_active_query,
     hourly_busy,
@@ -175,12 +176,14 @@ def rows_by_key() -> dict[tuple[str, datetime], UsageRecord]:
 def test_prometheus_answers_hourly_busy_devices_per_pod_and_mig_profile(
     prometheus_url: str,
 ) -> None:
-    busy, util = hourly_busy(PrometheusClient(prometheus_url), [H10, H11, H12])
-    assert busy[("vision-train", "train-0", "", H10)] == Decimal("0.75")
-    assert busy[("vision-train", "train-0", "", H12)] == Decimal("0.75")
-    assert busy[("speech-train", "infer-0", "1g.5gb", H11)] == Decimal("0.4")
+    found = hourly_busy(PrometheusClient(prometheus_url), [H10, H11, H12])
+    busy, util = found.active, found.util
+    # the sum over the pod's devices of their average activity, and how many reported
+    assert busy[("vision-train", "train-0", "", H10)] == Reading(Decimal("0.75"), 2)
+    assert busy[("vision-train", "train-0", "", H12)] == Reading(Decimal("0.75"), 2)
+    assert busy[("speech-train", "infer-0", "1g.5gb", H11)] == Reading(Decimal("0.4"), 2)
     assert ("vision-dev", "notebook", "", H10) not in busy
-    assert util[("vision-dev", "notebook", "", H10)] == Decimal("0.4")
+    assert util[("vision-dev", "notebook", "", H10)] == Reading(Decimal("0.4"), 1)
     assert ("speech-train", "infer-0", "", H10) not in util  # MIG GPU_UTIL left out
 
 

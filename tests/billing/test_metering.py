@@ -6,7 +6,8 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from billing import metering
-from billing.metering import FlavourMap, FlavourRef, NodeRef, WorkloadRef
+from billing.metering import BusyReadings, FlavourMap, FlavourRef, NodeRef, WorkloadRef
+from billing.prometheus import HourlyBusy, Reading
 from scheduler_bridge.gateways.base import PodInfo
 
 T0 = datetime(2026, 3, 10, 10, tzinfo=UTC)
@@ -76,7 +77,7 @@ def test_pods_inherit_their_workloads_class_and_borrowed_share() -> None:
         borrowed={"nvidia.com/gpu": 1},
     )
     result = metering.pod_allocations(
-        [pod(job_name="train", started_at=T0)], HOURS[:1], FLAVOURS, {("ns", "train"): workload}
+        [pod(job_name="train", started_at=T0)], HOURS[:1], FLAVOURS, {("ns", "train"): [workload]}
     )
     (allocation,) = result.allocations
     # A quarter of the workload's GPUs were borrowed: a quarter of this pod's seconds.
@@ -86,7 +87,11 @@ def test_pods_inherit_their_workloads_class_and_borrowed_share() -> None:
 
 def test_busy_seconds_come_from_activity_times_time_held_and_never_exceed_it() -> None:
     allocations = metering.pod_allocations([pod()], HOURS[:2], FLAVOURS, {}).allocations
-    busy = {("ns", "p", "", HOURS[0]): Decimal("1.5"), ("ns", "p", "", HOURS[1]): Decimal("2.5")}
-    out = metering.attach_busy(allocations, busy, {})
+    busy = {
+        ("ns", "p", "", HOURS[0]): Reading(Decimal("1.5"), 2),
+        ("ns", "p", "", HOURS[1]): Reading(Decimal("2.5"), 2),
+    }
+    out = metering.attach_busy(allocations, BusyReadings(HourlyBusy(active=busy)))
     assert [a.busy_seconds for a in out] == [Decimal("4050.000"), Decimal("7200.000")]
-    assert metering.attach_busy(allocations, {}, {})[0].busy_seconds is None
+    assert not any(a.busy_partial or a.busy_estimated for a in out)
+    assert metering.attach_busy(allocations, BusyReadings())[0].busy_seconds is None
