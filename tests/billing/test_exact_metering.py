@@ -20,7 +20,7 @@ from scheduler_bridge.workloads.models import Workload
 from tests.billing.conftest import GpuCluster
 from tests.billing.prometheus_server import Series, available, prometheus_serving
 from tests.billing.test_collection import FakeGateway
-from tests.conftest import Cast
+from tests.conftest import Cast, client_for
 
 DAY = datetime(2026, 3, 10, tzinfo=UTC)
 H10, H11, H12 = (DAY + timedelta(hours=h) for h in (10, 11, 12))
@@ -225,6 +225,9 @@ def test_a_two_gpu_pod_with_one_series_missing_is_flagged_partial_on_its_stateme
     # The GPU that did not report is taken to be as busy as the one that did, not idle.
     assert row.busy_partial and row.gpu_seconds_busy == Decimal("4320")
     assert not _row("uid-w2", H10).busy_partial
+    seen = client_for(cast.dept_admin).get(f"/api/v1/billing/usage/{row.pk}/").json()
+    assert (seen["busy_partial"], seen["busy_estimated"]) == (True, False)
+    assert client_for(cast.outsider).get(f"/api/v1/billing/usage/{row.pk}/").status_code == 404
     period_close(actor=cast.platform_admin, period=BillingPeriod.objects.get(name="2026-03"))
     speech = Statement.objects.get(tenant=cast.team_b, period__name="2026-03")
     assert speech.warnings == [
