@@ -23,7 +23,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -488,12 +488,6 @@ def ksm_gpu_pod_runs(
         f'({KSM_REQUESTS}{{resource=~"nvidia_com_gpu|nvidia_com_mig_.+"}}) '
         f'and on (namespace, pod, uid) ({KSM_PHASE}{{phase="Running"}} == 1)'
     )
-    owners = {
-        item.labels.get("uid", ""): item.labels.get("owner_name", "")
-        for item in client.query_range(
-            f'max by (uid, owner_name) ({KSM_OWNER}{{owner_kind="Job"}})', start, end, step_s
-        )
-    }
     runs = []
     for item in client.query_range(query, start, end, step_s):
         seen = [(t, float(v)) for t, v in item.values if float(v) > 0]
@@ -510,7 +504,22 @@ def ksm_gpu_pod_runs(
                 amount=int(max(v for _, v in seen)),
                 start=datetime.fromtimestamp(seen[0][0], tz=UTC),
                 end=datetime.fromtimestamp(seen[-1][0] + step_s, tz=UTC),
-                job=owners.get(labels.get("uid", ""), ""),
             )
         )
-    return runs
+    return _with_owners(client, runs, start, end, step_s)
+
+
+def _with_owners(
+    client: PrometheusClient, runs: list[PodRun], start: datetime, end: datetime, step_s: int
+) -> list[PodRun]:
+    """``runs`` with the Job owning each pod (``kube_pod_owner``). Best effort: a query
+    refused as too large leaves the runs without a Job (they are still billed)."""
+    if not runs:
+        return runs
+    query = f'max by (uid, owner_name) ({KSM_OWNER}{{owner_kind="Job"}})'
+    try:
+        found = client.query_range(query, start, end, step_s)
+    except PrometheusQueryRejected:
+        return runs
+    owners = {item.labels.get("uid", ""): item.labels.get("owner_name", "") for item in found}
+    return [replace(run, job=owners.get(run.uid, "")) for run in runs]
