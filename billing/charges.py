@@ -16,7 +16,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import Case, Count, IntegerField, QuerySet, Sum, Value, When
+from django.db.models import Case, Count, IntegerField, Q, QuerySet, Sum, Value, When
 from django.db.models.functions import TruncMonth
 
 from billing import pricing
@@ -30,6 +30,7 @@ from billing.models import (
     UsageRecord,
 )
 from billing.months import month_name, to_datetime
+from scheduler_bridge.admission.wording import gettext_noop
 from scheduler_bridge.inventory.models import Cluster, Flavour
 from scheduler_bridge.quotas.models import Quota
 from scheduler_bridge.workloads.models import PriorityClass
@@ -215,6 +216,51 @@ def grouped_usage(
         )
         out.append((dict(zip(by, extra, strict=True)), usage))
     return out
+
+
+# Statement warnings are stored in English, like the rate-card one; the templates are
+# marked for the catalogue.
+BUSY_PARTIAL_WARNING = gettext_noop(
+    "busy time partial for %(flavour)s: %(count)s of %(rows)s pod-hours had GPU series "
+    "missing; their busy time is scaled from the GPUs that reported"
+)
+BUSY_ESTIMATED_WARNING = gettext_noop(
+    "busy time estimated for %(flavour)s: %(count)s of %(rows)s pod-hours are MIG "
+    "instances without profiling metrics, taken as busy as their parent GPU"
+)
+
+
+def busy_warnings(
+    rows: QuerySet[UsageRecord], flavours: dict[int, pricing.Flavour]
+) -> dict[int, set[str]]:
+    """Per tenant, the statement warnings for busy time that is partial or estimated
+    (:data:`BUSY_PARTIAL_WARNING`, :data:`BUSY_ESTIMATED_WARNING`), per flavour. One
+    GROUP BY over the rows so flagged (most ledgers have none)."""
+    flagged = Q(busy_partial=True) | Q(busy_estimated=True)
+    tenants = rows.filter(flagged).order_by().values("tenant_id").distinct()
+    counts = (
+        rows.filter(tenant_id__in=tenants)
+        .order_by()
+        .values("tenant_id", "flavour_id")
+        .annotate(
+            total=Count("pk"),
+            partial=Count("pk", filter=Q(busy_partial=True)),
+            estimated=Count("pk", filter=Q(busy_estimated=True)),
+        )
+    )
+    out: dict[int, set[str]] = defaultdict(set)
+    for row in counts:
+        flavour_id = row["flavour_id"]
+        flavour = flavours[flavour_id].name if flavour_id in flavours else str(flavour_id)
+        for template, count in (
+            (BUSY_PARTIAL_WARNING, row["partial"]),
+            (BUSY_ESTIMATED_WARNING, row["estimated"]),
+        ):
+            if count:
+                out[row["tenant_id"]].add(
+                    template % {"flavour": flavour, "count": count, "rows": row["total"]}
+                )
+    return dict(out)
 
 
 def _reservations(

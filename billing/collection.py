@@ -34,6 +34,7 @@ from billing.prometheus import (
     detect_pod_labels,
     hourly_busy,
     ksm_gpu_pod_runs,
+    run_busy,
 )
 from scheduler_bridge.gateways.base import PodInfo
 from scheduler_bridge.inventory.connection import cluster_gateway
@@ -203,10 +204,10 @@ def usage_collect(
         )
         pods = pods + _gone_pods(cluster, client, pods, hours[0], window_end, result)
     workloads = _workloads(cluster, hours[0], window_end)
-    by_job = {(w.namespace, w.job_name): w for w in workloads if w.job_name}
-    metered = metering.pod_allocations(pods, hours, flavours, by_job)
-    covered = {(a.workload_id, a.interval_start) for a in metered.allocations if a.workload_id}
-    covered |= set(
+    metered = metering.pod_allocations(pods, hours, flavours, metering.runs_by_job(workloads))
+    # Per run: a preempted run and its rerun sharing an hour are both counted.
+    covered = {(a.run_key, a.interval_start) for a in metered.allocations if a.run_key}
+    covered_before = set(
         UsageRecord.objects.filter(
             cluster=cluster,
             source=UsageRecord.Source.POD,
@@ -215,7 +216,9 @@ def usage_collect(
             interval_start__lt=window_end,
         ).values_list("workload_id", "interval_start")
     )
-    fallback = metering.workload_allocations(workloads, hours, flavours.by_name, covered)
+    fallback = metering.workload_allocations(
+        workloads, hours, flavours.by_name, covered, covered_before
+    )
     allocations = metered.allocations + fallback.allocations
     result.problems = metered.problems + fallback.problems
 
@@ -227,15 +230,17 @@ def usage_collect(
                 billing_setting("NAMESPACE_LABEL"),
             )
             result.dcgm_pod_labels = f"{pod_label}/{namespace_label}" if found else ""
-            busy, util = hourly_busy(
-                client, hours, pod_label=pod_label, namespace_label=namespace_label
-            )
+            labels = {"pod_label": pod_label, "namespace_label": namespace_label}
+            readings = metering.BusyReadings(hourly=hourly_busy(client, hours, **labels))
+            windows = metering.run_windows(allocations)
+            if windows:
+                readings.run_active, readings.run_util = run_busy(client, windows, **labels)
         except PrometheusTooMuchData as error:
             # Even one hour loads more samples than Prometheus allows: retrying cannot
             # help, and waiting would stall collection for good. The hours are written
             # without busy time (NULL: not measured) and the collector's health says so.
             logger.error("%s: busy time not measured: %s", cluster.name, error)
-            busy, util = {}, {}
+            readings = metering.BusyReadings()
             result.without_busy_data = True
             result.alert = (
                 f"Busy time from {hours[0]:%Y-%m-%d %H:00} to {window_end:%Y-%m-%d %H:00} UTC "
@@ -247,9 +252,9 @@ def usage_collect(
             if not error.retryable or not _prometheus_down_too_long(cluster, now):
                 raise
             logger.warning("%s: writing hours without busy data: %s", cluster.name, error)
-            busy, util = {}, {}
+            readings = metering.BusyReadings()
             result.without_busy_data = True
-        allocations = metering.attach_busy(allocations, busy, util)
+        allocations = metering.attach_busy(allocations, readings)
 
     tenants = dict(
         NamespaceBinding.objects.filter(cluster_name=cluster.name).values_list(
@@ -332,6 +337,7 @@ def _gone_pods(
             phase="Succeeded",
             started_at=run.start,
             finished_at=run.end,
+            job_name=run.job or None,
         )
         pod.gpu_requests[resource] = run.amount
         gone[run.uid] = pod
@@ -373,6 +379,8 @@ def _ledger_rows(
                 gpu_seconds_allocated=allocation.device_seconds,
                 gpu_seconds_busy=allocation.busy_seconds,
                 gpu_seconds_borrowed=allocation.borrowed_seconds,
+                busy_partial=allocation.busy_partial,
+                busy_estimated=allocation.busy_estimated,
             )
         )
     return rows

@@ -39,6 +39,8 @@ COLUMNS = (
     "gpu_seconds_allocated",
     "gpu_seconds_busy",
     "gpu_seconds_borrowed",
+    "busy_partial",
+    "busy_estimated",
     "created_at",
 )
 
@@ -60,6 +62,8 @@ class LedgerRow:
     job_name: str = ""
     priority_class: str = ""
     source: str = UsageRecord.Source.POD
+    busy_partial: bool = False
+    busy_estimated: bool = False
 
 
 def period_create(start: datetime) -> BillingPeriod:
@@ -124,6 +128,8 @@ def ledger_append(rows: Sequence[LedgerRow]) -> int:
                 row.gpu_seconds_allocated,
                 row.gpu_seconds_busy,
                 row.gpu_seconds_borrowed,
+                row.busy_partial,
+                row.busy_estimated,
                 now,
             )
             for row in rows

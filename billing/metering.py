@@ -19,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
 
+from billing.prometheus import HourlyBusy, Reading, RunBusyMap, RunWindow
 from scheduler_bridge.gateways.base import PodInfo, is_gpu_resource
 
 HOUR = timedelta(hours=1)
@@ -127,6 +128,11 @@ class WorkloadRef:
             return Fraction(0)
         return min(Fraction(1), Fraction(int(borrowed), total))
 
+    @property
+    def run_key(self) -> str:
+        """The ledger key of this run's workload-derived rows (one per admission)."""
+        return f"workload:{self.id}:{int(self.admitted_at.timestamp())}"
+
     def devices_by_flavour(self) -> dict[str, int]:
         placed: dict[str, int] = {}
         for _node, flavour, devices in self.placements:
@@ -151,6 +157,15 @@ class Allocation:
     priority_class: str = ""
     source: str = "pod"
     busy_seconds: Decimal | None = None
+    # the workload run (WorkloadRef.run_key) this allocation counts for, "" for none
+    run_key: str = ""
+    # [window_start, window_end): the part of the hour the devices were held
+    window_start: datetime | None = None
+    window_end: datetime | None = None
+    # fewer device series reported than devices held: busy scaled from those that did
+    busy_partial: bool = False
+    # MIG without profiling metrics: busy estimated from the parent GPU's utilisation
+    busy_estimated: bool = False
 
     @property
     def device_seconds(self) -> int:
@@ -177,23 +192,45 @@ def _pod_window(pod: PodInfo) -> tuple[datetime, datetime | None] | None:
     return (pod.started_at, pod.finished_at) if pod.finished_at is not None else None
 
 
+def runs_by_job(workloads: Iterable[WorkloadRef]) -> dict[tuple[str, str], list[WorkloadRef]]:
+    """Workload runs by (namespace, Job name), oldest admission first."""
+    runs: dict[tuple[str, str], list[WorkloadRef]] = {}
+    for workload in sorted(workloads, key=lambda w: w.admitted_at):
+        if workload.job_name:
+            runs.setdefault((workload.namespace, workload.job_name), []).append(workload)
+    return runs
+
+
+def _run_of(pod: PodInfo, started: datetime, runs: Sequence[WorkloadRef]) -> WorkloadRef | None:
+    """The run a pod belongs to: the last one admitted before the pod started (a pod of a
+    preempted run that lingers past the preemption still belongs to that run)."""
+    if not runs:
+        return None
+    earlier = [run for run in runs if run.admitted_at <= started]
+    return earlier[-1] if earlier else runs[0]
+
+
 def pod_allocations(
     pods: Iterable[PodInfo],
     hours: Sequence[datetime],
     flavours: FlavourMap,
-    workloads: Mapping[tuple[str, str], WorkloadRef],
+    workloads: Mapping[tuple[str, str], Sequence[WorkloadRef]],
 ) -> MeteringResult:
     """One allocation per pod x GPU resource x hour in ``hours`` that the pod overlapped.
 
-    ``workloads`` maps (namespace, job name) to the admitted workload the pod belongs to;
-    a pod of a workload inherits its priority class and its borrowed share.
+    ``workloads`` maps (namespace, Job name) to the runs of the admitted workload the
+    pod belongs to (see :func:`runs_by_job`); the pod's Job name comes from its owner
+    references and workload labels (``PodInfo.job_name``), never from its own name. A
+    pod of a workload counts for the run it started in and inherits its priority class
+    and borrowed share.
     """
     result = MeteringResult()
     for pod in pods:
         window = _pod_window(pod)
         if window is None:
             continue
-        workload = workloads.get((pod.namespace, pod.job_name or "")) if pod.job_name else None
+        runs = workloads.get((pod.namespace, pod.job_name or ""), ()) if pod.job_name else ()
+        workload = _run_of(pod, window[0], runs)
         placed = workload.devices_by_flavour() if workload else {}
         for resource, devices in sorted(pod.gpu_requests.items()):
             if devices <= 0 or not is_gpu_resource(resource):
@@ -210,6 +247,7 @@ def pod_allocations(
                 seconds = overlap_seconds(window[0], window[1], hour)
                 if seconds <= 0:
                     continue
+                held_from = max(window[0], hour)
                 result.allocations.append(
                     Allocation(
                         key=pod.uid,
@@ -224,6 +262,9 @@ def pod_allocations(
                         job_name=pod.job_name or "",
                         priority_class=workload.priority_class if workload else "",
                         source="pod",
+                        run_key=workload.run_key if workload else "",
+                        window_start=held_from,
+                        window_end=held_from + timedelta(seconds=seconds),
                     )
                 )
     return result
@@ -233,19 +274,24 @@ def workload_allocations(
     workloads: Iterable[WorkloadRef],
     hours: Sequence[datetime],
     flavours_by_name: Mapping[str, FlavourRef],
-    covered: set[tuple[int, datetime]],
+    covered: set[tuple[str, datetime]],
+    covered_workloads: set[tuple[int, datetime]] | None = None,
 ) -> MeteringResult:
-    """Allocations of admitted workloads for the hours no pod of theirs was metered in.
+    """Allocations of admitted workload runs for the hours no pod of that run was metered in.
 
     Pods are the better source (they say when GPUs were really held), but a pod that
     ended and was garbage-collected while the collector was down is gone; the workload's
-    admission record still says what it held. ``covered`` holds (workload id, hour) pairs
-    already metered from pods, in this run or an earlier one.
+    admission record still says what it held. Hours are accounted per run: ``covered``
+    holds (run key, hour) pairs metered from pods of that run, so a preempted run and
+    its rerun sharing an hour are both counted. ``covered_workloads``: (workload id,
+    hour) pairs the ledger already has pod rows for (an hour collected again), which
+    cover every run of that workload.
     """
     result = MeteringResult()
+    already = covered_workloads or set()
     for workload in workloads:
         placed = workload.devices_by_flavour()
-        key = f"workload:{workload.id}:{int(workload.admitted_at.timestamp())}"
+        key = workload.run_key
         for flavour_name, devices in sorted(placed.items()):
             flavour = flavours_by_name.get(flavour_name)
             if flavour is None:
@@ -255,7 +301,7 @@ def workload_allocations(
                 continue
             share = workload.borrowed_fraction(flavour, placed)
             for hour in hours:
-                if (workload.id, hour) in covered:
+                if (key, hour) in covered or (workload.id, hour) in already:
                     continue
                 seconds = overlap_seconds(workload.admitted_at, workload.end, hour)
                 if seconds <= 0:
@@ -274,6 +320,7 @@ def workload_allocations(
                         job_name=workload.job_name,
                         priority_class=workload.priority_class,
                         source="workload",
+                        run_key=key,
                     )
                 )
     return result
@@ -283,53 +330,129 @@ BusyKey = tuple[str, str, str, datetime]
 """(namespace, pod, MIG profile or "", hour start)."""
 
 
-def attach_busy(
-    allocations: Iterable[Allocation],
-    busy_devices: Mapping[BusyKey, Decimal],
-    fallback_devices: Mapping[BusyKey, Decimal],
-) -> list[Allocation]:
+@dataclass
+class BusyReadings:
+    """Everything Prometheus said about busy time for a collection: the hourly readings
+    per pod name, and per run (pod uid) for names reused within an hour."""
+
+    hourly: HourlyBusy = field(default_factory=HourlyBusy)
+    run_active: RunBusyMap = field(default_factory=dict)
+    run_util: RunBusyMap = field(default_factory=dict)
+
+
+def reused_names(allocations: Iterable[Allocation]) -> set[tuple[str, str, datetime]]:
+    """(namespace, pod name, hour) held by more than one pod (a restart under the same
+    name): DCGM series name the pod, so these hours must be read per run."""
+    uids: dict[tuple[str, str, datetime], set[str]] = {}
+    for allocation in allocations:
+        if allocation.source == "pod":
+            name = (allocation.namespace, allocation.pod_name, allocation.interval_start)
+            uids.setdefault(name, set()).add(allocation.key)
+    return {name for name, found in uids.items() if len(found) > 1}
+
+
+def run_windows(allocations: Iterable[Allocation]) -> list[RunWindow]:
+    """The windows to read per run: each pod allocation of a name reused in its hour."""
+    listed = list(allocations)
+    reused = reused_names(listed)
+    windows = {
+        RunWindow(a.key, a.namespace, a.pod_name, a.interval_start, a.window_start, a.window_end)
+        for a in listed
+        if a.source == "pod"
+        and (a.namespace, a.pod_name, a.interval_start) in reused
+        and a.window_start is not None
+        and a.window_end is not None
+    }
+    return sorted(windows, key=lambda w: (w.hour, w.namespace, w.pod, w.start, w.uid))
+
+
+def attach_busy(allocations: Iterable[Allocation], readings: BusyReadings) -> list[Allocation]:
     """Each allocation with ``busy_seconds`` from Prometheus, or None when no series exist.
 
-    ``busy_devices`` holds, per pod, MIG profile and hour, the sum over the pod's devices
-    of their average engine activity while the pod ran (so 1.5 = one and a half devices
-    busy on average); ``fallback_devices`` the same from GPU_UTIL for full GPUs. Busy
-    seconds are that average times the seconds the pod held its devices in the hour,
-    never more than it held. Workload-derived allocations sum their Job's pods (pod names
-    ``<job>-<suffix>``).
+    A reading is, per pod, MIG profile and hour (or per run, for a pod name reused within
+    the hour), the sum over the pod's devices of their average activity. Busy seconds
+    are that times the seconds the pod held its devices, never more than it held. When
+    fewer devices reported than the pod held, the missing ones are taken to be as busy
+    as the average reporting one (not idle) and the row is flagged ``busy_partial``.
+    MIG instances without engine activity use their parent GPU's utilisation, flagged
+    ``busy_estimated``. Workload-derived rows add up the pods known, by owner reference
+    or workload label, to belong to their Job (never pods matched by name).
     """
-    by_prefix: dict[tuple[str, str, datetime], list[tuple[str, Decimal]]] = {}
-    for (namespace, pod, profile, hour), value in busy_devices.items():
-        by_prefix.setdefault((namespace, profile, hour), []).append((pod, value))
-    out = []
-    for allocation in allocations:
-        found = _busy_value(allocation, busy_devices, fallback_devices, by_prefix)
-        if found is None:
-            out.append(allocation)
+    listed = list(allocations)
+    reused = reused_names(listed)
+    out: list[Allocation] = []
+    pods: list[Allocation] = []
+    for allocation in listed:
+        if allocation.source != "pod":
             continue
-        busy = min(found * allocation.seconds, Decimal(allocation.device_seconds))
-        out.append(replace(allocation, busy_seconds=max(busy, Decimal(0)).quantize(BUSY_PLACES)))
+        found, estimated = _pod_reading(allocation, readings, reused)
+        pods.append(_with_reading(allocation, found, estimated))
+    by_pod = iter(pods)
+    for allocation in listed:
+        if allocation.source == "pod":
+            out.append(next(by_pod))
+        else:
+            out.append(_workload_busy(allocation, pods))
     return out
 
 
-def _busy_value(
-    allocation: Allocation,
-    busy: Mapping[BusyKey, Decimal],
-    fallback: Mapping[BusyKey, Decimal],
-    by_prefix: Mapping[tuple[str, str, datetime], list[tuple[str, Decimal]]],
-) -> Decimal | None:
+def _pod_reading(
+    allocation: Allocation, readings: BusyReadings, reused: set[tuple[str, str, datetime]]
+) -> tuple[Reading | None, bool]:
     profile = allocation.flavour.mig_profile
     hour = allocation.interval_start
-    if allocation.source == "pod":
-        key = (allocation.namespace, allocation.pod_name, profile, hour)
-        if key in busy:
-            return busy[key]
-        return None if profile else fallback.get(key)
+    name = (allocation.namespace, allocation.pod_name, profile, hour)
+    hourly = readings.hourly
+    if (allocation.namespace, allocation.pod_name, hour) in reused:
+        run = (allocation.key, profile, hour)
+        found = readings.run_active.get(run)
+        if found is None and not profile:
+            found = readings.run_util.get(run)
+    else:
+        found = hourly.active.get(name)
+        if found is None and not profile:
+            found = hourly.util.get(name)
+    if found is None and profile and name in hourly.mig_estimate:
+        return hourly.mig_estimate[name], True
+    return found, False
+
+
+def _with_reading(allocation: Allocation, found: Reading | None, estimated: bool) -> Allocation:
+    if found is None or found.series <= 0:
+        return allocation
+    devices = Decimal(allocation.devices)
+    busy_devices = found.devices
+    partial = found.series < allocation.devices
+    if partial:
+        busy_devices = found.devices / found.series * devices
+    busy = min(busy_devices * allocation.seconds, Decimal(allocation.device_seconds))
+    return replace(
+        allocation,
+        busy_seconds=max(busy, Decimal(0)).quantize(BUSY_PLACES),
+        busy_partial=partial,
+        busy_estimated=estimated,
+    )
+
+
+def _workload_busy(allocation: Allocation, pods: Sequence[Allocation]) -> Allocation:
     if not allocation.job_name:
-        return None
-    prefix = f"{allocation.job_name}-"
-    values = [
-        value
-        for pod, value in by_prefix.get((allocation.namespace, profile, hour), [])
-        if pod.startswith(prefix)
+        return allocation
+    members = [
+        pod
+        for pod in pods
+        if pod.namespace == allocation.namespace
+        and pod.job_name == allocation.job_name
+        and pod.interval_start == allocation.interval_start
+        and pod.flavour == allocation.flavour
+        and pod.run_key in ("", allocation.run_key)
+        and pod.busy_seconds is not None
     ]
-    return sum(values, Decimal(0)) if values else None
+    if not members:
+        return allocation
+    busy = sum((pod.busy_seconds or Decimal(0) for pod in members), Decimal(0))
+    return replace(
+        allocation,
+        busy_seconds=min(busy, Decimal(allocation.device_seconds)).quantize(BUSY_PLACES),
+        busy_partial=any(pod.busy_partial for pod in members),
+        busy_estimated=any(pod.busy_estimated for pod in members),
+    )

@@ -27,12 +27,12 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import pgettext_lazy
 
 from billing import pricing
-from billing.charges import PricingContext, price_period
+from billing.charges import PricingContext, busy_warnings, price_period
 from billing.conf import billing_setting
 from billing.errors import CurrencyMismatch, PeriodBusy, PeriodClosed
 from billing.history import PeriodSettings, period_settings
 from billing.ledger import period_create
-from billing.models import Adjustment, BillingPeriod, Statement, StatementLine
+from billing.models import Adjustment, BillingPeriod, Statement, StatementLine, UsageRecord
 from billing.months import month_name
 from billing.permissions import can_manage_platform_billing, can_reopen_periods, can_write_billing
 from scheduler_bridge.admission.wording import gettext_noop, wording
@@ -231,6 +231,10 @@ def _insert_statements(
     adjustments = {
         a.pk: a for a in Adjustment.objects.filter(period=period).only("pk", "corrects_id")
     }
+    billed = [t for t in tenant_ids if t is not None]
+    busy = busy_warnings(
+        UsageRecord.objects.filter(period=period, tenant_id__in=billed), context.flavours
+    )
     statements = []
     for tenant_id in tenant_ids:
         lines = lines_by_tenant.get(tenant_id, [])
@@ -267,6 +271,7 @@ def _insert_statements(
                         for line in lines
                         if line.rate_card_id is None and line.flavour_id in context.flavours
                     }
+                    | busy.get(tenant_id or 0, set())
                 ),
                 changes=changes,
             )

@@ -8,7 +8,12 @@ counter lists (``etc/default-counters.csv``, ``etc/dcp-metrics-included.csv``); 
 Tidegate uses them: docs/chargeback.md#busy-time-from-prometheus.
 
 One ``query_range`` per metric covers any number of whole hours: evaluated at each hour's
-end with step 1h, ``avg_over_time(...[1h])`` is the average over that hour's samples.
+end with step 1h, ``avg_over_time(...[1h])`` is the average over that hour's samples. The
+series are read one per device (not summed in PromQL) so that a pod holding more devices
+than reported is seen (:class:`Reading`). A pod name used by two pods within one hour (a
+restart under the same name) is read again per run, bounded to that run's own window
+(:func:`run_busy`). MIG instances without profiling metrics get an estimate from their
+parent GPU (:func:`mig_estimate`).
 """
 
 from __future__ import annotations
@@ -18,17 +23,37 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
+# Framebuffer in use: a default counter dcgm-exporter reports per MIG instance with the
+# pod using it, profiling on or off; it tells which parent GPU a MIG pod sits on.
+FB_USED = "DCGM_FI_DEV_FB_USED"
 MIG_PROFILE_LABEL = "GPU_I_PROFILE"
+MIG_INSTANCE_LABEL = "GPU_I_ID"
+# dcgm-exporter's device labels: the node, the (parent) GPU's UUID and index.
+DEVICE_LABELS = ("Hostname", "UUID", "gpu", MIG_INSTANCE_LABEL)
 HOUR_S = 3600
 
-BusyMap = dict[tuple[str, str, str, datetime], Decimal]
+
+@dataclass(frozen=True)
+class Reading:
+    """What the series of one pod (per MIG profile) said about one hour or run window:
+    ``devices`` is the sum over its devices of their average activity (1.5 = one and a
+    half devices busy on average), ``series`` how many devices reported at all."""
+
+    devices: Decimal
+    series: int
+
+
+BusyMap = dict[tuple[str, str, str, datetime], Reading]
+"""(namespace, pod, MIG profile or "", hour start) -> Reading."""
+RunBusyMap = dict[tuple[str, str, datetime], Reading]
+"""(pod uid, MIG profile or "", hour start) -> Reading over that run's part of the hour."""
 
 
 class PrometheusError(Exception):
@@ -153,13 +178,12 @@ def engine_active_query(
     *,
     pod_label: str = "pod",
     namespace_label: str = "namespace",
+    window: str = "1h",
+    extra: str = "",
 ) -> str:
-    """Per pod and MIG profile: the sum over its devices of their hourly average activity."""
-    selector = _selector(namespaces, namespace_label)
-    return (
-        f"sum by ({namespace_label}, {pod_label}, {MIG_PROFILE_LABEL}) "
-        f"(avg_over_time({ENGINE_ACTIVE}{selector}[1h]))"
-    )
+    """Per device series of a pod: its average engine activity over ``window``."""
+    selector = _selector(namespaces, namespace_label, extra)
+    return f"avg_over_time({ENGINE_ACTIVE}{selector}[{window}])"
 
 
 def gpu_util_query(
@@ -167,34 +191,92 @@ def gpu_util_query(
     *,
     pod_label: str = "pod",
     namespace_label: str = "namespace",
+    window: str = "1h",
+    extra: str = "",
 ) -> str:
     """The fallback for full GPUs: GPU_UTIL percent over 100, MIG series left out."""
-    selector = _selector(namespaces, namespace_label, f'{MIG_PROFILE_LABEL}=""')
+    matchers = f'{MIG_PROFILE_LABEL}=""' + (f",{extra}" if extra else "")
+    selector = _selector(namespaces, namespace_label, matchers)
+    return f"avg_over_time({GPU_UTIL}{selector}[{window}]) / 100"
+
+
+def mig_instances_query(
+    namespaces: Sequence[str] | None = None,
+    *,
+    pod_label: str = "pod",
+    namespace_label: str = "namespace",
+) -> str:
+    """The MIG instances each pod used in the hour (any value: the series exists)."""
+    selector = _selector(namespaces, namespace_label, f'{MIG_PROFILE_LABEL}!=""')
+    return f"max_over_time({FB_USED}{selector}[1h])"
+
+
+def parent_util_query() -> str:
+    """Per physical GPU, its hourly average GPU_UTIL over 100 (series of whole GPUs)."""
     return (
-        f"sum by ({namespace_label}, {pod_label}) (avg_over_time({GPU_UTIL}{selector}[1h])) / 100"
+        f'avg by (Hostname, UUID) (avg_over_time({GPU_UTIL}{{{MIG_PROFILE_LABEL}=""}}[1h])) / 100'
     )
+
+
+def _device(labels: dict[str, str]) -> tuple[str, ...]:
+    return tuple(labels.get(name, "") for name in DEVICE_LABELS)
+
+
+def _value(raw: str) -> Decimal | None:
+    try:
+        value = Decimal(raw)
+    except InvalidOperation:
+        return None
+    return value if value.is_finite() else None
+
+
+def _hour_of(timestamp: float) -> datetime:
+    """The hour a point evaluated at an hour's end describes."""
+    return datetime.fromtimestamp(round(timestamp), tz=UTC) - timedelta(hours=1)
 
 
 def _to_busy_map(
     series: list[Series], pod_label: str, namespace_label: str, *, with_profile: bool
 ) -> BusyMap:
-    busy: BusyMap = {}
+    """Per-device series summed per pod, MIG profile and hour, devices counted once."""
+    sums: dict[tuple[str, str, str, datetime], dict[tuple[str, ...], Decimal]] = {}
     for item in series:
         namespace = item.labels.get(namespace_label, "")
         pod = item.labels.get(pod_label, "")
         if not namespace or not pod:
             continue
         profile = item.labels.get(MIG_PROFILE_LABEL, "") if with_profile else ""
+        device = _device(item.labels)
         for timestamp, raw in item.values:
-            try:
-                value = Decimal(raw)
-            except InvalidOperation:
+            value = _value(raw)
+            if value is None:
                 continue
-            if not value.is_finite():
-                continue
-            hour = datetime.fromtimestamp(round(timestamp), tz=UTC) - timedelta(hours=1)
-            busy[(namespace, pod, profile, hour)] = value
-    return busy
+            devices = sums.setdefault((namespace, pod, profile, _hour_of(timestamp)), {})
+            devices[device] = devices.get(device, Decimal(0)) + value
+    return {
+        key: Reading(sum(devices.values(), Decimal(0)), len(devices))
+        for key, devices in sums.items()
+    }
+
+
+@dataclass
+class HourlyBusy:
+    """Busy readings of a run's hours, per (namespace, pod, MIG profile, hour start).
+
+    ``active``: engine activity; ``util``: the GPU_UTIL fallback for full GPUs;
+    ``mig_estimate``: for MIG instances, their parent GPU's GPU_UTIL (an estimate, see
+    :func:`mig_estimate`)."""
+
+    active: BusyMap = field(default_factory=dict)
+    util: BusyMap = field(default_factory=dict)
+    mig_estimate: BusyMap = field(default_factory=dict)
+
+    def merged(self, other: HourlyBusy) -> HourlyBusy:
+        return HourlyBusy(
+            self.active | other.active,
+            self.util | other.util,
+            self.mig_estimate | other.mig_estimate,
+        )
 
 
 def hourly_busy(
@@ -204,8 +286,8 @@ def hourly_busy(
     *,
     pod_label: str = "pod",
     namespace_label: str = "namespace",
-) -> tuple[BusyMap, BusyMap]:
-    """(engine activity, GPU_UTIL fallback) per (namespace, pod, MIG profile, hour start).
+) -> HourlyBusy:
+    """Busy readings per (namespace, pod, MIG profile, hour start) of ``hours``.
 
     ``hours`` are consecutive hour starts. A window Prometheus refuses as too large
     (422) is split in halves and each asked again, down to single hours; a single hour
@@ -213,7 +295,7 @@ def hourly_busy(
     nothing is returned, so the caller writes no partial hour.
     """
     if not hours:
-        return {}, {}
+        return HourlyBusy()
     try:
         return _hourly_busy(client, hours, namespaces, pod_label, namespace_label)
     except PrometheusTooMuchData:
@@ -222,9 +304,8 @@ def hourly_busy(
     ordered = sorted(hours)
     middle = len(ordered) // 2
     labels = {"pod_label": pod_label, "namespace_label": namespace_label}
-    busy, fallback = hourly_busy(client, ordered[:middle], namespaces, **labels)
-    later_busy, later_fallback = hourly_busy(client, ordered[middle:], namespaces, **labels)
-    return busy | later_busy, fallback | later_fallback
+    earlier = hourly_busy(client, ordered[:middle], namespaces, **labels)
+    return earlier.merged(hourly_busy(client, ordered[middle:], namespaces, **labels))
 
 
 def _hourly_busy(
@@ -233,24 +314,114 @@ def _hourly_busy(
     namespaces: Sequence[str] | None,
     pod_label: str,
     namespace_label: str,
-) -> tuple[BusyMap, BusyMap]:
+) -> HourlyBusy:
     first_end = min(hours) + timedelta(hours=1)
     last_end = max(hours) + timedelta(hours=1)
     labels = {"pod_label": pod_label, "namespace_label": namespace_label}
     active = client.query_range(engine_active_query(namespaces, **labels), first_end, last_end)
     util = client.query_range(gpu_util_query(namespaces, **labels), first_end, last_end)
     wanted = set(hours)
-    busy = {
-        k: v
-        for k, v in _to_busy_map(active, pod_label, namespace_label, with_profile=True).items()
-        if k[3] in wanted
-    }
-    fallback = {
-        k: v
-        for k, v in _to_busy_map(util, pod_label, namespace_label, with_profile=False).items()
-        if k[3] in wanted
-    }
-    return busy, fallback
+    busy = _to_busy_map(active, pod_label, namespace_label, with_profile=True)
+    fallback = _to_busy_map(util, pod_label, namespace_label, with_profile=False)
+    result = HourlyBusy(
+        active={k: v for k, v in busy.items() if k[3] in wanted},
+        util={k: v for k, v in fallback.items() if k[3] in wanted},
+    )
+    # Only MIG pods without engine activity need the estimate: ask only if there are any.
+    instances = client.query_range(mig_instances_query(namespaces, **labels), first_end, last_end)
+    if instances:
+        parents = client.query_range(parent_util_query(), first_end, last_end)
+        estimate = mig_estimate(instances, parents, pod_label, namespace_label)
+        result.mig_estimate = {
+            k: v for k, v in estimate.items() if k[3] in wanted and k not in result.active
+        }
+    return result
+
+
+def mig_estimate(
+    instances: list[Series], parents: list[Series], pod_label: str, namespace_label: str
+) -> BusyMap:
+    """MIG busy time without profiling metrics: DCGM has no GPU_UTIL per MIG instance,
+    so each instance a pod used is taken to be as busy as its parent GPU was that hour
+    (the parent's ``DCGM_FI_DEV_GPU_UTIL``). In whole-GPU terms that is the parent's
+    busy time split over its instances by their compute slices. Instances whose parent
+    reports no GPU_UTIL are left out (the reading then counts fewer series)."""
+    util: dict[tuple[str, str, datetime], Decimal] = {}
+    for item in parents:
+        for timestamp, raw in item.values:
+            value = _value(raw)
+            if value is not None:
+                key = (item.labels.get("Hostname", ""), item.labels.get("UUID", ""))
+                util[(*key, _hour_of(timestamp))] = min(max(value, Decimal(0)), Decimal(1))
+    per_instance: list[Series] = []
+    for item in instances:
+        parent = (item.labels.get("Hostname", ""), item.labels.get("UUID", ""))
+        values = [
+            (t, str(util[(*parent, _hour_of(t))]))
+            for t, _raw in item.values
+            if (*parent, _hour_of(t)) in util
+        ]
+        per_instance.append(Series(labels=item.labels, values=values))
+    return _to_busy_map(per_instance, pod_label, namespace_label, with_profile=True)
+
+
+@dataclass(frozen=True)
+class RunWindow:
+    """The part of one hour one pod run held its devices: [start, end) within ``hour``."""
+
+    uid: str
+    namespace: str
+    pod: str
+    hour: datetime
+    start: datetime
+    end: datetime
+
+
+def _quoted(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def run_busy(
+    client: PrometheusClient,
+    windows: Sequence[RunWindow],
+    *,
+    pod_label: str = "pod",
+    namespace_label: str = "namespace",
+) -> tuple[RunBusyMap, RunBusyMap]:
+    """(engine activity, GPU_UTIL fallback) per (pod uid, MIG profile, hour) for pod runs
+    whose name another run used in the same hour: DCGM series name the pod, not its uid,
+    so each run is read over its own window only (``avg_over_time(...[<seconds>s])``
+    evaluated at the window's end) and one run's samples never count for the other.
+    Two queries per window; meant for the few names reused within an hour."""
+    active: RunBusyMap = {}
+    util: RunBusyMap = {}
+    for window in windows:
+        seconds = int((window.end - window.start).total_seconds())
+        if seconds <= 0:
+            continue
+        pod = f"{pod_label}={_quoted(window.pod)}"
+        options = {
+            "pod_label": pod_label,
+            "namespace_label": namespace_label,
+            "window": f"{seconds}s",
+            "extra": pod,
+        }
+        for query, target, with_profile in (
+            (engine_active_query([window.namespace], **options), active, True),
+            (gpu_util_query([window.namespace], **options), util, False),
+        ):
+            found = client.query_range(query, window.end, window.end, HOUR_S)
+            moved = [
+                Series(
+                    item.labels, [(window.hour.timestamp() + HOUR_S, v) for _t, v in item.values]
+                )
+                for item in found
+            ]
+            for (_ns, _pod, profile, hour), reading in _to_busy_map(
+                moved, pod_label, namespace_label, with_profile=with_profile
+            ).items():
+                target[(window.uid, profile, hour)] = reading
+    return active, util
 
 
 # The label pairs DCGM series carry for the pod using a GPU. dcgm-exporter labels its
@@ -288,6 +459,8 @@ def detect_pod_labels(
 # and kube_pod_status_phase). OpenCost reads allocations the same way.
 KSM_REQUESTS = "kube_pod_container_resource_requests"
 KSM_PHASE = "kube_pod_status_phase"
+# kube_pod_owner: the pod's owner references (owner_kind, owner_name); a Job's pods name it.
+KSM_OWNER = "kube_pod_owner"
 
 
 @dataclass(frozen=True)
@@ -302,6 +475,7 @@ class PodRun:
     amount: int
     start: datetime
     end: datetime
+    job: str = ""  # the Job owning the pod (its owner reference), if any
 
 
 def ksm_gpu_pod_runs(
@@ -332,4 +506,20 @@ def ksm_gpu_pod_runs(
                 end=datetime.fromtimestamp(seen[-1][0] + step_s, tz=UTC),
             )
         )
-    return runs
+    return _with_owners(client, runs, start, end, step_s)
+
+
+def _with_owners(
+    client: PrometheusClient, runs: list[PodRun], start: datetime, end: datetime, step_s: int
+) -> list[PodRun]:
+    """``runs`` with the Job owning each pod (``kube_pod_owner``). Best effort: a query
+    refused as too large leaves the runs without a Job (they are still billed)."""
+    if not runs:
+        return runs
+    query = f'max by (uid, owner_name) ({KSM_OWNER}{{owner_kind="Job"}})'
+    try:
+        found = client.query_range(query, start, end, step_s)
+    except PrometheusQueryRejected:
+        return runs
+    owners = {item.labels.get("uid", ""): item.labels.get("owner_name", "") for item in found}
+    return [replace(run, job=owners.get(run.uid, "")) for run in runs]

@@ -134,6 +134,8 @@ class UsageRecordSerializer(serializers.ModelSerializer[UsageRecord]):
             "gpu_seconds_allocated",
             "gpu_seconds_busy",
             "gpu_seconds_borrowed",
+            "busy_partial",
+            "busy_estimated",
             "created_at",
         ]
         read_only_fields = fields

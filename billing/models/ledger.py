@@ -77,6 +77,10 @@ class UsageRecord(WriteOnceModel):
     gpu_seconds_allocated = models.BigIntegerField()
     gpu_seconds_busy = models.DecimalField(max_digits=16, decimal_places=3, null=True, blank=True)
     gpu_seconds_borrowed = models.BigIntegerField(default=0)
+    # Fewer DCGM series than devices held: busy time scaled from the devices that reported.
+    busy_partial = models.BooleanField(default=False, db_default=False)
+    # MIG without profiling metrics: busy time estimated from the parent GPU's utilisation.
+    busy_estimated = models.BooleanField(default=False, db_default=False)
     created_at = models.DateTimeField(default=timezone.now)
 
     objects = UsageRecordQuerySet.as_manager()

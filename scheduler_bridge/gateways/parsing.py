@@ -98,6 +98,9 @@ WORKLOAD_NAME_LABELS = (
     "leaderworkerset.sigs.k8s.io/name",
 )
 QUEUE_LABEL = "tidegate.io/queue"
+# The Job controller labels its pods with their Job's name (Kubernetes 1.27+, and the
+# older unprefixed label): used when a pod's owner reference is missing (orphaned pods).
+JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
 
 
 def workload_name(meta: Mapping[str, Any]) -> str | None:
@@ -112,6 +115,9 @@ def workload_name(meta: Mapping[str, Any]) -> str | None:
     job = next((o.get("name") for o in owners if o.get("kind") == "Job"), None)
     if job:
         return str(job)
+    for key in JOB_NAME_LABELS:
+        if labels.get(key):
+            return str(labels[key])
     if QUEUE_LABEL in labels:  # a gated pod's group: its controller, else itself
         owner = next((o.get("name") for o in owners if o.get("controller")), None)
         return str(owner or meta.get("name"))

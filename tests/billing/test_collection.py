@@ -19,6 +19,7 @@ from billing.prometheus import (
     PrometheusClient,
     PrometheusTooMuchData,
     PrometheusUnavailable,
+    Reading,
     detect_pod_labels,
     engine_active_query,
     hourly_busy,
@@ -175,12 +176,14 @@ def rows_by_key() -> dict[tuple[str, datetime], UsageRecord]:
 def test_prometheus_answers_hourly_busy_devices_per_pod_and_mig_profile(
     prometheus_url: str,
 ) -> None:
-    busy, util = hourly_busy(PrometheusClient(prometheus_url), [H10, H11, H12])
-    assert busy[("vision-train", "train-0", "", H10)] == Decimal("0.75")
-    assert busy[("vision-train", "train-0", "", H12)] == Decimal("0.75")
-    assert busy[("speech-train", "infer-0", "1g.5gb", H11)] == Decimal("0.4")
+    found = hourly_busy(PrometheusClient(prometheus_url), [H10, H11, H12])
+    busy, util = found.active, found.util
+    # the sum over the pod's devices of their average activity, and how many reported
+    assert busy[("vision-train", "train-0", "", H10)] == Reading(Decimal("0.75"), 2)
+    assert busy[("vision-train", "train-0", "", H12)] == Reading(Decimal("0.75"), 2)
+    assert busy[("speech-train", "infer-0", "1g.5gb", H11)] == Reading(Decimal("0.4"), 2)
     assert ("vision-dev", "notebook", "", H10) not in busy
-    assert util[("vision-dev", "notebook", "", H10)] == Decimal("0.4")
+    assert util[("vision-dev", "notebook", "", H10)] == Reading(Decimal("0.4"), 1)
     assert ("speech-train", "infer-0", "", H10) not in util  # MIG GPU_UTIL left out
 
 
@@ -601,6 +604,9 @@ def _kube_state_metrics() -> list[Series]:
         running.every(H10, end, 1, step_s=30)
         running.every(end, end + timedelta(minutes=15), 0, step_s=30)
         series.append(running)
+    # gone-0 was a pod of Job train (its owner reference, kept by kube-state-metrics)
+    owner = {"owner_kind": "Job", "owner_name": "train", "owner_is_controller": "true"}
+    series.append(Series("kube_pod_owner", gone | owner).every(H10, H12, 1, step_s=30))
     return series
 
 
@@ -624,6 +630,7 @@ def test_a_pod_deleted_between_collections_is_billed_from_kube_state_metrics(
     assert abs(gone[0].gpu_seconds_allocated - 3600) <= 120
     assert abs(gone[1].gpu_seconds_allocated - 1800) <= 120
     assert ("uid-gone-0", H12) not in rows
+    assert all(r.job_name == "train" for r in gone)  # its Job, from kube_pod_owner
     # a pod in the live list is not counted twice
     train = [rows[("uid-train-0", h)].gpu_seconds_allocated for h in (H10, H11, H12)]
     assert train == [7200, 7200, 3600]

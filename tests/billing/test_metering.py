@@ -6,7 +6,8 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from billing import metering
-from billing.metering import FlavourMap, FlavourRef, NodeRef, WorkloadRef
+from billing.metering import BusyReadings, FlavourMap, FlavourRef, NodeRef, WorkloadRef
+from billing.prometheus import HourlyBusy, Reading
 from scheduler_bridge.gateways.base import PodInfo
 
 T0 = datetime(2026, 3, 10, 10, tzinfo=UTC)
@@ -76,7 +77,7 @@ def test_pods_inherit_their_workloads_class_and_borrowed_share() -> None:
         borrowed={"nvidia.com/gpu": 1},
     )
     result = metering.pod_allocations(
-        [pod(job_name="train", started_at=T0)], HOURS[:1], FLAVOURS, {("ns", "train"): workload}
+        [pod(job_name="train", started_at=T0)], HOURS[:1], FLAVOURS, {("ns", "train"): [workload]}
     )
     (allocation,) = result.allocations
     # A quarter of the workload's GPUs were borrowed: a quarter of this pod's seconds.
@@ -86,7 +87,76 @@ def test_pods_inherit_their_workloads_class_and_borrowed_share() -> None:
 
 def test_busy_seconds_come_from_activity_times_time_held_and_never_exceed_it() -> None:
     allocations = metering.pod_allocations([pod()], HOURS[:2], FLAVOURS, {}).allocations
-    busy = {("ns", "p", "", HOURS[0]): Decimal("1.5"), ("ns", "p", "", HOURS[1]): Decimal("2.5")}
-    out = metering.attach_busy(allocations, busy, {})
+    busy = {
+        ("ns", "p", "", HOURS[0]): Reading(Decimal("1.5"), 2),
+        ("ns", "p", "", HOURS[1]): Reading(Decimal("2.5"), 2),
+    }
+    out = metering.attach_busy(allocations, BusyReadings(HourlyBusy(active=busy)))
     assert [a.busy_seconds for a in out] == [Decimal("4050.000"), Decimal("7200.000")]
-    assert metering.attach_busy(allocations, {}, {})[0].busy_seconds is None
+    assert not any(a.busy_partial or a.busy_estimated for a in out)
+    assert metering.attach_busy(allocations, BusyReadings())[0].busy_seconds is None
+
+
+def test_a_name_reused_within_an_hour_is_read_per_run_never_per_name() -> None:
+    first = pod(uid="u1", phase="Failed", started_at=T0, finished_at=T0 + timedelta(minutes=20))
+    second = pod(uid="u2", started_at=T0 + timedelta(minutes=30))
+    allocations = metering.pod_allocations([first, second], HOURS[:1], FLAVOURS, {}).allocations
+    windows = metering.run_windows(allocations)
+    assert [(w.uid, w.start, w.end) for w in windows] == [
+        ("u1", T0, T0 + timedelta(minutes=20)),
+        ("u2", T0 + timedelta(minutes=30), T0 + timedelta(hours=1)),
+    ]
+    # The hourly reading of the name mixes both runs: it is not used for either.
+    hourly = HourlyBusy(active={("ns", "p", "", T0): Reading(Decimal("2.6"), 4)})
+    only_first = BusyReadings(hourly, run_active={("u1", "", T0): Reading(Decimal("2"), 2)})
+    out = metering.attach_busy(allocations, only_first)
+    assert [(a.key, a.busy_seconds) for a in out] == [("u1", Decimal("2400.000")), ("u2", None)]
+
+
+def test_missing_device_series_are_scaled_from_the_reporting_ones_and_flagged() -> None:
+    allocations = metering.pod_allocations([pod(started_at=T0)], HOURS[:1], FLAVOURS, {})
+    one_of_two = {("ns", "p", "", T0): Reading(Decimal("0.3"), 1)}
+    (out,) = metering.attach_busy(allocations.allocations, BusyReadings(HourlyBusy(one_of_two)))
+    assert out.busy_partial and out.busy_seconds == Decimal("2160.000")  # 0.3 x 2 GPUs x 1 h
+
+
+def test_a_pod_counts_for_the_run_it_started_in() -> None:
+    def run(admitted: datetime, end: datetime | None) -> WorkloadRef:
+        return WorkloadRef(
+            id=7,
+            tenant_id=1,
+            namespace="ns",
+            job_name="train",
+            priority_class="",
+            admitted_at=admitted,
+            end=end,
+            placements=(("h1", "h100-80gb", 2),),
+        )
+
+    preempted = run(T0, T0 + timedelta(minutes=30))
+    rerun = run(T0 + timedelta(minutes=40), None)
+    runs = metering.runs_by_job([rerun, preempted])
+    lingering = pod(
+        uid="old",
+        job_name="train",
+        phase="Failed",
+        started_at=T0 + timedelta(minutes=1),
+        finished_at=T0 + timedelta(minutes=31),
+    )
+    fresh = pod(uid="new", job_name="train", started_at=T0 + timedelta(minutes=41))
+    result = metering.pod_allocations([lingering, fresh], HOURS[:1], FLAVOURS, runs)
+    assert [(a.key, a.run_key) for a in result.allocations] == [
+        ("old", preempted.run_key),
+        ("new", rerun.run_key),
+    ]
+    covered = {(a.run_key, a.interval_start) for a in result.allocations}
+    by_name = FLAVOURS.by_name
+    assert metering.workload_allocations([preempted, rerun], HOURS[:1], by_name, covered) == (
+        metering.MeteringResult()
+    )
+    # Without the lingering pod, the preempted run is still metered from its record.
+    only_new = {(rerun.run_key, T0)}
+    (row,) = metering.workload_allocations(
+        [preempted, rerun], HOURS[:1], by_name, only_new
+    ).allocations
+    assert (row.key, row.seconds) == (preempted.run_key, 1800)

@@ -19,7 +19,7 @@ def fill_line_attribution(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('billing', '0003_usage_time_index'),
+        ('billing', '0004_busy_partial'),
     ]
 
     operations = [
