@@ -301,3 +301,64 @@ def test_a_tenant_filter_reads_one_subtree_and_is_a_404_to_outsiders(
     )
     assert get(cast.member, window="2026-02").status_code == 404
     assert client_for(cast.outsider).get(URL, {"window": "2026-02"}).status_code == 200
+
+
+PAGE = "/billing/allocation/"
+
+
+@pytest.mark.parametrize("role", ["platform_admin", "finance", "lead"])
+def test_the_allocation_page_speaks_chinese_but_for_its_data(
+    closed: BillingPeriod, cast: Cast, gpu: GpuCluster, role: str
+) -> None:
+    from tests.tenants.test_portal import logged_in
+    from tests.workloads.test_portal_languages import data_values, untranslated, visible_text
+
+    data = data_values() | {"vision-train", "vision-dev", "speech-train", "globex-train", "cv"}
+    data |= {"2026-02", "2026-01", "namespace,label:team", "USD", gpu.h100.name}
+    client = logged_in(cast.user(role))
+    for query in (
+        "?window=2026-02&aggregate=namespace,label:team",
+        "?window=2026-02&aggregate=colour",
+    ):
+        response = client.get(PAGE + query, HTTP_ACCEPT_LANGUAGE="zh-hans")
+        assert response.status_code in (200, 400)
+        page = response.content.decode()
+        left = [t for t in visible_text(page) if untranslated(t, data | {"colour"})]
+        assert left == [], query
+    page = client.get(PAGE + "?window=2026-02", HTTP_ACCEPT_LANGUAGE="zh-hans").content.decode()
+    assert "成本分配" in page and 'id="allocation-chart"' in page
+
+
+def test_the_allocation_page_shows_groups_chart_and_csv_link(
+    closed: BillingPeriod, cast: Cast
+) -> None:
+    from tests.tenants.test_portal import logged_in
+
+    admin = logged_in(cast.platform_admin)
+    page = admin.get(PAGE, {"window": "2026-02", "aggregate": "label:team", "idle": "guarantee"})
+    text = page.content.decode()
+    assert page.status_code == 200
+    assert "Label team" in text and ">cv<" in text and "(unallocated)" in text
+    assert "Idle capacity shared by guarantee." in text and "plotly" in text
+    assert "as=csv" in text
+    download = admin.get(PAGE, {"window": "2026-02", "aggregate": "label:team", "as": "csv"})
+    assert download["Content-Type"].startswith("text/csv")
+    table = list(csv.reader(io.StringIO(download.content.decode())))
+    assert sum(Decimal(line[6]) for line in table[1:]) == statements_total(closed)
+    finance_nav = admin.get("/billing/").content.decode()
+    assert 'href="/billing/allocation/"' in finance_nav
+
+
+def test_the_allocation_page_is_scoped_like_the_api(closed: BillingPeriod, cast: Cast) -> None:
+    from tests.tenants.test_portal import logged_in
+
+    lead = logged_in(cast.lead).get(PAGE, {"window": "2026-02", "aggregate": "tenant"})
+    text = lead.content.decode()
+    assert lead.status_code == 200 and "vision" in text and "globex" not in text
+    assert "Idle capacity shared" not in text
+    outsider = logged_in(cast.outsider)
+    assert outsider.get(PAGE, {"window": "2026-02", "tenant": "vision"}).status_code == 404
+    assert "vision" not in outsider.get(PAGE, {"window": "2026-02"}).content.decode()
+    assert logged_in(cast.member).get(PAGE).status_code == 404
+    bad = logged_in(cast.finance).get(PAGE, {"window": "2026-02", "aggregate": "colour"})
+    assert bad.status_code == 400 and "label:&lt;key&gt;" in bad.content.decode()
