@@ -362,3 +362,29 @@ def test_the_allocation_page_is_scoped_like_the_api(closed: BillingPeriod, cast:
     assert logged_in(cast.member).get(PAGE).status_code == 404
     bad = logged_in(cast.finance).get(PAGE, {"window": "2026-02", "aggregate": "colour"})
     assert bad.status_code == 400 and "label:&lt;key&gt;" in bad.content.decode()
+
+
+def test_reservations_and_adjustments_land_with_their_tenant_and_still_add_up(
+    february: BillingPeriod, cast: Cast
+) -> None:
+    from billing.models import Adjustment, TenantBillingSettings
+
+    TenantBillingSettings.objects.create(tenant=cast.team_b, charge_reserved=True)
+    TenantBillingSettings.objects.create(tenant=cast.other_org, charge_reserved=True)
+    Adjustment.objects.create(
+        tenant=cast.team_a, period=february, amount=Decimal("-7.50"), currency="USD", reason="x"
+    )
+    closed = period_close(actor=None, period=february)
+    body = get(cast.platform_admin, window="2026-02", aggregate="tenant,namespace").json()
+    rows = rows_by(body, "tenant", "namespace")
+    assert sum(Decimal(r["total"]) for r in body["rows"]) == statements_total(closed)
+    # speech's 2 reserved H100s for 672 hours cover its usage: all of it is speech-train's
+    assert rows[("speech", "speech-train")]["cost"] == "2688.00"
+    # globex reserved 2 too; its one hour is covered, so the whole reservation is its namespace's
+    assert rows[("globex", "globex-train")]["cost"] == "2688.00"
+    assert rows[("vision", "__unallocated__")]["cost"] == "-7.50"
+    by_type = rows_by(
+        get(cast.platform_admin, window="2026-02", aggregate="line_type").json(), "line_type"
+    )
+    assert by_type["reserved"]["cost"] == "5376.00"
+    assert by_type["adjustment"]["cost"] == "-7.50"
