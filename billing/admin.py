@@ -121,4 +121,4 @@ class TenantBillingSettingsAdmin(AuditedAdmin):
 
 @admin.register(BillingPolicy)
 class BillingPolicyAdmin(AuditedAdmin):
-    list_display = ["idle_mode", "default_currency"]
+    list_display = ["idle_mode", "allocation_idle", "default_currency"]

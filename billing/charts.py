@@ -235,3 +235,35 @@ def budget_heatmap(
     figure.update_xaxes(automargin=True, type="category", title_text=x_title)
     figure.update_yaxes(automargin=True, autorange="reversed", type="category")
     return _html(figure, "budget-heatmap")
+
+
+def allocation_bars(
+    labels: Sequence[str],
+    costs: Sequence[Decimal],
+    idle_costs: Sequence[Decimal] | None,
+    *,
+    currency: str,
+    title: str,
+) -> str:
+    """Stacked bars per allocation group: its cost, and its share of idle capacity when
+    the reader sees idle capacity."""
+    data: list[dict[str, Any]] = [
+        {"type": "bar", "name": _("Cost"), "x": list(labels), "y": [float(c) for c in costs]}
+    ]
+    if idle_costs is not None:
+        data.append(
+            {
+                "type": "bar",
+                "name": _("Idle capacity"),
+                "x": list(labels),
+                "y": [float(c) for c in idle_costs],
+            }
+        )
+    layout = {
+        "barmode": "stack",
+        "title": {"text": title, "x": 0.01, "xanchor": "left"},
+        **LAYOUT,
+        "xaxis": dict(CATEGORY_AXIS),
+        "yaxis": {"title": {"text": currency}, **VALUE_AXIS},
+    }
+    return _dict_html(data, layout, "allocation-chart")

@@ -282,9 +282,10 @@ def tenant_settings_set(
 
 
 def policy_update(*, actor: Any, source: str = "api", **changes: Any) -> BillingPolicy:
-    """Change the platform-wide idle mode or default currency."""
+    """Change the platform-wide idle mode, the allocation view's idle sharing or the
+    default currency."""
     _require_platform_billing(actor)
-    unknown = set(changes) - {"idle_mode", "default_currency"}
+    unknown = set(changes) - {"idle_mode", "allocation_idle", "default_currency"}
     if unknown:
         raise ValidationFailed(f"Unknown field(s): {', '.join(sorted(unknown))}.")
     if "idle_mode" in changes and changes["idle_mode"] not in BillingPolicy.IdleMode.values:

@@ -93,7 +93,7 @@ class RateCardSerializer(serializers.ModelSerializer[RateCard]):
 class BillingPolicySerializer(serializers.ModelSerializer[BillingPolicy]):
     class Meta:
         model = BillingPolicy
-        fields = ["idle_mode", "default_currency", "updated_at"]
+        fields = ["idle_mode", "allocation_idle", "default_currency", "updated_at"]
         read_only_fields = ["updated_at"]
 
 

@@ -30,3 +30,4 @@ router.register(
 )
 router.register("billing/exports", views.ExportViewSet, basename="billing-export")
 router.register("billing/collections", views.CollectionViewSet, basename="billing-collection")
+router.register("allocation", views.AllocationViewSet, basename="allocation")

@@ -23,8 +23,8 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from billing import allocation, exports, periods, rates, reports, selectors
 from billing import budgets as budget_services
-from billing import exports, periods, rates, reports, selectors
 from billing.api import serializers as s
 from billing.errors import PeriodNotFound, StatementFrozen
 from billing.models import (
@@ -489,6 +489,85 @@ def export_response(report: reports.PeriodReport, fmt: str) -> HttpResponse:
     response["Content-Disposition"] = f'attachment; filename="{exports.filename(report, fmt)}"'
     response["X-Tidegate-Provisional"] = "true" if report.provisional else "false"
     return response
+
+
+class AllocationViewSet(viewsets.ViewSet):
+    """Cost allocation: `window=YYYY-MM` or `start=...&end=...` (ISO 8601, end exclusive),
+    `aggregate=namespace,label:team` (tenant, namespace, workload, flavour, line_type,
+    label:<key>, annotation:<key>), `idle=even|guarantee|usage` (default: the billing
+    policy's), `tenant=<slug>` (one subtree), `format=json|csv`. Each row has the previous
+    window's total beside it; idle capacity is shown to platform billing only."""
+
+    def perform_content_negotiation(self, request: Request, force: bool = False) -> Any:
+        # ?format= is ours (json or csv, checked below with a 400), not DRF's renderer pick
+        return super().perform_content_negotiation(request, force=True)
+
+    @extend_schema(responses=None)
+    def list(self, request: Request) -> HttpResponse:
+        _require_billing_reader(request)
+        params = request.query_params
+        fmt = params.get("format") or "json"
+        if fmt not in ("json", "csv"):
+            raise ValidationFailed(
+                _("Unknown format '%(format)s'; use format=json or format=csv."),
+                params={"format": fmt},
+                field="format",
+            )
+        report = allocation.allocation_report(
+            request.user,
+            _allocation_window(request),
+            aggregate=allocation.parse_aggregate(params.get("aggregate")),
+            idle=allocation.parse_idle(params.get("idle")),
+            subtree=s.tenant_of_slug(request.user, params.get("tenant")),
+        )
+        if fmt == "csv":
+            response = HttpResponse(allocation.to_csv(report), content_type="text/csv")
+            filename = allocation.csv_filename(report)
+            response["Content-Disposition"] = f'attachment; filename="{filename}"'
+            return response
+        totals = report.totals
+        return Response(
+            {
+                "window": report.window.label,
+                "start": report.window.start.isoformat(),
+                "end": report.window.end.isoformat(),
+                "previous_window": report.previous.label,
+                "aggregate": report.aggregate,
+                "idle": report.idle_policy.value if report.show_idle else None,
+                "provisional": report.provisional,
+                "currency": report.currency,
+                "totals": allocation.plain([_allocation_totals(totals, report.show_idle)])[0],
+                "rows": allocation.plain(report.records()),
+            }
+        )
+
+
+def _allocation_window(request: Request) -> allocation.Window:
+    params = request.query_params
+    window, start, end = params.get("window"), params.get("start"), params.get("end")
+    if window and (start or end):
+        raise ValidationFailed(
+            _("Give either window=YYYY-MM or start and end, not both."), field="window"
+        )
+    if window:
+        return allocation.month_window(window)
+    if start or end:
+        if not (start and end):
+            raise ValidationFailed(
+                _("Give both start and end (ISO 8601), e.g. start=2026-02-01&end=2026-02-08."),
+                field="end" if start else "start",
+            )
+        return allocation.range_window(start, end)
+    raise ValidationFailed(
+        _("Name the window: window=YYYY-MM, or start=...&end=... (ISO 8601)."), field="window"
+    )
+
+
+def _allocation_totals(totals: Any, show_idle: bool) -> dict[str, Any]:
+    out = {"cost": totals.cost, "total": totals.total, "previous_total": totals.previous_total}
+    if show_idle:
+        out["idle_cost"] = totals.idle_cost
+    return out
 
 
 class CollectionViewSet(viewsets.ViewSet):

@@ -119,7 +119,16 @@ class BillingPolicy(models.Model):
         LINE = "line", _("Shown as an __idle__ line")
         SPREAD = "spread", _("Spread over tenants by guarantee")
 
+    class AllocationIdle(models.TextChoices):
+        EVEN = "even", _("Evenly over the groups that used the flavour")
+        GUARANTEE = "guarantee", _("By guarantee")
+        USAGE = "usage", _("By usage")
+
     idle_mode = models.CharField(max_length=8, choices=IdleMode.choices, default=IdleMode.LINE)
+    # How the cost allocation view shares idle capacity out (statements follow idle_mode).
+    allocation_idle = models.CharField(
+        max_length=9, choices=AllocationIdle.choices, default=AllocationIdle.USAGE
+    )
     default_currency = models.CharField(max_length=3, default="USD", validators=[CURRENCY])
     updated_at = models.DateTimeField(auto_now=True)
 

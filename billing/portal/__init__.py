@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from django.urls import path
 
+from billing.portal.allocation import allocation_page
 from billing.portal.budgets import budget_overview, budget_panel, budget_panel_partial
 from billing.portal.common import LINE_KINDS, line_kind
 from billing.portal.idle import idle_capacity
@@ -40,4 +41,5 @@ urlpatterns = [
     ),
     path("billing/idle/", idle_capacity, name="billing-idle"),
     path("billing/trend/", spend_trend, name="billing-trend"),
+    path("billing/allocation/", allocation_page, name="billing-allocation"),
 ]

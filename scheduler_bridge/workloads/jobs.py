@@ -209,6 +209,8 @@ def _sync_objects(
                 job_uid=job.uid,
                 kind=job.kind,
                 audit_source="system",
+                labels=job.labels,
+                annotations=_kept_annotations(job.annotations),
             )
         except TidegateError as error:
             result.rejected.append(_reject(cluster, job, tenant, error.message).pk)
@@ -290,6 +292,12 @@ def _job_ended(
 
 
 MAX_RUN_TIME_S = 2**31 - 1
+# kubectl's copy of the whole manifest: large, and nothing anyone groups costs by
+LAST_APPLIED_ANNOTATION = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+def _kept_annotations(annotations: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in annotations.items() if k != LAST_APPLIED_ANNOTATION}
 
 
 def _seconds(annotations: dict[str, str], key: str) -> int | None:

@@ -105,6 +105,9 @@ class Workload(models.Model):
     namespace = models.CharField(max_length=63, blank=True)
     job_name = models.CharField(max_length=253, blank=True)
     job_uid = models.CharField(max_length=64, blank=True, db_index=True)
+    # the object's labels and annotations when it was queued (cost allocation groups by them)
+    labels = models.JSONField(default=dict, blank=True)
+    annotations = models.JSONField(default=dict, blank=True)
     # the Kubernetes kind of the object behind a workload from the cluster ("" from the API)
     kind = models.CharField(max_length=32, blank=True)
     priority_class = models.ForeignKey(

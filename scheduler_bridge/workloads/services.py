@@ -5,6 +5,7 @@ state changes themselves are life-cycle transitions (lifecycle.py)."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -294,6 +295,8 @@ def workload_submit(
     preemption_grace_s: int | None = None,
     checkpoint_interval_s: int | None = None,
     audit_source: str = "api",
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
 ) -> Workload:
     """Queue a workload for admission. Raises PermissionDenied for users who may not run
     work for `tenant`, ValidationFailed when the workload could never run on `cluster`."""
@@ -358,6 +361,8 @@ def workload_submit(
         job_name=job_name,
         job_uid=job_uid,
         kind=kind,
+        labels=dict(labels or {}),
+        annotations=dict(annotations or {}),
         priority_class=pclass,
         priority=pclass.value if pclass else 0,
         preemptible=pclass.preemptible if pclass else True,

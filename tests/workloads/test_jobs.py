@@ -363,3 +363,24 @@ def test_the_gpus_completed_pods_gave_back_admit_waiting_work(
     admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
     waiting.refresh_from_db()
     assert waiting.state in ("admitted", "running"), waiting.reason
+
+
+def test_a_queued_job_keeps_its_labels_and_annotations_for_cost_allocation(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    manifest = job_manifest(
+        "vision-train",
+        "labelled",
+        requests={"nvidia.com/gpu": 1},
+        labels={"tidegate.io/queue": "vision", "team": "cv"},
+        annotations={
+            "owner": "ada",
+            "kubectl.kubernetes.io/last-applied-configuration": "{...}",
+        },
+    )
+    manifest["apiVersion"] = "batch/v1"
+    fake_cluster.api.create_object(manifest)
+    synced = jobs_sync(fake_cluster.cluster, fake_cluster.gateway)
+    workload = Workload.objects.get(pk=synced.created[0])
+    assert workload.labels == {"tidegate.io/queue": "vision", "team": "cv"}
+    assert workload.annotations == {"owner": "ada"}
