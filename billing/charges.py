@@ -235,19 +235,31 @@ def busy_warnings(
 ) -> dict[int, set[str]]:
     """Per tenant, the statement warnings for busy time that is partial or estimated
     (:data:`BUSY_PARTIAL_WARNING`, :data:`BUSY_ESTIMATED_WARNING`), per flavour. One
-    GROUP BY over the rows so flagged (most ledgers have none)."""
-    flagged = Q(busy_partial=True) | Q(busy_estimated=True)
-    tenants = rows.filter(flagged).order_by().values("tenant_id").distinct()
-    counts = (
-        rows.filter(tenant_id__in=tenants)
+    GROUP BY over the rows so flagged (a partial index holds them: most ledgers have none),
+    then the row counts of the tenants concerned."""
+    flagged = (
+        rows.filter(Q(busy_partial=True) | Q(busy_estimated=True))
         .order_by()
         .values("tenant_id", "flavour_id")
         .annotate(
-            total=Count("pk"),
             partial=Count("pk", filter=Q(busy_partial=True)),
             estimated=Count("pk", filter=Q(busy_estimated=True)),
         )
     )
+    found = {(row["tenant_id"], row["flavour_id"]): row for row in flagged}
+    if not found:
+        return {}
+    totals = (
+        rows.filter(tenant_id__in={t for t, _f in found})
+        .order_by()
+        .values("tenant_id", "flavour_id")
+        .annotate(total=Count("pk"))
+    )
+    counts = [
+        found[key] | {"total": row["total"]}
+        for row in totals
+        if (key := (row["tenant_id"], row["flavour_id"])) in found
+    ]
     out: dict[int, set[str]] = defaultdict(set)
     for row in counts:
         flavour_id = row["flavour_id"]

@@ -175,6 +175,7 @@ def _write_statements(period: BillingPeriod, token: str) -> None:
         order.append(None)
     corrections = _statements_corrected(period, priced.lines)
     previous = _previous_lines(period)
+    busy = busy_warnings(UsageRecord.objects.filter(period=period), context.flavours)
     chunk = int(billing_setting("CLOSE_CHUNK"))
     for i in range(0, len(order), chunk):
         ids = order[i : i + chunk]
@@ -203,6 +204,7 @@ def _write_statements(period: BillingPeriod, token: str) -> None:
                 currency,
                 corrections,
                 previous,
+                busy,
             )
 
 
@@ -225,16 +227,13 @@ def _insert_statements(
     currency: str,
     corrections: dict[tuple[int | None, str], int],
     previous: dict[int | None, dict[LineIdentity, LineFigures]] | None = None,
+    busy: dict[int, set[str]] | None = None,
 ) -> None:
     if not tenant_ids:
         return
     adjustments = {
         a.pk: a for a in Adjustment.objects.filter(period=period).only("pk", "corrects_id")
     }
-    billed = [t for t in tenant_ids if t is not None]
-    busy = busy_warnings(
-        UsageRecord.objects.filter(period=period, tenant_id__in=billed), context.flavours
-    )
     statements = []
     for tenant_id in tenant_ids:
         lines = lines_by_tenant.get(tenant_id, [])
@@ -271,7 +270,7 @@ def _insert_statements(
                         for line in lines
                         if line.rate_card_id is None and line.flavour_id in context.flavours
                     }
-                    | busy.get(tenant_id or 0, set())
+                    | (busy or {}).get(tenant_id or 0, set())
                 ),
                 changes=changes,
             )

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from tenants.models import SettingChange
@@ -49,7 +49,7 @@ def record_setting(
         changes = SettingChange.objects.filter(topic=topic, key=key)
         if at is not None:
             changes = changes.filter(Q(valid_from__isnull=True) | Q(valid_from__lte=at))
-        latest = changes.order_by("-valid_from", "-id").first()
+        latest = changes.order_by(F("valid_from").desc(nulls_last=True), "-id").first()
         if latest is None:
             latest = (
                 SettingChange.objects.filter(topic=topic, key=key, valid_from__isnull=True)

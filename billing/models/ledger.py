@@ -109,6 +109,12 @@ class UsageRecord(WriteOnceModel):
             models.Index(fields=["tenant", "interval_start"], name="usage_tenant_time"),
             # the newest hour in the ledger (what keeps cached reads of it current)
             models.Index(fields=["interval_start"], name="usage_time"),
+            # the few rows whose busy time is partial or estimated (statement warnings)
+            models.Index(
+                fields=["period", "tenant"],
+                name="usage_busy_flagged",
+                condition=models.Q(busy_partial=True) | models.Q(busy_estimated=True),
+            ),
         ]
 
     def __str__(self) -> str:
