@@ -6,6 +6,7 @@ constant pieces of a window."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -23,7 +24,7 @@ from tests.conftest import Cast
 pytestmark = pytest.mark.django_db
 
 
-def values(topic: str, key: object) -> list[object]:
+def values(topic: str, key: object) -> list[Any]:
     return list(
         SettingChange.objects.filter(topic=topic, key=str(key))
         .order_by("id")
