@@ -19,8 +19,9 @@ from scheduler_bridge.workloads.models import Workload
 from tenants.models import AuditEvent, UserPreference
 from tests.billing.conftest import MAR, GpuCluster
 from tests.billing.factories import record_usage
-from tests.conftest import Cast
+from tests.conftest import Cast, client_for
 from tests.factories import PriorityClassFactory, WorkloadFactory
+from tests.tenants.test_portal import logged_in
 
 pytestmark = pytest.mark.django_db
 NOW = MAR + timedelta(days=10)
@@ -183,3 +184,54 @@ def test_two_evaluations_at_once_suspend_once_and_notify_once(
     assert spot.state == "pending" and spot.preemptions == 1
     assert AuditEvent.objects.filter(object_type="billing.budget", action="action").count() == 1
     assert len(mail.outbox) == 1
+
+
+# --- the policy in the API and the portal -------------------------------------------
+
+
+def test_the_api_takes_the_policy_and_refuses_anything_else(cast: Cast, gpu: GpuCluster) -> None:
+    client = client_for(cast.finance)
+    bad = client.post(
+        "/api/v1/billing/budgets/",
+        {"tenant": "vision", "amount": "500.00", "currency": "USD", "on_exhausted": "explode"},
+        format="json",
+    )
+    assert bad.status_code == 400 and "on_exhausted" in bad.json()
+    assert not Budget.objects.exists()
+    made = client.post(
+        "/api/v1/billing/budgets/",
+        {"tenant": "vision", "amount": "500.00", "currency": "USD", "enforcement": "hard"},
+        format="json",
+    )
+    assert made.status_code == 201 and made.json()["on_exhausted"] == "hold"
+    url = f"/api/v1/billing/budgets/{made.json()['id']}/"
+    changed = client.patch(url, {"on_exhausted": "suspend"}, format="json")
+    assert changed.status_code == 200 and changed.json()["on_exhausted"] == "suspend"
+    assert client.patch(url, {"on_exhausted": ""}, format="json").status_code == 400
+    outsider = client_for(cast.outsider).patch(url, {"on_exhausted": "hold"}, format="json")
+    assert outsider.status_code == 404
+    assert Budget.objects.get().on_exhausted == "suspend"
+
+
+def test_the_portal_form_changes_the_policy_with_help_and_field_errors(
+    cast: Cast, gpu: GpuCluster
+) -> None:
+    budget = spent_budget(cast, gpu, on_exhausted="hold")
+    url = f"/billing/budgets/{budget.pk}/edit/"
+    finance = logged_in(cast.finance)
+    page = finance.get(url)
+    assert page.status_code == 200
+    assert "suspend the running work of the subtree that may be preempted" in page.text
+    assert f'href="{url}"' in finance.get("/billing/budgets/").text
+    form = {"amount": "100.00", "enforcement": "hard", "is_active": "on"}
+    refused = finance.post(url, form | {"on_exhausted": "explode"})
+    assert refused.status_code == 400 and 'id="id_on_exhausted-error"' in refused.text
+    assert finance.post(url, form | {"on_exhausted": "suspend"}).status_code == 302
+    budget.refresh_from_db()
+    assert budget.on_exhausted == "suspend"
+    assert "Suspend preemptible running work" in finance.get("/billing/budgets/").text
+    for stranger in (cast.outsider, cast.member):
+        assert logged_in(stranger).get(url).status_code == 404
+        assert logged_in(stranger).post(url, form | {"on_exhausted": "hold"}).status_code == 404
+    budget.refresh_from_db()
+    assert budget.on_exhausted == "suspend"
