@@ -48,10 +48,11 @@ def test_a_hard_budget_refusal_reads_in_chinese() -> None:
     )
     with translation.override("zh-hans"):
         assert say(refused) == (
-            "预算：vision 在 2026-11 的预算：该工作负载约需 12.00 EUR，仅剩 5.00（硬性）"
+            "预算：vision 在 2026-11 的预算：该工作负载约需 12.00 EUR，"
+            "预算 50.00 EUR 仅剩 5.00 EUR（硬性）"
         )
         assert say(reasons.budget(budget.reason_exhausted())) == (
-            "预算：vision 在 2026-11 的预算已用尽（硬性）"
+            "预算：vision 在 2026-11 的预算已用尽（硬性）：已支出 45.00 / 50.00 EUR"
         )
 
 
