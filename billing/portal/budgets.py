@@ -136,11 +136,10 @@ def budget_overview(request: HttpRequest) -> HttpResponse:
                 "rate": rate,
                 "rate_explained": burn_explained(rate) if rate is not None else "",
                 "share": share,
+                "may_edit": can_write_billing(request.user, budget.tenant),
             }
         )
     chart = _heatmap(budgets, now) if budgets else ""
-    for row in rows:
-        row["may_edit"] = can_write_billing(request.user, row["budget"].tenant)
     return render(request, "billing/budgets.html", {"rows": rows, "chart": chart})
 
 

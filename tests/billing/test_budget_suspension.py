@@ -104,7 +104,7 @@ def test_a_spent_budget_suspends_its_preemptible_running_work_only(
     record = AuditEvent.objects.get(
         object_type="billing.budget", object_id=str(budget.pk), action="action"
     )
-    assert record.after["suspended"] == [spot.pk]
+    assert record.after is not None and record.after["suspended"] == [spot.pk]
     assert "1 running workload suspended" in record.message
     (notice,) = mail.outbox
     assert set(notice.to) == {
