@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -28,6 +28,7 @@ from billing.errors import CurrencyMismatch
 from billing.models import Budget, BudgetAlert, BudgetStatus
 from billing.months import month_window, quarter_window
 from billing.permissions import can_write_billing
+from billing.suspension import Spent, budget_suspend_preemptible
 from scheduler_bridge.workloads.models import Workload
 from tenants.audit import audit_record, snapshot
 from tenants.errors import PermissionDenied, ValidationFailed
@@ -35,7 +36,15 @@ from tenants.models import Tenant
 from tenants.transactions import queue_after_commit
 
 logger = logging.getLogger(__name__)
-BUDGET_FIELDS = ("cadence", "amount", "currency", "thresholds", "enforcement", "is_active")
+BUDGET_FIELDS = (
+    "cadence",
+    "amount",
+    "currency",
+    "thresholds",
+    "enforcement",
+    "on_exhausted",
+    "is_active",
+)
 CENT = Decimal("0.01")
 
 
@@ -77,6 +86,12 @@ def _validate(budget: Budget, now: datetime) -> None:
         raise ValidationFailed("cadence is month or quarter.", field="cadence")
     if budget.enforcement not in Budget.Enforcement.values:
         raise ValidationFailed("enforcement is soft or hard.", field="enforcement")
+    if budget.on_exhausted not in Budget.OnExhausted.values:
+        raise ValidationFailed(
+            "on_exhausted is hold (hold new work back) or suspend (also suspend running "
+            "work that may be preempted).",
+            field="on_exhausted",
+        )
     budget.thresholds = _clean_thresholds(budget.thresholds)
     _name, start, _end = budget_window(budget.cadence, now)
     expected = PricingContext.load().currency_at(max(start, now))
@@ -135,8 +150,8 @@ def budget_update(
     with transaction.atomic():
         budget = Budget.objects.select_for_update().select_related("tenant").get(pk=budget.pk)
         before = snapshot(budget)
-        for field, value in changes.items():
-            setattr(budget, field, value)
+        for name, value in changes.items():
+            setattr(budget, name, value)
         _validate(budget, now or timezone.now())
         try:
             with transaction.atomic():
@@ -175,6 +190,7 @@ def budget_delete(*, actor: Any, budget: Budget, source: str = "api") -> None:
 class EvaluationResult:
     budgets: int = 0
     alerts_fired: int = 0
+    suspended: list[int] = field(default_factory=list)  # workloads a spent budget suspended
 
 
 def _subtrees(budgets: Iterable[Budget], paths: dict[int, str]) -> dict[int, set[int]]:
@@ -343,6 +359,11 @@ def budgets_evaluate(*, now: datetime | None = None) -> EvaluationResult:
             )
             result.budgets += 1
             result.alerts_fired += _fire_alerts(budget, name, spent)
+            if budget.suspends_when_spent and spent >= budget.amount:
+                result.suspended += budget_suspend_preemptible(
+                    budget=budget,
+                    spent=Spent(name, spent, budget.amount, budget.currency),
+                )
     return result
 
 

@@ -1,10 +1,15 @@
-"""Who hears about budget alerts, and what the e-mail says."""
+"""Who hears about budget alerts and suspensions, and what the e-mails say."""
 
 from __future__ import annotations
 
-from django.utils.translation import gettext as _
+from collections.abc import Sequence
+from decimal import Decimal
 
-from billing.models import BudgetAlert
+from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
+
+from billing.models import Budget, BudgetAlert
+from scheduler_bridge.workloads.models import Workload
 from tenants.languages import emails_by_language
 from tenants.models import Membership, Role
 
@@ -46,3 +51,57 @@ def alert_mail(alert: BudgetAlert) -> tuple[str, str]:
         % values
     )
     return subject, body
+
+
+def suspension_recipients(budget: Budget, workloads: Sequence[Workload]) -> dict[str, list[str]]:
+    """Those told an alert of ``budget`` (admins, finance, leads on its tenant or above)
+    and the leads of each tenant whose work was suspended, grouped by language."""
+    tenant = budget.tenant
+    memberships = Membership.objects.filter(
+        tenant_id__in=tenant.ancestor_ids(), role__in=NOTIFIED_ROLES
+    ).select_related("user")
+    leads = Membership.objects.filter(
+        tenant_id__in={w.tenant_id for w in workloads}, role=Role.LEAD
+    ).select_related("user")
+    return emails_by_language({m.user for m in [*memberships, *leads]})
+
+
+def suspension_mail(
+    budget: Budget,
+    period_name: str,
+    spent: Decimal,
+    amount: Decimal,
+    workloads: Sequence[Workload],
+) -> tuple[str, str]:
+    """The notice that a spent hard budget suspended running work, in the active language."""
+    values = {
+        "tenant": budget.tenant.name,
+        "slug": budget.tenant.slug,
+        "period": period_name,
+        "spent": spent,
+        "amount": amount,
+        "currency": budget.currency,
+        "count": len(workloads),
+    }
+    subject = (
+        ngettext(
+            "[Tidegate] %(slug)s budget for %(period)s is spent: %(count)s workload suspended",
+            "[Tidegate] %(slug)s budget for %(period)s is spent: %(count)s workloads suspended",
+            len(workloads),
+        )
+        % values
+    )
+    body = (
+        _(
+            "%(tenant)s (%(slug)s) has spent %(spent)s %(currency)s of its %(amount)s "
+            "%(currency)s hard budget for %(period)s. The budget suspends running work that "
+            "may be preempted once it is spent, so this work went back to the queue:"
+        )
+        % values
+    )
+    lines = [f"  - {w.tenant.slug}/{w.name} (#{w.pk})" for w in workloads]
+    ending = _(
+        "It starts again when the budget allows it (a new budget period, or a larger "
+        "budget). Work that may not be preempted keeps running."
+    )
+    return subject, "\n".join([body, "", *lines, "", ending])

@@ -73,7 +73,11 @@ def budgets_evaluate() -> dict[str, int]:
     from billing.budgets import budgets_evaluate as evaluate
 
     result = evaluate()
-    return {"budgets": result.budgets, "alerts_fired": result.alerts_fired}
+    return {
+        "budgets": result.budgets,
+        "alerts_fired": result.alerts_fired,
+        "suspended": len(result.suspended),
+    }
 
 
 @shared_task(autoretry_for=(OSError,), retry_backoff=60, max_retries=5)
@@ -103,6 +107,36 @@ def budget_alert_notify(alert_id: int) -> int:
     except OSError:
         BudgetAlert.objects.filter(pk=alert_id).update(emailed_at=None)
         raise
+    return sent
+
+
+@shared_task(autoretry_for=(OSError,), retry_backoff=60, max_retries=5)
+def budget_suspension_notify(
+    budget_id: int, period_name: str, spent: str, amount: str, workload_ids: list[int]
+) -> int:
+    """E-mail the leads (and finance and admins over the budget's tenant) that a spent
+    budget suspended running work, each in their language. Queued once, by the
+    evaluation that suspended the work."""
+    from decimal import Decimal
+
+    from billing.models import Budget
+    from billing.notifications import suspension_mail, suspension_recipients
+    from scheduler_bridge.workloads.models import Workload
+
+    budget = Budget.objects.select_related("tenant").filter(pk=budget_id).first()
+    if budget is None:
+        return 0
+    workloads = list(
+        Workload.objects.filter(pk__in=workload_ids).select_related("tenant").order_by("pk")
+    )
+    sent = 0
+    for language, recipients in suspension_recipients(budget, workloads).items():
+        with translation.override(language):
+            subject, body = suspension_mail(
+                budget, period_name, Decimal(spent), Decimal(amount), workloads
+            )
+        send_mail(subject, body, None, recipients)
+        sent += len(recipients)
     return sent
 
 

@@ -298,6 +298,7 @@ class BudgetSerializer(serializers.ModelSerializer[Budget]):
             "currency",
             "thresholds",
             "enforcement",
+            "on_exhausted",
             "is_active",
             "status",
             "created_at",

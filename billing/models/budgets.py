@@ -22,7 +22,9 @@ class Budget(models.Model):
 
     Alerts fire once per threshold (percent of ``amount``) per budget period. A ``hard``
     budget also stops admission of new work in the subtree once it is spent (or once a
-    workload would cost more than what is left); a ``soft`` one only warns.
+    workload would cost more than what is left); a ``soft`` one only warns. What a spent
+    hard budget does to work already running is ``on_exhausted``: nothing (``hold``) or
+    suspend the subtree's preemptible work (``suspend``).
     """
 
     class Cadence(models.TextChoices):
@@ -33,6 +35,10 @@ class Budget(models.Model):
         SOFT = "soft", _("Soft (alerts only)")
         HARD = "hard", _("Hard (stops admission)")
 
+    class OnExhausted(models.TextChoices):
+        HOLD = "hold", _("Hold new work")
+        SUSPEND = "suspend", _("Suspend preemptible running work")
+
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
     cadence = models.CharField(max_length=8, choices=Cadence.choices, default=Cadence.MONTH)
     amount = models.DecimalField(**MONEY)
@@ -40,6 +46,17 @@ class Budget(models.Model):
     thresholds = models.JSONField(default=default_thresholds)
     enforcement = models.CharField(
         max_length=4, choices=Enforcement.choices, default=Enforcement.SOFT
+    )
+    on_exhausted = models.CharField(
+        _("when spent"),
+        max_length=8,
+        choices=OnExhausted.choices,
+        default=OnExhausted.HOLD,
+        help_text=_(
+            "What a spent hard budget does: hold new work back (running work goes on), or "
+            "also suspend the running work of the subtree that may be preempted. Suspended "
+            "work goes back to the queue and its leads are told."
+        ),
     )
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -60,6 +77,11 @@ class Budget(models.Model):
     @property
     def is_hard(self) -> bool:
         return self.enforcement == self.Enforcement.HARD
+
+    @property
+    def suspends_when_spent(self) -> bool:
+        """A hard budget that also suspends running preemptible work once spent."""
+        return self.is_hard and self.on_exhausted == self.OnExhausted.SUSPEND
 
 
 class BudgetStatus(models.Model):

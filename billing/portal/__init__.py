@@ -12,7 +12,12 @@ from __future__ import annotations
 from django.urls import path
 
 from billing.portal.allocation import allocation_page
-from billing.portal.budgets import budget_overview, budget_panel, budget_panel_partial
+from billing.portal.budgets import (
+    budget_edit,
+    budget_overview,
+    budget_panel,
+    budget_panel_partial,
+)
 from billing.portal.common import LINE_KINDS, line_kind
 from billing.portal.idle import idle_capacity
 from billing.portal.overview import billing_home, spend_trend
@@ -34,6 +39,7 @@ urlpatterns = [
     path("billing/rate-cards/", rate_cards, name="billing-rate-cards"),
     path("billing/rate-cards/<int:pk>/edit/", rate_card_edit, name="billing-rate-card-edit"),
     path("billing/budgets/", budget_overview, name="billing-budgets"),
+    path("billing/budgets/<int:pk>/edit/", budget_edit, name="billing-budget-edit"),
     path(
         "billing/budgets/panel/<slug:slug>/",
         budget_panel_partial,

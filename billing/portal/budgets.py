@@ -8,20 +8,25 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from django import forms
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from billing import charts, reports, selectors
-from billing.budgets import BurnRate, budget_window, status_burn_rate
+from billing.budgets import BurnRate, budget_update, budget_window, status_burn_rate
 from billing.conf import billing_setting
 from billing.models import Budget, BudgetAlert, BudgetStatus
+from billing.permissions import can_write_billing
 from billing.portal.common import require_billing_reader
 from billing.spend import daily_spend, days_between
 from tenants import access
+from tenants.errors import TidegateError
 from tenants.models import Tenant
 
 
@@ -131,10 +136,61 @@ def budget_overview(request: HttpRequest) -> HttpResponse:
                 "rate": rate,
                 "rate_explained": burn_explained(rate) if rate is not None else "",
                 "share": share,
+                "may_edit": can_write_billing(request.user, budget.tenant),
             }
         )
     chart = _heatmap(budgets, now) if budgets else ""
     return render(request, "billing/budgets.html", {"rows": rows, "chart": chart})
+
+
+class BudgetForm(forms.Form):
+    """What the portal changes on a budget (its tenant, cadence and currency stay)."""
+
+    amount = forms.DecimalField(
+        label=gettext_lazy("Amount"), max_digits=14, decimal_places=2, min_value=0.01
+    )
+    enforcement = forms.ChoiceField(
+        label=gettext_lazy("Type"),
+        choices=Budget.Enforcement.choices,
+        help_text=gettext_lazy("A hard budget holds new work back once it is spent."),
+    )
+    on_exhausted = forms.ChoiceField(
+        label=gettext_lazy("When a hard budget is spent"),
+        choices=Budget.OnExhausted.choices,
+        help_text=Budget._meta.get_field("on_exhausted").help_text,
+    )
+    is_active = forms.BooleanField(label=gettext_lazy("Active"), required=False)
+
+
+@login_required
+def budget_edit(request: HttpRequest, pk: int) -> HttpResponse:
+    """Change a budget's amount, type and what it does once spent (404 to whoever may not
+    write its tenant's budgets; a refused value is a field error, 400)."""
+    budget = get_object_or_404(selectors.budgets_visible_to(request.user), pk=pk)
+    if not can_write_billing(request.user, budget.tenant):
+        raise Http404
+    fields = ("amount", "enforcement", "on_exhausted", "is_active")
+    form = BudgetForm(initial={name: getattr(budget, name) for name in fields})
+    status = 200
+    if request.method == "POST":
+        form = BudgetForm(request.POST)
+        if form.is_valid():
+            try:
+                budget_update(
+                    actor=request.user, budget=budget, source="portal", **form.cleaned_data
+                )
+            except TidegateError as error:
+                field = error.field if error.field in form.fields else None
+                form.add_error(field, error.message)
+            else:
+                messages.success(
+                    request, _("Budget of %(tenant)s saved.") % {"tenant": budget.tenant.slug}
+                )
+                return redirect("billing-budgets")
+        status = 400
+    return render(
+        request, "billing/budget_edit.html", {"budget": budget, "form": form}, status=status
+    )
 
 
 def _heatmap(budgets: list[Budget], now: datetime) -> str:

@@ -556,7 +556,7 @@ class _Cycle:
             placed = self._place(item, option)
             if placed is None:
                 continue
-            if self._budget_ok(item):
+            if self._budget_ok(item, option):
                 self._admit(queue, item, option, *placed)
             return _DECIDED
         return None
@@ -569,7 +569,7 @@ class _Cycle:
         for option in options:
             found = self.preemptor.plan(item, option)
             if found is not None:
-                if self._budget_ok(item):
+                if self._budget_ok(item, option):
                     self._nominate(queue, item, option, found)
                 return _DECIDED
         self.preempt_memo.add(key)
@@ -651,8 +651,16 @@ class _Cycle:
             return True
         return self.queue_class == 0 and any(entry.cls > 0 for entry in reservations)
 
-    def _budget_ok(self, item: Item) -> bool:
-        allowed, why = self.gate.may_start(item.wl.tenant_id, item.wl)
+    def _budget_ok(self, item: Item, option: Option) -> bool:
+        # The gate prices the workload as it would run: each pod set on the flavour this
+        # option gives it, so the card and the borrowing it estimates are that flavour's.
+        wl = item.wl
+        pod_sets = tuple(
+            ps if ps.flavours == (self.names[f],) else replace(ps, flavours=(self.names[f],))
+            for ps, f in zip(wl.pod_sets, option.flavours, strict=True)
+        )
+        as_run = wl if pod_sets == wl.pod_sets else replace(wl, pod_sets=pod_sets)
+        allowed, why = self.gate.may_start(wl.tenant_id, as_run)
         if not allowed:
             flavour = self.names[item.shape.options[0].totals[0][0]]
             self.outcomes[item.wl.id] = (ReasonCode.BUDGET, reasons.budget(why), flavour)

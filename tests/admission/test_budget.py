@@ -10,7 +10,7 @@ from scheduler_bridge.admission import (
     ReasonCode,
 )
 
-from .factories import nodes, running, snapshot, two_teams, workload
+from .factories import H100, nodes, running, snapshot, two_teams, workload
 
 
 class HardBudget:
@@ -62,3 +62,32 @@ def test_gate_is_only_asked_about_workloads_that_would_start():
     snap = snapshot(tree, quotas, nodes(2), [workload(f"a{i}", "a", 1) for i in range(50)], busy)
     AdmissionEngine(budget_gate=gate).run_cycle(snap)
     assert gate.asked == []
+
+
+class Recording:
+    """Allows everything and remembers the flavours each workload was asked about with."""
+
+    def __init__(self) -> None:
+        self.flavours: dict[str, list[tuple[str, ...]]] = {}
+
+    def may_start(self, tenant_id: str, workload: PendingWorkload) -> tuple[bool, str | None]:
+        self.flavours[workload.id] = [ps.flavours for ps in workload.pod_sets]
+        return True, None
+
+
+def test_gate_is_asked_about_the_flavour_the_workload_would_run_on():
+    from scheduler_bridge.admission import Flavour
+
+    tree, quotas = two_teams(a=8, b=8)
+    gate = Recording()
+    # a1 prefers A100 but only H100 nodes exist with room: it would run on H100
+    snap = snapshot(
+        tree,
+        quotas,
+        nodes(1),
+        [workload("a1", "a", 4, flavour=("A100", H100))],
+        flavours=(Flavour(H100), Flavour("A100")),
+    )
+    result = AdmissionEngine(budget_gate=gate).run_cycle(snap)
+    assert [a.flavour for a in result.admissions] == [H100]
+    assert gate.flavours == {"a1": [(H100,)]}

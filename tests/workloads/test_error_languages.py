@@ -40,18 +40,19 @@ def test_a_hard_budget_refusal_reads_in_chinese() -> None:
     from scheduler_bridge.admission import reasons
     from scheduler_bridge.templatetags.tidegate import say
 
-    budget = HardBudget("vision", "2026-11", "EUR", Fraction(5))
+    budget = HardBudget("vision", "2026-11", "EUR", amount=Fraction(50), spent=Fraction(45))
     refused = reasons.budget(budget.reason_too_expensive(Fraction(12)))
     assert refused == (
         "budget: vision budget for 2026-11: this workload would cost about 12.00 EUR, "
-        "5.00 left (hard)"
+        "5.00 EUR left of 50.00 EUR allowed (hard)"
     )
     with translation.override("zh-hans"):
         assert say(refused) == (
-            "预算：vision 在 2026-11 的预算：该工作负载约需 12.00 EUR，仅剩 5.00（硬性）"
+            "预算：vision 在 2026-11 的预算：该工作负载约需 12.00 EUR，"
+            "预算 50.00 EUR 仅剩 5.00 EUR（硬性）"
         )
         assert say(reasons.budget(budget.reason_exhausted())) == (
-            "预算：vision 在 2026-11 的预算已用尽（硬性）"
+            "预算：vision 在 2026-11 的预算已用尽（硬性）：已支出 45.00 / 50.00 EUR"
         )
 
 
