@@ -11,8 +11,10 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
+from django.utils.translation import gettext_lazy
 
 from billing import reports, selectors
+from billing.models import Statement, StatementLine
 from billing.permissions import can_manage_platform_billing
 from billing.portal.common import (
     IDLE_COST_CENTRE,
@@ -22,6 +24,7 @@ from billing.portal.common import (
 )
 from billing.pricing import IDLE_TENANT
 from scheduler_bridge.workloads.models import Workload
+from tenants.models import Tenant
 
 
 def _flavour_totals(lines: list[Any]) -> list[dict[str, Any]]:
@@ -70,8 +73,71 @@ def statement_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "flavour": flavour,
         "corrected_by": corrected_by,
         "workloads": workloads,
+        "changes": _changes(statement),
+        "previous": _previous_revision(request, statement),
+        "charged_to": _charged_to(lines, statement),
     }
     return render(request, "billing/statement_detail.html", context)
+
+
+CHANGE_FIELDS = {
+    "added": gettext_lazy("new line"),
+    "removed": gettext_lazy("line removed"),
+    "gpu_hours": gettext_lazy("GPU-hours"),
+    "rate": gettext_lazy("Rate"),
+    "amount": gettext_lazy("Amount"),
+}
+
+
+def _changes(statement: Statement) -> list[dict[str, Any]]:
+    """What this revision changed against the previous one, for people to read."""
+    out = []
+    for change in statement.changes or []:
+        kind, _sep, rest = change["line"].partition(" ")
+        label = gettext_lazy("Total") if kind == "total" else f"{line_kind(kind)} {rest}".strip()
+        out.append(
+            {
+                "line": label,
+                "field": CHANGE_FIELDS.get(change["field"], change["field"]),
+                "before": change["before"] or "—",
+                "after": change["after"] or "—",
+            }
+        )
+    return out
+
+
+def _previous_revision(request: HttpRequest, statement: Statement) -> Statement | None:
+    if statement.revision <= 1:
+        return None
+    return (
+        selectors.statements_visible_to(request.user, current_only=False)
+        .filter(period=statement.period, tenant=statement.tenant, revision__lt=statement.revision)
+        .order_by("-revision")
+        .first()
+    )
+
+
+def _charged_to(lines: list[StatementLine], statement: Statement) -> list[dict[str, Any]]:
+    """Totals per cost centre and place in the tree the lines were charged to, when a
+    tenant moved or changed cost centre during the period (else empty)."""
+    places: dict[tuple[str, str], Decimal] = {}
+    for line in lines:
+        key = (line.cost_center, line.tenant_path)
+        places[key] = places.get(key, Decimal("0.00")) + line.amount
+    if len(places) <= 1:
+        return []
+    ids = {int(part) for _cost, path in places for part in path.strip("/").split("/") if part}
+    slugs = dict(Tenant.objects.filter(pk__in=ids).values_list("pk", "slug"))
+    return [
+        {
+            "cost_center": cost or "—",
+            "path": " › ".join(
+                slugs.get(int(part), part) for part in path.strip("/").split("/") if part
+            ),
+            "amount": amount,
+        }
+        for (cost, path), amount in sorted(places.items())
+    ]
 
 
 @login_required

@@ -34,6 +34,7 @@ from tenants.models import Tenant
 from tests.billing.conftest import FEB, MAR, GpuCluster
 from tests.billing.factories import record_usage
 from tests.conftest import Cast
+from tests.tenants.test_portal import logged_in
 
 pytestmark = pytest.mark.django_db
 
@@ -282,3 +283,28 @@ def test_a_reclose_after_the_ledger_changed_says_what_changed(
     assert totals and Decimal(totals[0]["after"]) - Decimal(totals[0]["before"]) == Decimal("5.00")
     # speech's statement is the same as before
     assert Statement.objects.get(tenant_slug="speech", revision=2).changes == []
+
+
+def test_the_statement_page_shows_where_lines_went_and_what_a_revision_changed(
+    cast: Cast, gpu: GpuCluster, month: BillingPeriod
+) -> None:
+    period_close(actor=cast.platform_admin, period=month)
+    vision = Statement.objects.get(tenant_slug="vision")
+    page = logged_in(cast.finance).get(f"/billing/statements/{vision.pk}/").content.decode()
+    charged = page[page.index('id="charged-to"') :]
+    assert "CC-R" in charged and "CC-V" in charged and "12.00" in charged
+    assert "acme › research › vision" in charged and "acme › vision" in charged
+    period_reopen(actor=cast.platform_admin, period=month, reason="late rows found")
+    record_usage(cast.team_a, gpu.h100, FEB + timedelta(days=25), hours=2, pod="late")
+    month.refresh_from_db()
+    period_close(actor=cast.platform_admin, period=month)
+    second = Statement.objects.get(tenant_slug="vision", revision=2)
+    page = logged_in(cast.finance).get(
+        f"/billing/statements/{second.pk}/", HTTP_ACCEPT_LANGUAGE="zh-hans"
+    )
+    text = page.content.decode()
+    changes = text[text.index('id="revision-changes"') :]
+    assert "修订" in changes  # the section speaks Chinese
+    assert "15.50" in changes and "20.50" in changes
+    assert f'href="/billing/statements/{vision.pk}/"' in changes  # the revision it replaces
+    assert logged_in(cast.outsider).get(f"/billing/statements/{second.pk}/").status_code == 404
