@@ -191,6 +191,9 @@ class StatementLineSerializer(serializers.ModelSerializer[StatementLine]):
             "corrects",
             "adjustment",
             "note",
+            "tenant_path",
+            "cost_center",
+            "mode",
         ]
         read_only_fields = fields
 
@@ -220,6 +223,7 @@ class StatementSerializer(serializers.ModelSerializer[Statement]):
             "gpu_hours",
             "gpu_hours_busy",
             "warnings",
+            "changes",
             "created_at",
             "lines",
         ]
