@@ -27,6 +27,7 @@ from billing import allocation_core as core
 from billing import pricing
 from billing.charges import PricingContext, grouped_usage
 from billing.exports import safe_text
+from billing.history import PeriodSettings, period_settings, resolve_period_settings
 from billing.models import Adjustment, BillingPeriod, StatementLine, UsageRecord
 from billing.months import add_months, month_name, parse_month
 from billing.permissions import can_manage_platform_billing
@@ -211,7 +212,7 @@ def allocation_report(
     flavour_names = {pk: f.name for pk, f in context.flavours.items()}
 
     def rows_of(target: Window) -> tuple[list[core.Row], str | None, bool]:
-        lines, pieces, currency, provisional = _inputs(
+        lines, pieces, currency, provisional, guarantees = _inputs(
             target, aggregate, context, visible if not show_idle else None, now
         )
         rows = core.allocate(
@@ -222,7 +223,7 @@ def allocation_report(
                 idle_policy=policy,
                 tenant_slugs=slugs,
                 flavour_names=flavour_names,
-                guarantees=context.guarantees,
+                guarantees=guarantees,
                 visible=visible,
                 show_idle=show_idle,
             )
@@ -250,13 +251,20 @@ def _inputs(
     context: PricingContext,
     only: frozenset[int] | None,
     now: datetime,
-) -> tuple[list[core.Line], list[core.Piece], str | None, bool]:
-    """(charge lines, usage pieces, currency, provisional) of ``window``; ``only``: read
-    just these tenants (when idle capacity is not shown, nobody else's usage matters)."""
+) -> tuple[list[core.Line], list[core.Piece], str | None, bool, dict[tuple[int, int], int]]:
+    """(charge lines, usage pieces, currency, provisional, guarantee weights) of ``window``;
+    ``only``: read just these tenants (when idle capacity is not shown, nobody else's usage
+    matters). Quotas, the tree and billing settings are those in force during the window
+    (billing.history); guarantee weights are the guarantee-hours each tenant held in it."""
     period = window.period
     if window.month and period is None:
-        return [], [], None, False  # nothing was metered in that month
-    bounds = pricing.boundaries(context.cards)
+        return [], [], None, False, {}  # nothing was metered in that month
+    settings = (
+        period_settings(period)
+        if period is not None
+        else resolve_period_settings(window.start, window.end)
+    )
+    bounds = pricing.boundaries(settings.cards if settings.cards is not None else context.cards)
     by = _ledger_fields(aggregate)
     if period is not None:
         rows = UsageRecord.objects.filter(period=period)
@@ -268,17 +276,26 @@ def _inputs(
         own_month = None
     if only is not None:
         rows = rows.filter(tenant_id__in=only)
-    items = grouped_usage(rows, bounds, own_month, by)
+    items = grouped_usage(
+        rows, bounds, own_month, by, settings.tenant_cuts(window.start, window.end)
+    )
     if period is not None and period.state == BillingPeriod.State.CLOSED:
         lines = _statement_lines(period, only)
         provisional = False
     else:
-        lines = _priced_lines(window, period, items, context, only, now)
+        lines = _priced_lines(window, period, items, context, settings, only, now)
         provisional = True
     reserved = {(ln.tenant_id, ln.flavour_id) for ln in lines if ln.kind == "reserved_capacity"}
     pieces = _pieces(items, reserved, context, aggregate)
     currency = next((ln.currency for ln in lines), None)
-    return [ln.line for ln in lines], pieces, currency, provisional
+    guarantees: dict[tuple[int, int], int] = {}
+    for piece in settings.guarantees:
+        if piece.tenant_id is None:
+            continue
+        key = (piece.tenant_id, piece.flavour_id)
+        seconds = int((min(piece.end, window.end) - max(piece.start, window.start)).total_seconds())
+        guarantees[key] = guarantees.get(key, 0) + piece.units * max(seconds, 0)
+    return [ln.line for ln in lines], pieces, currency, provisional, guarantees
 
 
 def _ledger_fields(aggregate: Sequence[str]) -> tuple[str, ...]:
@@ -339,6 +356,7 @@ def _priced_lines(
     period: BillingPeriod | None,
     items: list[tuple[dict[str, Any], pricing.Usage]],
     context: PricingContext,
+    settings: PeriodSettings,
     only: frozenset[int] | None,
     now: datetime,
 ) -> list[_PricedLine]:
@@ -354,27 +372,24 @@ def _priced_lines(
             )
             for a in found
         ]
-    reservations = [
-        pricing.Reservation(tenant_id=tenant, flavour_id=flavour, devices=units)
-        for (tenant, flavour), units in sorted(context.guarantees.items())
-        if tenant in context.billing
-        and context.billing[tenant].charge_reserved
-        and (only is None or tenant in only)
-    ]
+    reservations = [r for r in settings.reservations if only is None or r.tenant_id in only]
+    cards = settings.cards if settings.cards is not None else context.cards
     priced = pricing.price(
         pricing.PricingInput(
             start=window.start,
             end=window.end,
             flavours=context.flavours,
-            cards=context.cards,
+            cards=cards,
             usage=[usage for _extra, usage in items],
             reservations=reservations,
             adjustments=adjustments,
             default_multipliers=context.multipliers,
             idle_mode=pricing.IdleMode.LINE if only is None else pricing.IdleMode.HIDDEN,
-            guarantees=context.guarantees,
             as_of=min(now, window.end),
             default_currency=context.currency_at(window.start),
+            spans=settings.spans,
+            capacity=settings.capacity,
+            guarantee_pieces=settings.guarantees,
         )
     )
     return [
