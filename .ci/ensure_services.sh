@@ -16,6 +16,8 @@ fc-list :lang=zh 2>/dev/null | grep -q . || need_apt+=(fonts-noto-cjk)
 command -v pg_ctlcluster >/dev/null 2>&1 || need_apt+=(postgresql)
 # pdftoppm, pdftotext and pdffonts: the invoice PDF tests render and read the PDFs
 command -v pdftoppm >/dev/null 2>&1 || need_apt+=(poppler-utils)
+# poppler's CMaps, so pdftotext and pdffonts read the Chinese PDFs' CID font
+[ -d /usr/share/poppler/cMap ] || need_apt+=(poppler-data)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "installing Debian packages: ${need_apt[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive
