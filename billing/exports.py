@@ -460,7 +460,7 @@ def to_pdf(report: PeriodReport) -> bytes:
         )
     )
     story.append(table)
-    document.build(story)
+    document.build(story, canvasmaker=numbered_canvas(font))
     return buffer.getvalue()
 
 
@@ -489,3 +489,34 @@ def pdf_fonts() -> tuple[str, str]:
 
 def pdf_escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def numbered_canvas(font: str) -> Any:
+    """A canvas class that writes "Page N of M" once it knows M (pages are kept until
+    the document is saved, then each is drawn with the count)."""
+    from reportlab.pdfgen.canvas import Canvas
+
+    class NumberedCanvas(Canvas):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._pages: list[dict[str, Any]] = []
+
+        def showPage(self) -> None:  # noqa: N802 (ReportLab's name)
+            self._pages.append(dict(self.__dict__))
+            self._startPage()
+
+        def save(self) -> None:
+            total = len(self._pages)
+            for state in self._pages:
+                self.__dict__.update(state)
+                self.setFont(font, 8)
+                width = self._pagesize[0]
+                self.drawRightString(
+                    width - 40,
+                    25,
+                    _("Page %(n)s of %(total)s") % {"n": self._pageNumber, "total": total},
+                )
+                super().showPage()
+            super().save()
+
+    return NumberedCanvas

@@ -16,6 +16,7 @@ print as written.
 from __future__ import annotations
 
 import io
+import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from billing.exports import (
     cost_centre_key,
     line_type,
     line_type_label,
+    numbered_canvas,
     pdf_escape,
     pdf_fonts,
 )
@@ -177,8 +179,10 @@ def finance_contacts(tenants: Iterable[Tenant]) -> list[str]:
 
 
 def filename(invoice: Invoice) -> str:
+    """The download's name: the number, with anything but letters, digits . _ - as _."""
     marker = "-PROVISIONAL" if invoice.provisional else ""
-    return f"statement-{invoice.number}{marker}.pdf"
+    number = re.sub(r"[^A-Za-z0-9._-]", "_", invoice.number)
+    return f"statement-{number}{marker}.pdf"
 
 
 def render(invoice: Invoice) -> bytes:
@@ -204,7 +208,7 @@ def render(invoice: Invoice) -> bytes:
         _story(invoice, title, font, bold),
         onFirstPage=page.draw,
         onLaterPages=page.draw,
-        canvasmaker=_numbered_canvas(font),
+        canvasmaker=numbered_canvas(font),
     )
     return buffer.getvalue()
 
@@ -334,15 +338,18 @@ def _lines_table(invoice: Invoice, font: str, bold: str) -> Any:
         data.append([capfirst(line_type_label(key))] + [""] * (len(header) - 1))
         style.append(("FONT", (0, len(data) - 1), (-1, len(data) - 1), bold))
         for row in groups[key]:
-            cells = [
-                row.note or row.flavor,
-                row.usage_period,
-                str(row.gpu_hours_allocated),
-                str(row.rate),
-                str(row.multiplier),
-                str(row.amount),
-                row.currency,
-            ]
+            # An adjustment is an amount only: no hours, rate or multiplier to show.
+            quantities = (
+                ["", "", ""]
+                if key == "adjustment"
+                else [
+                    str(row.gpu_hours_allocated),
+                    str(row.rate),
+                    str(row.multiplier),
+                ]
+            )
+            cells = [row.note or row.flavor, row.usage_period, *quantities]
+            cells += [str(row.amount), row.currency]
             if with_tenant:
                 cells.insert(0, _("Idle capacity") if row.tenant == IDLE_TENANT else row.tenant)
             data.append(cells)
@@ -418,34 +425,3 @@ class _PageDecor:
         canvas.rotate(40)
         canvas.drawCentredString(0, 0, self.watermark)
         canvas.restoreState()
-
-
-def _numbered_canvas(font: str) -> Any:
-    """A canvas class that writes "Page N of M" once it knows M (pages are kept until
-    the document is saved, then each is drawn with the count)."""
-    from reportlab.pdfgen.canvas import Canvas
-
-    class NumberedCanvas(Canvas):
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self._pages: list[dict[str, Any]] = []
-
-        def showPage(self) -> None:  # noqa: N802 (ReportLab's name)
-            self._pages.append(dict(self.__dict__))
-            self._startPage()
-
-        def save(self) -> None:
-            total = len(self._pages)
-            for state in self._pages:
-                self.__dict__.update(state)
-                self.setFont(font, 8)
-                width = self._pagesize[0]
-                self.drawRightString(
-                    width - 40,
-                    25,
-                    _("Page %(n)s of %(total)s") % {"n": self._pageNumber, "total": total},
-                )
-                super().showPage()
-            super().save()
-
-    return NumberedCanvas
