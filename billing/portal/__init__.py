@@ -30,7 +30,7 @@ urlpatterns = [
     path("billing/", billing_home, name="billing-home"),
     path("billing/periods/", period_list, name="billing-periods"),
     path("billing/statements/<int:pk>/", statement_detail, name="billing-statement"),
-    path("billing/statements/<int:pk>/pdf/", statement_pdf, name="billing-statement-pdf"),
+    path("billing/statements/<int:pk>/pdf/", statement_pdf, name="portal-billing-statement-pdf"),
     path("billing/periods/<str:name>/cost-centre/", cost_centre_detail, name="billing-cost-centre"),
     path(
         "billing/periods/<str:name>/cost-centre/pdf/",

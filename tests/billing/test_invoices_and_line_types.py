@@ -315,3 +315,20 @@ def test_outsiders_get_404_for_every_invoice_pdf(
     idle = "/billing/periods/2026-02/cost-centre/pdf/?code=__idle__"
     assert logged_in(cast.finance).get(idle).status_code == 404
     assert logged_in(cast.platform_admin).get(idle).status_code == 200
+
+
+def test_statement_and_cost_centre_pages_link_their_pdfs(
+    cast: Cast, two_months: tuple[BillingPeriod, BillingPeriod]
+) -> None:
+    statement = Statement.objects.get(period__name="2026-02", tenant_slug="vision")
+    client = logged_in(cast.lead)
+    page = client.get(f"/billing/statements/{statement.pk}/").content.decode()
+    link = f'href="/billing/statements/{statement.pk}/pdf/"'
+    assert link in page
+    pdf = client.get(f"/billing/statements/{statement.pk}/pdf/")
+    assert pdf.status_code == 200 and pdf.content.startswith(b"%PDF")
+    page = logged_in(cast.finance).get("/billing/periods/2026-02/cost-centre/?code=CC-100")
+    assert 'href="/billing/periods/2026-02/cost-centre/pdf/?code=CC-100"' in page.content.decode()
+    # The lead of vision reads vision's cost centre, not speech's.
+    assert client.get("/billing/periods/2026-02/cost-centre/pdf/?code=CC-100").status_code == 200
+    assert client.get("/billing/periods/2026-02/cost-centre/pdf/?code=CC-200").status_code == 404
