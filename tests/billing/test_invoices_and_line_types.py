@@ -327,8 +327,8 @@ def test_statement_and_cost_centre_pages_link_their_pdfs(
     assert link in page
     pdf = client.get(f"/billing/statements/{statement.pk}/pdf/")
     assert pdf.status_code == 200 and pdf.content.startswith(b"%PDF")
-    page = logged_in(cast.finance).get("/billing/periods/2026-02/cost-centre/?code=CC-100")
-    assert 'href="/billing/periods/2026-02/cost-centre/pdf/?code=CC-100"' in page.content.decode()
+    centre = logged_in(cast.finance).get("/billing/periods/2026-02/cost-centre/?code=CC-100")
+    assert 'href="/billing/periods/2026-02/cost-centre/pdf/?code=CC-100"' in centre.content.decode()
     # The lead of vision reads vision's cost centre, not speech's.
     assert client.get("/billing/periods/2026-02/cost-centre/pdf/?code=CC-100").status_code == 200
     assert client.get("/billing/periods/2026-02/cost-centre/pdf/?code=CC-200").status_code == 404
