@@ -2,7 +2,7 @@
 # Makes sure everything the test suite talks to is installed and running:
 # PostgreSQL and Redis at 127.0.0.1, Debian's chromium and a Chinese font (portal tests), gettext (the check
 # that the translation catalogue matches the sources) and prometheus
-# (metering tests), and poppler-utils (the PDF tests). Idempotent: does nothing when all is in place.
+# (metering tests), and poppler-utils with poppler-data (the PDF tests). Idempotent: does nothing when all is in place.
 set -euo pipefail
 
 need_apt=()
