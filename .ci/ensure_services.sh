@@ -2,7 +2,7 @@
 # Makes sure everything the test suite talks to is installed and running:
 # PostgreSQL and Redis at 127.0.0.1, Debian's chromium and a Chinese font (portal tests), gettext (the check
 # that the translation catalogue matches the sources) and prometheus
-# (metering tests). Idempotent: does nothing when all is in place.
+# (metering tests), and poppler-utils with poppler-data (the PDF tests). Idempotent: does nothing when all is in place.
 set -euo pipefail
 
 need_apt=()
@@ -14,6 +14,10 @@ command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 # a Chinese font, so the portal's zh-Hans pages draw in Chromium as readers see them
 fc-list :lang=zh 2>/dev/null | grep -q . || need_apt+=(fonts-noto-cjk)
 command -v pg_ctlcluster >/dev/null 2>&1 || need_apt+=(postgresql)
+# pdftoppm, pdftotext and pdffonts: the invoice PDF tests render and read the PDFs
+command -v pdftoppm >/dev/null 2>&1 || need_apt+=(poppler-utils)
+# poppler's CMaps, so pdftotext and pdffonts read the Chinese PDFs' CID font
+[ -d /usr/share/poppler/cMap ] || need_apt+=(poppler-data)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "installing Debian packages: ${need_apt[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive

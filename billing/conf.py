@@ -36,6 +36,10 @@ DEFAULTS: dict[str, Any] = {
     "AUTO_CLOSE_AFTER_DAYS": None,
     # Currency of statements when no rate card says otherwise.
     "DEFAULT_CURRENCY": "USD",
+    # Who issues the statement PDFs: name, address lines, contact, tax id (as printed).
+    "ISSUER": {"name": "Tidegate GPU platform", "address": [], "contact": "", "tax_id": ""},
+    # Payment terms printed on chargeback statement PDFs (lines; empty: a generic line).
+    "PAYMENT_TERMS": "",
 }
 
 

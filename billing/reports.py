@@ -49,6 +49,12 @@ class ReportRow:
     currency: str
     mode: str = "chargeback"
     note: str = ""
+    # The frozen statement the line is on ("" while the period is open: provisional).
+    revision: str = ""
+    statement: str = ""
+    # Late usage: the (closed) month the usage belongs to.
+    usage_period: str = ""
+    multiplier: Decimal = Decimal(1)
     # where the tenant sat in the tree during the hours of the line ("": not recorded)
     tenant_path: str = ""
 
@@ -130,34 +136,52 @@ def _closed_report(
         statements = statements.filter(Q(tenant_id__in=ids) | Q(tenant__isnull=True))
     if not show_idle:
         statements = statements.filter(tenant__isnull=False)
-    lines = StatementLine.objects.filter(statement__in=statements).select_related("statement")
+    lines = StatementLine.objects.filter(statement__in=statements).select_related(
+        "statement", "statement__period"
+    )
     if within is not None:
         lines = lines.filter(
             Q(tenant_path__startswith=within)
             | Q(tenant_path="", statement__tenant__path__startswith=within)
         )
     rows = [
-        ReportRow(
-            period=period.name,
-            tenant_id=line.statement.tenant_id,
-            tenant=line.statement.tenant_slug,
-            tenant_name=line.statement.tenant_name,
-            cost_center=line.cost_center if line.tenant_path else line.statement.cost_center,
-            flavor=line.flavour_name or line.kind,
-            kind=line.kind,
-            gpu_hours_allocated=line.gpu_hours,
-            gpu_hours_busy=line.gpu_hours_busy,
-            rate=line.rate,
-            amount=line.amount,
-            currency=line.currency,
-            mode=line.mode or line.statement.mode,
-            note=line.note,
-            tenant_path=line.tenant_path,
-        )
+        line_row(line)
         for line in lines.order_by("statement__tenant_slug", "flavour_name", "kind", "id")
     ]
     currency = rows[0].currency if rows else PricingContext.load().currency_at(period.start)
     return PeriodReport(period, False, rows, currency)
+
+
+def line_row(line: StatementLine) -> ReportRow:
+    """A frozen statement line as a report row (its statement's number and revision)."""
+    statement = line.statement
+    return ReportRow(
+        period=statement.period.name,
+        tenant_id=statement.tenant_id,
+        tenant=statement.tenant_slug,
+        tenant_name=statement.tenant_name,
+        cost_center=line.cost_center if line.tenant_path else statement.cost_center,
+        flavor=line.flavour_name or line.kind,
+        kind=line.kind,
+        gpu_hours_allocated=line.gpu_hours,
+        gpu_hours_busy=line.gpu_hours_busy,
+        rate=line.rate,
+        amount=line.amount,
+        currency=line.currency,
+        mode=line.mode or statement.mode,
+        note=line.note,
+        tenant_path=line.tenant_path,
+        revision=str(statement.revision),
+        statement=statement.number,
+        usage_period=line.usage_period,
+        multiplier=line.multiplier,
+    )
+
+
+def statement_rows(statement: Statement) -> list[ReportRow]:
+    """The lines of one statement as report rows, in the order the statement page shows."""
+    lines = statement.lines.select_related("statement", "statement__period")
+    return [line_row(line) for line in lines.order_by("kind", "flavour_name", "id")]
 
 
 def _provisional_report(
@@ -213,6 +237,8 @@ def _provisional_report(
                 mode=line.attribution.mode,
                 note=line.note,
                 tenant_path=line.attribution.path,
+                usage_period=line.usage_period or "",
+                multiplier=line.multiplier,
             )
         )
     rows.sort(key=lambda r: (r.tenant, r.flavor, r.kind))

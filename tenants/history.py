@@ -119,7 +119,24 @@ def tenant_place(tenant: Any) -> dict[str, str]:
 
 def track_tenant(sender: type, instance: Any, **kwargs: Any) -> None:
     """post_save of Tenant: record a move or a new cost centre (not a tenant still being
-    created, whose path is written by a second save)."""
+    created, whose path is written by a second save).
+
+    A tenant's first cost centre is recorded as valid since always: until then nobody was
+    named to pay, and the hours before it would otherwise be charged to no cost centre.
+    Later changes of cost centre take effect when saved."""
     if kwargs.get("raw") or not instance.path:
         return
-    record_setting("tenant", instance.pk, tenant_place(instance))
+    place = tenant_place(instance)
+    changes = SettingChange.objects.filter(topic="tenant", key=str(instance.pk))
+    first_cost_center = (
+        place["cost_center"]
+        and changes.exists()
+        and not changes.exclude(value__cost_center="").exists()
+        and not changes.exclude(value__path=place["path"]).exists()
+    )
+    if first_cost_center:
+        SettingChange.objects.create(
+            topic="tenant", key=str(instance.pk), value=place, valid_from=None
+        )
+        return
+    record_setting("tenant", instance.pk, place)

@@ -28,6 +28,7 @@ from tenants.errors import (
     TreeCycle,
     ValidationFailed,
 )
+from tenants.history import record_setting, tenant_place
 from tenants.models import Membership, NamespaceBinding, Role, Tenant
 from tenants.transactions import queue_after_commit
 
@@ -204,6 +205,9 @@ def _move_subtree(tenant: Tenant, new_parent: Tenant | None) -> None:
         depth=F("depth") + depth_shift,
     )
     tenant.refresh_from_db()
+    # the UPDATE sends no post_save: billing's history learns of each move here
+    for moved in Tenant.objects.filter(path__startswith=tenant.path):
+        record_setting("tenant", moved.pk, tenant_place(moved))
 
 
 def tenant_delete(*, actor: Any, tenant: Tenant, source: str = "api") -> None:

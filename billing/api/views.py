@@ -23,7 +23,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from billing import allocation, exports, periods, rates, reports, selectors
+from billing import allocation, exports, invoices, periods, rates, reports, selectors
 from billing import budgets as budget_services
 from billing.api import serializers as s
 from billing.errors import PeriodNotFound, StatementFrozen
@@ -302,6 +302,19 @@ class StatementViewSet(viewsets.ModelViewSet[Statement]):
         )
         return Response([_plain(row) for row in rows])
 
+    @extend_schema(responses=None)
+    @action(detail=True, methods=["get"])
+    def pdf(self, request: Request, pk: str | None = None) -> HttpResponse:
+        """The statement as an invoice-grade PDF, in the reader's language."""
+        return invoice_response(invoices.statement_invoice(self.get_object()))
+
+
+def invoice_response(invoice: invoices.Invoice) -> HttpResponse:
+    response = HttpResponse(invoices.render(invoice), content_type=exports.CONTENT_TYPES["pdf"])
+    response["Content-Disposition"] = f'attachment; filename="{invoices.filename(invoice)}"'
+    response["X-Tidegate-Provisional"] = "true" if invoice.provisional else "false"
+    return response
+
 
 class AdjustmentViewSet(
     mixins.ListModelMixin,
@@ -482,6 +495,25 @@ class ExportViewSet(viewsets.ViewSet):
         tenant = s.tenant_of_slug(request.user, request.query_params.get("tenant"))
         report = reports.period_report(request.user, period, subtree=tenant)
         return export_response(report, fmt)
+
+    @extend_schema(responses=None)
+    @action(detail=False, methods=["get"], url_path="cost-centre")
+    def cost_centre(self, request: Request) -> HttpResponse:
+        """One cost centre's lines of a period as an invoice-grade PDF:
+        `?period=YYYY-MM&code=<cost centre>` (`code=__idle__`: idle capacity)."""
+        _require_billing_reader(request)
+        code = request.query_params.get("code")
+        if code is None:
+            raise ValidationFailed(
+                _("Name the cost centre, e.g. code=CC-1001 (empty: tenants without one)."),
+                field="code",
+            )
+        period = period_named(request.query_params.get("period"))
+        report = reports.period_report(request.user, period)
+        rows = invoices.cost_centre_rows(report, code)
+        if not invoices.cost_centre_visible(request.user, code, rows):
+            raise Http404
+        return invoice_response(invoices.cost_centre_invoice(report, code, rows))
 
 
 def export_response(report: reports.PeriodReport, fmt: str) -> HttpResponse:

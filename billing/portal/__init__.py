@@ -23,7 +23,12 @@ from billing.portal.idle import idle_capacity
 from billing.portal.overview import billing_home, spend_trend
 from billing.portal.periods import period_close, period_export, period_list
 from billing.portal.rates import rate_card_edit, rate_cards
-from billing.portal.statements import cost_centre_detail, statement_detail
+from billing.portal.statements import (
+    cost_centre_detail,
+    cost_centre_pdf,
+    statement_detail,
+    statement_pdf,
+)
 
 __all__ = ["LINE_KINDS", "budget_panel", "line_kind", "urlpatterns"]
 
@@ -31,7 +36,13 @@ urlpatterns = [
     path("billing/", billing_home, name="billing-home"),
     path("billing/periods/", period_list, name="billing-periods"),
     path("billing/statements/<int:pk>/", statement_detail, name="billing-statement"),
+    path("billing/statements/<int:pk>/pdf/", statement_pdf, name="portal-billing-statement-pdf"),
     path("billing/periods/<str:name>/cost-centre/", cost_centre_detail, name="billing-cost-centre"),
+    path(
+        "billing/periods/<str:name>/cost-centre/pdf/",
+        cost_centre_pdf,
+        name="billing-cost-centre-pdf",
+    ),
     path(
         "billing/periods/<str:name>/export/<str:fmt>/", period_export, name="billing-period-export"
     ),

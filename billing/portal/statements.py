@@ -13,7 +13,7 @@ from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.utils.translation import gettext_lazy
 
-from billing import reports, selectors
+from billing import exports, invoices, reports, selectors
 from billing.models import Statement, StatementLine
 from billing.permissions import can_manage_platform_billing
 from billing.portal.common import (
@@ -193,3 +193,30 @@ def cost_centre_detail(request: HttpRequest, name: str) -> HttpResponse:
         "total": sum((r.amount for r in rows), Decimal("0.00")),
     }
     return render(request, "billing/cost_centre.html", context)
+
+
+def _pdf_response(invoice: invoices.Invoice) -> HttpResponse:
+    response = HttpResponse(invoices.render(invoice), content_type=exports.CONTENT_TYPES["pdf"])
+    response["Content-Disposition"] = f'attachment; filename="{invoices.filename(invoice)}"'
+    response["X-Tidegate-Provisional"] = "true" if invoice.provisional else "false"
+    return response
+
+
+@login_required
+def statement_pdf(request: HttpRequest, pk: int) -> HttpResponse:
+    """One statement as an invoice-grade PDF, in the reader's language."""
+    statement = get_object_or_404(selectors.statements_visible_to(request.user), pk=pk)
+    return _pdf_response(invoices.statement_invoice(statement))
+
+
+@login_required
+def cost_centre_pdf(request: HttpRequest, name: str) -> HttpResponse:
+    """One cost centre's lines of a period (``?code=``) as an invoice-grade PDF."""
+    require_billing_reader(request)
+    period = period_or_404(name)
+    code = request.GET.get("code", "")
+    report = reports.period_report(request.user, period)
+    rows = invoices.cost_centre_rows(report, code)
+    if not invoices.cost_centre_visible(request.user, code, rows):
+        raise Http404
+    return _pdf_response(invoices.cost_centre_invoice(report, code, rows))

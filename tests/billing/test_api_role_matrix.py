@@ -169,7 +169,7 @@ def test_reports_and_exports_are_scoped(books: dict[str, Any], cast: Cast, role:
         return
     expected = EXPECTED_TENANTS[role] | ({"__idle__"} if role == "platform_admin" else set())
     assert {row["key"] for row in spend.json()["rows"]} == expected
-    csv_tenants = {line.split(",")[1] for line in exported.content.decode().splitlines()[1:]}
+    csv_tenants = {line.split(",")[3] for line in exported.content.decode().splitlines()[1:]}
     assert csv_tenants == expected
     assert _slugs(efficiency.json()["rows"]) == EXPECTED_TENANTS[role]
     assert _slugs(idle.json()["rows"]) == EXPECTED_TENANTS[role] & {"vision"}  # vision idles

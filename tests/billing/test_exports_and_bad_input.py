@@ -21,7 +21,10 @@ from tests.billing.factories import record_usage
 from tests.conftest import Cast, client_for
 
 pytestmark = pytest.mark.django_db
-COLUMNS = "period,tenant,cost_center,flavor,gpu_hours_allocated,gpu_hours_busy,rate,amount,currency"
+COLUMNS = (
+    "period,revision,statement,tenant,cost_center,line_type,usage_period,flavor,"
+    "gpu_hours_allocated,gpu_hours_busy,rate,multiplier,amount,currency,mode"
+)
 
 
 @pytest.fixture
@@ -51,14 +54,20 @@ def test_csv_has_exactly_the_agreed_columns_and_cent_amounts(
     vision = next(r for r in rows if r["tenant"] == "vision")
     assert vision == {
         "period": "2026-02",
+        "revision": "1",
+        "statement": "2026-02-vision",
         "tenant": "vision",
         "cost_center": '\'=HYPERLINK("http://evil")',  # inert in a spreadsheet
+        "line_type": "in_quota",
+        "usage_period": "",
         "flavor": "h100-80gb",
         "gpu_hours_allocated": "6.0000",
         "gpu_hours_busy": "3.0000",
         "rate": "2.000000",
+        "multiplier": "1.000",
         "amount": "12.00",
         "currency": "USD",
+        "mode": "chargeback",
     }
     speech = next(r for r in rows if r["tenant"] == "speech")
     assert (speech["gpu_hours_allocated"], speech["amount"]) == ("1.0000", "2.00")
@@ -79,10 +88,12 @@ def test_an_open_period_exports_as_provisional_in_every_format(cast: Cast, gpu: 
     assert csv_response.content.decode().splitlines()[0] == COLUMNS
     xlsx = client.get("/api/v1/billing/exports/?period=2026-03&as=xlsx")
     book = load_workbook(io.BytesIO(xlsx.content))
-    assert book.sheetnames[0] == "2026-03 PROVISIONAL"
-    sheet = book[book.sheetnames[0]]
+    assert book.sheetnames[0] == "Summary"
+    assert "PROVISIONAL" in book["Summary"]["A1"].value
+    sheet = book["(no cost centre)"]
     assert [c.value for c in sheet[1]] == COLUMNS.split(",")
-    assert sheet["H2"].value == 4  # 2 GPU-hours x 2.00, as a number, not text
+    assert sheet["B2"].value == "provisional"
+    assert sheet["M2"].value == 4  # 2 GPU-hours x 2.00, as a number, not text
     pdf = client.get("/api/v1/billing/exports/?period=2026-03&as=pdf")
     assert pdf.content.startswith(b"%PDF") and pdf["Content-Type"] == "application/pdf"
 
@@ -90,9 +101,10 @@ def test_an_open_period_exports_as_provisional_in_every_format(cast: Cast, gpu: 
 def test_xlsx_and_pdf_of_a_closed_period(cast: Cast, closed_february: BillingPeriod) -> None:
     client = client_for(cast.finance)
     xlsx = client.get("/api/v1/billing/exports/?period=2026-02&as=xlsx")
-    sheet = load_workbook(io.BytesIO(xlsx.content))["2026-02"]
-    cells = {row[1]: row for row in sheet.iter_rows(min_row=2, values_only=True)}
-    assert cells["vision"][2] == '\'=HYPERLINK("http://evil")'
+    book = load_workbook(io.BytesIO(xlsx.content))
+    sheet = book['=HYPERLINK("http___evil")']  # a sheet name is never run as a formula
+    cells = {row[3]: row for row in sheet.iter_rows(min_row=2, values_only=True)}
+    assert cells["vision"][4] == '\'=HYPERLINK("http://evil")'
     assert client.get("/api/v1/billing/exports/?period=2026-02&as=pdf").content.startswith(b"%PDF")
 
 

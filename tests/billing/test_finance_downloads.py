@@ -80,9 +80,10 @@ def test_the_csv_keeps_its_machine_columns_in_chinese_too(
     )
     rows = list(csv.reader(io.StringIO(response.content.decode())))
     assert tuple(rows[0]) == CSV_COLUMNS
-    assert {r[1] for r in rows[1:]} == {"vision"}  # the lead's own rows only
+    assert {r[3] for r in rows[1:]} == {"vision"}  # the lead's own rows only
     vision = dict(zip(rows[0], rows[1], strict=True))
     assert (vision["gpu_hours_allocated"], vision["amount"]) == ("6.0000", "12.00")
+    assert (vision["line_type"], vision["mode"]) == ("in_quota", "chargeback")
 
 
 def test_the_xlsx_has_numbers_with_number_formats_and_explains_its_columns(
@@ -92,12 +93,13 @@ def test_the_xlsx_has_numbers_with_number_formats_and_explains_its_columns(
         "/billing/periods/2026-02/export/xlsx/", HTTP_ACCEPT_LANGUAGE="zh-hans"
     )
     book = load_workbook(io.BytesIO(response.content))
-    sheet = book["2026-02"]
+    sheet = book["（无成本中心）"]
     assert [c.value for c in sheet[1]] == list(CSV_COLUMNS)
-    row = next(r for r in sheet.iter_rows(min_row=2) if r[1].value == "vision")
-    assert row[7].value == 12 and row[7].number_format == "#,##0.00"  # amount
-    assert row[4].value == 6 and row[4].number_format == "#,##0.0000"  # GPU-hours
-    assert row[6].number_format == "#,##0.000000"  # rate
+    row = next(r for r in sheet.iter_rows(min_row=2) if r[3].value == "vision")
+    assert row[12].value == 12 and row[12].number_format == '#,##0.00 "USD"'  # amount
+    assert row[8].value == 6 and row[8].number_format == "0.0000"  # GPU-hours
+    assert row[10].number_format == "0.000000"  # rate
+    assert row[11].value == 1 and row[11].number_format == "0.000"  # multiplier
     about = [[c.value for c in r] for r in book["about"].iter_rows()]
     assert ["amount", "金额", "收取的金额（展示模式下仅展示）"] in about
 

@@ -33,14 +33,24 @@ def values(topic: str, key: object) -> list[Any]:
 
 
 def test_a_cost_centre_and_a_move_through_the_services_are_recorded(cast: Cast) -> None:
+    def place_at(at: datetime) -> Any:
+        return resolve_period_settings(at, at + timedelta(hours=1)).spans[cast.team_a.pk][0]
+
+    # the first cost centre names who paid all along (nobody was named before it)
     services.tenant_update(actor=cast.platform_admin, tenant=cast.team_a, cost_center="CC-9")
-    recorded = values("tenant", cast.team_a.pk)
-    assert recorded[-1] == {"path": cast.team_a.path, "cost_center": "CC-9"}
-    # the value before the change stays valid before it
-    assert recorded[-2]["cost_center"] == ""
-    # a rename is not a billing change: nothing new
+    assert place_at(FEB).attribution.cost_center == "CC-9"
+    # a later one takes effect when saved: February stays with CC-9
+    services.tenant_update(actor=cast.platform_admin, tenant=cast.team_a, cost_center="CC-10")
+    assert place_at(FEB).attribution.cost_center == "CC-9"
+    now = datetime.now(UTC) + timedelta(minutes=1)
+    assert place_at(now).attribution.cost_center == "CC-10"
+    # a move is recorded with the new path; a rename is not a billing change
+    services.tenant_update(actor=cast.platform_admin, tenant=cast.team_a, parent=cast.org)
+    cast.team_a.refresh_from_db()
+    assert values("tenant", cast.team_a.pk)[-1]["path"] == cast.team_a.path
+    count = len(values("tenant", cast.team_a.pk))
     services.tenant_update(actor=cast.platform_admin, tenant=cast.team_a, name="Renamed")
-    assert len(values("tenant", cast.team_a.pk)) == len(recorded)
+    assert len(values("tenant", cast.team_a.pk)) == count
 
 
 def test_a_quota_change_and_billing_settings_are_recorded(cast: Cast, gpu: GpuCluster) -> None:

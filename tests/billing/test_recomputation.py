@@ -299,10 +299,10 @@ def test_the_statement_page_shows_where_lines_went_and_what_a_revision_changed(
     month.refresh_from_db()
     period_close(actor=cast.platform_admin, period=month)
     second = Statement.objects.get(tenant_slug="vision", revision=2)
-    page = logged_in(cast.finance).get(
+    response = logged_in(cast.finance).get(
         f"/billing/statements/{second.pk}/", HTTP_ACCEPT_LANGUAGE="zh-hans"
     )
-    text = page.content.decode()
+    text = response.content.decode()
     changes = text[text.index('id="revision-changes"') :]
     assert "修订" in changes  # the section speaks Chinese
     assert "15.50" in changes and "20.50" in changes

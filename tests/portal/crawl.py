@@ -12,7 +12,7 @@ from urllib.parse import parse_qsl, urljoin, urlsplit
 # not portal pages: the API and its docs, the Django admin, files, log-in and language forms,
 # downloads (tested with their pages), and webhooks the API server calls
 NOT_PAGES = ("/api/", "/admin/", "/static/", "/accounts/", "/i18n/", "/webhooks/")
-DOWNLOAD = re.compile(r"/export/|\.(csv|xlsx|pdf)$|[?&]format=")
+DOWNLOAD = re.compile(r"/export/|/pdf/|\.(csv|xlsx|pdf)$|[?&](format|as)=")
 HREF = re.compile(r"""<a\b[^>]*\bhref="([^"#][^"]*)\"""")
 SAMPLES_PER_KIND = 2
 
