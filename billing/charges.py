@@ -361,13 +361,16 @@ def price_period(
     usage: list[pricing.Usage] | None = None,
     settings: PeriodSettings | None = None,
     idle_mode: str | None = None,
+    strict_rates: bool = True,
 ) -> pricing.PricedPeriod:
     """Every tenant's charges for ``period``: its ledger rows (late ones included),
     reservations, idle capacity per the policy, and its adjustments, each hour with the
     quotas, capacity, tree and billing settings in force then (``settings``: what
     :func:`billing.history.period_settings` gives). ``usage``: the period's ledger rows as
     :func:`period_usage` sums them with the same settings, when the caller has them.
-    ``idle_mode`` overrides the policy's."""
+    ``idle_mode`` overrides the policy's. A needed exchange rate that is missing raises
+    pricing.MissingExchangeRates, unless ``strict_rates`` is off (provisional figures: the
+    line stays in its card's currency)."""
     context = context or PricingContext.load()
     settings = settings or period_settings(period)
     cards = settings.cards if settings.cards is not None else context.cards
@@ -401,6 +404,7 @@ def price_period(
             guarantee_pieces=settings.guarantees,
             exchange_rates=rates,
             idle_currency=settings.default_currency or context.currency,
+            strict_rates=strict_rates,
         )
     )
 
@@ -429,9 +433,9 @@ def price_window(
     currency: str | None = None,
 ) -> pricing.PricedPeriod:
     """Charges of ``tenant_ids`` for usage in [start, as_of): what a budget has spent,
-    converted to ``currency`` (None: each card's) with each usage month's rate. Idle
-    capacity and adjustments are left out (they are settled at close). Raises
-    pricing.MissingExchangeRates when a month's rate is missing."""
+    converted to ``currency`` (None: each card's) with each usage month's rate (a line
+    whose rate is missing stays in its card's currency: callers sum only their currency).
+    Idle capacity and adjustments are left out (they are settled at close)."""
     context = context or PricingContext.load()
     ids = set(tenant_ids)
     bounds = pricing.boundaries(context.cards)
@@ -451,5 +455,6 @@ def price_window(
             default_currency=currency or context.currency_at(start),
             exchange_rates=context.rates,
             currency=currency,
+            strict_rates=False,
         )
     )

@@ -140,8 +140,10 @@ def to_xlsx(report: PeriodReport) -> bytes:
     about = book.create_sheet("about")
     about.append([_("Period"), report.period.name])
     about.append([_("State"), _("provisional") if report.provisional else _("closed")])
-    about.append([_("Total"), report.total, report.currency])
-    about["B3"].number_format = "#,##0.00"
+    # one total per currency: amounts of two currencies are never added
+    for currency, total in (report.totals_by_currency() or {report.currency: report.total}).items():
+        about.append([_("Total"), total, currency])
+        about.cell(row=about.max_row, column=2).number_format = "#,##0.00"
     if report.provisional:
         about.append([_("Provisional: the period is still open; amounts will change.")])
     about.append([])
@@ -176,15 +178,23 @@ def to_pdf(report: PeriodReport) -> bytes:
                 styles["Heading2"],
             )
         )
-    story.append(
-        Paragraph(
-            _escape(
-                _("Total: %(total)s %(currency)s")
-                % {"total": report.total, "currency": report.currency}
-            ),
-            styles["Normal"],
+    for currency, total in (report.totals_by_currency() or {report.currency: report.total}).items():
+        story.append(
+            Paragraph(
+                _escape(
+                    _("Total: %(total)s %(currency)s") % {"total": total, "currency": currency}
+                ),
+                styles["Normal"],
+            )
         )
-    )
+    rates_used = sorted({row.exchange for row in report.rows if row.exchange})
+    if rates_used:
+        story.append(
+            Paragraph(
+                _escape(_("Exchange rates used: %(rates)s") % {"rates": "; ".join(rates_used)}),
+                styles["Normal"],
+            )
+        )
     story.append(Spacer(1, 12))
     data: list[list[str]] = [[str(COLUMN_LABELS[name]) for name in CSV_COLUMNS]]
     for row in report.rows:

@@ -315,6 +315,9 @@ class PricingInput:
     currency: str | None = None
     # The currency the __idle__ line is billed in (blank: its card's).
     idle_currency: str = ""
+    # False (provisional figures): a line whose rate is missing stays in its card's
+    # currency instead of raising MissingExchangeRates.
+    strict_rates: bool = True
 
 
 @dataclass
@@ -354,8 +357,9 @@ Target = tuple[str, str]
 class _Rates:
     """Exchange rates looked up by month and pair; what is missing is remembered."""
 
-    def __init__(self, rates: Mapping[RateKey, Decimal]) -> None:
+    def __init__(self, rates: Mapping[RateKey, Decimal], strict: bool = True) -> None:
         self.rates = rates
+        self.strict = strict
         self.missing: set[RateKey] = set()
 
     def get(self, month: str, source: str, target: str) -> Decimal | None:
@@ -398,6 +402,8 @@ class _Lines:
             if converted:
                 found = self.rates.get(month, acc.currency, currency)
                 fx = Fraction(found) if found is not None else Fraction(0)
+                if found is None and not self.rates.strict:
+                    currency, fx, converted = acc.currency, Fraction(1), False
             amount = acc.amount * fx
             if acc.gpu_hours > 0:
                 rate = round_half_even(amount / acc.gpu_hours, RATE_PLACES)
@@ -484,7 +490,7 @@ class _Pricing:
         self.capacity: dict[int, list[Piece]] = defaultdict(list)
         for piece in data.capacity:
             self.capacity[piece.flavour_id].append(piece)
-        self.rates = _Rates(data.exchange_rates)
+        self.rates = _Rates(data.exchange_rates, data.strict_rates)
         self.lines = _Lines(self.rates)
         self.unpriced: set[str] = set()
         # Device-seconds held per (flavour, price segment) in this period's own hours;
@@ -507,7 +513,7 @@ class _Pricing:
         idle = self._idle() if self.data.idle_mode != IdleMode.HIDDEN else []
         adjustments = [self._adjustment(a) for a in self.data.adjustments]
         out = self.lines.lines() + idle + adjustments
-        if self.rates.missing:
+        if self.rates.missing and self.rates.strict:
             raise MissingExchangeRates(self.rates.missing)
         out.sort(key=_line_order)
         warnings = [
@@ -533,6 +539,8 @@ class _Pricing:
             return line
         currency, month = target
         found = self.rates.get(month, adjustment.currency, currency)
+        if found is None and not self.rates.strict:
+            return line
         fx = Fraction(found) if found is not None else Fraction(0)
         exact = Fraction(adjustment.amount)
         return replace(
@@ -750,6 +758,8 @@ class _Pricing:
             return share
         currency, month = target
         found = self.rates.get(month, share.currency, currency)
+        if found is None and not self.rates.strict:
+            return share
         fx = Fraction(found) if found is not None else Fraction(0)
         return replace(
             share,
