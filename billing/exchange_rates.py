@@ -8,6 +8,7 @@ rate later only reprices periods still open (or re-opened to re-price).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -78,7 +79,9 @@ def _taken(rate: ExchangeRate) -> ValidationFailed:
     return ValidationFailed(text, field="month", field_errors={"month": [text]})
 
 
-def exchange_rate_create(*, actor: Any, source: str = "api", **fields: Any) -> ExchangeRate:
+def exchange_rate_create(
+    *, actor: Any, fields: Mapping[str, Any], origin: str = "api"
+) -> ExchangeRate:
     """Record the rate of a month and pair. Raises PermissionDenied, ValidationFailed (bad
     month or currency, the same currency twice, a rate not above 0, a pair the month
     already has): nothing is written then."""
@@ -98,7 +101,7 @@ def exchange_rate_create(*, actor: Any, source: str = "api", **fields: Any) -> E
                 instance=rate,
                 before=None,
                 after=snapshot(rate),
-                source=source,
+                source=origin,
             )
     except IntegrityError as error:
         raise _taken(rate) from error
@@ -106,7 +109,7 @@ def exchange_rate_create(*, actor: Any, source: str = "api", **fields: Any) -> E
 
 
 def exchange_rate_update(
-    *, actor: Any, rate: ExchangeRate, source: str = "api", **changes: Any
+    *, actor: Any, exchange_rate: ExchangeRate, changes: Mapping[str, Any], origin: str = "api"
 ) -> ExchangeRate:
     """Change a rate (same rules as recording one). Closed periods keep the rate their
     close froze."""
@@ -116,7 +119,7 @@ def exchange_rate_update(
         raise ValidationFailed(f"Unknown field(s): {', '.join(sorted(unknown))}.")
     try:
         with transaction.atomic():
-            rate = ExchangeRate.objects.select_for_update().get(pk=rate.pk)
+            rate = ExchangeRate.objects.select_for_update().get(pk=exchange_rate.pk)
             before = snapshot(rate)
             for field, value in changes.items():
                 setattr(rate, field, value)
@@ -128,23 +131,23 @@ def exchange_rate_update(
                 instance=rate,
                 before=before,
                 after=snapshot(rate),
-                source=source,
+                source=origin,
             )
     except IntegrityError as error:
         raise _taken(rate) from error
     return rate
 
 
-def exchange_rate_delete(*, actor: Any, rate: ExchangeRate, source: str = "api") -> None:
+def exchange_rate_delete(*, actor: Any, exchange_rate: ExchangeRate, origin: str = "api") -> None:
     """Remove a rate (closed periods keep the copy their close froze)."""
     _require_platform_billing(actor)
     with transaction.atomic():
         audit_record(
             actor=actor,
             action="delete",
-            instance=rate,
-            before=snapshot(rate),
+            instance=exchange_rate,
+            before=snapshot(exchange_rate),
             after=None,
-            source=source,
+            source=origin,
         )
-        rate.delete()
+        exchange_rate.delete()

@@ -159,19 +159,21 @@ class ExchangeRateViewSet(viewsets.ModelViewSet[ExchangeRate]):
 
     def perform_create(self, serializer: Any) -> None:
         serializer.instance = exchange_rates.exchange_rate_create(
-            actor=self.request.user, source="api", **serializer.validated_data
+            actor=self.request.user, fields=serializer.validated_data, origin="api"
         )
 
     def perform_update(self, serializer: Any) -> None:
         serializer.instance = exchange_rates.exchange_rate_update(
             actor=self.request.user,
-            rate=serializer.instance,
-            source="api",
-            **serializer.validated_data,
+            exchange_rate=serializer.instance,
+            changes=serializer.validated_data,
+            origin="api",
         )
 
     def perform_destroy(self, instance: ExchangeRate) -> None:
-        exchange_rates.exchange_rate_delete(actor=self.request.user, rate=instance, source="api")
+        exchange_rates.exchange_rate_delete(
+            actor=self.request.user, exchange_rate=instance, origin="api"
+        )
 
 
 class TenantBillingSettingsViewSet(

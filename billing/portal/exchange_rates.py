@@ -56,9 +56,9 @@ def _save(request: HttpRequest, form: ExchangeRateForm) -> ExchangeRate | None:
     try:
         if existing is not None:
             return exchange_rates.exchange_rate_update(
-                actor=request.user, rate=existing, source="portal", **data
+                actor=request.user, exchange_rate=existing, changes=data, origin="portal"
             )
-        return exchange_rates.exchange_rate_create(actor=request.user, source="portal", **data)
+        return exchange_rates.exchange_rate_create(actor=request.user, fields=data, origin="portal")
     except TidegateError as error:
         found = error.field_errors or {error.field or "__all__": [error.message]}
         for field, texts in found.items():
