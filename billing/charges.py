@@ -362,6 +362,7 @@ def price_period(
     settings: PeriodSettings | None = None,
     idle_mode: str | None = None,
     strict_rates: bool = True,
+    convert: bool = True,
 ) -> pricing.PricedPeriod:
     """Every tenant's charges for ``period``: its ledger rows (late ones included),
     reservations, idle capacity per the policy, and its adjustments, each hour with the
@@ -370,13 +371,14 @@ def price_period(
     :func:`period_usage` sums them with the same settings, when the caller has them.
     ``idle_mode`` overrides the policy's. A needed exchange rate that is missing raises
     pricing.MissingExchangeRates, unless ``strict_rates`` is off (provisional figures: the
-    line stays in its card's currency)."""
+    line stays in its card's currency). ``convert`` off leaves every line in its card's
+    currency (pages that explain prices, not bills)."""
     context = context or PricingContext.load()
     settings = settings or period_settings(period)
     cards = settings.cards if settings.cards is not None else context.cards
     multipliers = settings.multipliers if settings.multipliers is not None else context.multipliers
     # the rates the first close froze win; a pair it did not need then comes from today's table
-    rates = {**context.rates, **(settings.rates or {})}
+    rates = {**context.rates, **(settings.rates or {})} if convert else {}
     bounds = pricing.boundaries(cards)
     if usage is None:
         usage = period_usage(period, bounds, settings)
@@ -404,7 +406,7 @@ def price_period(
             guarantee_pieces=settings.guarantees,
             exchange_rates=rates,
             idle_currency=settings.default_currency or context.currency,
-            strict_rates=strict_rates,
+            strict_rates=strict_rates and convert,
         )
     )
 

@@ -665,7 +665,7 @@ def periods_roll(now: datetime | None = None) -> list[str]:
     for period in due:
         try:
             period_close(actor=None, period=period, source="system", now=now)
-        except (PeriodBusy, PeriodClosed) as error:
+        except (PeriodBusy, PeriodClosed, ExchangeRateMissing) as error:
             logger.info("period %s not closed: %s", period.name, error)
             continue
         done.append(f"closed {period.name}")
