@@ -300,3 +300,31 @@ def test_a_tenant_sets_its_billing_currency_through_the_api(cast: Cast) -> None:
         format="json",
     )
     assert bad.status_code == 400 and "currency" in bad.json()
+
+
+def test_a_cny_budget_counts_usd_spend_at_the_months_rate(cast: Cast, gpu: GpuCluster) -> None:
+    from billing.budgets import budget_create, budgets_evaluate
+    from billing.models import BudgetStatus
+
+    now = MAR + timedelta(days=10)
+    vision_in_cny(cast)
+    rate("2026-03", "7.1")
+    budget = budget_create(
+        actor=cast.finance,
+        tenant=cast.team_a,
+        amount=Decimal("1000.00"),
+        currency="CNY",
+        now=now,
+    )
+    # 2 H100 x 18 h x 2.00 USD = 72.00 USD = 511.20 CNY
+    record_usage(cast.team_a, gpu.h100, now - timedelta(hours=18), hours=18, devices=2, pod="t")
+    budgets_evaluate(now=now)
+    status = BudgetStatus.objects.get(budget=budget)
+    assert status.spent == Decimal("511.20")
+    # a currency neither the cards nor the tenant use is still refused
+    refused = client_for(cast.finance).post(
+        "/api/v1/billing/budgets/",
+        {"tenant": "speech", "amount": "500.00", "currency": "CNY", "enforcement": "soft"},
+        format="json",
+    )
+    assert refused.status_code == 400 and "currency" in refused.json()
