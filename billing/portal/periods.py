@@ -24,6 +24,7 @@ from billing.models import BillingPeriod
 from billing.permissions import can_manage_platform_billing
 from billing.portal.common import period_or_404, require_billing_reader, subtree_from_query
 from billing.pricing import IDLE_TENANT
+from scheduler_bridge.templatetags.tidegate import money
 from tenants.errors import PermissionDenied, TidegateError
 from tenants.models import Tenant
 
@@ -38,6 +39,14 @@ class ClosePreview:
     total: Decimal
     currency: str
     idle: bool
+    # totals in other currencies (tenants billed in them), never added to ``total``
+    others: tuple[tuple[str, Decimal], ...] = ()
+
+    @property
+    def currency_text(self) -> str:
+        """The currency after ``total``, followed by the totals in other currencies:
+        "USD · 348.04 CNY"."""
+        return " · ".join([self.currency, *(money(a, c) for c, a in self.others)])
 
 
 def close_preview(
@@ -59,6 +68,9 @@ def close_preview(
         total=report.total,
         currency=report.currency,
         idle=idle,
+        others=tuple(
+            (c, a) for c, a in report.totals_by_currency().items() if c != report.currency
+        ),
     )
 
 

@@ -328,3 +328,12 @@ def test_a_cny_budget_counts_usd_spend_at_the_months_rate(cast: Cast, gpu: GpuCl
         format="json",
     )
     assert refused.status_code == 400 and "currency" in refused.json()
+
+
+def test_the_close_confirmation_states_each_currency_apart(cast: Cast, gpu: GpuCluster) -> None:
+    vision_in_cny(cast)
+    rate("2026-02", "7.1234")
+    february(cast, gpu)
+    page = logged_in(cast.platform_admin).get("/billing/periods/").content.decode()
+    # provisional: the same conversion the close will write
+    assert "USD · 348.04 CNY" in page
