@@ -337,3 +337,44 @@ def test_the_close_confirmation_states_each_currency_apart(cast: Cast, gpu: GpuC
     page = logged_in(cast.platform_admin).get("/billing/periods/").content.decode()
     # provisional: the same conversion the close will write
     assert "USD · 348.04 CNY" in page
+
+
+def test_a_hard_cny_budget_weighs_a_workload_at_the_months_rate(
+    cast: Cast, gpu: GpuCluster
+) -> None:
+    from billing.budgets import budget_create
+    from billing.gate import budget_gate_for_cluster
+    from billing.models import BudgetStatus
+    from scheduler_bridge.admission import model as m
+    from tests.factories import WorkloadFactory
+
+    now = MAR + timedelta(days=10)
+    vision_in_cny(cast)
+    rate("2026-03", "7")
+    budget = budget_create(
+        actor=cast.finance,
+        tenant=cast.team_a,
+        amount=Decimal("500.00"),
+        currency="CNY",
+        enforcement="hard",
+        now=now,
+    )
+    BudgetStatus.objects.create(
+        budget=budget,
+        period_name="2026-03",
+        window_start=MAR,
+        window_end=MAR + timedelta(days=31),
+        spent=Decimal("0.00"),
+        evaluated_at=now,
+    )
+    job = WorkloadFactory(cluster=gpu.cluster, tenant=cast.team_a)
+    # 4 H100 within vision's guarantee at 2.00 USD for 10 h = 80.00 USD = 560.00 CNY
+    pending = m.PendingWorkload(
+        id=str(job.pk),
+        tenant_id="vision",
+        pod_sets=(m.PodSet(count=2, gpus_per_pod=2, flavours=("h100-80gb",), name="t"),),
+        max_run_time_s=10 * 3600,
+    )
+    allowed, reason = budget_gate_for_cluster(gpu.cluster, now=now).may_start("vision", pending)
+    assert not allowed and reason is not None
+    assert "560.00 CNY, 500.00 CNY left of 500.00 CNY" in reason
