@@ -378,3 +378,29 @@ def test_a_hard_cny_budget_weighs_a_workload_at_the_months_rate(
     allowed, reason = budget_gate_for_cluster(gpu.cluster, now=now).may_start("vision", pending)
     assert not allowed and reason is not None
     assert "560.00 CNY, 500.00 CNY left of 500.00 CNY" in reason
+
+
+def test_the_csv_currency_is_each_lines_billing_currency(cast: Cast, gpu: GpuCluster) -> None:
+    vision_in_cny(cast)
+    rate("2026-02", "7.1234")
+    period_close(actor=cast.platform_admin, period=february(cast, gpu))
+    response = client_for(cast.platform_admin).get("/api/v1/billing/exports/?period=2026-02&as=csv")
+    rows = response.content.decode().splitlines()
+    assert rows[0].endswith(",amount,currency")  # the columns are unchanged
+    vision = [r for r in rows if ",vision," in r]
+    assert vision and all(r.endswith(",CNY") for r in vision)
+    assert any(r.endswith(",284.94,CNY") for r in vision)
+    assert all(r.endswith(",USD") for r in rows[1:] if ",vision," not in r)
+
+
+def test_adjustments_are_entered_in_the_tenants_billing_currency(
+    cast: Cast, gpu: GpuCluster
+) -> None:
+    vision_in_cny(cast)
+    record_usage(cast.team_b, gpu.h100, MAR, hours=1, pod="march")
+    client = client_for(cast.finance)
+    body = {"tenant": "vision", "period": "2026-03", "amount": "-10.00", "reason": "x"}
+    wrong = client.post("/api/v1/billing/adjustments/", body | {"currency": "USD"}, format="json")
+    assert wrong.status_code == 400 and "billed in CNY" in wrong.json()["detail"]
+    made = client.post("/api/v1/billing/adjustments/", body | {"currency": "CNY"}, format="json")
+    assert made.status_code == 201, made.content
