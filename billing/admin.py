@@ -16,6 +16,7 @@ from billing.models import (
     Budget,
     BudgetAlert,
     CollectorWatermark,
+    ExchangeRate,
     RateCard,
     Statement,
     StatementLine,
@@ -116,7 +117,13 @@ class CollectorWatermarkAdmin(ReadOnlyAdmin):
 
 @admin.register(TenantBillingSettings)
 class TenantBillingSettingsAdmin(AuditedAdmin):
-    list_display = ["tenant", "mode", "charge_reserved"]
+    list_display = ["tenant", "mode", "charge_reserved", "currency"]
+
+
+@admin.register(ExchangeRate)
+class ExchangeRateAdmin(AuditedAdmin):
+    list_display = ["month", "from_currency", "to_currency", "rate", "source"]
+    list_filter = ["from_currency", "to_currency"]
 
 
 @admin.register(BillingPolicy)

@@ -22,7 +22,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from billing import pricing
-from billing.charges import PricingContext, price_window
+from billing.charges import PricingContext, billing_currency, price_window
 from billing.conf import billing_setting
 from billing.errors import CurrencyMismatch
 from billing.models import Budget, BudgetAlert, BudgetStatus
@@ -94,11 +94,15 @@ def _validate(budget: Budget, now: datetime) -> None:
         )
     budget.thresholds = _clean_thresholds(budget.thresholds)
     _name, start, _end = budget_window(budget.cadence, now)
-    expected = PricingContext.load().currency_at(max(start, now))
-    if budget.currency != expected:
+    # Spend is converted to the budget's currency with each month's exchange rate; a
+    # budget is kept in the cards' currency or in its tenant's billing currency.
+    allowed = {PricingContext.load().currency_at(max(start, now)), billing_currency(budget.tenant)}
+    if budget.currency not in allowed:
+        expected = " or ".join(sorted(allowed))
         raise CurrencyMismatch(
-            f"The rate cards price GPU-hours in {expected}; a budget in {budget.currency} could "
-            f"not be compared with the spend. Use {expected}."
+            f"The rate cards price GPU-hours in, and {budget.tenant.slug} is billed in, "
+            f"{expected}; a budget in {budget.currency} could not be compared with the spend. "
+            f"Use {expected}."
         )
 
 
@@ -203,9 +207,10 @@ def _subtrees(budgets: Iterable[Budget], paths: dict[int, str]) -> dict[int, set
 
 
 def running_cost_per_hour(
-    tenant_ids: set[int], now: datetime, context: PricingContext
+    tenant_ids: set[int], now: datetime, context: PricingContext, currency: str | None = None
 ) -> dict[int, Decimal]:
-    """What the work admitted and running now costs per hour, per tenant."""
+    """What the work admitted and running now costs per hour, per tenant (in
+    ``currency``, with this month's exchange rate; None: the cards')."""
     usage = []
     for workload in Workload.objects.filter(
         tenant_id__in=tenant_ids, state__in=Workload.ACTIVE_STATES, flavour__isnull=False
@@ -236,9 +241,33 @@ def running_cost_per_hour(
             cards=context.cards,
             usage=usage,
             default_multipliers=context.multipliers,
+            exchange_rates=context.rates,
+            currency=currency,
+            strict_rates=False,
         )
     )
-    return {k: v for k, v in priced.totals().items() if k is not None}
+    return _totals_in(priced, currency)
+
+
+def _totals_in(priced: pricing.PricedPeriod, currency: str | None) -> dict[int, Decimal]:
+    """Per tenant, the sum of its lines in ``currency`` (None: all). A line left in its
+    card's currency for want of an exchange rate is not added to another currency."""
+    totals: dict[int, Decimal] = defaultdict(lambda: Decimal("0.00"))
+    skipped = set()
+    for line in priced.lines:
+        if line.tenant_id is None:
+            continue
+        if currency is not None and line.currency != currency:
+            skipped.add(line.currency)
+            continue
+        totals[line.tenant_id] += line.amount
+    if skipped:
+        logger.warning(
+            "budget spend in %s leaves out charges in %s: no exchange rate recorded",
+            currency,
+            ", ".join(sorted(skipped)),
+        )
+    return dict(totals)
 
 
 @dataclass(frozen=True)
@@ -308,25 +337,37 @@ def budgets_evaluate(*, now: datetime | None = None) -> EvaluationResult:
     context = PricingContext.load()
     paths = dict(Tenant.objects.values_list("pk", "path"))
     subtrees = _subtrees(budgets, paths)
-    everyone = set().union(*subtrees.values())
-    running = running_cost_per_hour(everyone, now, context)
     window_hours = int(billing_setting("FORECAST_WINDOW_HOURS"))
-    recent = price_window(
-        tenant_ids=everyone,
-        start=now - timedelta(hours=window_hours),
-        end=now,
-        as_of=now,
-        context=context,
-    ).totals()
-    by_cadence: dict[str, list[Budget]] = defaultdict(list)
+    # Spend is converted to each budget's currency: budgets are evaluated per currency.
+    by_group: dict[tuple[str, str], list[Budget]] = defaultdict(list)
     for budget in budgets:
-        by_cadence[budget.cadence].append(budget)
-    for cadence, group in by_cadence.items():
-        name, start, end = budget_window(cadence, now)
+        by_group[(budget.currency, budget.cadence)].append(budget)
+    running_in: dict[str, dict[int, Decimal]] = {}
+    recent_in: dict[str, dict[int, Decimal]] = {}
+    for (currency, cadence), group in by_group.items():
         ids = set().union(*(subtrees[b.pk] for b in group))
-        spent_by_tenant = price_window(
-            tenant_ids=ids, start=start, end=end, as_of=now, context=context
-        ).totals()
+        if currency not in running_in:
+            same = set().union(*(subtrees[b.pk] for b in budgets if b.currency == currency))
+            running_in[currency] = running_cost_per_hour(same, now, context, currency)
+            recent_in[currency] = _totals_in(
+                price_window(
+                    tenant_ids=same,
+                    start=now - timedelta(hours=window_hours),
+                    end=now,
+                    as_of=now,
+                    context=context,
+                    currency=currency,
+                ),
+                currency,
+            )
+        running, recent = running_in[currency], recent_in[currency]
+        name, start, end = budget_window(cadence, now)
+        spent_by_tenant = _totals_in(
+            price_window(
+                tenant_ids=ids, start=start, end=end, as_of=now, context=context, currency=currency
+            ),
+            currency,
+        )
         for budget in group:
             members = subtrees[budget.pk]
             spent = sum((spent_by_tenant.get(t, Decimal(0)) for t in members), Decimal("0.00"))

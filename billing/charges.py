@@ -25,6 +25,7 @@ from billing.models import (
     Adjustment,
     BillingPeriod,
     BillingPolicy,
+    ExchangeRate,
     RateCard,
     TenantBillingSettings,
     UsageRecord,
@@ -55,6 +56,16 @@ def pricing_card(card: RateCard) -> pricing.RateCard:
 
 def load_cards() -> list[pricing.RateCard]:
     return [pricing_card(card) for card in RateCard.objects.all()]
+
+
+def load_rates() -> dict[pricing.RateKey, Decimal]:
+    """The exchange rate table: (month, from, to) -> 1 from = rate to."""
+    return {
+        (month, source, target): rate
+        for month, source, target, rate in ExchangeRate.objects.values_list(
+            "month", "from_currency", "to_currency", "rate"
+        )
+    }
 
 
 def load_flavours() -> dict[int, pricing.Flavour]:
@@ -94,6 +105,21 @@ def tenant_billing() -> dict[int, TenantBilling]:
         chain = [int(part) for part in path.strip("/").split("/") if part]
         resolved[pk] = next((own[a] for a in reversed(chain) if a in own), default)
     return resolved
+
+
+def billing_currency(tenant: Tenant) -> str:
+    """The currency ``tenant`` is billed in today: its own, else its nearest ancestor's
+    that names one, else the platform's default."""
+    chain = [int(part) for part in tenant.path.strip("/").split("/") if part] or [tenant.pk]
+    named = dict(
+        TenantBillingSettings.objects.filter(tenant_id__in=chain)
+        .exclude(currency="")
+        .values_list("tenant_id", "currency")
+    )
+    return next(
+        (named[pk] for pk in reversed(chain) if pk in named),
+        BillingPolicy.current().default_currency,
+    )
 
 
 def net_guarantees() -> dict[tuple[int, int], int]:
@@ -300,6 +326,7 @@ class PricingContext:
     guarantees: dict[tuple[int, int], int]
     policy: BillingPolicy
     cluster_names: dict[int, str]
+    rates: dict[pricing.RateKey, Decimal]
 
     @classmethod
     def load(cls) -> PricingContext:
@@ -311,6 +338,7 @@ class PricingContext:
             guarantees=net_guarantees(),
             policy=BillingPolicy.current(),
             cluster_names=dict(Cluster.objects.values_list("pk", "name")),
+            rates=load_rates(),
         )
 
     @property
@@ -333,17 +361,24 @@ def price_period(
     usage: list[pricing.Usage] | None = None,
     settings: PeriodSettings | None = None,
     idle_mode: str | None = None,
+    strict_rates: bool = True,
+    convert: bool = True,
 ) -> pricing.PricedPeriod:
     """Every tenant's charges for ``period``: its ledger rows (late ones included),
     reservations, idle capacity per the policy, and its adjustments, each hour with the
     quotas, capacity, tree and billing settings in force then (``settings``: what
     :func:`billing.history.period_settings` gives). ``usage``: the period's ledger rows as
     :func:`period_usage` sums them with the same settings, when the caller has them.
-    ``idle_mode`` overrides the policy's."""
+    ``idle_mode`` overrides the policy's. A needed exchange rate that is missing raises
+    pricing.MissingExchangeRates, unless ``strict_rates`` is off (provisional figures: the
+    line stays in its card's currency). ``convert`` off leaves every line in its card's
+    currency (pages that explain prices, not bills)."""
     context = context or PricingContext.load()
     settings = settings or period_settings(period)
     cards = settings.cards if settings.cards is not None else context.cards
     multipliers = settings.multipliers if settings.multipliers is not None else context.multipliers
+    # the rates the first close froze win; a pair it did not need then comes from today's table
+    rates = {**context.rates, **(settings.rates or {})} if convert else {}
     bounds = pricing.boundaries(cards)
     if usage is None:
         usage = period_usage(period, bounds, settings)
@@ -369,6 +404,9 @@ def price_period(
             spans=settings.spans,
             capacity=settings.capacity,
             guarantee_pieces=settings.guarantees,
+            exchange_rates=rates,
+            idle_currency=settings.default_currency or context.currency,
+            strict_rates=strict_rates and convert,
         )
     )
 
@@ -394,8 +432,11 @@ def price_window(
     end: datetime,
     as_of: datetime,
     context: PricingContext | None = None,
+    currency: str | None = None,
 ) -> pricing.PricedPeriod:
-    """Charges of ``tenant_ids`` for usage in [start, as_of): what a budget has spent.
+    """Charges of ``tenant_ids`` for usage in [start, as_of): what a budget has spent,
+    converted to ``currency`` (None: each card's) with each usage month's rate (a line
+    whose rate is missing stays in its card's currency: callers sum only their currency).
     Idle capacity and adjustments are left out (they are settled at close)."""
     context = context or PricingContext.load()
     ids = set(tenant_ids)
@@ -413,6 +454,9 @@ def price_window(
             reservations=_reservations(context.billing, context.guarantees, ids),
             default_multipliers=context.multipliers,
             as_of=as_of,
-            default_currency=context.currency_at(start),
+            default_currency=currency or context.currency_at(start),
+            exchange_rates=context.rates,
+            currency=currency,
+            strict_rates=False,
         )
     )

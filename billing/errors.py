@@ -33,3 +33,7 @@ class PeriodBusy(Conflict):
 
 class StatementFrozen(Conflict):
     """Statements and their lines are never changed or deleted once written."""
+
+
+class ExchangeRateMissing(Conflict):
+    """A close needs converting charges of a month whose exchange rate is not recorded."""

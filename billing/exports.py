@@ -438,6 +438,14 @@ def to_pdf(report: PeriodReport) -> bytes:
         story.append(
             Paragraph(pdf_escape(_totals_text(currency, chargeback, showback)), styles["Normal"])
         )
+    rates_used = sorted({row.exchange for row in report.rows if row.exchange})
+    if rates_used:
+        story.append(
+            Paragraph(
+                pdf_escape(_("Exchange rates used: %(rates)s") % {"rates": "; ".join(rates_used)}),
+                styles["Normal"],
+            )
+        )
     story.append(Spacer(1, 12))
     data: list[list[str]] = [[str(COLUMN_LABELS[name]) for name in PDF_COLUMNS]]
     for row in report.rows:

@@ -18,6 +18,7 @@ times over. Same state, same order: same answers.
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -29,14 +30,17 @@ from django.utils import timezone
 
 from billing import pricing
 from billing.budgets import budget_window
-from billing.charges import default_multipliers, load_cards, load_flavours
+from billing.charges import default_multipliers, load_cards, load_flavours, load_rates
 from billing.models import Budget
+from billing.months import month_name
 from scheduler_bridge.admission.model import PendingWorkload
 from scheduler_bridge.admission.wording import Wording, gettext_noop, wording
 from scheduler_bridge.inventory.models import Cluster
 from scheduler_bridge.quotas.models import Quota
 from scheduler_bridge.workloads.models import Workload
 from tenants.models import Tenant
+
+logger = logging.getLogger(__name__)
 
 HOUR = Fraction(3600)
 
@@ -52,6 +56,9 @@ class HardBudget:
     currency: str
     amount: Fraction
     spent: Fraction  # measured, plus work promised since the measurement (this cycle's too)
+    # card currency -> budget currency, this month's exchange rate (None: not recorded,
+    # and a workload's estimate cannot be weighed against this budget)
+    fx: Fraction | None = Fraction(1)
 
     @property
     def left(self) -> Fraction:
@@ -204,10 +211,10 @@ class BillingBudgetGate:
                 return False, budget.reason_exhausted()
         cost = self.estimate(tenant_id, workload)
         for budget in applicable:
-            if cost > budget.left:
-                return False, budget.reason_too_expensive(cost)
+            if budget.fx is not None and cost * budget.fx > budget.left:
+                return False, budget.reason_too_expensive(cost * budget.fx)
         for budget in applicable:
-            budget.spent += cost
+            budget.spent += cost * (budget.fx or 0)
         for name, devices in self._needs(workload).items():
             for pk in chain:
                 self.in_use[(pk, name)] += devices
@@ -295,6 +302,16 @@ def _holdings(
     return guarantees, dict(in_use), classes
 
 
+def _fx(
+    source: str | None, target: str, month: str, rates: Mapping[pricing.RateKey, Decimal]
+) -> Fraction | None:
+    """How many ``target`` one ``source`` (the cards' currency) is worth in ``month``."""
+    if source is None or source == target:
+        return Fraction(1)
+    rate = rates.get((month, source, target))
+    return Fraction(rate) if rate is not None and rate > 0 else None
+
+
 def budget_gate_for_cluster(cluster: Cluster, now: datetime | None = None) -> BillingBudgetGate:
     """The gate for one admission cycle on ``cluster``."""
     now = now or timezone.now()
@@ -323,14 +340,28 @@ def budget_gate_for_cluster(cluster: Cluster, now: datetime | None = None) -> Bi
         measured.append((budget, name, spent, since))
     promised = _promised_since(((b, since) for b, _n, _s, since in measured), book, paths)
     budgets: dict[int, list[HardBudget]] = {}
+    card_currency = next((p.card.currency for p in book.by_id.values()), None)
+    rates = load_rates()
     for budget, name, spent, _since in measured:
+        fx = _fx(card_currency, budget.currency, month_name(now), rates)
+        if fx is None:
+            logger.warning(
+                "no %s -> %s exchange rate for %s: budget %s checks spend only",
+                card_currency,
+                budget.currency,
+                month_name(now),
+                budget.pk,
+            )
         budgets.setdefault(budget.tenant_id, []).append(
             HardBudget(
                 tenant_slug=budget.tenant.slug,
                 period_name=name,
                 currency=budget.currency,
                 amount=Fraction(budget.amount),
-                spent=Fraction(pricing.round_half_even(spent + promised.get(budget.pk, 0))),
+                spent=Fraction(
+                    pricing.round_half_even(spent + promised.get(budget.pk, 0) * (fx or 0))
+                ),
+                fx=fx,
             )
         )
     guarantees, in_use, classes = _holdings(cluster, {pk: _chain(p) for pk, p in paths.items()})

@@ -36,7 +36,11 @@ CHARGEBACK = TenantBillingSettings.Mode.CHARGEBACK.value
 
 
 def billing_value(settings: TenantBillingSettings) -> dict[str, Any]:
-    return {"mode": settings.mode, "charge_reserved": settings.charge_reserved}
+    return {
+        "mode": settings.mode,
+        "charge_reserved": settings.charge_reserved,
+        "currency": settings.currency,
+    }
 
 
 def track_billing_settings(sender: type, instance: Any, **kwargs: Any) -> None:
@@ -62,6 +66,10 @@ class PeriodSettings:
     # (None: today's, as loaded by the caller).
     cards: list[pricing.RateCard] | None = None
     multipliers: dict[str, Decimal] | None = None
+    # Frozen with the close too: the exchange rates (None: today's table) and the platform
+    # default currency (idle lines; None: today's policy).
+    rates: dict[pricing.RateKey, Decimal] | None = None
+    default_currency: str | None = None
 
     def tenant_cuts(self, start: datetime, end: datetime) -> dict[int, list[datetime]]:
         """Per tenant whose attribution or reserved charging changes within (start, end),
@@ -87,6 +95,10 @@ class PeriodSettings:
             "idle_mode": self.idle_mode,
             "cards": [_card_json(card) for card in self.cards or []],
             "multipliers": {k: str(v) for k, v in (self.multipliers or {}).items()},
+            "rates": [
+                [m, a, b, str(rate)] for (m, a, b), rate in sorted((self.rates or {}).items())
+            ],
+            "default_currency": self.default_currency,
             "spans": {
                 str(tenant): [
                     [
@@ -96,6 +108,7 @@ class PeriodSettings:
                         s.attribution.cost_center,
                         s.attribution.mode,
                         s.charge_reserved,
+                        s.attribution.currency,
                     ]
                     for s in spans
                 ]
@@ -115,15 +128,24 @@ class PeriodSettings:
             idle_mode=data["idle_mode"],
             cards=[_card(card) for card in data.get("cards", [])],
             multipliers={k: Decimal(v) for k, v in data.get("multipliers", {}).items()},
+            # copies frozen before currencies were recorded hold neither (None: today's)
+            rates=(
+                {(m, a, b): Decimal(rate) for m, a, b, rate in data["rates"]}
+                if "rates" in data
+                else None
+            ),
+            default_currency=data.get("default_currency"),
             spans={
                 int(tenant): [
                     pricing.TenantSpan(
                         start=datetime.fromisoformat(lo),
                         end=datetime.fromisoformat(hi),
-                        attribution=pricing.Attribution(path, cost_center, mode),
+                        attribution=pricing.Attribution(
+                            path, cost_center, mode, *(rest[:1] if rest else [""])
+                        ),
                         charge_reserved=bool(reserved),
                     )
-                    for lo, hi, path, cost_center, mode, reserved in spans
+                    for lo, hi, path, cost_center, mode, reserved, *rest in spans
                 ]
                 for tenant, spans in data["spans"].items()
             },
@@ -196,6 +218,8 @@ def _piece(data: list[Any]) -> pricing.Piece:
 def resolve_period_settings(start: datetime, end: datetime) -> PeriodSettings:
     """What was in force in [start, end), from the recorded history (current values where a
     setting has none)."""
+    policy = BillingPolicy.current()
+    default_currency = policy.default_currency
     tenants = list(Tenant.objects.values("pk", "path", "cost_center"))
     places_now = {t["pk"]: tenant_place(_Row(t)) for t in tenants}
     places = settings_history("tenant", until=end)
@@ -238,6 +262,19 @@ def resolve_period_settings(start: datetime, end: datetime) -> PeriodSettings:
         for ancestor in ancestors_ever[pk]:
             instants.update(lo for lo, _hi, _v in own_pieces.get(ancestor, ()))
         times = sorted(instants | {start, end})
+        # A statement is written in one currency: the billing currency in force when the
+        # period starts holds all month (a change applies from the next period). It is
+        # inherited on its own: the nearest tenant up the tree that names one.
+        currency = next(
+            (
+                value["currency"]
+                for a in reversed(_chain(_value_at(pieces, start)["path"]) or [pk])
+                if a in own_pieces
+                and (value := _value_at(own_pieces[a], start))
+                and value.get("currency")
+            ),
+            default_currency,
+        )
         for lo, hi in zip(times, times[1:], strict=False):
             place = _value_at(pieces, lo)
             chain = _chain(place["path"]) or [pk]
@@ -254,7 +291,9 @@ def resolve_period_settings(start: datetime, end: datetime) -> PeriodSettings:
                 pricing.TenantSpan(
                     lo,
                     hi,
-                    pricing.Attribution(place["path"], place["cost_center"], setting["mode"]),
+                    pricing.Attribution(
+                        place["path"], place["cost_center"], setting["mode"], currency
+                    ),
                     bool(setting["charge_reserved"]),
                 ),
             )
@@ -304,7 +343,8 @@ def resolve_period_settings(start: datetime, end: datetime) -> PeriodSettings:
         guarantees=guarantees,
         reservations=reservations,
         # how idle is shown is decided when the period is closed (and then frozen)
-        idle_mode=BillingPolicy.current().idle_mode,
+        idle_mode=policy.idle_mode,
+        default_currency=default_currency,
     )
 
 
@@ -372,12 +412,13 @@ def period_settings(
     freeze: bool = False,
     cards: list[pricing.RateCard] | None = None,
     multipliers: dict[str, Decimal] | None = None,
+    rates: dict[pricing.RateKey, Decimal] | None = None,
     fresh: bool = False,
 ) -> PeriodSettings:
     """The settings ``period`` is priced with: the copy its first close froze, else what
     the history says. With ``freeze`` (a close), the history's answer is stored as this
-    revision's copy together with ``cards`` and ``multipliers``, today's rate cards and
-    priority multipliers. ``fresh`` (a re-open that asked to re-price) skips the copies of
+    revision's copy together with ``cards``, ``multipliers`` and ``rates``, today's rate
+    cards, priority multipliers and exchange rates. ``fresh`` (a re-open that asked to re-price) skips the copies of
     earlier revisions."""
     snapshots = PricingSnapshot.objects.filter(period=period)
     if fresh:
@@ -400,7 +441,7 @@ def period_settings(
         return settings
     settings = resolve_period_settings(period.start, period.end)
     if freeze:
-        settings.cards, settings.multipliers = cards, multipliers
+        settings.cards, settings.multipliers, settings.rates = cards, multipliers, rates
         PricingSnapshot.objects.get_or_create(
             period=period, revision=period.revision, defaults={"data": settings.to_json()}
         )

@@ -242,6 +242,15 @@ def _story(invoice: Invoice, title: str, font: str, bold: str) -> list[Any]:
     story.append(_parties(invoice, styles))
     story.append(Spacer(1, 10))
     story.append(_lines_table(invoice, font, bold))
+    rates_used = sorted({row.exchange for row in invoice.rows if row.exchange})
+    if rates_used:
+        story.append(Spacer(1, 6))
+        story.append(
+            Paragraph(
+                pdf_escape(_("Exchange rates used: %(rates)s") % {"rates": "; ".join(rates_used)}),
+                styles["Normal"],
+            )
+        )
     story.append(Spacer(1, 12))
     story.append(Paragraph(pdf_escape(_("Terms")), styles["Heading4"]))
     for line in _terms(invoice):

@@ -27,9 +27,9 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import pgettext_lazy
 
 from billing import pricing
-from billing.charges import PricingContext, busy_warnings, price_period
+from billing.charges import PricingContext, billing_currency, busy_warnings, price_period
 from billing.conf import billing_setting
-from billing.errors import CurrencyMismatch, PeriodBusy, PeriodClosed
+from billing.errors import CurrencyMismatch, ExchangeRateMissing, PeriodBusy, PeriodClosed
 from billing.history import PeriodSettings, period_settings
 from billing.ledger import period_create
 from billing.models import Adjustment, BillingPeriod, Statement, StatementLine, UsageRecord
@@ -64,8 +64,10 @@ def period_close(
 
     Raises PermissionDenied without the right to close periods, PeriodClosed (409) if it
     is already closed or has not ended yet, PeriodBusy (409) while another worker is
-    closing it. A close interrupted by a crash is resumed by calling this again once its
-    claim went stale (or at once by the worker that held it).
+    closing it, ExchangeRateMissing (409) when charges need converting with a rate not
+    recorded (nothing is written and the period is open again). A close interrupted by a
+    crash is resumed by calling this again once its claim went stale (or at once by the
+    worker that held it).
     """
     if actor is not None and not can_manage_platform_billing(actor):
         raise PermissionDenied(
@@ -128,8 +130,32 @@ def period_close(
             if resumed
             else wording(gettext_noop("close started")),
         )
-    _write_statements(period, token)
+    try:
+        _write_statements(period, token)
+    except pricing.MissingExchangeRates as error:
+        _release_claim(period, token)
+        raise _missing_rates(error) from error
     return _finish_close(period, token, actor, source)
+
+
+def _release_claim(period: BillingPeriod, token: str) -> None:
+    """Give a close that wrote nothing back: the period is open again."""
+    BillingPeriod.objects.filter(pk=period.pk, state=State.CLOSING, close_token=token).update(
+        state=State.OPEN, close_token="", close_heartbeat_at=None
+    )
+
+
+def _missing_rates(error: pricing.MissingExchangeRates) -> ExchangeRateMissing:
+    pairs = ", ".join(f"{src} → {dst} ({month})" for month, src, dst in error.missing)
+    return ExchangeRateMissing(
+        _(
+            "No exchange rate recorded for %(pairs)s: charges priced in one currency cannot "
+            "be billed in the other without it, and nothing was written. Add the rate for "
+            "that month under Billing → Exchange rates (or POST "
+            "/api/v1/billing/exchange-rates/), then close again."
+        ),
+        params={"pairs": pairs},
+    )
 
 
 def _heartbeat(period: BillingPeriod, token: str) -> None:
@@ -151,6 +177,8 @@ def _heartbeat(period: BillingPeriod, token: str) -> None:
 def _write_statements(period: BillingPeriod, token: str) -> None:
     context = PricingContext.load()
     # The first close freezes what was in force; a re-close prices with that same copy.
+    # Priced in the same transaction: a close refused (a missing exchange rate) freezes
+    # nothing, so the close after the rate was added sees it.
     with transaction.atomic():
         _heartbeat(period, token)
         settings = period_settings(
@@ -158,9 +186,10 @@ def _write_statements(period: BillingPeriod, token: str) -> None:
             freeze=True,
             cards=context.cards,
             multipliers=context.multipliers,
+            rates={key: rate for key, rate in context.rates.items() if key[0] <= period.name},
             fresh=period.reprice,
         )
-    priced = price_period(period, context=context, settings=settings)
+        priced = price_period(period, context=context, settings=settings)
     lines_by_tenant: dict[int | None, list[pricing.ChargeLine]] = defaultdict(list)
     for line in priced.lines:
         lines_by_tenant[line.tenant_id].append(line)
@@ -243,6 +272,12 @@ def _insert_statements(
             if tenant_id is not None
             else "chargeback"
         )
+        # the tenant's billing currency (one for the whole period); idle: the platform's
+        own_currency = (
+            settings.attribution_at(tenant_id, period.start).currency
+            if tenant_id is not None
+            else settings.default_currency
+        )
         changes = (
             statement_changes(previous.get(tenant_id, {}), _identities(lines, context))
             if previous is not None and period.revision > 1
@@ -257,7 +292,7 @@ def _insert_statements(
                 tenant_name=tenant.name if tenant else "Idle capacity",
                 cost_center=tenant.cost_center if tenant else "",
                 mode=mode,
-                currency=currency,
+                currency=own_currency or next((line.currency for line in lines), currency),
                 total=sum((line.amount for line in lines), Decimal("0.00")),
                 gpu_hours=sum((line.gpu_hours for line in lines if _is_usage(line)), Decimal(0)),
                 gpu_hours_busy=sum(
@@ -308,6 +343,10 @@ def _insert_statements(
                     multiplier=line.multiplier,
                     amount=line.amount,
                     currency=line.currency,
+                    source_currency=line.source_currency,
+                    source_amount=line.source_amount,
+                    exchange_rate=line.exchange_rate,
+                    exchange_month=line.exchange_month,
                     rate_card_id=line.rate_card_id,
                     usage_period=line.usage_period or "",
                     corrects_id=corrects,
@@ -553,13 +592,11 @@ def adjustment_create(
                     "open": month_name(timezone.now()),
                 },
             )
-        expected = PricingContext.load().currency_at(period.start)
+        expected = billing_currency(tenant)
         if currency != expected:
             raise CurrencyMismatch(
-                _(
-                    "Period %(period)s is billed in %(expected)s; the adjustment is in %(currency)s."
-                ),
-                params={"period": period.name, "expected": expected, "currency": currency},
+                _("%(tenant)s is billed in %(expected)s; the adjustment is in %(currency)s."),
+                params={"tenant": tenant.slug, "expected": expected, "currency": currency},
             )
         adjustment = Adjustment.objects.create(
             tenant=tenant,
@@ -628,7 +665,7 @@ def periods_roll(now: datetime | None = None) -> list[str]:
     for period in due:
         try:
             period_close(actor=None, period=period, source="system", now=now)
-        except (PeriodBusy, PeriodClosed) as error:
+        except (PeriodBusy, PeriodClosed, ExchangeRateMissing) as error:
             logger.info("period %s not closed: %s", period.name, error)
             continue
         done.append(f"closed {period.name}")

@@ -36,6 +36,12 @@ def can_manage_platform_billing(user: Any) -> bool:
     return bool(roots) and all(access.has_role(user, root, BILLING_WRITE_ROLES) for root in roots)
 
 
+def can_read_platform_rates(user: Any) -> bool:
+    """Rate cards and exchange rates pages: platform billing managers and finance (on any
+    tenant); everyone else gets 404."""
+    return can_manage_platform_billing(user) or Role.FINANCE in access.roles_held(user)
+
+
 def can_reopen_periods(user: Any) -> bool:
     return access.is_platform_admin(user)
 

@@ -21,6 +21,13 @@ Charge kinds:
 * ``late_usage`` / ``late_on_demand``: usage of an already closed period that arrived
   late, billed in this one and pointing at what it corrects;
 * ``adjustment``: a correction finance entered by hand.
+
+Currencies: each line is priced in its rate card's currency, then converted to the
+currency its tenant is billed in (``Attribution.currency``; idle lines: the platform
+default) with the exchange rate of the month the charge belongs to (a late line: its
+usage month). The conversion is exact; the line is rounded once, in the billing currency,
+and keeps the amount in the card's currency and the rate used. A rate that is needed and
+not given raises :class:`MissingExchangeRates` (never 1:1).
 """
 
 from __future__ import annotations
@@ -29,11 +36,12 @@ import re
 from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
 from enum import StrEnum
 from fractions import Fraction
+from typing import Any
 
 from billing.money import round_half_even, split_exactly
 
@@ -195,6 +203,7 @@ class Attribution:
     path: str = ""
     cost_center: str = ""
     mode: str = "chargeback"
+    currency: str = ""  # the billing currency; blank: the card's (no conversion)
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +255,32 @@ class ChargeLine:
     adjustment_id: int | None = None
     note: str = ""
     attribution: Attribution = Attribution()
+    # Set when the line was priced in another currency and converted: that currency, the
+    # amount in it, the rate (1 source = rate currency) and the month whose rate it is.
+    source_currency: str = ""
+    source_amount: Decimal | None = None
+    exchange_rate: Decimal | None = None
+    exchange_month: str = ""
+
+
+RateKey = tuple[str, str, str]
+"""(month "YYYY-MM", from currency, to currency) of an exchange rate."""
+
+
+class MissingExchangeRates(ValueError):
+    """Charges need converting and the rate of their month is not given."""
+
+    def __init__(self, missing: Iterable[RateKey]) -> None:
+        self.missing = sorted(set(missing))
+        super().__init__(
+            "no exchange rate for "
+            + ", ".join(f"{src}->{dst} in {month}" for month, src, dst in self.missing)
+        )
+
+
+def month_of(moment: datetime) -> str:
+    """The "YYYY-MM" of a (UTC) instant: whose exchange rate converts a charge then."""
+    return f"{moment.year:04d}-{moment.month:02d}"
 
 
 @dataclass
@@ -273,6 +308,16 @@ class PricingInput:
     capacity: Sequence[Piece] = ()
     # Net guarantees over time (when given, they replace ``guarantees`` for spreading).
     guarantee_pieces: Sequence[Piece] = ()
+    # 1 from-currency = rate to-currency, per (month, from, to).
+    exchange_rates: Mapping[RateKey, Decimal] = field(default_factory=dict)
+    # When set, every line is converted to it (e.g. a budget's currency), whatever the
+    # tenant's billing currency.
+    currency: str | None = None
+    # The currency the __idle__ line is billed in (blank: its card's).
+    idle_currency: str = ""
+    # False (provisional figures): a line whose rate is missing stays in its card's
+    # currency instead of raising MissingExchangeRates.
+    strict_rates: bool = True
 
 
 @dataclass
@@ -290,7 +335,7 @@ class PricedPeriod:
 
 @dataclass
 class _Acc:
-    currency: str
+    currency: str  # the card's
     gpu_hours: Fraction = Fraction(0)
     amount: Fraction = Fraction(0)
     busy_hours: Fraction | None = None
@@ -305,11 +350,30 @@ class _Acc:
 
 
 LineKey = tuple[int | None, Kind, int | None, str, int | None, str | None, Attribution]
+Target = tuple[str, str]
+"""(currency a line is billed in, month whose exchange rate converts it)."""
+
+
+class _Rates:
+    """Exchange rates looked up by month and pair; what is missing is remembered."""
+
+    def __init__(self, rates: Mapping[RateKey, Decimal], strict: bool = True) -> None:
+        self.rates = rates
+        self.strict = strict
+        self.missing: set[RateKey] = set()
+
+    def get(self, month: str, source: str, target: str) -> Decimal | None:
+        rate = self.rates.get((month, source, target))
+        if rate is None or rate <= 0:
+            self.missing.add((month, source, target))
+            return None
+        return rate
 
 
 class _Lines:
-    def __init__(self) -> None:
-        self.acc: dict[LineKey, _Acc] = {}
+    def __init__(self, rates: _Rates | None = None) -> None:
+        self.acc: dict[tuple[LineKey, Target], _Acc] = {}
+        self.rates = rates or _Rates({})
 
     def add(
         self,
@@ -320,25 +384,37 @@ class _Lines:
         gpu_hours: Fraction,
         amount: Fraction,
         busy: Fraction | None,
+        target: Target | None = None,
     ) -> None:
-        acc = self.acc.get(key)
+        """``target``: (billing currency, month of the charge); None: the card's currency."""
+        full = (key, target or (currency, ""))
+        acc = self.acc.get(full)
         if acc is None:
-            acc = self.acc[key] = _Acc(currency, multiplier=multiplier, unit_price=unit_price)
+            acc = self.acc[full] = _Acc(currency, multiplier=multiplier, unit_price=unit_price)
         acc.add(gpu_hours, amount, busy)
 
     def lines(self) -> list[ChargeLine]:
         out = []
-        for (tenant, kind, flavour, priority, card, period, who), acc in self.acc.items():
+        for ((tenant, kind, flavour, priority, card, period, who), target), acc in self.acc.items():
+            currency, month = target
+            fx = Fraction(1)
+            converted = currency != acc.currency
+            if converted:
+                found = self.rates.get(month, acc.currency, currency)
+                fx = Fraction(found) if found is not None else Fraction(0)
+                if found is None and not self.rates.strict:
+                    currency, fx, converted = acc.currency, Fraction(1), False
+            amount = acc.amount * fx
             if acc.gpu_hours > 0:
-                rate = round_half_even(acc.amount / acc.gpu_hours, RATE_PLACES)
+                rate = round_half_even(amount / acc.gpu_hours, RATE_PLACES)
             else:
-                rate = round_half_even(acc.unit_price * acc.multiplier, RATE_PLACES)
+                rate = round_half_even(acc.unit_price * acc.multiplier * fx, RATE_PLACES)
             out.append(
                 ChargeLine(
                     tenant_id=tenant,
                     kind=kind,
                     flavour_id=flavour,
-                    currency=acc.currency,
+                    currency=currency,
                     gpu_hours=round_half_even(acc.gpu_hours, HOURS_PLACES),
                     gpu_hours_busy=(
                         round_half_even(acc.busy_hours, HOURS_PLACES)
@@ -347,14 +423,24 @@ class _Lines:
                     ),
                     rate=rate,
                     multiplier=round_half_even(acc.multiplier, 3),
-                    amount=round_half_even(acc.amount),
+                    amount=round_half_even(amount),
                     priority_class=priority,
                     rate_card_id=card,
                     usage_period=period,
                     attribution=who,
+                    **(_conversion(acc.currency, acc.amount, fx, month) if converted else {}),
                 )
             )
         return out
+
+
+def _conversion(source: str, amount: Fraction, fx: Fraction, month: str) -> dict[str, Any]:
+    return {
+        "source_currency": source,
+        "source_amount": round_half_even(amount),
+        "exchange_rate": round_half_even(fx, 8),
+        "exchange_month": month,
+    }
 
 
 def _unit_price(card: RateCard, flavour: Flavour, price: Decimal) -> tuple[Fraction, Fraction]:
@@ -375,8 +461,9 @@ def _gpu_hours(device_seconds: int | Fraction, flavour: Flavour) -> Fraction:
 def price(data: PricingInput) -> PricedPeriod:
     """Charge lines for ``data``: usage, reservations, idle capacity and adjustments.
 
-    Raises ValueError when the cards in use do not share one currency (the rate card
-    service prevents that) or usage names a flavour that is not in ``data.flavours``.
+    Raises MissingExchangeRates when a line needs converting and its month's rate is not
+    in ``data.exchange_rates``; ValueError when usage names a flavour that is not in
+    ``data.flavours``.
     """
     return _Pricing(data).run()
 
@@ -403,8 +490,8 @@ class _Pricing:
         self.capacity: dict[int, list[Piece]] = defaultdict(list)
         for piece in data.capacity:
             self.capacity[piece.flavour_id].append(piece)
-        self.lines = _Lines()
-        self.currencies: set[str] = set()
+        self.rates = _Rates(data.exchange_rates, data.strict_rates)
+        self.lines = _Lines(self.rates)
         self.unpriced: set[str] = set()
         # Device-seconds held per (flavour, price segment) in this period's own hours;
         # non-borrowed use of reserved capacity per (tenant, flavour, segment).
@@ -424,23 +511,44 @@ class _Pricing:
             used = self.covered.get((tenant, flavour, index), 0)
             self.unused_reserved[(flavour, index)] += max(0, seconds - used)
         idle = self._idle() if self.data.idle_mode != IdleMode.HIDDEN else []
-        self.currencies |= {a.currency for a in self.data.adjustments}
-        if len(self.currencies) > 1:
-            raise ValueError(
-                f"charges in several currencies ({', '.join(sorted(self.currencies))}); one "
-                "period must be priced in one currency"
-            )
-        adjustments = [
-            _adjustment_line(a, self._attribution(a.tenant_id, self.end))
-            for a in self.data.adjustments
-        ]
+        adjustments = [self._adjustment(a) for a in self.data.adjustments]
         out = self.lines.lines() + idle + adjustments
+        if self.rates.missing and self.rates.strict:
+            raise MissingExchangeRates(self.rates.missing)
         out.sort(key=_line_order)
         warnings = [
             f"no rate card covers {name}; its usage is shown at a rate of 0"
             for name in sorted(self.unpriced)
         ]
         return PricedPeriod(lines=out, warnings=warnings)
+
+    def _target(
+        self, who: Attribution | None, at: datetime, month: str | None = None
+    ) -> Target | None:
+        """The currency a line of ``who`` (None: the idle line) is billed in, and the month
+        whose rate converts a charge at ``at`` (``month``: a late line's usage month);
+        None: the line stays in its card's currency."""
+        currency = self.data.currency or (who.currency if who else self.data.idle_currency)
+        return (currency, month or month_of(at)) if currency else None
+
+    def _adjustment(self, adjustment: ManualAdjustment) -> ChargeLine:
+        who = self._attribution(adjustment.tenant_id, self.end)
+        line = _adjustment_line(adjustment, who)
+        target = self._target(who, self.data.start)
+        if target is None or target[0] == adjustment.currency:
+            return line
+        currency, month = target
+        found = self.rates.get(month, adjustment.currency, currency)
+        if found is None and not self.rates.strict:
+            return line
+        fx = Fraction(found) if found is not None else Fraction(0)
+        exact = Fraction(adjustment.amount)
+        return replace(
+            line,
+            currency=currency,
+            amount=round_half_even(exact * fx),
+            **_conversion(adjustment.currency, exact, fx, month),
+        )
 
     def _span(self, tenant_id: int, at: datetime) -> TenantSpan | None:
         spans = self.data.spans.get(tenant_id)
@@ -479,8 +587,6 @@ class _Pricing:
         card = resolve_card(self.data.cards, flavour, at)
         if card is None:
             self.unpriced.add(flavour.name)
-        else:
-            self.currencies.add(card.currency)
         return card
 
     def _usage(self, usage: Usage) -> None:
@@ -515,16 +621,18 @@ class _Pricing:
                 usage.usage_period,
                 who,
             )
+            target = self._target(who, usage.segment_start, usage.usage_period)
             if card is None:
-                currency = self.data.default_currency
+                # nothing to convert: shown at 0 in the billing currency
                 self.lines.add(
                     key6,
-                    currency,
+                    target[0] if target else self.data.default_currency,
                     Fraction(0),
                     Fraction(1),
                     _gpu_hours(seconds, flavour),
                     Fraction(0),
                     busy,
+                    target,
                 )
                 continue
             base = card.on_demand_price if is_borrowed else card.reserved_price
@@ -539,6 +647,7 @@ class _Pricing:
                 _gpu_hours(seconds, flavour),
                 amount,
                 busy,
+                target,
             )
 
     def _reservation(self, reservation: Reservation, busy_given: set[tuple[int, int, int]]) -> None:
@@ -579,6 +688,7 @@ class _Pricing:
                     _gpu_hours(seconds, flavour),
                     per_second * seconds,
                     busy,
+                    self._target(who, a),
                 )
 
     def _capacity_seconds(self, flavour: Flavour, lo: datetime, hi: datetime) -> int:
@@ -594,7 +704,10 @@ class _Pricing:
 
     def _idle(self) -> list[ChargeLine]:
         """Idle capacity per flavour and card: what nobody held nor paid a reservation for."""
-        idle = _Lines()
+        spread = self.data.idle_mode == IdleMode.SPREAD
+        # Spread idle is split in the card's currency first; each share is converted to
+        # its tenant's billing currency (see _spread_converted).
+        idle = _Lines(self.rates)
         # the segments each idle line covers, to weigh guarantees over the same hours
         covers: dict[tuple[int, int], list[tuple[datetime, datetime]]] = defaultdict(list)
         with_capacity = {f for f, pieces in self.capacity.items() if any(p.units for p in pieces)}
@@ -617,13 +730,14 @@ class _Pricing:
                     _gpu_hours(seconds, flavour),
                     per_second * seconds,
                     None,
+                    None if spread else self._target(None, lo),
                 )
                 covers[(flavour.id, card.id)].append((lo, hi))
         lines = idle.lines()
-        if self.data.idle_mode != IdleMode.SPREAD:
+        if not spread:
             return lines
         return [
-            share
+            self._converted_share(share, covers[(line.flavour_id or 0, line.rate_card_id or 0)])
             for line in lines
             for share in _spread(
                 line,
@@ -632,6 +746,28 @@ class _Pricing:
                 ),
             )
         ]
+
+    def _converted_share(
+        self, share: ChargeLine, hours: list[tuple[datetime, datetime]]
+    ) -> ChargeLine:
+        """An idle line or share, split to the cent in the card's currency, converted to
+        the currency its holder is billed in (the whole line kept: the platform default)."""
+        who = share.attribution if share.tenant_id is not None else None
+        target = self._target(who, hours[0][0] if hours else self.data.start)
+        if target is None or target[0] == share.currency:
+            return share
+        currency, month = target
+        found = self.rates.get(month, share.currency, currency)
+        if found is None and not self.rates.strict:
+            return share
+        fx = Fraction(found) if found is not None else Fraction(0)
+        return replace(
+            share,
+            currency=currency,
+            amount=round_half_even(Fraction(share.amount) * fx),
+            rate=round_half_even(Fraction(share.rate) * fx, RATE_PLACES),
+            **_conversion(share.currency, Fraction(share.amount), fx, month),
+        )
 
     def _guarantee_weights(
         self, line: ChargeLine, hours: list[tuple[datetime, datetime]]

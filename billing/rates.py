@@ -256,19 +256,35 @@ def rate_card_currency_on(day: date, cluster: Cluster | None = None) -> str | No
 
 
 def tenant_settings_set(
-    *, actor: Any, tenant: Tenant, mode: str, charge_reserved: bool, source: str = "api"
+    *,
+    actor: Any,
+    tenant: Tenant,
+    mode: str,
+    charge_reserved: bool,
+    currency: str = "",
+    source: str = "api",
 ) -> TenantBillingSettings:
-    """How ``tenant`` (and its subtree, unless overridden below) is billed."""
+    """How ``tenant`` (and its subtree, unless overridden below) is billed; ``currency``
+    its billing currency (blank: inherited, at the top the platform default). A change of
+    currency applies from the next billing period."""
     if not can_write_billing(actor, tenant):
         raise PermissionDenied(f"Billing settings of {tenant.slug} need admin or finance on it.")
     if mode not in TenantBillingSettings.Mode.values:
         raise ValidationFailed(f"Unknown mode '{mode}'; use chargeback or showback.", field="mode")
+    currency = (currency or "").strip()
+    if currency and not (len(currency) == 3 and currency.isascii() and currency.isupper()):
+        raise ValidationFailed(
+            "currency: use a three-letter ISO 4217 code in capitals (or leave it blank to "
+            "inherit).",
+            field="currency",
+        )
     with transaction.atomic():
         current = TenantBillingSettings.objects.select_for_update().filter(tenant=tenant).first()
         before = snapshot(current) if current else None
         settings_row = current or TenantBillingSettings(tenant=tenant)
         settings_row.mode = mode
         settings_row.charge_reserved = bool(charge_reserved)
+        settings_row.currency = currency
         settings_row.save()
         audit_record(
             actor=actor,

@@ -57,6 +57,8 @@ class ReportRow:
     multiplier: Decimal = Decimal(1)
     # where the tenant sat in the tree during the hours of the line ("": not recorded)
     tenant_path: str = ""
+    # a converted line: the rate it used, "1 USD = 7.1234 CNY (2026-02)" ("": none)
+    exchange: str = ""
 
 
 @dataclass
@@ -68,17 +70,32 @@ class PeriodReport:
 
     @property
     def total(self) -> Decimal:
-        return sum((row.amount for row in self.rows), ZERO)
+        """The total in :attr:`currency` (rows in other currencies are in
+        :meth:`totals_by_currency`: amounts of two currencies are never added)."""
+        return sum((row.amount for row in self.rows if row.currency == self.currency), ZERO)
+
+    def totals_by_currency(self) -> dict[str, Decimal]:
+        """The total per currency, the report's own currency first."""
+        totals: dict[str, Decimal] = {self.currency: ZERO} if self.rows else {}
+        for row in self.rows:
+            totals[row.currency] = totals.get(row.currency, ZERO) + row.amount
+        return totals
+
+    @property
+    def several_currencies(self) -> bool:
+        return len({row.currency for row in self.rows}) > 1
 
     def grouped(self, key: str) -> list[dict[str, Any]]:
-        """Rows summed by ``key`` (tenant, cost_center, flavor or kind), largest first."""
-        groups: dict[str, dict[str, Any]] = {}
+        """Rows summed by ``key`` (tenant, cost_center, flavor or kind) and currency,
+        largest first."""
+        groups: dict[tuple[str, str], dict[str, Any]] = {}
         for row in self.rows:
             name = str(getattr(row, key)) or "—"
             group = groups.setdefault(
-                name,
+                (name, row.currency),
                 {
                     "key": name,
+                    "currency": row.currency,
                     "gpu_hours_allocated": Decimal(0),
                     "gpu_hours_busy": Decimal(0),
                     "amount": ZERO,
@@ -90,7 +107,19 @@ class PeriodReport:
             group["gpu_hours_busy"] += row.gpu_hours_busy or 0
             group["amount"] += row.amount
             group["showback" if row.mode == "showback" else "chargeback"] += row.amount
-        return sorted(groups.values(), key=lambda g: (-g["amount"], g["key"]))
+        return sorted(
+            groups.values(), key=lambda g: (g["currency"] != self.currency, -g["amount"], g["key"])
+        )
+
+
+def exchange_text(source: str, rate: Decimal | None, target: str, month: str) -> str:
+    """The rate a converted line used, as finance quotes it: "1 USD = 7.1234 CNY (2026-02)"
+    (empty when the line was not converted)."""
+    if not source or rate is None:
+        return ""
+    text = f"{rate:f}"
+    text = text.rstrip("0").rstrip(".") if "." in text else text
+    return f"1 {source} = {text} {target} ({month})"
 
 
 def visible_tenant_ids(user: Any, subtree: Tenant | None = None) -> set[int] | None:
@@ -148,8 +177,7 @@ def _closed_report(
         line_row(line)
         for line in lines.order_by("statement__tenant_slug", "flavour_name", "kind", "id")
     ]
-    currency = rows[0].currency if rows else PricingContext.load().currency_at(period.start)
-    return PeriodReport(period, False, rows, currency)
+    return PeriodReport(period, False, rows, _main_currency(rows))
 
 
 def line_row(line: StatementLine) -> ReportRow:
@@ -171,6 +199,9 @@ def line_row(line: StatementLine) -> ReportRow:
         mode=line.mode or statement.mode,
         note=line.note,
         tenant_path=line.tenant_path,
+        exchange=exchange_text(
+            line.source_currency, line.exchange_rate, line.currency, line.exchange_month
+        ),
         revision=str(statement.revision),
         statement=statement.number,
         usage_period=line.usage_period,
@@ -204,7 +235,12 @@ def _provisional_report(
         lambda: period_usage(period, bounds, settings),
     )
     priced = price_period(
-        period, as_of=min(now, period.end), context=context, usage=usage, settings=settings
+        period,
+        as_of=min(now, period.end),
+        context=context,
+        usage=usage,
+        settings=settings,
+        strict_rates=False,
     )
     tenants = {t.pk: t for t in Tenant.objects.all()}
     rows = []
@@ -239,11 +275,25 @@ def _provisional_report(
                 tenant_path=line.attribution.path,
                 usage_period=line.usage_period or "",
                 multiplier=line.multiplier,
+                exchange=exchange_text(
+                    line.source_currency, line.exchange_rate, line.currency, line.exchange_month
+                ),
             )
         )
     rows.sort(key=lambda r: (r.tenant, r.flavor, r.kind))
-    currency = rows[0].currency if rows else context.currency_at(period.start)
-    return PeriodReport(period, True, rows, currency)
+    return PeriodReport(period, True, rows, _main_currency(rows, context.currency))
+
+
+def _main_currency(rows: list[ReportRow], default: str | None = None) -> str:
+    """The currency a report leads with: the platform's default when rows use it, else the
+    one most rows use (other currencies get totals of their own)."""
+    default = default or PricingContext.load().currency
+    counts: dict[str, int] = defaultdict(int)
+    for row in rows:
+        counts[row.currency] += 1
+    if not counts or default in counts:
+        return default
+    return max(sorted(counts), key=lambda c: counts[c])
 
 
 def roll_up_to_children(report: PeriodReport, parent: Tenant) -> list[dict[str, Any]]:
@@ -251,12 +301,15 @@ def roll_up_to_children(report: PeriodReport, parent: Tenant) -> list[dict[str, 
     paths = dict(Tenant.objects.filter(path__startswith=parent.path).values_list("pk", "path"))
     children = {c.pk: c for c in parent.children.all()}
     prefix = {child.path: child for child in children.values()}
-    totals: dict[str, Decimal] = defaultdict(lambda: ZERO)
+    totals: dict[tuple[str, str], Decimal] = defaultdict(lambda: ZERO)
     for row in report.rows:
         path = row.tenant_path or paths.get(row.tenant_id or 0, "")
         owner = next((c.slug for p, c in prefix.items() if path.startswith(p)), parent.slug)
-        totals[owner] += row.amount
-    return [{"key": k, "amount": v} for k, v in sorted(totals.items(), key=lambda kv: -kv[1])]
+        totals[(owner, row.currency)] += row.amount  # per currency, never mixed
+    return [
+        {"key": k, "currency": c, "amount": v}
+        for (k, c), v in sorted(totals.items(), key=lambda kv: (kv[0][1], -kv[1]))
+    ]
 
 
 def workload_breakdown(

@@ -11,13 +11,18 @@ from billing.models import (
     BillingPeriod,
     Budget,
     BudgetAlert,
+    ExchangeRate,
     RateCard,
     Statement,
     StatementLine,
     TenantBillingSettings,
     UsageRecord,
 )
-from billing.permissions import can_manage_platform_billing, can_read_any_billing
+from billing.permissions import (
+    can_manage_platform_billing,
+    can_read_any_billing,
+    can_read_platform_rates,
+)
 from tenants import access
 from tenants.models import Tenant
 
@@ -76,6 +81,12 @@ def rate_cards_visible_to(user: Any) -> QuerySet[RateCard]:
     """Prices apply to everyone, so anyone who reads money reads them all."""
     cards = RateCard.objects.select_related("cluster", "flavour", "flavour__cluster")
     return cards if can_read_any_billing(user) else cards.none()
+
+
+def exchange_rates_visible_to(user: Any) -> QuerySet[ExchangeRate]:
+    """Rates convert everyone's charges; finance and platform billing read them."""
+    rates = ExchangeRate.objects.all()
+    return rates if can_read_platform_rates(user) else rates.none()
 
 
 def periods_visible_to(user: Any) -> QuerySet[BillingPeriod]:

@@ -17,6 +17,7 @@ from billing.models import (
     Budget,
     BudgetAlert,
     BudgetStatus,
+    ExchangeRate,
     RateCard,
     Statement,
     StatementLine,
@@ -97,12 +98,40 @@ class BillingPolicySerializer(serializers.ModelSerializer[BillingPolicy]):
         read_only_fields = ["updated_at"]
 
 
+class ExchangeRateSerializer(serializers.ModelSerializer[ExchangeRate]):
+    """1 ``from_currency`` = ``rate`` ``to_currency`` in ``month``; the service checks the
+    rules (billing.exchange_rates) and answers 400 with field errors."""
+
+    created_by = serializers.CharField(source="created_by.username", read_only=True, default="")
+
+    class Meta:
+        model = ExchangeRate
+        fields = [
+            "id",
+            "month",
+            "from_currency",
+            "to_currency",
+            "rate",
+            "source",
+            "created_by",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = ["id", "created_by", "created_at", "updated_at"]
+        validators: list[Any] = []  # the service reports a taken month and pair as a field error
+        extra_kwargs: dict[str, Any] = {
+            "month": {"validators": []},
+            "from_currency": {"validators": []},
+            "to_currency": {"validators": []},
+        }
+
+
 class TenantBillingSettingsSerializer(serializers.ModelSerializer[TenantBillingSettings]):
     tenant = BillingTenantField()
 
     class Meta:
         model = TenantBillingSettings
-        fields = ["tenant", "mode", "charge_reserved", "updated_at"]
+        fields = ["tenant", "mode", "charge_reserved", "currency", "updated_at"]
         read_only_fields = ["updated_at"]
         validators: list[Any] = []
 
@@ -186,6 +215,10 @@ class StatementLineSerializer(serializers.ModelSerializer[StatementLine]):
             "multiplier",
             "amount",
             "currency",
+            "source_currency",
+            "source_amount",
+            "exchange_rate",
+            "exchange_month",
             "rate_card",
             "usage_period",
             "corrects",

@@ -6,6 +6,9 @@ from billing.api import views
 
 router = DefaultRouter()
 router.register("billing/rate-cards", views.RateCardViewSet, basename="billing-rate-card")
+router.register(
+    "billing/exchange-rates", views.ExchangeRateViewSet, basename="billing-exchange-rate"
+)
 router.register("billing/policy", views.BillingPolicyViewSet, basename="billing-policy")
 router.register(
     "billing/tenant-settings",

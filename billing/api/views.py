@@ -23,7 +23,16 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from billing import allocation, exports, invoices, periods, rates, reports, selectors
+from billing import (
+    allocation,
+    exchange_rates,
+    exports,
+    invoices,
+    periods,
+    rates,
+    reports,
+    selectors,
+)
 from billing import budgets as budget_services
 from billing.api import serializers as s
 from billing.errors import PeriodNotFound, StatementFrozen
@@ -33,13 +42,14 @@ from billing.models import (
     BillingPolicy,
     Budget,
     BudgetAlert,
+    ExchangeRate,
     RateCard,
     Statement,
     TenantBillingSettings,
     UsageRecord,
 )
 from billing.months import parse_month
-from billing.permissions import can_read_any_billing
+from billing.permissions import can_read_any_billing, can_read_platform_rates
 from tenants.errors import ValidationFailed
 from tenants.transactions import queue_after_commit
 
@@ -136,6 +146,45 @@ class BillingPolicyViewSet(viewsets.GenericViewSet[BillingPolicy]):
         return Response(s.BillingPolicySerializer(policy).data)
 
 
+class ExchangeRateViewSet(viewsets.ModelViewSet[ExchangeRate]):
+    """Exchange rates per month and currency pair: finance and platform billing read them,
+    platform billing writes (everyone else: 404)."""
+
+    queryset = ExchangeRate.objects.none()  # the model, for the schema; rows: get_queryset
+    serializer_class = s.ExchangeRateSerializer
+    filterset_fields = {"month": ["exact"], "from_currency": ["exact"], "to_currency": ["exact"]}
+    ordering_fields = ["month"]
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
+
+    def get_queryset(self) -> Any:
+        if getattr(self, "swagger_fake_view", False):  # schema generation: no user, no DB
+            return self.queryset
+        return selectors.exchange_rates_visible_to(self.request.user).select_related("created_by")
+
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        if not can_read_platform_rates(request.user):
+            raise Http404
+        return super().create(request, *args, **kwargs)
+
+    def perform_create(self, serializer: Any) -> None:
+        serializer.instance = exchange_rates.exchange_rate_create(
+            actor=self.request.user, fields=serializer.validated_data, origin="api"
+        )
+
+    def perform_update(self, serializer: Any) -> None:
+        serializer.instance = exchange_rates.exchange_rate_update(
+            actor=self.request.user,
+            exchange_rate=serializer.instance,
+            changes=serializer.validated_data,
+            origin="api",
+        )
+
+    def perform_destroy(self, instance: ExchangeRate) -> None:
+        exchange_rates.exchange_rate_delete(
+            actor=self.request.user, exchange_rate=instance, origin="api"
+        )
+
+
 class TenantBillingSettingsViewSet(
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
@@ -163,6 +212,7 @@ class TenantBillingSettingsViewSet(
             tenant=body.validated_data["tenant"],
             mode=body.validated_data.get("mode", TenantBillingSettings.Mode.CHARGEBACK),
             charge_reserved=body.validated_data.get("charge_reserved", False),
+            currency=body.validated_data.get("currency", ""),
             source="api",
         )
         return Response(self.get_serializer(row).data, status=status.HTTP_201_CREATED)
@@ -427,6 +477,8 @@ class SpendReportViewSet(viewsets.ViewSet):
                 "provisional": report.provisional,
                 "currency": report.currency,
                 "total": str(report.total),
+                # per currency: tenants billed in different currencies are never added up
+                "totals": {c: str(t) for c, t in report.totals_by_currency().items()},
                 "group_by": group_by,
                 "rows": rows,
             }

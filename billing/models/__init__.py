@@ -9,7 +9,7 @@ from billing.models.periods import (
     Statement,
     StatementLine,
 )
-from billing.models.rates import BillingPolicy, RateCard, TenantBillingSettings
+from billing.models.rates import BillingPolicy, ExchangeRate, RateCard, TenantBillingSettings
 
 __all__ = [
     "Adjustment",
@@ -19,6 +19,7 @@ __all__ = [
     "BudgetAlert",
     "BudgetStatus",
     "CollectorWatermark",
+    "ExchangeRate",
     "PricingSnapshot",
     "RateCard",
     "Statement",

@@ -147,6 +147,12 @@ class StatementLine(WriteOnceModel):
     multiplier = models.DecimalField(max_digits=8, decimal_places=3, default=1)
     amount = models.DecimalField(**MONEY)
     currency = models.CharField(max_length=3, validators=[CURRENCY])
+    # Priced in another currency and converted: that currency, the amount in it, and the
+    # rate of the month used (1 source_currency = exchange_rate currency). Blank: not converted.
+    source_currency = models.CharField(max_length=3, blank=True)
+    source_amount = models.DecimalField(**MONEY, null=True, blank=True)
+    exchange_rate = models.DecimalField(max_digits=18, decimal_places=8, null=True, blank=True)
+    exchange_month = models.CharField(max_length=7, blank=True)
     rate_card = models.ForeignKey(
         "billing.RateCard",
         null=True,

@@ -6,7 +6,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.core.validators import MinValueValidator
+from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
@@ -101,6 +101,11 @@ class TenantBillingSettings(models.Model):
     tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, related_name="+")
     mode = models.CharField(max_length=10, choices=Mode.choices, default=Mode.CHARGEBACK)
     charge_reserved = models.BooleanField(default=False)
+    # The currency its statements are written in (blank: inherited, at the top the
+    # platform's default currency); lines priced in another are converted.
+    currency = models.CharField(
+        _("billing currency"), max_length=3, blank=True, default="", validators=[CURRENCY]
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -109,6 +114,48 @@ class TenantBillingSettings(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tenant.slug}: {self.mode}{' + reserved' if self.charge_reserved else ''}"
+
+
+MONTH = RegexValidator(
+    regex=r"^\d{4}-(0[1-9]|1[0-2])$",
+    message=_("Use a month written YYYY-MM, e.g. 2026-02."),
+    code="month",
+)
+
+
+class ExchangeRate(models.Model):
+    """How many ``to_currency`` one ``from_currency`` was worth in ``month`` ("YYYY-MM"),
+    as finance fixed it: charges of that month priced in ``from_currency`` are converted
+    with it. One rate per month and pair; the reverse pair is a rate of its own."""
+
+    month = models.CharField(_("month"), max_length=7, validators=[MONTH])
+    from_currency = models.CharField(_("from currency"), max_length=3, validators=[CURRENCY])
+    to_currency = models.CharField(_("to currency"), max_length=3, validators=[CURRENCY])
+    rate = models.DecimalField(_("rate"), max_digits=18, decimal_places=8)
+    source = models.CharField(_("source"), max_length=200, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-month", "from_currency", "to_currency"]
+        verbose_name = _("exchange rate")
+        verbose_name_plural = _("exchange rates")
+        constraints = [
+            models.UniqueConstraint(
+                fields=["month", "from_currency", "to_currency"], name="exchange_rate_one_per_pair"
+            ),
+            models.CheckConstraint(condition=models.Q(rate__gt=0), name="exchange_rate_positive"),
+            models.CheckConstraint(
+                condition=~models.Q(from_currency=models.F("to_currency")),
+                name="exchange_rate_two_currencies",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"1 {self.from_currency} = {self.rate} {self.to_currency} ({self.month})"
 
 
 class BillingPolicy(models.Model):

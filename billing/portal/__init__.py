@@ -19,6 +19,7 @@ from billing.portal.budgets import (
     budget_panel_partial,
 )
 from billing.portal.common import LINE_KINDS, line_kind
+from billing.portal.exchange_rates import exchange_rate_list
 from billing.portal.idle import idle_capacity
 from billing.portal.overview import billing_home, spend_trend
 from billing.portal.periods import period_close, period_export, period_list
@@ -49,6 +50,7 @@ urlpatterns = [
     path("billing/periods/<str:name>/close/", period_close, name="portal-billing-period-close"),
     path("billing/rate-cards/", rate_cards, name="billing-rate-cards"),
     path("billing/rate-cards/<int:pk>/edit/", rate_card_edit, name="billing-rate-card-edit"),
+    path("billing/exchange-rates/", exchange_rate_list, name="billing-exchange-rates"),
     path("billing/budgets/", budget_overview, name="billing-budgets"),
     path("billing/budgets/<int:pk>/edit/", budget_edit, name="billing-budget-edit"),
     path(

@@ -45,7 +45,11 @@ def idle_capacity(request: HttpRequest) -> HttpResponse:
     # Priced as if idle were shared out by guarantee: the idle lines that no guarantee
     # covers stay whole; the rest become each tenant's share.
     priced = price_period(
-        period, as_of=until, context=context, idle_mode=BillingPolicy.IdleMode.SPREAD
+        period,
+        as_of=until,
+        context=context,
+        idle_mode=BillingPolicy.IdleMode.SPREAD,
+        convert=False,  # idle is explained in the cards' currency
     )
     idle_lines = [
         line for line in priced.lines if line.kind in (pricing.Kind.IDLE, pricing.Kind.IDLE_SHARE)

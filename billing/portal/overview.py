@@ -17,7 +17,7 @@ from django.utils.http import urlencode
 from django.utils.translation import gettext as _
 
 from billing import charts, reports, selectors
-from billing.models import BillingPeriod
+from billing.models import BillingPeriod, BillingPolicy
 from billing.portal.common import (
     IDLE_COST_CENTRE,
     period_from_query,
@@ -122,21 +122,29 @@ def spend_trend(request: HttpRequest) -> HttpResponse:
     )
     if code:
         statements = statements.filter(cost_center=code)
+    # One chart, one currency (the platform's): statements billed in another are listed
+    # apart, never added in.
+    currency = BillingPolicy.current().default_currency
+    other_currencies = sorted(
+        set(statements.exclude(currency=currency).values_list("currency", flat=True).distinct())
+    )
+    statements = statements.filter(currency=currency)
     amounts: dict[tuple[int, str], Decimal] = defaultdict(Decimal)
     for frozen in statements.order_by().values("period_id", "mode").annotate(total=Sum("total")):
         amounts[(frozen["period_id"], frozen["mode"])] += frozen["total"] or Decimal(0)
     now = timezone.now()
-    currency = ""
     for period in recent:
         if period.state == BillingPeriod.State.CLOSED or period.start > now:
             continue
         report = reports.period_report(user, period)
-        currency = currency or report.currency
         for row in report.rows:
             if row.tenant_id is None or (code and row.cost_center != code):
                 continue
+            if row.currency != currency:
+                if row.currency not in other_currencies:
+                    other_currencies.append(row.currency)
+                continue
             amounts[(period.pk, row.mode)] += row.amount
-    currency = currency or next(iter(statements.values_list("currency", flat=True)[:1]), "")
     labels = [p.name + ("*" if p.state != BillingPeriod.State.CLOSED else "") for p in recent]
     chargeback = [amounts[(p.pk, "chargeback")] for p in recent]
     showback = [amounts[(p.pk, "showback")] for p in recent]
@@ -154,6 +162,7 @@ def spend_trend(request: HttpRequest) -> HttpResponse:
         "centres": centres,
         "code": code or "",
         "currency": currency,
+        "other_currencies": sorted(other_currencies),
         "chart": charts.trend(labels, chargeback, showback, currency=currency, title=title)
         if recent
         else "",

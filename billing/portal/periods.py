@@ -9,7 +9,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.db.models import Count, Max, Sum
+from django.db.models import Count, Sum
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -24,6 +24,7 @@ from billing.models import BillingPeriod
 from billing.permissions import can_manage_platform_billing
 from billing.portal.common import period_or_404, require_billing_reader, subtree_from_query
 from billing.pricing import IDLE_TENANT
+from scheduler_bridge.templatetags.tidegate import money
 from tenants.errors import PermissionDenied, TidegateError
 from tenants.models import Tenant
 
@@ -38,6 +39,14 @@ class ClosePreview:
     total: Decimal
     currency: str
     idle: bool
+    # totals in other currencies (tenants billed in them), never added to ``total``
+    others: tuple[tuple[str, Decimal], ...] = ()
+
+    @property
+    def currency_text(self) -> str:
+        """The currency after ``total``, followed by the totals in other currencies:
+        "USD · 348.04 CNY"."""
+        return " · ".join([self.currency, *(money(a, c) for c, a in self.others)])
 
 
 def close_preview(
@@ -59,6 +68,9 @@ def close_preview(
         total=report.total,
         currency=report.currency,
         idle=idle,
+        others=tuple(
+            (c, a) for c, a in report.totals_by_currency().items() if c != report.currency
+        ),
     )
 
 
@@ -75,14 +87,18 @@ def period_list(request: HttpRequest) -> HttpResponse:
     """Every period, newest first: state, statements and totals, downloads, close."""
     require_billing_reader(request)
     visible = selectors.periods_visible_to(request.user).order_by("-start")
-    frozen = {
-        row["period_id"]: row
-        for row in selectors.statements_visible_to(request.user)
+    # totals per currency: statements billed in different currencies are never added up
+    frozen: dict[int, dict[str, Any]] = {}
+    for found in (
+        selectors.statements_visible_to(request.user)
         .filter(tenant__isnull=False)
-        .order_by()
-        .values("period_id")
-        .annotate(total=Sum("total"), statements=Count("id"), currency=Max("currency"))
-    }
+        .order_by("period_id", "currency")
+        .values("period_id", "currency")
+        .annotate(total=Sum("total"), statements=Count("id"))
+    ):
+        entry = frozen.setdefault(found["period_id"], {"statements": 0, "totals": []})
+        entry["statements"] += found["statements"]
+        entry["totals"].append({"total": found["total"], "currency": found["currency"]})
     now = timezone.now()
     rows = []
     for period in visible[:60]:
@@ -94,6 +110,7 @@ def period_list(request: HttpRequest) -> HttpResponse:
         if period.state != BillingPeriod.State.CLOSED and period.start <= now:
             report = reports.period_report(request.user, period)
             row["provisional_total"] = report.total
+            row["provisional_totals"] = report.totals_by_currency()
             row["currency"] = report.currency
             if may_close(request.user, period):
                 row["preview"] = close_preview(request.user, period, report)

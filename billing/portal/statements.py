@@ -65,6 +65,8 @@ def statement_detail(request: HttpRequest, pk: int) -> HttpResponse:
     corrected_by = list(statement.corrected_by.select_related("statement", "statement__period"))
     for line in [*lines, *corrected_by]:
         line.kind_label = line_kind(line.kind)  # type: ignore[attr-defined]
+    for line in lines:
+        line.fx_text = fx_text(line)  # type: ignore[attr-defined]
     context = {
         "statement": statement,
         "is_idle": statement.tenant_slug == IDLE_TENANT,
@@ -76,6 +78,7 @@ def statement_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "changes": _changes(statement),
         "previous": _previous_revision(request, statement),
         "charged_to": _charged_to(lines, statement),
+        "rates_used": sorted({line.fx_text for line in lines if line.fx_text}),  # type: ignore[attr-defined]
     }
     return render(request, "billing/statement_detail.html", context)
 
@@ -140,6 +143,14 @@ def _charged_to(lines: list[StatementLine], statement: Statement) -> list[dict[s
     ]
 
 
+def fx_text(line: StatementLine) -> str:
+    """The rate a converted line used, as finance quotes it: "1 USD = 7.1234 CNY (2026-02)"
+    (empty for a line priced in the statement's currency)."""
+    return reports.exchange_text(
+        line.source_currency, line.exchange_rate, line.currency, line.exchange_month
+    )
+
+
 @login_required
 def cost_centre_detail(request: HttpRequest, name: str) -> HttpResponse:
     """One cost centre in one period: its tenants' statements, per flavour and per kind."""
@@ -162,35 +173,46 @@ def cost_centre_detail(request: HttpRequest, name: str) -> HttpResponse:
         .filter(period=period)
         .values_list("tenant_slug", "pk")
     )
-    tenants: dict[str, dict[str, Any]] = {}
-    flavours: dict[str, Decimal] = defaultdict(lambda: Decimal("0.00"))
-    kinds: dict[str, Decimal] = defaultdict(lambda: Decimal("0.00"))
+    # amounts are summed per currency: tenants billed in different ones are never added
+    tenants: dict[tuple[str, str], dict[str, Any]] = {}
+    flavours: dict[tuple[str, str], Decimal] = defaultdict(lambda: Decimal("0.00"))
+    kinds: dict[tuple[str, str], Decimal] = defaultdict(lambda: Decimal("0.00"))
+    totals: dict[str, Decimal] = defaultdict(lambda: Decimal("0.00"))
     for row in rows:
         tenant = tenants.setdefault(
-            row.tenant,
+            (row.tenant, row.currency),
             {
                 "slug": row.tenant,
                 "name": row.tenant_name,
                 "mode": row.mode,
                 "amount": Decimal("0.00"),
+                "currency": row.currency,
                 "gpu_hours": Decimal(0),
                 "statement": statement_of.get(row.tenant),
             },
         )
         tenant["amount"] += row.amount
         tenant["gpu_hours"] += row.gpu_hours_allocated
-        flavours[row.flavor] += row.amount
-        kinds[line_kind(row.kind)] += row.amount
+        flavours[(row.flavor, row.currency)] += row.amount
+        kinds[(str(line_kind(row.kind)), row.currency)] += row.amount
+        totals[row.currency] += row.amount
     title = str(IDLE_COST_CENTRE) if code == IDLE_TENANT else code
     context = {
         "period": period,
         "code": code,
         "title": title,
         "report": report,
-        "tenants": sorted(tenants.values(), key=lambda t: (-t["amount"], t["slug"])),
-        "flavours": sorted(flavours.items(), key=lambda kv: -kv[1]),
-        "kinds": sorted(kinds.items(), key=lambda kv: -kv[1]),
-        "total": sum((r.amount for r in rows), Decimal("0.00")),
+        "tenants": sorted(tenants.values(), key=lambda t: (t["currency"], -t["amount"], t["slug"])),
+        "flavours": [
+            (name, amount, currency)
+            for (name, currency), amount in sorted(flavours.items(), key=lambda kv: -kv[1])
+        ],
+        "kinds": [
+            (name, amount, currency)
+            for (name, currency), amount in sorted(kinds.items(), key=lambda kv: -kv[1])
+        ],
+        "total": totals.get(report.currency, Decimal("0.00")),
+        "totals": sorted(totals.items(), key=lambda kv: kv[0] != report.currency),
     }
     return render(request, "billing/cost_centre.html", context)
 

@@ -59,7 +59,11 @@ def test_a_quota_change_and_billing_settings_are_recorded(cast: Cast, gpu: GpuCl
     settings = TenantBillingSettings.objects.create(tenant=cast.team_b, mode="showback")
     settings.charge_reserved = True
     settings.save()
-    assert values("billing", cast.team_b.pk)[-1] == {"mode": "showback", "charge_reserved": True}
+    assert values("billing", cast.team_b.pk)[-1] == {
+        "mode": "showback",
+        "charge_reserved": True,
+        "currency": "",
+    }
 
 
 def test_capacity_lost_at_a_bulk_update_is_recorded(gpu: GpuCluster) -> None:
