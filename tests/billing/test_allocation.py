@@ -315,6 +315,7 @@ def test_the_allocation_page_speaks_chinese_but_for_its_data(
 
     data = data_values() | {"vision-train", "vision-dev", "speech-train", "globex-train", "cv"}
     data |= {"2026-02", "2026-01", "namespace,label:team", "USD", gpu.h100.name}
+    data |= {"label:KEY", "annotation:KEY"}  # the grouping keys as the API spells them
     client = logged_in(cast.user(role))
     for query in (
         "?window=2026-02&aggregate=namespace,label:team",

@@ -386,11 +386,13 @@ def test_the_csv_currency_is_each_lines_billing_currency(cast: Cast, gpu: GpuClu
     period_close(actor=cast.platform_admin, period=february(cast, gpu))
     response = client_for(cast.platform_admin).get("/api/v1/billing/exports/?period=2026-02&as=csv")
     rows = response.content.decode().splitlines()
-    assert rows[0].endswith(",amount,currency")  # the columns are unchanged
-    vision = [r for r in rows if ",vision," in r]
-    assert vision and all(r.endswith(",CNY") for r in vision)
-    assert any(r.endswith(",284.94,CNY") for r in vision)
-    assert all(r.endswith(",USD") for r in rows[1:] if ",vision," not in r)
+    header = rows[0].split(",")
+    assert header[-3:] == ["amount", "currency", "mode"]  # the columns are unchanged
+    table = [dict(zip(header, row.split(","), strict=True)) for row in rows[1:]]
+    vision = [r for r in table if r["tenant"] == "vision"]
+    assert vision and all(r["currency"] == "CNY" for r in vision)
+    assert any(r["amount"] == "284.94" for r in vision)
+    assert all(r["currency"] == "USD" for r in table if r["tenant"] != "vision")
 
 
 def test_adjustments_are_entered_in_the_tenants_billing_currency(
