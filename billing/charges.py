@@ -8,7 +8,6 @@ marked provisional) and a budget window (spend so far).
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -157,9 +156,9 @@ def grouped_usage(
 
     ``cuts``: per tenant whose attribution or reserved charging changes within the window,
     the instants where it does; its rows are also summed per piece between them, and each
-    sum's ``segment_start`` lies in its piece. SQL splits those tenants' rows at every cut
-    of any of them (a CASE over the instants, evaluated only for their rows); the pieces of
-    other tenants' cuts are then folded back here."""
+    sum's ``segment_start`` lies in its piece. In SQL, a row of such a tenant gets the
+    number of its tenant's cuts at or before its hour (tenants with the same cuts share a
+    tree of CASEs over them); other tenants' rows skip that at one hashed IN test."""
     segment: Any = Value(0, output_field=IntegerField())
     if bounds:
         segment = Case(
@@ -168,16 +167,21 @@ def grouped_usage(
             output_field=IntegerField(),
         )
     cuts = {tenant: sorted(at) for tenant, at in (cuts or {}).items() if at}
-    fine = sorted({at for instants in cuts.values() for at in instants})
+    alike: dict[tuple[datetime, ...], list[int]] = defaultdict(list)
+    for tenant, instants in sorted(cuts.items()):
+        alike[tuple(instants)].append(tenant)
     piece: Any = Value(None, output_field=IntegerField())
-    if fine:
+    if alike:
         piece = Case(
             When(
                 tenant_id__in=sorted(cuts),
                 then=Case(
                     *[
-                        When(interval_start__gte=at, then=Value(i + 1))
-                        for i, at in reversed(list(enumerate(fine)))
+                        When(
+                            tenant_id__in=tenants,
+                            then=_instants_before(list(instants), 0, len(instants)),
+                        )
+                        for instants, tenants in alike.items()
                     ],
                     default=Value(0),
                     output_field=IntegerField(),
@@ -204,12 +208,8 @@ def grouped_usage(
         start = max(bounds[index - 1] if index > 0 else month, month)
         tenant = row["tenant_id"]
         if row["piece"]:
-            # the tenant's own piece holding the fine piece that starts at this instant
-            fine_start = fine[row["piece"] - 1]
-            own = cuts.get(tenant, [])
-            at = bisect_right(own, fine_start)
-            if at:
-                start = max(start, own[at - 1])
+            # the row's hour is in the tenant's piece starting at its n-th cut
+            start = max(start, cuts[tenant][row["piece"] - 1])
         key = (tenant, row["flavour_id"], row["priority_class"], start, month) + tuple(
             row[field] for field in by
         )
@@ -254,6 +254,19 @@ BUSY_ESTIMATED_WARNING = gettext_noop(
     "busy time estimated for %(flavour)s: %(count)s of %(rows)s pod-hours are MIG "
     "instances without profiling metrics, taken as busy as their parent GPU"
 )
+
+
+def _instants_before(instants: list[datetime], lo: int, hi: int) -> Any:
+    """How many of ``instants`` (sorted) are at or before a row's ``interval_start``,
+    as a balanced tree of CASEs: log2(n) comparisons per row instead of n."""
+    if lo == hi:
+        return Value(lo, output_field=IntegerField())
+    mid = (lo + hi) // 2
+    return Case(
+        When(interval_start__gte=instants[mid], then=_instants_before(instants, mid + 1, hi)),
+        default=_instants_before(instants, lo, mid),
+        output_field=IntegerField(),
+    )
 
 
 def busy_warnings(
