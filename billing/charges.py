@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
+from itertools import chain
 from typing import Any
 
 from django.db.models import Case, Count, IntegerField, Q, QuerySet, Sum, Value, When
@@ -170,37 +171,40 @@ def grouped_usage(
     alike: dict[tuple[datetime, ...], list[int]] = defaultdict(list)
     for tenant, instants in sorted(cuts.items()):
         alike[tuple(instants)].append(tenant)
-    piece: Any = Value(None, output_field=IntegerField())
+    no_piece: Any = Value(None, output_field=IntegerField())
+
+    def summed(subset: QuerySet[UsageRecord], piece: Any) -> Any:
+        return (
+            subset.order_by()
+            .annotate(segment=segment, month=TruncMonth("interval_start"), piece=piece)
+            .values("tenant_id", "flavour_id", "priority_class", "segment", "month", "piece", *by)
+            .annotate(
+                allocated=Sum("gpu_seconds_allocated"),
+                borrowed=Sum("gpu_seconds_borrowed"),
+                busy=Sum("gpu_seconds_busy"),
+                with_busy=Count("gpu_seconds_busy"),
+            )
+        )
+
+    grouped: Iterable[dict[str, Any]] = summed(rows, no_piece)
     if alike:
+        # Two queries: the others' rows as before, the changing tenants' rows (read through
+        # the (period, tenant) index) with the number of their cuts before each hour.
         piece = Case(
-            When(
-                tenant_id__in=sorted(cuts),
-                then=Case(
-                    *[
-                        When(
-                            tenant_id__in=tenants,
-                            then=_instants_before(list(instants), 0, len(instants)),
-                        )
-                        for instants, tenants in alike.items()
-                    ],
-                    default=Value(0),
-                    output_field=IntegerField(),
-                ),
-            ),
-            default=Value(None, output_field=IntegerField()),
+            *[
+                When(
+                    tenant_id__in=tenants,
+                    then=_instants_before(list(instants), 0, len(instants)),
+                )
+                for instants, tenants in alike.items()
+            ],
+            default=Value(0),
             output_field=IntegerField(),
         )
-    grouped = (
-        rows.order_by()
-        .annotate(segment=segment, month=TruncMonth("interval_start"), piece=piece)
-        .values("tenant_id", "flavour_id", "priority_class", "segment", "month", "piece", *by)
-        .annotate(
-            allocated=Sum("gpu_seconds_allocated"),
-            borrowed=Sum("gpu_seconds_borrowed"),
-            busy=Sum("gpu_seconds_busy"),
-            with_busy=Count("gpu_seconds_busy"),
+        grouped = chain(
+            summed(rows.exclude(tenant_id__in=sorted(cuts)), no_piece),
+            summed(rows.filter(tenant_id__in=sorted(cuts)), piece),
         )
-    )
     sums: dict[tuple[Any, ...], list[Any]] = {}
     for row in grouped:
         month = row["month"]
