@@ -1,24 +1,38 @@
 """Replay the shipped two-week Philly trace (``data/traces/``; Jeon et al., USENIX ATC
-2019) under static quotas, FIFO, Tidegate's fair share and fair share with elastic jobs
-(``fair-share-elastic``: every job of 2 or more GPUs elastic down to half, a checkpoint
-every 30 minutes) on a simulated 320-GPU cluster; one JSON line per policy: bench,
-scenario, policy, jobs, wall_s, utilization, goodput, wasted_gpu_hours, wait_mean_s,
-wait_p95_s, jain_fairness (plus preemptions, shrinks, grows, unfinished jobs and the
-trace's attribution).
-One more line, ``fair-share-min-run-30m``, is fair share with borrowed work protected from
-reclaim for its first 30 minutes (EngineConfig.reclaim_min_run_s)."""
+2019) on a simulated 320-GPU cluster under static slices, FIFO, Tidegate's fair share and
+fair share with elastic jobs, one JSON line per policy with the figures of docs/replay.md
+(bench, scenario, policy, jobs, wall_s, utilization, goodput, wasted_gpu_hours,
+borrowed_gpu_hours, wait_mean_s, wait_p50_s, wait_p95_s, wait_p99_s, owner_wait_ratio,
+share_fairness, jain_fairness, preemptions, ...). One more line, ``fair-share-min-run-30m``,
+is fair share with borrowed work protected from reclaim for its first 30 minutes.
+
+Scenario ``synthetic-100k`` (``--synthetic`` runs only it): 100,000 jobs of 50 tenants drawn
+from the slice's job shapes at 80 % offered load on 2,048 GPUs, under fair share; it prints
+jobs, jobs_per_s and wall_s. ``BENCH_SYNTHETIC_JOBS`` changes its size."""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
-from dataclasses import asdict
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from scheduler_bridge.replay.policies import POLICIES, replay  # noqa: E402
+from scheduler_bridge.replay.cluster import (  # noqa: E402
+    demand_shares,
+    one_product,
+    proportional_quotas,
+)
+from scheduler_bridge.replay.policies import (  # noqa: E402
+    POLICIES,
+    ReplayOptions,
+    replay,
+    replay_policies,
+)
+from scheduler_bridge.replay.synthetic import synthetic_trace  # noqa: E402
 from scheduler_bridge.replay.trace import (  # noqa: E402
     PHILLY_ATTRIBUTION,
     PHILLY_JOBS,
@@ -27,24 +41,71 @@ from scheduler_bridge.replay.trace import (  # noqa: E402
     read_vc_nodes,
 )
 
-NODES = 40  # the trace keeps about 262 GPUs busy on average: ~80 % offered load
+CAPACITY = 320  # the trace keeps about 262 GPUs busy on average: ~80 % offered load
 MIN_RUN_S = 1800.0
+SYNTHETIC_CAPACITY = 2048
 
 
-def main() -> None:
-    jobs = read_jobs(PHILLY_JOBS)
-    vc_nodes = read_vc_nodes(PHILLY_VC_NODES)
-    for policy in POLICIES:
-        print(f"replaying {len(jobs)} jobs under {policy} ...", file=sys.stderr, flush=True)
-        figures = replay(policy, jobs, vc_nodes, nodes=NODES)
-        line = {"bench": "replay", "scenario": policy, **asdict(figures)}
-        print(json.dumps({**line, "trace_source": PHILLY_ATTRIBUTION}), flush=True)
-    print("replaying fair-share with a 30-minute minimum run ...", file=sys.stderr, flush=True)
-    figures = replay("fair-share", jobs, vc_nodes, nodes=NODES, reclaim_min_run_s=MIN_RUN_S)
-    line = {"bench": "replay", "scenario": "fair-share-min-run-30m", **asdict(figures)}
-    line |= {"reclaim_min_run_s": MIN_RUN_S, "trace_source": PHILLY_ATTRIBUTION}
+def emit(scenario: str, figures: dict[str, object], **extra: object) -> None:
+    figures = {k: v for k, v in figures.items() if k != "tenant_waits"}
+    line = {"bench": "replay", "scenario": scenario, **figures, **extra}
     print(json.dumps(line), flush=True)
 
 
+def philly() -> None:
+    jobs = read_jobs(PHILLY_JOBS)
+    cluster = one_product(CAPACITY)
+    quotas = proportional_quotas(
+        sorted({j.tenant for j in jobs}), read_vc_nodes(PHILLY_VC_NODES), cluster
+    )
+
+    def say(policy: str, done: int) -> None:
+        print(f"replaying {len(jobs)} jobs under {policy} ...", file=sys.stderr, flush=True)
+
+    runs = replay_policies(POLICIES, jobs, cluster, quotas, progress=say)
+    for run in runs:
+        emit(run.figures.policy, run.figures.as_json(), trace_source=PHILLY_ATTRIBUTION)
+    static_wait = runs[0].figures.owner_wait_mean_s
+    say("fair-share with a 30-minute minimum run", len(runs))
+    protected = replay(
+        "fair-share",
+        jobs,
+        cluster,
+        quotas,
+        ReplayOptions(reclaim_min_run_s=MIN_RUN_S),
+        static_owner_wait_s=static_wait,
+    )
+    emit(
+        "fair-share-min-run-30m",
+        protected.figures.as_json(),
+        reclaim_min_run_s=MIN_RUN_S,
+        trace_source=PHILLY_ATTRIBUTION,
+    )
+
+
+def synthetic() -> None:
+    size = int(os.environ.get("BENCH_SYNTHETIC_JOBS", "100000"))
+    jobs = synthetic_trace(
+        read_jobs(PHILLY_JOBS), jobs=size, tenants=50, capacity=SYNTHETIC_CAPACITY, seed=1
+    )
+    cluster = one_product(SYNTHETIC_CAPACITY)
+    quotas = proportional_quotas(sorted({j.tenant for j in jobs}), demand_shares(jobs), cluster)
+    print(f"replaying {size} synthetic jobs under fair-share ...", file=sys.stderr, flush=True)
+    started = time.perf_counter()
+    run = replay("fair-share", jobs, cluster, quotas, ReplayOptions(seed=1))
+    wall = time.perf_counter() - started
+    figures = run.figures.as_json()
+    figures["wall_s"] = round(wall, 1)
+    emit(
+        "synthetic-100k",
+        figures,
+        jobs_per_s=round(size / wall, 1),
+        tenants=50,
+        trace_source=f"synthetic, job shapes from {PHILLY_ATTRIBUTION}",
+    )
+
+
 if __name__ == "__main__":
-    main()
+    if "--synthetic" not in sys.argv:
+        philly()
+    synthetic()

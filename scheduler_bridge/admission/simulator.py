@@ -105,6 +105,8 @@ class SimulationResult:
     wasted_gpu_seconds: float = 0.0
     grows: int = 0  # elastic pods started
     shrinks: int = 0  # elastic pods taken back
+    # GPU-equivalent seconds each tenant held above its own guarantee (borrowed)
+    borrowed_gpu_seconds: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def mean_utilization(self) -> float:
@@ -137,6 +139,8 @@ class Simulator:
         explain_pending: bool = False,
         on_cycle: Callable[[ClusterSnapshot, CycleResult], None] | None = None,
         resize_pause_s: float = 60.0,
+        observer: Callable[[float, Mapping[str, float], Mapping[str, float]], None] | None = None,
+        guarantees: Mapping[str, float] | None = None,
     ) -> None:
         self.tenants = tuple(tenants)
         self.flavours = tuple(flavours)
@@ -152,12 +156,24 @@ class Simulator:
         self.explain = explain_pending
         self.on_cycle = on_cycle
         self.resize_pause_s = resize_pause_s
+        # called after each cycle with (now, GPU-equivalents held per tenant, GPU-equivalents
+        # its queued and running jobs ask at full size); the mappings are live: copy to keep
+        self.observer = observer
         self.equivalent = {f.name: f.gpu_equivalent for f in self.flavours}
         self.capacity = sum(
             gpus * self.equivalent.get(name, 0.0)
             for node in self.nodes
             for name, gpus in node.capacity.items()
         )
+        # what each tenant holds beyond this (GPU-equivalents) counts as borrowed; by default
+        # its quotas' guarantees (a policy without guarantees may pass the ones it ignores)
+        self.guarantee: dict[str, float] = {}
+        for quota in self.quotas:
+            self.guarantee[quota.tenant_id] = self.guarantee.get(
+                quota.tenant_id, 0.0
+            ) + quota.guaranteed * self.equivalent.get(quota.flavour, 0.0)
+        if guarantees is not None:
+            self.guarantee = dict(guarantees)
 
     def run(self, until: float | None = None) -> SimulationResult:
         """Run until every job finished (or virtual time ``until``)."""
@@ -217,6 +233,8 @@ class _Run:
         self.history: dict[str, float] = {}
         self.held: dict[str, float] = {}
         self.held_seconds: dict[str, float] = {}
+        self.borrowed_seconds: dict[str, float] = {}
+        self.demand: dict[str, float] = {}
         self.updated: dict[str, float] = {}
         self.samples: list[CycleSample] = []
         self.engine_s = 0.0
@@ -271,6 +289,7 @@ class _Run:
             self._stop_job(wid, at)
             del self.progress[wid]
             self.finished[wid] = at
+            self._want(self.sim.jobs[wid].workload, -1)
             changed = True
         return changed
 
@@ -281,6 +300,7 @@ class _Run:
             self.next_arrival += 1
             self.pending[job.workload.id] = core_of(job.workload)
             self.left[job.workload.id] = job.run_time_s
+            self._want(job.workload, 1)
             changed = True
         return changed
 
@@ -288,8 +308,18 @@ class _Run:
     def _equivalents(self, placements: Sequence[Placement]) -> float:
         return sum(p.gpus * self.sim.equivalent.get(p.flavour, 0.0) for p in placements)
 
+    def _want(self, request: PendingWorkload, sign: int) -> None:
+        """A job arrives (+1) or leaves finished (-1): its tenant's demand at full size."""
+        equivalent = self.sim.equivalent
+        size = sum(
+            ps.count * ps.gpus_per_pod * equivalent.get(ps.flavours[0], 0.0)
+            for ps in request.pod_sets
+        )
+        self.demand[request.tenant_id] = self.demand.get(request.tenant_id, 0.0) + sign * size
+
     def _account(self, tenant: str, now: float) -> None:
-        """Bring a tenant's decayed usage and held-seconds integral up to ``now``."""
+        """Bring a tenant's decayed usage, held-seconds and borrowed-seconds integrals up
+        to ``now``."""
         last = self.updated.get(tenant, now)
         held = self.held.get(tenant, 0.0)
         if now > last:
@@ -297,6 +327,11 @@ class _Run:
                 self.history.get(tenant, 0.0), held, now - last, self.sim.half_life
             )
             self.held_seconds[tenant] = self.held_seconds.get(tenant, 0.0) + held * (now - last)
+            above = held - self.sim.guarantee.get(tenant, 0.0)
+            if above > 1e-9:
+                self.borrowed_seconds[tenant] = self.borrowed_seconds.get(tenant, 0.0) + above * (
+                    now - last
+                )
         self.updated[tenant] = now
 
     def _hold(self, tenant: str, placements: Sequence[Placement], now: float, sign: int) -> None:
@@ -433,6 +468,8 @@ class _Run:
         )
         if self.sim.on_cycle is not None:
             self.sim.on_cycle(snapshot, result)
+        if self.sim.observer is not None:
+            self.sim.observer(now, self.held, self.demand)
         return bool(result.preemptions) or grow_due
 
     def _preempt(self, wid: str, now: float) -> None:
@@ -475,6 +512,7 @@ class _Run:
             wasted_gpu_seconds=self.wasted,
             grows=self.grows,
             shrinks=self.shrinks,
+            borrowed_gpu_seconds=dict(self.borrowed_seconds),
         )
 
 

@@ -1,184 +1,382 @@
 """Replay the same trace under several admission policies and measure each.
 
-Policies (all on the same simulated cluster, GPUs per node fixed, one flavour):
+Policies (all on the same simulated cluster and the same quotas):
 - `static`: every team is held to its guarantee (borrowing off): the fixed-slice status
   quo that leaves GPUs idle while others queue.
 - `fifo`: one shared queue, no guarantees honoured (everyone may borrow everything, no
   reclaim): high utilisation, but a burst from one team starves the rest.
 - `fair-share`: Tidegate: guarantees, lending of idle guarantee, reclaim by preemption,
   weighted dominant share with decayed usage.
-- `fair-share-elastic`: the same, with every job of 2 or more GPUs elastic down to half
-  its GPUs (it starts with half, grows into idle GPUs and is shrunk before anything is
-  preempted; a job of an even number of GPUs within a node runs as two pods, an odd one
-  as pods of one GPU, a larger one as full-node pods) and a checkpoint every 30 minutes.
-  The simulator's speed-up model is linear (admission/simulator.py).
+- `fair-share-elastic`: the same, with every job of 2 or more GPUs elastic (down to its
+  trace's ``min_gpus``, or half its GPUs), starting small, growing into idle GPUs and shrunk
+  before anything is preempted, with a checkpoint every 30 minutes unless the trace says
+  otherwise. The simulator's speed-up model is linear (admission/simulator.py).
 
-Every policy reports ``goodput`` (GPU time of work that counted over the GPU time
-offered) and ``wasted_gpu_hours`` (work thrown away by preemption, and elastic resize
-pauses) beside ``utilization``.
-Guarantees follow each virtual cluster's node count (philly_vc_nodes.csv) scaled to the
-simulated capacity; teams missing from that file get no guarantee.
+The engine is the product's own (scheduler_bridge.admission); this module only builds the
+simulated cluster and measures (figures.py; docs/replay.md).
 """
 
 from __future__ import annotations
 
 import math
+import random
 import time
-from collections import defaultdict
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from functools import reduce
+from typing import Any
 
 from scheduler_bridge.admission import EngineConfig, PendingWorkload, PodSet, Quota, Tenant
 from scheduler_bridge.admission.engine import AdmissionEngine
 from scheduler_bridge.admission.model import Flavour, Node, Topology
-from scheduler_bridge.admission.simulator import SimJob, Simulator
-from scheduler_bridge.replay.trace import TraceJob
+from scheduler_bridge.admission.simulator import SimJob, SimulationResult, Simulator
+
+from .cluster import QuotaPlan, ReplayCluster
+from .figures import FairnessMeter, Timeline, WaitFigures, jain, tenant_waits, waits_of
+from .trace import TraceJob
 
 POLICIES = ("static", "fifo", "fair-share", "fair-share-elastic")
 ELASTIC_CHECKPOINT_S = 1800.0
-FLAVOUR = "gpu"
 ROOT = "cluster"
+HOUR_S = 3600.0
+
+
+class ReplayInputError(ValueError):
+    """Inputs a replay cannot run on (said before anything runs)."""
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    half_life_h: float = 168.0  # usage history half-life of fair share
+    reclaim_min_run_s: float = 0.0  # borrowed work runs this long before reclaim
+    cycle_interval_s: float = 60.0
+    seed: int = 0  # orders jobs submitted in the same second
+    timeline_points: int = 0  # samples kept for plots; 0: none
 
 
 @dataclass(frozen=True)
 class ReplayFigures:
     policy: str
     jobs: int
+    jobs_completed: int
+    never_started: int
     wall_s: float
+    capacity_gpus: int
+    span_h: float
+    makespan_h: float
     utilization: float
+    peak_utilization: float  # the most the cluster ever had allocated, over its capacity
+    allocated_gpu_hours: float
+    goodput: float  # GPU-hours of work that counted
+    wasted_gpu_hours: float
+    borrowed_gpu_hours: float
     wait_mean_s: float
+    wait_p50_s: float
     wait_p95_s: float
+    wait_p99_s: float
+    owner_wait_mean_s: float
+    owner_wait_ratio: float | None
+    share_fairness: float
     jain_fairness: float
     preemptions: int
-    unfinished: int
-    goodput: float = 0.0
-    wasted_gpu_hours: float = 0.0
-    shrinks: int = 0
-    grows: int = 0
+    shrinks: int
+    grows: int
+    tenant_waits: dict[str, WaitFigures] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
 
 
-def guarantees(tenants: Sequence[str], vc_nodes: dict[str, int], capacity: int) -> dict[str, int]:
-    """Capacity split in proportion to node counts (largest remainders get the rest)."""
-    weights = {t: vc_nodes.get(t, 0) for t in tenants}
-    total = sum(weights.values())
-    if total == 0:
-        return dict.fromkeys(tenants, 0)
-    exact = {t: capacity * w / total for t, w in weights.items()}
-    shares = {t: math.floor(v) for t, v in exact.items()}
-    left = capacity - sum(shares.values())
-    for tenant in sorted(exact, key=lambda t: (-(exact[t] - shares[t]), t))[:left]:
-        shares[tenant] += 1
-    return shares
+@dataclass
+class PolicyRun:
+    figures: ReplayFigures
+    timeline: Timeline | None
+    tenant_wait_samples: dict[str, list[float]]
+    guarantees: dict[str, float]
 
 
-def _quotas(policy: str, shares: dict[str, int], capacity: int) -> list[Quota]:
-    root = Quota(tenant_id=ROOT, flavour=FLAVOUR, guaranteed=capacity)
-    if policy == "fifo":
-        return [root] + [Quota(tenant_id=t, flavour=FLAVOUR, guaranteed=0) for t in shares]
-    borrow = 0 if policy == "static" else None
-    return [root] + [
-        Quota(tenant_id=t, flavour=FLAVOUR, guaranteed=g, borrow_limit=borrow)
-        for t, g in shares.items()
-    ]
+def check_inputs(jobs: Sequence[TraceJob], cluster: ReplayCluster, quotas: QuotaPlan) -> None:
+    """Raise ReplayInputError when a job can never run or the quotas do not fit."""
+    if not jobs:
+        raise ReplayInputError("the trace holds no jobs to replay")
+    largest: dict[str, TraceJob] = {}
+    for job in jobs:
+        flavor = job.flavor or cluster.default_flavor
+        if cluster.product(flavor) is None:
+            raise ReplayInputError(
+                f"job {job.id} asks for {flavor!r}, which the cluster does not have; "
+                f"products: {', '.join(p.flavor for p in cluster.products)} (--products)"
+            )
+        if flavor not in largest or job.gpus > largest[flavor].gpus:
+            largest[flavor] = job
+    for flavor, job in largest.items():
+        product = cluster.product(flavor)
+        assert product is not None
+        if job.gpus > product.gpus:
+            raise ReplayInputError(
+                f"the capacity of {product.gpus} {flavor} GPUs is smaller than the largest "
+                f"job ({job.id}, {job.gpus} GPUs); give --capacity {job.gpus} or more"
+            )
+    for tenant, flavor in quotas.guaranteed:
+        product = cluster.product(flavor)
+        if product is None:
+            raise ReplayInputError(f"the quota of {tenant} names unknown flavour {flavor!r}")
+    for product in cluster.products:
+        total = sum(g for (_, f), g in quotas.guaranteed.items() if f == product.flavor)
+        if total > product.gpus:
+            raise ReplayInputError(
+                f"guarantees of {product.flavor} add up to {total} GPUs, more than its "
+                f"{product.gpus}"
+            )
 
 
 def replay(
     policy: str,
     jobs: Sequence[TraceJob],
-    vc_nodes: dict[str, int],
+    cluster: ReplayCluster,
+    quotas: QuotaPlan,
+    options: ReplayOptions = ReplayOptions(),
     *,
-    nodes: int,
-    gpus_per_node: int = 8,
-    cycle_interval_s: float = 60.0,
-    reclaim_min_run_s: float = 0.0,
-) -> ReplayFigures:
-    """Run `jobs` through the engine under `policy` and measure the outcome.
-    ``reclaim_min_run_s`` protects young borrowed work from reclaim (fair-share only)."""
+    static_owner_wait_s: float | None = None,
+) -> PolicyRun:
+    """Run ``jobs`` through the engine under ``policy`` and measure the outcome.
+    ``static_owner_wait_s`` (owner work's mean wait under static slices) gives the
+    ``owner_wait_ratio``; for ``static`` itself the ratio is 1."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; use one of {', '.join(POLICIES)}")
-    capacity = nodes * gpus_per_node
-    tenant_names = sorted({j.tenant for j in jobs})
-    shares = guarantees(tenant_names, vc_nodes, capacity)
-    fits = [j for j in jobs if j.gpus <= capacity]
+    check_inputs(jobs, cluster, quotas)
+    tenants = sorted({j.tenant for j in jobs})
     elastic = policy == "fair-share-elastic"
-    pod_set = _elastic_pod_set if elastic else _pod_set
-    sim_jobs = [
-        SimJob(
-            workload=PendingWorkload(
-                id=j.id,
-                tenant_id=j.tenant,
-                pod_sets=(pod_set(j.gpus, gpus_per_node),),
-                submitted_at=j.submitted_at,
-                topology=Topology.NONE,
-            ),
-            run_time_s=j.run_time_s,
-            checkpoint_interval_s=ELASTIC_CHECKPOINT_S if elastic else None,
-        )
-        for j in fits
-    ]
+    ordered = _tie_order(jobs, options.seed)
+    sim_jobs = [_sim_job(job, cluster, elastic) for job in ordered]
+    guarantee = {t: quotas.tenant_guarantee(t, cluster) for t in tenants}
+    fairness = FairnessMeter(cluster_equivalents(cluster), guarantee, quotas.weights)
+    timeline = _timeline(jobs, cluster, options.timeline_points)
+
+    def observe(now: float, held: Any, demand: Any) -> None:
+        fairness.observe(now, held, demand)
+        if timeline is not None:
+            timeline.observe(now, held, demand)
+
     simulator = Simulator(
-        tenants=[Tenant(id=ROOT)] + [Tenant(id=t, parent_id=ROOT) for t in tenant_names],
-        flavours=[Flavour(FLAVOUR, 1.0)],
-        quotas=_quotas(policy, shares, capacity),
-        nodes=[Node(name=f"n{i:04d}", capacity={FLAVOUR: gpus_per_node}) for i in range(nodes)],
+        tenants=[Tenant(id=ROOT)]
+        + [Tenant(id=t, parent_id=ROOT, weight=quotas.weights.get(t, 1.0)) for t in tenants],
+        flavours=[Flavour(p.flavor, p.gpu_equivalent) for p in cluster.products],
+        quotas=_quotas(policy, tenants, cluster, quotas),
+        nodes=_nodes(cluster),
         jobs=sim_jobs,
         engine=AdmissionEngine(
             EngineConfig(
-                reclaim=policy.startswith("fair-share"), reclaim_min_run_s=reclaim_min_run_s
+                reclaim=policy.startswith("fair-share"),
+                reclaim_min_run_s=options.reclaim_min_run_s,
             )
         ),
-        cycle_interval_s=cycle_interval_s,
+        cycle_interval_s=options.cycle_interval_s,
+        usage_half_life_s=options.half_life_h * HOUR_S,
+        observer=observe,
+        guarantees=guarantee,
     )
     started = time.perf_counter()
     result = simulator.run()
     wall = time.perf_counter() - started
-    waits = sorted(o.wait_s for o in result.jobs if o.wait_s is not None)
-    run_time = {j.workload.id: j.run_time_s for j in sim_jobs}
-    slowdown: dict[str, list[float]] = defaultdict(list)
-    for outcome in result.jobs:
-        if outcome.wait_s is not None:
-            slowdown[outcome.tenant_id].append(
-                (outcome.wait_s + run_time[outcome.id]) / run_time[outcome.id]
-            )
-    per_tenant = [sum(v) / len(v) for v in slowdown.values() if v]
-    return ReplayFigures(
-        policy=policy,
-        jobs=len(sim_jobs),
-        wall_s=round(wall, 2),
-        utilization=round(result.mean_utilization, 4),
-        wait_mean_s=round(sum(waits) / len(waits), 1) if waits else 0.0,
-        wait_p95_s=round(waits[min(len(waits) - 1, int(0.95 * len(waits)))], 1) if waits else 0.0,
-        jain_fairness=round(jain(per_tenant), 4),
-        preemptions=result.preemptions,
-        unfinished=sum(1 for o in result.jobs if o.finished_at is None),
-        goodput=round(result.goodput, 4),
-        wasted_gpu_hours=round(result.wasted_gpu_seconds / 3600, 1),
-        shrinks=result.shrinks,
-        grows=result.grows,
+    fairness.close(result.end_time)
+    return _measure(
+        policy, jobs, cluster, quotas, result, wall, fairness, timeline, static_owner_wait_s
     )
 
 
-def _pod_set(gpus: int, per_node: int) -> PodSet:
-    """Jobs larger than a node run as several full-node pods (as in Philly)."""
+def replay_policies(
+    policies: Sequence[str],
+    jobs: Sequence[TraceJob],
+    cluster: ReplayCluster,
+    quotas: QuotaPlan,
+    options: ReplayOptions = ReplayOptions(),
+    progress: Callable[[str, int], None] | None = None,
+) -> list[PolicyRun]:
+    """Each policy in turn; static runs first (also when not asked for, to give every other
+    policy its ``owner_wait_ratio``). ``progress(policy, done)`` is told before each run."""
+    runs: dict[str, PolicyRun] = {}
+    order = ["static", *[p for p in policies if p != "static"]]
+    for done, policy in enumerate(order):
+        if progress is not None:
+            progress(policy, done)
+        baseline = runs["static"].figures.owner_wait_mean_s if "static" in runs else None
+        runs[policy] = replay(policy, jobs, cluster, quotas, options, static_owner_wait_s=baseline)
+    return [runs[p] for p in policies]
+
+
+def cluster_equivalents(cluster: ReplayCluster) -> float:
+    return sum(p.gpus * p.gpu_equivalent for p in cluster.products)
+
+
+def pod_sets_for(gpus: int, per_node: int, flavor: str) -> tuple[PodSet, ...]:
+    """The fewest pods that hold exactly ``gpus``: full-node pods and one for the rest."""
     if gpus <= per_node:
-        return PodSet(count=1, gpus_per_pod=gpus, flavours=(FLAVOUR,))
-    return PodSet(count=math.ceil(gpus / per_node), gpus_per_pod=per_node, flavours=(FLAVOUR,))
+        return (PodSet(count=1, gpus_per_pod=gpus, flavours=(flavor,)),)
+    full, rest = divmod(gpus, per_node)
+    sets = [PodSet(count=full, gpus_per_pod=per_node, flavours=(flavor,), name="main")]
+    if rest:
+        sets.append(PodSet(count=1, gpus_per_pod=rest, flavours=(flavor,), name="rest"))
+    return tuple(sets)
 
 
-def _elastic_pod_set(gpus: int, per_node: int) -> PodSet:
-    """A job of 2 or more GPUs that can run on half of them (see the module docstring)."""
-    if gpus < 2:
-        return _pod_set(gpus, per_node)
-    if gpus > per_node:
-        count = math.ceil(gpus / per_node)
-        return PodSet(count, per_node, (FLAVOUR,), min_count=math.ceil(count / 2))
-    if gpus % 2 == 0:
-        return PodSet(2, gpus // 2, (FLAVOUR,), min_count=1)
-    return PodSet(gpus, 1, (FLAVOUR,), min_count=math.ceil(gpus / 2))
+def elastic_pod_set(gpus: int, min_gpus: int, per_node: int, flavor: str) -> PodSet:
+    """Equal pods of the largest size that divides the job, its minimum and the node."""
+    size = reduce(math.gcd, (gpus, min_gpus, per_node))
+    return PodSet(gpus // size, size, (flavor,), min_count=max(1, min_gpus // size))
 
 
-def jain(values: Sequence[float]) -> float:
-    """Jain's fairness index: 1 when every tenant sees the same mean slowdown."""
-    if not values:
-        return 1.0
-    return sum(values) ** 2 / (len(values) * sum(v * v for v in values))
+def _sim_job(job: TraceJob, cluster: ReplayCluster, elastic: bool) -> SimJob:
+    product = cluster.product(job.flavor)
+    assert product is not None  # check_inputs said so
+    checkpoint = job.checkpoint_s
+    min_gpus = job.min_gpus if job.min_gpus is not None else math.ceil(job.gpus / 2)
+    if elastic and job.gpus >= 2 and min_gpus < job.gpus:
+        pod_sets: tuple[PodSet, ...] = (
+            elastic_pod_set(job.gpus, min_gpus, product.gpus_per_node, product.flavor),
+        )
+        checkpoint = checkpoint or ELASTIC_CHECKPOINT_S
+    else:
+        pod_sets = pod_sets_for(job.gpus, product.gpus_per_node, product.flavor)
+    return SimJob(
+        workload=PendingWorkload(
+            id=job.id,
+            tenant_id=job.tenant,
+            pod_sets=pod_sets,
+            priority=job.priority,
+            submitted_at=job.submitted_at,
+            topology=Topology.NONE,
+        ),
+        run_time_s=job.run_time_s,
+        checkpoint_interval_s=checkpoint,
+    )
+
+
+def _tie_order(jobs: Sequence[TraceJob], seed: int) -> list[TraceJob]:
+    """Jobs submitted in the same second queue in an order drawn from ``seed``."""
+    rng = random.Random(seed)
+    keyed = [(job.submitted_at, rng.random(), index) for index, job in enumerate(jobs)]
+    return [jobs[index] for _, _, index in sorted(keyed)]
+
+
+def _quotas(
+    policy: str, tenants: Sequence[str], cluster: ReplayCluster, plan: QuotaPlan
+) -> list[Quota]:
+    quotas: list[Quota] = []
+    for product in cluster.products:
+        quotas.append(Quota(tenant_id=ROOT, flavour=product.flavor, guaranteed=product.gpus))
+        for tenant in tenants:
+            guaranteed = plan.guaranteed.get((tenant, product.flavor), 0)
+            if policy == "fifo":
+                quotas.append(Quota(tenant_id=tenant, flavour=product.flavor, guaranteed=0))
+            else:
+                borrow = 0 if policy == "static" else None
+                quotas.append(
+                    Quota(
+                        tenant_id=tenant,
+                        flavour=product.flavor,
+                        guaranteed=guaranteed,
+                        borrow_limit=borrow,
+                    )
+                )
+    return quotas
+
+
+def _nodes(cluster: ReplayCluster) -> list[Node]:
+    nodes: list[Node] = []
+    for product in cluster.products:
+        left = product.gpus
+        index = 0
+        while left > 0:
+            gpus = min(product.gpus_per_node, left)
+            nodes.append(
+                Node(name=f"{product.flavor}-{index:04d}", capacity={product.flavor: gpus})
+            )
+            left -= gpus
+            index += 1
+    return nodes
+
+
+def _timeline(jobs: Sequence[TraceJob], cluster: ReplayCluster, points: int) -> Timeline | None:
+    if points <= 0:
+        return None
+    first = min(j.submitted_at for j in jobs)
+    last = max(j.submitted_at + j.run_time_s for j in jobs)
+    return Timeline(cluster_equivalents(cluster), max(60.0, (last - first) / points))
+
+
+def _measure(
+    policy: str,
+    jobs: Sequence[TraceJob],
+    cluster: ReplayCluster,
+    quotas: QuotaPlan,
+    result: SimulationResult,
+    wall: float,
+    fairness: FairnessMeter,
+    timeline: Timeline | None,
+    static_owner_wait_s: float | None,
+) -> PolicyRun:
+    gpus = {j.id: j for j in jobs}
+    guarantee = dict(fairness.guarantee)
+    started = [o for o in result.jobs if o.wait_s is not None]
+    waits = waits_of([o.wait_s for o in started if o.wait_s is not None])
+    owner = [
+        o.wait_s
+        for o in started
+        if o.wait_s is not None and _owner_work(gpus[o.id], cluster, quotas)
+    ]
+    owner_mean = sum(owner) / len(owner) if owner else 0.0
+    if policy == "static":
+        ratio: float | None = 1.0
+    elif static_owner_wait_s is None:
+        ratio = None
+    elif static_owner_wait_s > 0:
+        ratio = round(owner_mean / static_owner_wait_s, 4)
+    else:
+        ratio = 1.0 if owner_mean == 0 else None  # owners never waited under static slices
+    slowdown: dict[str, list[float]] = {}
+    samples: dict[str, list[float]] = {}
+    for outcome in started:
+        assert outcome.wait_s is not None
+        run = gpus[outcome.id].run_time_s
+        slowdown.setdefault(outcome.tenant_id, []).append((outcome.wait_s + run) / run)
+        samples.setdefault(outcome.tenant_id, []).append(outcome.wait_s)
+    held = sum(result.held_gpu_seconds.values())
+    capacity = cluster_equivalents(cluster)
+    span = result.end_time - result.start_time
+    finishes = [o.finished_at for o in result.jobs if o.finished_at is not None]
+    figures = ReplayFigures(
+        policy=policy,
+        jobs=len(result.jobs),
+        jobs_completed=len(finishes),
+        never_started=len(result.jobs) - len(started),
+        wall_s=round(wall, 2),
+        capacity_gpus=cluster.capacity,
+        span_h=round(span / HOUR_S, 2),
+        makespan_h=round((max(finishes) - result.start_time) / HOUR_S, 2) if finishes else 0.0,
+        utilization=round(held / (span * capacity), 4) if span > 0 and capacity else 0.0,
+        peak_utilization=round(max((s.utilization for s in result.samples), default=0.0), 4),
+        allocated_gpu_hours=round(held / HOUR_S, 1),
+        goodput=round((held - result.wasted_gpu_seconds) / HOUR_S, 1),
+        wasted_gpu_hours=round(result.wasted_gpu_seconds / HOUR_S, 1),
+        borrowed_gpu_hours=round(sum(result.borrowed_gpu_seconds.values()) / HOUR_S, 1),
+        wait_mean_s=waits.mean_s,
+        wait_p50_s=waits.p50_s,
+        wait_p95_s=waits.p95_s,
+        wait_p99_s=waits.p99_s,
+        owner_wait_mean_s=round(owner_mean, 1),
+        owner_wait_ratio=ratio,
+        share_fairness=round(fairness.index(result.held_gpu_seconds), 4),
+        jain_fairness=round(jain([sum(v) / len(v) for v in slowdown.values()]), 4),
+        preemptions=result.preemptions,
+        shrinks=result.shrinks,
+        grows=result.grows,
+        tenant_waits=tenant_waits(result.jobs),
+    )
+    return PolicyRun(figures, timeline, samples, guarantee)
+
+
+def _owner_work(job: TraceJob, cluster: ReplayCluster, quotas: QuotaPlan) -> bool:
+    """Work its owner's guarantee holds whole: it would run under static slices."""
+    flavor = job.flavor or cluster.default_flavor
+    return 0 < job.gpus <= quotas.guaranteed.get((job.tenant, flavor), 0)
