@@ -64,10 +64,15 @@ class ReplayCluster:
 
 @dataclass(frozen=True)
 class QuotaPlan:
-    """Guaranteed GPUs per (tenant, flavour) and fair-share weights per tenant."""
+    """Guaranteed GPUs per (tenant, flavour) and fair-share weights per tenant; optionally
+    a tenant tree (``parents``: tenant -> parent, None or absent: under the cluster) with
+    quotas on inner tenants too, and borrow and lend limits (absent: no limit)."""
 
     guaranteed: Mapping[tuple[str, str], int]
     weights: Mapping[str, float] = field(default_factory=dict)
+    parents: Mapping[str, str | None] = field(default_factory=dict)
+    borrow_limits: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    lend_limits: Mapping[tuple[str, str], int] = field(default_factory=dict)
 
     def tenant_guarantee(self, tenant: str, cluster: ReplayCluster) -> float:
         """A tenant's guarantee in GPU-equivalents."""

@@ -122,7 +122,11 @@ def check_inputs(jobs: Sequence[TraceJob], cluster: ReplayCluster, quotas: Quota
         if product is None:
             raise ReplayInputError(f"the quota of {tenant} names unknown flavour {flavor!r}")
     for product in cluster.products:
-        total = sum(g for (_, f), g in quotas.guaranteed.items() if f == product.flavor)
+        total = sum(
+            g
+            for (tenant, f), g in quotas.guaranteed.items()
+            if f == product.flavor and not quotas.parents.get(tenant)  # top-level tenants
+        )
         if total > product.gpus:
             raise ReplayInputError(
                 f"guarantees of {product.flavor} add up to {total} GPUs, more than its "
@@ -152,6 +156,8 @@ def replay(
     guarantee = {t: quotas.tenant_guarantee(t, cluster) for t in tenants}
     fairness = FairnessMeter(cluster_equivalents(cluster), guarantee, quotas.weights)
     timeline = _timeline(jobs, cluster, options.timeline_points)
+    # FIFO is one queue for the whole cluster: no tree, no guarantees
+    shape = QuotaPlan(quotas.guaranteed, quotas.weights) if policy == "fifo" else quotas
 
     def observe(now: float, held: Any, demand: Any) -> None:
         fairness.observe(now, held, demand)
@@ -159,10 +165,9 @@ def replay(
             timeline.observe(now, held, demand)
 
     simulator = Simulator(
-        tenants=[Tenant(id=ROOT)]
-        + [Tenant(id=t, parent_id=ROOT, weight=quotas.weights.get(t, 1.0)) for t in tenants],
+        tenants=_tenants(tenants, shape),
         flavours=[Flavour(p.flavor, p.gpu_equivalent) for p in cluster.products],
-        quotas=_quotas(policy, tenants, cluster, quotas),
+        quotas=_quotas(policy, _tree(tenants, shape), cluster, shape),
         nodes=_nodes(cluster),
         jobs=sim_jobs,
         engine=AdmissionEngine(
@@ -259,26 +264,51 @@ def _tie_order(jobs: Sequence[TraceJob], seed: int) -> list[TraceJob]:
     return [jobs[index] for _, _, index in sorted(keyed)]
 
 
+def _tree(tenants: Sequence[str], plan: QuotaPlan) -> list[str]:
+    """The tenants with work, and every tenant above them in the plan's tree."""
+    seen: dict[str, None] = {}
+    for tenant in tenants:
+        node: str | None = tenant
+        while node is not None and node not in seen:
+            seen[node] = None
+            node = plan.parents.get(node)
+    return sorted(seen)
+
+
+def _tenants(tenants: Sequence[str], plan: QuotaPlan) -> list[Tenant]:
+    """Flat plans put every tenant under one cluster-wide root that owns all the GPUs; a
+    plan with a tree keeps it, each top-level tenant its own cohort, as on the cluster."""
+    if plan.parents:
+        return [
+            Tenant(id=t, parent_id=plan.parents.get(t), weight=plan.weights.get(t, 1.0))
+            for t in _tree(tenants, plan)
+        ]
+    return [Tenant(id=ROOT)] + [
+        Tenant(id=t, parent_id=ROOT, weight=plan.weights.get(t, 1.0)) for t in tenants
+    ]
+
+
 def _quotas(
     policy: str, tenants: Sequence[str], cluster: ReplayCluster, plan: QuotaPlan
 ) -> list[Quota]:
     quotas: list[Quota] = []
     for product in cluster.products:
-        quotas.append(Quota(tenant_id=ROOT, flavour=product.flavor, guaranteed=product.gpus))
+        if not plan.parents:
+            quotas.append(Quota(tenant_id=ROOT, flavour=product.flavor, guaranteed=product.gpus))
         for tenant in tenants:
-            guaranteed = plan.guaranteed.get((tenant, product.flavor), 0)
+            key = (tenant, product.flavor)
             if policy == "fifo":
                 quotas.append(Quota(tenant_id=tenant, flavour=product.flavor, guaranteed=0))
-            else:
-                borrow = 0 if policy == "static" else None
-                quotas.append(
-                    Quota(
-                        tenant_id=tenant,
-                        flavour=product.flavor,
-                        guaranteed=guaranteed,
-                        borrow_limit=borrow,
-                    )
+                continue
+            quotas.append(
+                Quota(
+                    tenant_id=tenant,
+                    flavour=product.flavor,
+                    guaranteed=plan.guaranteed.get(key, 0),
+                    borrow_limit=0 if policy == "static" else plan.borrow_limits.get(key),
+                    lend_limit=None if policy == "static" else plan.lend_limits.get(key),
                 )
+            )
     return quotas
 
 

@@ -3,8 +3,8 @@ what-if page): the workloads that ran and finished in the last days, the cluster
 products as the inventory has them, and today's quotas.
 
 A workload's run time is its last run (start to finish); a preempted run that started
-again from scratch is not counted twice. Tenants are replayed flat, each beside the others
-under the cluster (departments lend through their teams' guarantees).
+again from scratch is not counted twice. The tenant tree is kept: the tenants that ran
+work, every tenant above them and their quotas (guarantees, borrow and lend limits).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from scheduler_bridge.quotas.models import Quota
 from scheduler_bridge.replay.cluster import Product, QuotaPlan, ReplayCluster
 from scheduler_bridge.replay.trace import TraceJob
 from scheduler_bridge.workloads.models import Workload
+from tenants.models import Tenant
 
 RAN_STATES = (Workload.State.FINISHED, Workload.State.FAILED, Workload.State.TIMED_OUT)
 
@@ -28,7 +29,7 @@ RAN_STATES = (Workload.State.FINISHED, Workload.State.FAILED, Workload.State.TIM
 class HistoryTrace:
     jobs: list[TraceJob]
     cluster: ReplayCluster
-    quotas: QuotaPlan  # today's guarantees of the tenants that ran work, and their weights
+    quotas: QuotaPlan  # today's quotas of the tenants that ran work and those above them
     since: datetime
     until: datetime
     # what the database recorded: job id -> seconds from submit to first start
@@ -82,18 +83,36 @@ def history_trace(*, cluster: Cluster, days: int = 30, now: datetime | None = No
                 checkpoint_s=workload.checkpoint_interval_s or None,
             )
         )
-    tenants = {job.tenant for job in jobs}
+    parents: dict[str, str | None] = {}
+    pending = {job.tenant for job in jobs}
+    while pending:
+        found = Tenant.objects.filter(slug__in=pending).select_related("parent")
+        pending = set()
+        for tenant in found:
+            parent = tenant.parent.slug if tenant.parent else None
+            parents[tenant.slug] = parent
+            if parent is not None and parent not in parents:
+                pending.add(parent)
     guaranteed: dict[tuple[str, str], int] = {}
+    borrow: dict[tuple[str, str], int] = {}
+    lend: dict[tuple[str, str], int] = {}
     weights: dict[str, float] = {}
     for quota in Quota.objects.filter(
-        flavour_id__in=list(flavours), tenant__slug__in=tenants
+        flavour_id__in=list(flavours), tenant__slug__in=list(parents)
     ).select_related("tenant", "flavour"):
-        guaranteed[(quota.tenant.slug, quota.flavour.name)] = quota.guaranteed
-        weights[quota.tenant.slug] = float(quota.tenant.weight)
+        key = (quota.tenant.slug, quota.flavour.name)
+        guaranteed[key] = quota.guaranteed
+        if quota.borrow_limit is not None:
+            borrow[key] = quota.borrow_limit
+        if quota.lend_limit is not None:
+            lend[key] = quota.lend_limit
+    for slug, weight in Tenant.objects.filter(slug__in=list(parents)).values_list("slug", "weight"):
+        weights[slug] = float(weight)
+    plan = QuotaPlan(guaranteed, weights, parents, borrow, lend)
     return HistoryTrace(
         jobs=jobs,
         cluster=ReplayCluster(products),
-        quotas=QuotaPlan(guaranteed, weights),
+        quotas=plan,
         since=since,
         until=until,
         recorded_waits=waits,
