@@ -150,6 +150,9 @@ class Simulator:
         self.jobs = {job.workload.id: job for job in jobs}
         if len(self.jobs) != len(jobs):
             raise ValueError("duplicate job ids")
+        self.elastic_ids = frozenset(
+            wid for wid, job in self.jobs.items() if is_elastic(job.workload)
+        )
         self.engine = engine or AdmissionEngine()
         self.interval = cycle_interval_s
         self.half_life = usage_half_life_s
@@ -384,9 +387,10 @@ class _Run:
         sim = self.sim
         running: list[RunningWorkload] = list(self.running.values())
         pending: list[PendingWorkload] = list(self.pending.values())
+        elastic_ids = sim.elastic_ids
         for wid, core in self.running.items():
-            request = sim.jobs[wid].workload
-            if is_elastic(request):
+            if wid in elastic_ids:
+                request = sim.jobs[wid].workload
                 pods = list(self.pods.get(wid, {}).values())
                 up, wanted = elastic_parts(core, request, self.pod_flavours[wid], pods)
                 running.extend(up)
