@@ -13,6 +13,19 @@ import plotly.io as pio
 from .policies import PolicyRun
 
 DAY_S = 86400.0
+# plotly's default colour cycle: a tenant's holdings and its guarantee share a colour
+PALETTE = (
+    "#636efa",
+    "#ef553b",
+    "#00cc96",
+    "#ab63fa",
+    "#ffa15a",
+    "#19d3f3",
+    "#ff6692",
+    "#b6e880",
+    "#ff97ff",
+    "#fecb52",
+)
 
 
 def replay_page(runs: Sequence[PolicyRun], *, title: str, attribution: str) -> str:
@@ -47,25 +60,35 @@ def replay_page(runs: Sequence[PolicyRun], *, title: str, attribution: str) -> s
 
 
 def _table(runs: Sequence[PolicyRun]) -> str:
-    columns = [
-        ("policy", "policy"),
-        ("utilisation", "utilization"),
-        ("goodput GPU-h", "goodput"),
-        ("wasted GPU-h", "wasted_gpu_hours"),
-        ("borrowed GPU-h", "borrowed_gpu_hours"),
-        ("mean wait s", "wait_mean_s"),
-        ("p95 wait s", "wait_p95_s"),
-        ("owner wait ratio", "owner_wait_ratio"),
-        ("share fairness", "share_fairness"),
-        ("preemptions", "preemptions"),
+    columns: list[tuple[str, str, str]] = [
+        ("policy", "policy", "{}"),
+        ("utilisation", "utilization", "{:.1%}"),
+        ("goodput GPU-h", "goodput", "{:,.0f}"),
+        ("wasted GPU-h", "wasted_gpu_hours", "{:,.0f}"),
+        ("borrowed GPU-h", "borrowed_gpu_hours", "{:,.0f}"),
+        ("mean wait h", "wait_mean_s", "hours"),
+        ("p95 wait h", "wait_p95_s", "hours"),
+        ("owner wait ratio", "owner_wait_ratio", "{:.2f}"),
+        ("share fairness", "share_fairness", "{:.3f}"),
+        ("preemptions", "preemptions", "{:,}"),
     ]
-    head = "".join(f"<th>{html.escape(label)}</th>" for label, _ in columns)
+    head = "".join(f"<th>{html.escape(label)}</th>" for label, _, _ in columns)
     rows = []
     for run in runs:
         values = run.figures.as_json()
-        cells = "".join(f"<td>{html.escape(str(values[key]))}</td>" for _, key in columns)
+        cells = "".join(
+            f"<td>{html.escape(_cell(values[key], form))}</td>" for _, key, form in columns
+        )
         rows.append(f"<tr>{cells}</tr>")
     return f"<table border='1' cellpadding='4'><tr>{head}</tr>{''.join(rows)}</table>"
+
+
+def _cell(value: Any, form: str) -> str:
+    if value is None:
+        return "-"
+    if form == "hours":
+        return f"{value / 3600:,.2f}"
+    return form.format(value)
 
 
 def _utilisation(runs: Sequence[PolicyRun], start: float) -> dict[str, Any]:
@@ -79,6 +102,7 @@ def _utilisation(runs: Sequence[PolicyRun], start: float) -> dict[str, Any]:
                 "name": run.figures.policy,
                 "x": [(t - start) / DAY_S for t in run.timeline.times],
                 "y": run.timeline.utilization,
+                "line": {"shape": "hv"},  # holdings change in steps, at cycles
             }
         )
     return {
@@ -98,7 +122,7 @@ def _waits(runs: Sequence[PolicyRun]) -> dict[str, Any]:
         ys: list[float] = []
         for tenant, waits in sorted(run.tenant_wait_samples.items()):
             xs.extend([tenant] * len(waits))
-            ys.extend(w / 3600 for w in waits)
+            ys.extend(max(w, 1.0) / 3600 for w in waits)  # a log axis: under 1 s shows at 1 s
         traces.append({"type": "box", "name": run.figures.policy, "x": xs, "y": ys})
     return {
         "data": traces,
@@ -115,9 +139,18 @@ def _holdings(run: PolicyRun, start: float) -> dict[str, Any]:
     assert run.timeline is not None
     days = [(t - start) / DAY_S for t in run.timeline.times]
     traces: list[dict[str, Any]] = []
-    for tenant, series in sorted(run.timeline.held.items()):
+    for index, (tenant, series) in enumerate(sorted(run.timeline.held.items())):
+        colour = PALETTE[index % len(PALETTE)]
         traces.append(
-            {"type": "scatter", "mode": "lines", "name": f"{tenant} held", "x": days, "y": series}
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "name": f"{tenant} held",
+                "x": days,
+                "y": series,
+                "line": {"shape": "hv", "color": colour},
+                "legendgroup": tenant,
+            }
         )
         guarantee = run.guarantees.get(tenant, 0.0)
         traces.append(
@@ -127,7 +160,7 @@ def _holdings(run: PolicyRun, start: float) -> dict[str, Any]:
                 "name": f"{tenant} guarantee",
                 "x": [days[0], days[-1]] if days else [],
                 "y": [guarantee, guarantee],
-                "line": {"dash": "dot"},
+                "line": {"dash": "dot", "color": colour},
                 "legendgroup": tenant,
             }
         )
