@@ -116,6 +116,11 @@ class WhatIfRunViewSet(
     serializer_class = WhatIfRunOutput
     filterset_fields = {"cluster__name": ["exact"], "kind": ["exact"], "status": ["exact"]}
 
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        if not services.can_run_what_if(request.user):
+            raise Http404  # tenant users do not learn that what-if runs exist
+
     def get_queryset(self) -> Any:
         if getattr(self, "swagger_fake_view", False):  # schema generation: no user, no DB
             return self.queryset
@@ -124,8 +129,6 @@ class WhatIfRunViewSet(
     @extend_schema(request=WhatIfRunInput, responses={202: WhatIfRunOutput})
     def create(self, request: Request) -> Response:
         """Queue a run; 202 with its id and URL. Bad input: 400 with field errors."""
-        if not services.can_run_what_if(request.user):
-            raise Http404
         given = WhatIfRunInput(data=request.data)
         given.is_valid(raise_exception=True)
         run = services.whatif_run_create(
