@@ -7,7 +7,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from django.utils import timezone
+from django.utils import timezone, translation
 
 from billing.models import WhatIfRun
 from billing.whatif import services
@@ -136,15 +136,16 @@ def test_a_request_that_cannot_run_is_refused_with_field_errors_and_nothing_is_k
     cast: Cast, proposal: Proposal, days: int, field: str, words: str
 ) -> None:
     history = build_history(cast)
-    with pytest.raises(ValidationFailed) as refused:
-        services.whatif_run_create(
-            actor=cast.platform_admin,
-            cluster=history.cluster,
-            kind="whatif",
-            days=days,
-            proposal=proposal,
-        )
-    assert words in " ".join(refused.value.as_dict()[field])
+    with translation.override("en"):
+        with pytest.raises(ValidationFailed) as refused:
+            services.whatif_run_create(
+                actor=cast.platform_admin,
+                cluster=history.cluster,
+                kind="whatif",
+                days=days,
+                proposal=proposal,
+            )
+        assert words in " ".join(refused.value.as_dict()[field])
     assert not WhatIfRun.objects.exists()
 
 
