@@ -38,8 +38,10 @@ def submit(client: Client, capture: Any, **changes: str) -> Any:
 
 def test_the_form_is_filled_with_todays_guarantees_and_weights(cast: Cast) -> None:
     build_history(cast)
+    client = logged_in(cast.platform_admin)
+    assert f'href="{PAGE}"' in client.get("/").content.decode()  # in the navigation
 
-    page = logged_in(cast.platform_admin).get(PAGE).content.decode()
+    page = client.get(PAGE).content.decode()
 
     assert 'name="g_0_0" id="id_g_0_0" value="6"' in page  # speech's 6 GPUs today
     assert 'name="g_1_0" id="id_g_1_0" value="2"' in page  # vision's 2
