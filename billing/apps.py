@@ -61,6 +61,7 @@ def register_nav_entry() -> None:
     register("billing-periods", _("Billing periods"), access.BILLING_READ_ROLES)
     register("billing-budgets", _("Budgets"), access.BILLING_READ_ROLES)
     register("billing-rate-cards", _("Rate cards"), frozenset({Role.FINANCE}))
+    register("billing-whatif", _("What-if"), frozenset())  # platform admins only
 
 
 def _portal_routed() -> bool:

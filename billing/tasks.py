@@ -167,3 +167,32 @@ def period_close(period_id: int, actor_id: int | None = None) -> str:
     except (PeriodBusy, PeriodClosed) as error:
         return error.message
     return "closed"
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True)
+def whatif_run(run_id: int) -> str | None:
+    """Execute a what-if or savings run (billing.whatif.services). A worker that dies
+    mid-run gets the task delivered again and the run starts over (at most three times);
+    one past the soft time limit fails the run with a message."""
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    from billing.whatif.services import whatif_run_execute, whatif_run_fail
+
+    try:
+        run = whatif_run_execute(run_id=run_id)
+    except SoftTimeLimitExceeded:
+        whatif_run_fail(
+            run_id=run_id,
+            attempt=None,
+            error="The replay took longer than the task's time limit; choose fewer days.",
+        )
+        return "failed"
+    return None if run is None else run.status
+
+
+@shared_task
+def whatif_runs_fail_stalled() -> int:
+    """Fail what-if runs whose worker stopped (no progress past the time limit)."""
+    from billing.whatif.services import whatif_runs_fail_stalled as fail_stalled
+
+    return fail_stalled()

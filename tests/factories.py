@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -139,3 +140,28 @@ class WorkloadFactory(factory.django.DjangoModelFactory):
         lambda w: [{"name": "main", "count": 1, "gpus_per_pod": 2, "flavours": ["h100-80gb"]}]
     )
     submitted_at = factory.LazyFunction(timezone.now)
+
+
+class FinishedWorkloadFactory(WorkloadFactory):
+    """Work that ran and finished: ``submitted_at`` and ``waited`` (to its start) and
+    ``ran`` (to its finish) give the times; ``gpus`` on ``flavour``."""
+
+    class Meta:
+        model = Workload
+
+    class Params:
+        waited = timedelta(0)
+        ran = timedelta(hours=1)
+
+    state = Workload.State.FINISHED
+    flavour = factory.SubFactory(FlavourFactory)
+    cluster = factory.LazyAttribute(lambda w: w.flavour.cluster)
+    gpus = 1
+    pod_sets = factory.LazyAttribute(
+        lambda w: [
+            {"name": "main", "count": 1, "gpus_per_pod": w.gpus, "flavours": [w.flavour.name]}
+        ]
+    )
+    admitted_at = factory.LazyAttribute(lambda w: w.submitted_at + w.waited)
+    started_at = factory.LazyAttribute(lambda w: w.submitted_at + w.waited)
+    finished_at = factory.LazyAttribute(lambda w: w.submitted_at + w.waited + w.ran)

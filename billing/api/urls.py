@@ -3,6 +3,7 @@
 from rest_framework.routers import DefaultRouter
 
 from billing.api import views
+from billing.whatif.api import WhatIfRunViewSet
 
 router = DefaultRouter()
 router.register("billing/rate-cards", views.RateCardViewSet, basename="billing-rate-card")
@@ -34,3 +35,4 @@ router.register(
 router.register("billing/exports", views.ExportViewSet, basename="billing-export")
 router.register("billing/collections", views.CollectionViewSet, basename="billing-collection")
 router.register("allocation", views.AllocationViewSet, basename="allocation")
+router.register("what-if", WhatIfRunViewSet, basename="what-if")

@@ -10,6 +10,7 @@ from billing.models.periods import (
     StatementLine,
 )
 from billing.models.rates import BillingPolicy, ExchangeRate, RateCard, TenantBillingSettings
+from billing.models.whatif import WhatIfRun
 
 __all__ = [
     "Adjustment",
@@ -26,4 +27,5 @@ __all__ = [
     "StatementLine",
     "TenantBillingSettings",
     "UsageRecord",
+    "WhatIfRun",
 ]

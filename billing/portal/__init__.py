@@ -1,7 +1,8 @@
 """Portal pages of billing: the finance overview, billing periods (with downloads and the
 close), statements per tenant and per cost centre with drill-down to workloads, the rate
 cards page, budgets across tenants with a burn heat map, idle capacity explained, the
-month-over-month trend, and the budget panel on tenant pages (live through htmx).
+month-over-month trend, the what-if page on a cluster's history (platform admins), and
+the budget panel on tenant pages (live through htmx).
 
 Pages read through `billing.selectors`; a user without a billing role sees 404 (plain
 members see no money), and so does anyone on a page their role does not read.
@@ -29,6 +30,12 @@ from billing.portal.statements import (
     cost_centre_pdf,
     statement_detail,
     statement_pdf,
+)
+from billing.whatif.portal import (
+    whatif_page,
+    whatif_run_again,
+    whatif_run_page,
+    whatif_run_progress,
 )
 
 __all__ = ["LINE_KINDS", "budget_panel", "line_kind", "urlpatterns"]
@@ -61,4 +68,8 @@ urlpatterns = [
     path("billing/idle/", idle_capacity, name="billing-idle"),
     path("billing/trend/", spend_trend, name="billing-trend"),
     path("billing/allocation/", allocation_page, name="billing-allocation"),
+    path("billing/what-if/", whatif_page, name="billing-whatif"),
+    path("billing/what-if/<int:pk>/", whatif_run_page, name="billing-whatif-run"),
+    path("billing/what-if/<int:pk>/progress/", whatif_run_progress, name="billing-whatif-progress"),
+    path("billing/what-if/<int:pk>/again/", whatif_run_again, name="billing-whatif-again"),
 ]

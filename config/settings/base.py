@@ -184,6 +184,10 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
         "schedule": timedelta(minutes=15),
     },
     "billing-roll-periods": {"task": "billing.tasks.periods_roll", "schedule": timedelta(hours=1)},
+    "billing-whatif-fail-stalled": {
+        "task": "billing.tasks.whatif_runs_fail_stalled",
+        "schedule": timedelta(minutes=5),
+    },
     "mig-reconcile": {
         "task": "scheduler_bridge.tasks.mig_reconcile_all",
         "schedule": timedelta(minutes=5),
