@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
 from fractions import Fraction
@@ -44,11 +44,12 @@ def _quiet(message: str, percent: int) -> None:
 
 
 def proposed_plan(today: QuotaPlan, proposal: Proposal) -> QuotaPlan:
-    """Today's guarantees and weights with the proposal's put over them."""
+    """Today's guarantees and weights with the proposal's put over them (today's tenant
+    tree and borrow and lend limits stay)."""
     guaranteed = dict(today.guaranteed)
     for entry in proposal.quotas:
         guaranteed[(entry.tenant, entry.flavour)] = entry.guaranteed
-    return QuotaPlan(guaranteed, {**today.weights, **proposal.weights})
+    return replace(today, guaranteed=guaranteed, weights={**today.weights, **proposal.weights})
 
 
 def quota_entries(plan: QuotaPlan) -> tuple[QuotaEntry, ...]:

@@ -214,3 +214,19 @@ def test_only_platform_admins_see_runs(cast: Cast) -> None:
     users: list[Any] = [cast.dept_admin, cast.finance, cast.lead, cast.member, cast.outsider]
     assert services.whatif_runs_visible_to(cast.platform_admin).count() == 1
     assert all(not services.whatif_runs_visible_to(u).exists() for u in users)
+
+
+def test_a_proposal_keeps_the_tenant_tree_and_limits_it_does_not_change() -> None:
+    from billing.whatif.records import Proposal, QuotaEntry
+    from billing.whatif.runs import proposed_plan
+    from scheduler_bridge.replay.cluster import QuotaPlan
+
+    today = QuotaPlan(
+        {("vision", "h100"): 4, ("research", "h100"): 8},
+        {"vision": 1.0},
+        parents={"vision": "research", "research": None},
+        borrow_limits={("vision", "h100"): 2},
+    )
+    plan = proposed_plan(today, Proposal(quotas=(QuotaEntry("vision", "h100", 6),)))
+    assert plan.guaranteed == {("vision", "h100"): 6, ("research", "h100"): 8}
+    assert plan.parents == today.parents and plan.borrow_limits == today.borrow_limits
