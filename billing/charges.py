@@ -13,11 +13,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from itertools import chain
 from typing import Any
 
-from django.db.models import Case, Count, IntegerField, Q, QuerySet, Sum, Value, When
-from django.db.models.functions import TruncMonth
+from django.db.models import Count, Q, QuerySet
 
 from billing import pricing
 from billing.history import PeriodSettings, period_settings
@@ -31,6 +29,7 @@ from billing.models import (
     UsageRecord,
 )
 from billing.months import month_name, to_datetime
+from billing.usage_sums import summed_usage
 from scheduler_bridge.admission.wording import gettext_noop
 from scheduler_bridge.inventory.models import Cluster, Flavour
 from scheduler_bridge.quotas.models import Quota
@@ -153,60 +152,14 @@ def grouped_usage(
     cuts: Mapping[int, Sequence[datetime]] | None = None,
 ) -> list[tuple[dict[str, Any], pricing.Usage]]:
     """Like :func:`usage_aggregates`, also grouped by the ``by`` fields (returned as a dict
-    next to each sum), in one GROUP BY query.
+    next to each sum), in one GROUP BY query (two when ``cuts`` has tenants).
 
     ``cuts``: per tenant whose attribution or reserved charging changes within the window,
     the instants where it does; its rows are also summed per piece between them, and each
-    sum's ``segment_start`` lies in its piece. In SQL, a row of such a tenant gets the
-    number of its tenant's cuts at or before its hour (tenants with the same cuts share a
-    tree of CASEs over them); other tenants' rows skip that at one hashed IN test."""
-    segment: Any = Value(0, output_field=IntegerField())
-    if bounds:
-        segment = Case(
-            *[When(interval_start__lt=b, then=Value(i)) for i, b in enumerate(bounds)],
-            default=Value(len(bounds)),
-            output_field=IntegerField(),
-        )
+    sum's ``segment_start`` lies in its piece (see :mod:`billing.usage_sums`)."""
     cuts = {tenant: sorted(at) for tenant, at in (cuts or {}).items() if at}
-    alike: dict[tuple[datetime, ...], list[int]] = defaultdict(list)
-    for tenant, instants in sorted(cuts.items()):
-        alike[tuple(instants)].append(tenant)
-    no_piece: Any = Value(None, output_field=IntegerField())
-
-    def summed(subset: QuerySet[UsageRecord], piece: Any) -> Any:
-        return (
-            subset.order_by()
-            .annotate(segment=segment, month=TruncMonth("interval_start"), piece=piece)
-            .values("tenant_id", "flavour_id", "priority_class", "segment", "month", "piece", *by)
-            .annotate(
-                allocated=Sum("gpu_seconds_allocated"),
-                borrowed=Sum("gpu_seconds_borrowed"),
-                busy=Sum("gpu_seconds_busy"),
-                with_busy=Count("gpu_seconds_busy"),
-            )
-        )
-
-    grouped: Iterable[dict[str, Any]] = summed(rows, no_piece)
-    if alike:
-        # Two queries: the others' rows as before, the changing tenants' rows (read through
-        # the (period, tenant) index) with the number of their cuts before each hour.
-        piece = Case(
-            *[
-                When(
-                    tenant_id__in=tenants,
-                    then=_instants_before(list(instants), 0, len(instants)),
-                )
-                for instants, tenants in alike.items()
-            ],
-            default=Value(0),
-            output_field=IntegerField(),
-        )
-        grouped = chain(
-            summed(rows.exclude(tenant_id__in=sorted(cuts)), no_piece),
-            summed(rows.filter(tenant_id__in=sorted(cuts)), piece),
-        )
     sums: dict[tuple[Any, ...], list[Any]] = {}
-    for row in grouped:
+    for row in summed_usage(rows, bounds, by, cuts):
         month = row["month"]
         index = row["segment"]
         start = max(bounds[index - 1] if index > 0 else month, month)
@@ -258,19 +211,6 @@ BUSY_ESTIMATED_WARNING = gettext_noop(
     "busy time estimated for %(flavour)s: %(count)s of %(rows)s pod-hours are MIG "
     "instances without profiling metrics, taken as busy as their parent GPU"
 )
-
-
-def _instants_before(instants: list[datetime], lo: int, hi: int) -> Any:
-    """How many of ``instants`` (sorted) are at or before a row's ``interval_start``,
-    as a balanced tree of CASEs: log2(n) comparisons per row instead of n."""
-    if lo == hi:
-        return Value(lo, output_field=IntegerField())
-    mid = (lo + hi) // 2
-    return Case(
-        When(interval_start__gte=instants[mid], then=_instants_before(instants, mid + 1, hi)),
-        default=_instants_before(instants, lo, mid),
-        output_field=IntegerField(),
-    )
 
 
 def busy_warnings(

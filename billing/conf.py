@@ -27,6 +27,9 @@ DEFAULTS: dict[str, Any] = {
     "IDLE_THRESHOLD": "0.05",
     # Tenants written per transaction when a period closes.
     "CLOSE_CHUNK": 200,
+    # PostgreSQL memory per process for summing the ledger per day (pricing, closes): the
+    # day sums of a large ledger are hashed in memory instead of spilling to disk.
+    "USAGE_SUM_WORK_MEM": "64MB",
     # A close whose worker has not reported for this long may be resumed by another.
     "STALE_CLOSE_MINUTES": 15,
     # Hours of metered spend the budget forecast averages.
