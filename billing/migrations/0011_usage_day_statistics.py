@@ -31,7 +31,7 @@ def drop(apps: Any, schema_editor: Any) -> None:
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("billing", "0009_exchange_rates"),
+        ("billing", "0010_whatif_runs"),
     ]
 
     operations = [migrations.RunPython(create, drop)]
