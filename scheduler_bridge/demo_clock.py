@@ -329,8 +329,9 @@ def _finish_due(clock: DemoClock, end: float) -> list[int]:
 
 def _submit_due(clock: DemoClock, start: float, end: float, refused: list[str]) -> list[int]:
     submitted = []
-    tenants = {t.slug: t for t in Tenant.objects.filter(slug__in=clock.trace.vc_teams.values())}
-    for arrival in clock.trace.arrivals(start, end):
+    due = clock.trace.arrivals(start, end)
+    tenants = {t.slug: t for t in Tenant.objects.filter(slug__in={a.job.team for a in due})}
+    for arrival in due:
         job = arrival.job
         try:
             workload = workload_submit(
