@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.utils import timezone
 
 from billing.models import UsageRecord
@@ -21,6 +23,7 @@ from scheduler_bridge.demo_clock import (
 from scheduler_bridge.demo_trace import DemoJob, DemoTrace, VirtualClock
 from scheduler_bridge.gateways import simulated
 from scheduler_bridge.inventory.models import Cluster
+from scheduler_bridge.management.commands.serve_demo import QueueTicker
 from scheduler_bridge.workloads.models import Workload
 from tenants.demo import seed_demo
 from tests.conftest import client_for
@@ -159,3 +162,14 @@ def test_seeding_again_after_the_clock_ran_changes_nothing(cluster: Cluster) -> 
     rows = UsageRecord.objects.count()
     seed_demo()
     assert (Workload.objects.count(), UsageRecord.objects.count()) == (workloads, rows)
+
+
+def test_the_ticker_drives_the_demo_cluster_on_its_clock(cluster: Cluster) -> None:
+    ticker = QueueTicker(every_s=15, speed=3600)
+    assert ticker.tick() == 1
+    assert ticker.clock is not None and ticker.clock.cluster == cluster
+
+
+def test_a_speed_that_is_not_positive_is_refused_with_what_to_give() -> None:
+    with pytest.raises(CommandError, match=r"--speed is 0; give a positive number"):
+        call_command("serve_demo", "--speed", "0")

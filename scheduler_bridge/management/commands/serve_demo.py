@@ -123,9 +123,9 @@ class Command(BaseCommand):
         ticker.start()
         self.stdout.write(f"Queue tick every {options['tick']:g} s (Job sync and admission).")
         self.stdout.write(
-            f"Demo clock: {speed:g} simulated seconds per real second "
-            f"({speed * 60 / 3600:g} simulated hours a minute); work arrives from the "
-            f"shipped Philly trace. {PHILLY_ATTRIBUTION}"
+            f"Demo clock: {speed:g} simulated seconds per real second (a real minute is "
+            f"{speed / 60:g} simulated {'hour' if speed == 60 else 'hours'}); work arrives "
+            f"from the shipped Philly trace. {PHILLY_ATTRIBUTION}"
         )
         try:
             call_command("runserver", options["addrport"], use_reloader=False)
