@@ -48,7 +48,7 @@ from scheduler_bridge.demo_trace import (
 )
 from scheduler_bridge.inventory.models import Cluster, Flavour
 from scheduler_bridge.quotas.models import Quota
-from scheduler_bridge.replay.trace import PHILLY_ATTRIBUTION, PHILLY_JOBS, read_jobs
+from scheduler_bridge.replay.trace import PHILLY_JOBS, read_jobs
 from scheduler_bridge.workloads import lifecycle
 from scheduler_bridge.workloads import wording as worded
 from scheduler_bridge.workloads.cycle import engine_config
@@ -60,8 +60,6 @@ from tenants.errors import Conflict, TidegateError
 from tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
-
-__all__ = ["PHILLY_ATTRIBUTION"]
 
 # Virtual instant 0: a Monday 00:00 UTC, so the trace keeps its weekdays.
 ANCHOR = datetime(2024, 1, 1, tzinfo=UTC)
@@ -393,20 +391,3 @@ def _meter_ended_hours(clock: DemoClock, end: float) -> int:
                 )
             )
     return sum(meter(usage) for meter in DEMO_METERS) if usage else 0
-
-
-__all__ += [
-    "ANCHOR",
-    "DEFAULT_SPEED",
-    "ClockStep",
-    "DemoClock",
-    "DemoUsage",
-    "demo_annotations",
-    "demo_clock_advance",
-    "demo_clock_start",
-    "demo_clock_step",
-    "demo_trace",
-    "history_replay",
-    "register_demo_meter",
-    "virtual",
-]

@@ -21,12 +21,12 @@ from django.db import connections
 from scheduler_bridge import tasks
 from scheduler_bridge.demo_clock import (
     DEFAULT_SPEED,
-    PHILLY_ATTRIBUTION,
     DemoClock,
     demo_clock_advance,
     demo_clock_start,
 )
 from scheduler_bridge.inventory.models import Cluster
+from scheduler_bridge.replay.trace import PHILLY_ATTRIBUTION
 from tenants.demo import DEMO_CLUSTER
 
 logger = logging.getLogger(__name__)
