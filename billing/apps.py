@@ -16,6 +16,7 @@ class BillingConfig(AppConfig):
         # Lower apps ask; billing answers through their registries (docs/architecture.md#registries).
         from billing import cluster_health, demo, portal
         from billing.gate import budget_gate_for_cluster
+        from scheduler_bridge.demo_clock import register_demo_meter
         from scheduler_bridge.portal import register_cluster_health
         from scheduler_bridge.workloads.budget_gate import register_budget_gate
         from tenants.deletion import register_deletion_blocker
@@ -27,6 +28,7 @@ class BillingConfig(AppConfig):
         register_cluster_health(cluster_health.usage_collection_health)
         register_deletion_blocker(demo.billing_deletion_blocker)
         register_demo_seeder(demo.seed_demo_billing)
+        register_demo_meter(demo.demo_usage_meter)
         # The panel checks at render time that the billing pages are routed.
         register_tenant_panel(portal.budget_panel)
         if _portal_routed():

@@ -1,13 +1,15 @@
-"""Demo data of billing: rate cards, billing settings, budgets and five weeks of plausible
-usage on the simulated cluster `demo`, with last month closed into statements, so the
-finance pages and the tenant panels have something to show. Idempotent: it does nothing
-once rate cards exist."""
+"""Demo data of billing: rate cards, billing settings, budgets and usage on the simulated
+cluster `demo` from the start of last month until now - the demo's trace work replayed
+through the admission simulator - with last month closed into statements, so the finance
+pages and the tenant panels have something to show. While the demo runs, its clock's
+virtual hours are metered here too (``demo_usage_meter``). Idempotent: seeding does
+nothing once rate cards exist."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from collections.abc import Sequence
+from datetime import UTC, datetime
 from decimal import Decimal
-from random import Random
 
 from django.utils import timezone
 from django.utils.translation import gettext, gettext_noop
@@ -26,12 +28,12 @@ from billing.models import (
 )
 from billing.months import add_months, month_start
 from billing.periods import period_close
+from scheduler_bridge.demo_clock import TRACE_PRIORITY, DemoUsage, history_replay
+from scheduler_bridge.demo_trace import busy_ratio, hour_pieces
 from scheduler_bridge.inventory.models import Cluster, Flavour
 from tenants.deletion import Description, said
 from tenants.demo import DEMO_CLUSTER, DemoResult
 from tenants.models import Tenant
-
-HOUR = timedelta(hours=1)
 
 
 def billing_deletion_blocker(tenant: Tenant) -> Description | None:
@@ -52,14 +54,6 @@ def _and(parts: list[str]) -> str:
     for part in reversed(parts[:-1]):
         text = gettext("%(first)s and %(rest)s") % {"first": part, "rest": text}
     return text
-
-
-def _flavour(cluster: Cluster, product: str, profile: str = "") -> Flavour | None:
-    return (
-        Flavour.objects.filter(cluster=cluster, product=product, mig_profile=profile)
-        .order_by("name")
-        .first()
-    )
 
 
 def _rate_cards(start: datetime) -> None:
@@ -83,112 +77,39 @@ def _rate_cards(start: datetime) -> None:
         )
 
 
-def _usage(cluster: Cluster, teams: list[Tenant], start: datetime, end: datetime) -> int:
-    """Hourly rows per team: a training job (bursty, busy), a notebook (often idle) and a
-    small inference service on MIG slices."""
-    rng = Random(7)
-    h100 = _flavour(cluster, "H100-80GB")
-    a100 = _flavour(cluster, "A100-SXM4-80GB")
-    slice_ = _flavour(cluster, "H100-80GB", "1g.10gb") or _flavour(
-        cluster, "A100-SXM4-80GB", "1g.10gb"
-    )
-    if h100 is None or a100 is None:
-        return 0
+def _usage(cluster: Cluster, start: datetime, end: datetime) -> int:
+    """Hourly rows of what the demo's trace work held from ``start`` to ``end``, as the
+    admission simulator replays it on this cluster (scheduler_bridge.demo_clock): the
+    same work, teams and quotas the live demo runs, so last month's idle line is the
+    capacity that replay left unheld."""
+    teams = dict(Tenant.objects.values_list("slug", "pk"))
+    flavours = dict(Flavour.objects.filter(cluster=cluster).values_list("name", "pk"))
+    lo, hi = start.timestamp(), end.timestamp()
     rows: list[LedgerRow] = []
-    hours = int((end - start) / HOUR)
-    for index, team in enumerate(teams):
-        namespace = f"{team.slug}-train"
-        train = h100 if index % 2 == 0 else a100
-        gpus = 8 if index < 3 else 4
-        running = False
-        for h in range(hours):
-            moment = start + h * HOUR
-            if h % 12 == 0:
-                running = rng.random() < 0.55
-            if running:
-                borrowed = gpus // 2 if rng.random() < 0.2 else 0
-                busy = Decimal(str(round(rng.uniform(0.55, 0.95), 3)))
-                rows.append(
-                    _row(
-                        team,
-                        cluster,
-                        train,
-                        namespace,
-                        f"{team.slug}-train-{h // 12}",
-                        moment,
-                        gpus,
-                        busy,
-                        borrowed,
-                        "spot" if index % 3 == 2 else "standard",
-                    )
+    for run in history_replay(cluster, start, end).runs:
+        ratio = Decimal(str(round(busy_ratio(run.name), 3)))
+        for hour, seconds in hour_pieces(max(lo, run.start), min(hi, run.end)):
+            rows.append(
+                LedgerRow(
+                    tenant_id=teams[run.team],
+                    cluster_id=cluster.pk,
+                    flavour_id=flavours[run.flavour],
+                    namespace=f"{run.team}-train",
+                    pod_uid=f"demo-{run.name}-{run.run}",
+                    pod_name=f"{run.name}-0",
+                    job_name=run.name,
+                    priority_class=TRACE_PRIORITY,
+                    source=UsageRecord.Source.DEMO,
+                    interval_start=datetime.fromtimestamp(hour * 3600, UTC),
+                    devices=run.devices,
+                    gpu_seconds_allocated=int(seconds) * run.devices,
+                    gpu_seconds_busy=(ratio * int(seconds) * run.devices).quantize(
+                        Decimal("0.001")
+                    ),
+                    gpu_seconds_borrowed=int(seconds) * run.borrowed,
                 )
-            if moment.weekday() < 5 and 8 <= moment.hour < 20:
-                busy = Decimal(str(round(rng.choice([0.01, 0.02, 0.2, 0.35]), 3)))
-                rows.append(
-                    _row(
-                        team,
-                        cluster,
-                        a100,
-                        f"{team.slug}-dev",
-                        f"{team.slug}-notebook",
-                        moment,
-                        1,
-                        busy,
-                        0,
-                        "standard",
-                        job=False,
-                    )
-                )
-            if slice_ is not None and index % 2 == 1:
-                busy = Decimal(str(round(rng.uniform(0.3, 0.6), 3)))
-                rows.append(
-                    _row(
-                        team,
-                        cluster,
-                        slice_,
-                        f"{team.slug}-dev",
-                        f"{team.slug}-inference",
-                        moment,
-                        2,
-                        busy,
-                        0,
-                        "standard",
-                        job=False,
-                    )
-                )
+            )
     return ledger_append(rows)
-
-
-def _row(
-    team: Tenant,
-    cluster: Cluster,
-    flavour: Flavour,
-    namespace: str,
-    name: str,
-    moment: datetime,
-    devices: int,
-    busy_ratio: Decimal,
-    borrowed: int,
-    priority: str,
-    *,
-    job: bool = True,
-) -> LedgerRow:
-    return LedgerRow(
-        tenant_id=team.pk,
-        cluster_id=cluster.pk,
-        flavour_id=flavour.pk,
-        namespace=namespace,
-        pod_uid=f"demo-{name}",
-        pod_name=f"{name}-0" if job else name,
-        job_name=name if job else "",
-        priority_class=priority,
-        source=UsageRecord.Source.DEMO,
-        interval_start=moment,
-        devices=devices,
-        gpu_seconds_allocated=devices * 3600,
-        gpu_seconds_busy=(busy_ratio * devices * 3600).quantize(Decimal("0.001")),
-        gpu_seconds_borrowed=borrowed * 3600,
-    )
 
 
 def seed_demo_billing(result: DemoResult) -> None:
@@ -206,8 +127,7 @@ def seed_demo_billing(result: DemoResult) -> None:
     platform = Tenant.objects.filter(slug="platform").first()
     if platform is not None:
         TenantBillingSettings.objects.get_or_create(tenant=platform, defaults={"mode": "showback"})
-    teams = list(Tenant.objects.filter(depth=2, path__startswith=org.path).order_by("path"))
-    result.created += _usage(cluster, teams, history_start, floor_hour(now) - HOUR)
+    result.created += _usage(cluster, history_start, floor_hour(now))
     closed = period_close(actor=None, period=period_create(history_start), source="system", now=now)
     # Budgets sized on last month's bill, so that whatever the day the demo starts, some are
     # on track, one is tight and the hard one can run out before the month ends.
@@ -237,3 +157,43 @@ def seed_demo_billing(result: DemoResult) -> None:
     budgets_evaluate(now=now)
     # The demo's alerts are shown in the portal, not e-mailed to made-up addresses.
     BudgetAlert.objects.filter(emailed_at__isnull=True).update(emailed_at=now)
+
+
+def demo_usage_meter(usage: Sequence[DemoUsage]) -> int:
+    """Ledger rows for the virtual hours the living demo's clock finished, written as the
+    collector writes an admitted workload's hours, then budgets evaluated again.
+
+    Virtual time never dates a row: every virtual hour is stored in the real hour it
+    ended in (so an hour of real time can hold many virtual hours of one workload, keyed
+    apart by their virtual hour)."""
+    now = timezone.now()
+    hour = floor_hour(now)
+    cluster_ids = dict(Flavour.objects.values_list("pk", "cluster_id"))
+    rows = [
+        LedgerRow(
+            tenant_id=u.tenant_id,
+            cluster_id=cluster_ids[u.flavour_id],
+            flavour_id=u.flavour_id,
+            namespace="",
+            pod_uid=f"demo-w{u.workload_id}-v{u.virtual_hour}",
+            pod_name=u.name,
+            workload_id=u.workload_id,
+            job_name=u.name,
+            priority_class=u.priority_class,
+            source=UsageRecord.Source.DEMO,
+            interval_start=hour,
+            devices=u.devices,
+            gpu_seconds_allocated=u.gpu_seconds,
+            gpu_seconds_busy=(Decimal(str(round(u.busy_ratio, 3))) * u.gpu_seconds).quantize(
+                Decimal("0.001")
+            ),
+            gpu_seconds_borrowed=u.borrowed_seconds,
+        )
+        for u in usage
+        if u.flavour_id in cluster_ids
+    ]
+    written = ledger_append(rows)
+    if written:
+        budgets_evaluate(now=now)
+        BudgetAlert.objects.filter(emailed_at__isnull=True).update(emailed_at=now)
+    return written

@@ -5,6 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from django.contrib.auth import get_user_model
+from django.utils import timezone
 
 from scheduler_bridge.admission.wording import gettext_noop, wording
 from scheduler_bridge.inventory.models import Cluster, Flavour
@@ -28,7 +29,10 @@ def seed_demo_cluster(result: DemoResult) -> None:
     cluster, created = Cluster.objects.get_or_create(
         name=DEMO_CLUSTER,
         defaults={
-            "display_name": "Demo cluster (simulated: 6 x H100, 6 x A100, some with MIG)",
+            "display_name": (
+                "Demo cluster (simulated: 6 x H100, 6 x A100, some with MIG; "
+                "work replayed from the Microsoft Philly trace)"
+            ),
             "gateway": Cluster.Gateway.SIMULATED,
         },
     )
@@ -93,46 +97,51 @@ def _seed_priority_classes() -> None:
         )
 
 
-# (team, name, pod sets as (count, gpus per pod, flavour), topology, priority class)
+# (team, name, pod sets as (count, gpus per pod, flavour), topology, priority class,
+# virtual hours it runs once started: the demo's clock finishes it then)
 DEMO_WORKLOADS = [
-    ("vision", "resnet-sweep", [(4, 1, "h100-80gb")], "none", "batch"),
-    ("vision", "vit-huge", [(2, 8, "h100-80gb")], "domain", "batch"),
-    ("nlp", "llm-finetune", [(1, 8, "h100-80gb")], "node", "prod"),
-    ("nlp", "tokenizer-eval", [(6, 1, "h100-80gb-mig-1g.10gb")], "none", "spot"),
-    ("speech", "asr-train", [(2, 4, "a100-sxm4-80gb")], "none", "batch"),
-    ("search", "ranker", [(4, 2, "a100-sxm4-80gb")], "none", "batch"),
-    ("recsys", "two-tower", [(1, 8, "a100-sxm4-80gb")], "node", "batch"),
-    ("ads", "ctr-daily", [(8, 1, "a100-sxm4-80gb-mig-1g.10gb")], "none", "prod"),
-    ("infra", "nccl-burn-in", [(3, 8, "h100-80gb")], "domain", "spot"),
-    ("data", "embedding-backfill", [(4, 1, "a100-sxm4-80gb-mig-3g.40gb")], "none", "spot"),
+    ("vision", "resnet-sweep", [(4, 1, "h100-80gb")], "none", "batch", 3),
+    ("vision", "vit-huge", [(2, 8, "h100-80gb")], "domain", "batch", 10),
+    ("nlp", "llm-finetune", [(1, 8, "h100-80gb")], "node", "prod", 6),
+    ("nlp", "tokenizer-eval", [(6, 1, "h100-80gb-mig-1g.10gb")], "none", "spot", 1),
+    ("speech", "asr-train", [(2, 4, "a100-sxm4-80gb")], "none", "batch", 8),
+    ("search", "ranker", [(4, 2, "a100-sxm4-80gb")], "none", "batch", 4),
+    ("recsys", "two-tower", [(1, 8, "a100-sxm4-80gb")], "node", "batch", 5),
+    ("ads", "ctr-daily", [(8, 1, "a100-sxm4-80gb-mig-1g.10gb")], "none", "prod", 2),
+    ("infra", "nccl-burn-in", [(3, 8, "h100-80gb")], "domain", "spot", 1),
+    ("data", "embedding-backfill", [(4, 1, "a100-sxm4-80gb-mig-3g.40gb")], "none", "spot", 3),
 ]
 
 # Submitted once the work above runs: each inside its team's unused guarantee, so it
 # starts, and with it every whole H100 is taken.
 DEMO_FILLING = [
-    ("speech", "whisper-finetune", [(4, 1, "h100-80gb")], "none", "batch"),
-    ("nlp", "bert-distill", [(4, 1, "h100-80gb")], "none", "batch"),
-    ("search", "query-encoder", [(2, 1, "h100-80gb")], "none", "batch"),
-    ("recsys", "seq-rec", [(2, 1, "h100-80gb")], "none", "batch"),
+    ("speech", "whisper-finetune", [(4, 1, "h100-80gb")], "none", "batch", 4),
+    ("nlp", "bert-distill", [(4, 1, "h100-80gb")], "none", "batch", 3),
+    ("search", "query-encoder", [(2, 1, "h100-80gb")], "none", "batch", 2),
+    ("recsys", "seq-rec", [(2, 1, "h100-80gb")], "none", "batch", 2),
 ]
 
 # Ordinary work that waits in line: each fits its team's quota but asks more than the
 # team's unused guarantee, so it would borrow, and every whole H100 is held - by work
 # inside its owners' guarantees or by vision's borrowed run, which only an owner's
-# guaranteed work may reclaim. Submitted after the cluster filled, it keeps waiting with
-# a position until GPUs are freed (a cancel, a finish).
+# guaranteed work may reclaim. Submitted after the cluster filled, it waits with a
+# position until GPUs are freed: the demo's clock finishes the work above after its
+# hours, and the trace's work keeps arriving (scheduler_bridge/demo_clock.py).
 DEMO_WAITING = [
-    ("speech", "whisper-eval", [(2, 1, "h100-80gb")], "none", "batch"),
-    ("search", "ranker-refresh", [(2, 1, "h100-80gb")], "none", "batch"),
+    ("speech", "whisper-eval", [(2, 1, "h100-80gb")], "none", "batch", 1),
+    ("search", "ranker-refresh", [(2, 1, "h100-80gb")], "none", "batch", 1),
 ]
 
 
 def _seed_queue(cluster: Cluster) -> None:
+    from scheduler_bridge.demo_clock import demo_annotations, virtual
     from scheduler_bridge.workloads.cycle import admission_cycle
     from scheduler_bridge.workloads.services import PodSetSpec, workload_submit
 
+    # the live clock starts where the seeded history ends: this hour
+    at = virtual(timezone.now().replace(minute=0, second=0, microsecond=0))
     for batch in (DEMO_WORKLOADS, DEMO_FILLING, DEMO_WAITING):
-        for slug, name, pod_sets, topology, pclass in batch:
+        for slug, name, pod_sets, topology, pclass, hours in batch:
             workload_submit(
                 actor=None,
                 cluster=cluster,
@@ -142,5 +151,6 @@ def _seed_queue(cluster: Cluster) -> None:
                 topology=topology,
                 priority_class=pclass,
                 audit_source="system",
+                annotations=demo_annotations(at, hours * 3600.0),
             )
         admission_cycle(cluster)

@@ -1,0 +1,393 @@
+"""The living demo: a virtual clock that drives the simulated cluster `demo` with work
+from the shipped Philly trace (mapping and clock: ``scheduler_bridge.demo_trace``).
+
+Each step moves the clock on and applies what fell due meanwhile, through the same
+services as real work: trace jobs are submitted with ``workload_submit`` (the API's
+path), running work whose run time has elapsed in virtual time finishes through the
+life cycle (``lifecycle.finish``, as the Job sync closes a completed Job), and an
+admission cycle runs (admits, lends, reclaims). The GPUs held in each virtual hour are
+handed to the registered meters (billing writes them to the ledger) once that hour is
+over.
+
+Virtual time only decides *what happens*; everything stored carries the real time it
+was written at (workload transitions, audit events, ledger rows), so nothing is ever
+dated in the future. A minute of real time at the default speed carries an hour of
+virtual work, so the demo's ledger holds many virtual hours in each real hour.
+
+The clock lives in the process that serves the demo (as the simulated cluster does). It
+resumes after the latest trace job submitted (every demo workload records its virtual
+submit instant); runs that were going on when the process stopped count from the
+moment the new process first sees them.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from scheduler_bridge import admission as engine
+from scheduler_bridge.demo_replay import ReplayResult, replay
+from scheduler_bridge.demo_trace import (
+    RUN_TIME_ANNOTATION,
+    TRACE_JOB_ANNOTATION,
+    VIRTUAL_SUBMIT_ANNOTATION,
+    DemoFlavours,
+    DemoTrace,
+    Run,
+    VirtualClock,
+    busy_ratio,
+    due_finishes,
+    hour_pieces,
+    map_trace,
+)
+from scheduler_bridge.inventory.models import Cluster, Flavour
+from scheduler_bridge.quotas.models import Quota
+from scheduler_bridge.replay.trace import PHILLY_JOBS, read_jobs
+from scheduler_bridge.workloads import lifecycle
+from scheduler_bridge.workloads import wording as worded
+from scheduler_bridge.workloads.cycle import engine_config
+from scheduler_bridge.workloads.models import Workload
+from scheduler_bridge.workloads.services import PodSetSpec, workload_submit
+from scheduler_bridge.workloads.snapshot import build_snapshot
+from tenants.demo import DEPARTMENTS
+from tenants.errors import Conflict, TidegateError
+from tenants.models import Tenant
+
+logger = logging.getLogger(__name__)
+
+# Virtual instant 0: a Monday 00:00 UTC, so the trace keeps its weekdays.
+ANCHOR = datetime(2024, 1, 1, tzinfo=UTC)
+DEFAULT_SPEED = 60.0  # virtual seconds per real second: an hour a minute
+# the department whose teams train on H100s (the trace's jobs of 8 GPUs and more)
+BIG_GPU_DEPARTMENT = "research"
+TRACE_PRIORITY = "batch"
+
+
+def virtual(moment: datetime) -> float:
+    """The virtual instant of a real one (the history replays the trace this way)."""
+    return (moment - ANCHOR).total_seconds()
+
+
+@dataclass(frozen=True, slots=True)
+class DemoUsage:
+    """GPUs of one flavour one workload held during one virtual hour."""
+
+    workload_id: int
+    tenant_id: int
+    flavour_id: int
+    name: str
+    priority_class: str
+    virtual_hour: int
+    devices: int
+    gpu_seconds: int
+    borrowed_seconds: int
+    busy_ratio: float
+
+
+DemoMeter = Callable[[Sequence[DemoUsage]], int]
+DEMO_METERS: list[DemoMeter] = []
+
+
+def register_demo_meter(meter: DemoMeter) -> None:
+    """Higher apps (billing) write what the demo's work held; see ``DemoUsage``."""
+    if meter not in DEMO_METERS:
+        DEMO_METERS.append(meter)
+
+
+# --- the mapped trace ------------------------------------------------------------------
+
+
+def demo_flavours(cluster: Cluster) -> DemoFlavours:
+    """The whole H100, whole A100 and A100 1g.10gb flavours of the demo cluster."""
+    names = {
+        (f.product, f.mig_profile): f.name
+        for f in Flavour.objects.filter(cluster=cluster, capacity__gt=0)
+    }
+    try:
+        return DemoFlavours(
+            big=names[("H100-80GB", "")],
+            small=names[("A100-SXM4-80GB", "")],
+            slice=names[("A100-SXM4-80GB", "1g.10gb")],
+        )
+    except KeyError as missing:
+        raise LookupError(
+            f"cluster {cluster.name} lacks the demo's flavour {missing}; "
+            "run `manage.py seed_demo` on a fresh database"
+        ) from None
+
+
+def demo_trace(cluster: Cluster) -> DemoTrace:
+    """The shipped trace mapped onto the demo's teams and this cluster (see demo_trace)."""
+    flavours = demo_flavours(cluster)
+    teams = [team for _name, _cc, dept_teams in DEPARTMENTS.values() for team in dept_teams]
+    ceilings = tuple(
+        sorted(
+            (q.tenant.slug, q.flavour.name, q.guaranteed + _borrowable(q))
+            for q in Quota.objects.filter(
+                flavour__cluster=cluster, tenant__slug__in=teams
+            ).select_related("tenant", "flavour")
+        )
+    )
+    return _mapped(tuple(teams), flavours, ceilings)
+
+
+def _borrowable(quota: Quota) -> int:
+    if quota.borrow_limit is not None:
+        return quota.borrow_limit
+    return quota.flavour.capacity
+
+
+@functools.lru_cache(maxsize=4)
+def _mapped(
+    teams: tuple[str, ...], flavours: DemoFlavours, ceilings: tuple[tuple[str, str, int], ...]
+) -> DemoTrace:
+    return map_trace(
+        read_jobs(PHILLY_JOBS),
+        teams=teams,
+        flavours=flavours,
+        big_teams=frozenset(DEPARTMENTS[BIG_GPU_DEPARTMENT][2]),
+        ceilings={(team, flavour): most for team, flavour, most in ceilings},
+    )
+
+
+def history_replay(cluster: Cluster, start: datetime, end: datetime) -> ReplayResult:
+    """The mapped trace from ``start`` to ``end`` (real instants) through the admission
+    simulator on this cluster's tenants, quotas and nodes, with the live engine's
+    configuration. Work arriving in the day before ``start`` is replayed too, so the
+    cluster is already busy when the history begins."""
+    snapshot = build_snapshot(cluster, now=end)
+    trace = demo_trace(cluster)
+    warm_up = virtual(start) - 86_400.0
+    arrivals = tuple(trace.arrivals(warm_up, virtual(end)))
+    nodes = tuple(engine.Node(n.name, n.capacity, None, n.domain) for n in snapshot.nodes)
+    config = engine_config()
+    # the same inputs give the same history: seeding twice in one process replays once
+    key = repr((start, end, hash(trace.jobs), snapshot.tenants, snapshot.quotas, nodes, config))
+    if key not in _REPLAYED:
+        _REPLAYED.clear()
+        _REPLAYED[key] = replay(
+            arrivals,
+            anchor=ANCHOR.timestamp(),
+            end=end.timestamp(),
+            tenants=snapshot.tenants,
+            flavours=snapshot.flavours,
+            quotas=snapshot.quotas,
+            nodes=nodes,
+            config=config,
+        )
+    return _REPLAYED[key]
+
+
+_REPLAYED: dict[str, ReplayResult] = {}
+
+
+# --- the clock -------------------------------------------------------------------------
+
+
+@dataclass
+class _Held:
+    devices: int
+    seconds: float = 0.0
+    borrowed_seconds: float = 0.0
+
+
+@dataclass
+class DemoClock:
+    """The live clock of one cluster and what it remembers between steps: when each run
+    began in virtual time, and the GPU-seconds of virtual hours not over yet."""
+
+    cluster: Cluster
+    trace: DemoTrace
+    clock: VirtualClock
+    # workload id -> (real admission instant identifying the run, the run in virtual time)
+    runs: dict[int, tuple[datetime | None, Run]] = field(default_factory=dict)
+    hours: dict[int, dict[tuple[int, int], _Held]] = field(default_factory=dict)
+
+    @property
+    def now(self) -> float:
+        return self.clock.now
+
+
+@dataclass
+class ClockStep:
+    """What one step did: virtual interval, submitted and finished workload ids,
+    ledger rows the meters wrote."""
+
+    start: float
+    end: float
+    submitted: list[int] = field(default_factory=list)
+    finished: list[int] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+    metered: int = 0
+
+
+def demo_clock_start(
+    cluster: Cluster, *, speed: float = DEFAULT_SPEED, at: datetime | None = None
+) -> DemoClock:
+    """A clock for ``cluster``, resuming after the latest demo work submitted, else at
+    the real instant ``at`` (now) - where the seeded history ends."""
+    submitted = [
+        float(notes[VIRTUAL_SUBMIT_ANNOTATION])
+        for notes in Workload.objects.filter(
+            cluster=cluster, annotations__has_key=VIRTUAL_SUBMIT_ANNOTATION
+        ).values_list("annotations", flat=True)
+    ]
+    start = max(submitted, default=virtual(at or timezone.now()))
+    clock = DemoClock(cluster, demo_trace(cluster), VirtualClock(start, speed))
+    _observe(clock)
+    return clock
+
+
+def demo_clock_step(clock: DemoClock, seconds: float) -> ClockStep:
+    """Move ``clock`` on by ``seconds`` of virtual time: finish work whose run time has
+    elapsed, submit the trace work due, meter the virtual hours that ended, then run an
+    admission cycle and note which work started running."""
+    from scheduler_bridge import tasks
+
+    start, end = clock.clock.now, clock.clock.now + max(0.0, seconds)
+    clock.clock.now = end
+    step = ClockStep(start, end)
+    with transaction.atomic():  # one admission cycle after commit, however much changed
+        _hold_until(clock, start, end)
+        step.finished = _finish_due(clock, end)
+        step.submitted = _submit_due(clock, start, end, step.refused)
+    step.metered = _meter_ended_hours(clock, end)
+    tasks.jobs_sync(clock.cluster.pk)  # Job sync, then an admission cycle
+    _observe(clock)
+    return step
+
+
+def demo_clock_advance(clock: DemoClock, real_seconds: float) -> ClockStep:
+    """One step of ``real_seconds`` of real time at the clock's speed (the ticker's)."""
+    return demo_clock_step(clock, max(0.0, real_seconds) * clock.clock.speed)
+
+
+def _active(cluster: Cluster) -> list[Workload]:
+    return list(
+        Workload.objects.filter(
+            cluster=cluster,
+            state__in=Workload.ACTIVE_STATES,
+            annotations__has_key=RUN_TIME_ANNOTATION,
+        )
+        .select_related("flavour", "priority_class")
+        .order_by("pk")
+    )
+
+
+def _observe(clock: DemoClock) -> None:
+    """Note runs that began since the last look (from now, in virtual time) and forget
+    those that ended (finished, cancelled, preempted)."""
+    seen = {}
+    for workload in _active(clock.cluster):
+        known = clock.runs.get(workload.pk)
+        if known is not None and known[0] == workload.admitted_at:
+            seen[workload.pk] = known
+            continue
+        run_time = float(workload.annotations.get(RUN_TIME_ANNOTATION, 0))
+        seen[workload.pk] = (workload.admitted_at, Run(workload.pk, clock.now, run_time))
+    clock.runs = seen
+
+
+def _hold_until(clock: DemoClock, start: float, end: float) -> None:
+    """Count the GPU-seconds each running demo workload held in (start, end]."""
+    for workload in _active(clock.cluster):
+        known = clock.runs.get(workload.pk)
+        if known is None or known[0] != workload.admitted_at or workload.flavour is None:
+            continue
+        run = known[1]
+        borrowed = sum(workload.borrowed_gpus.values())
+        for hour, seconds in hour_pieces(max(start, run.started), min(end, run.ends)):
+            key = (workload.pk, workload.flavour.pk)
+            held = clock.hours.setdefault(hour, {}).setdefault(key, _Held(workload.gpus))
+            held.seconds += seconds * workload.gpus
+            held.borrowed_seconds += seconds * borrowed
+
+
+def _finish_due(clock: DemoClock, end: float) -> list[int]:
+    finished = []
+    due = due_finishes([run for _at, run in clock.runs.values()], end)
+    for run in due:
+        workload = Workload.objects.filter(pk=run.workload_id).first()
+        if workload is None:
+            continue
+        try:
+            lifecycle.finish(workload, worded.finished())
+        except Conflict:
+            continue  # it was cancelled or preempted meanwhile
+        clock.runs.pop(run.workload_id, None)
+        finished.append(run.workload_id)
+    return finished
+
+
+def _submit_due(clock: DemoClock, start: float, end: float, refused: list[str]) -> list[int]:
+    submitted = []
+    due = clock.trace.arrivals(start, end)
+    tenants = {t.slug: t for t in Tenant.objects.filter(slug__in={a.job.team for a in due})}
+    for arrival in due:
+        job = arrival.job
+        try:
+            workload = workload_submit(
+                actor=None,
+                cluster=clock.cluster,
+                tenant=tenants[job.team],
+                name=arrival.name,
+                pod_sets=[
+                    PodSetSpec(count=job.count, gpus_per_pod=job.gpus_per_pod, flavour=job.flavour)
+                ],
+                priority_class=TRACE_PRIORITY,
+                audit_source="system",
+                annotations=demo_annotations(arrival.at, job.run_time_s, job.trace_id),
+            )
+        except (TidegateError, KeyError) as error:  # the demo's quotas or flavours changed
+            refused.append(f"{arrival.name}: {error}")
+            continue
+        submitted.append(workload.pk)
+    return submitted
+
+
+def demo_annotations(at: float, run_time_s: float, trace_job: str = "") -> dict[str, str]:
+    """What a demo workload carries for the clock: its run time and virtual submit."""
+    notes = {RUN_TIME_ANNOTATION: f"{run_time_s:g}", VIRTUAL_SUBMIT_ANNOTATION: f"{at:.0f}"}
+    if trace_job:
+        notes[TRACE_JOB_ANNOTATION] = trace_job
+    return notes
+
+
+def _meter_ended_hours(clock: DemoClock, end: float) -> int:
+    """Hand the virtual hours that are over to the meters; returns rows written."""
+    over = sorted(hour for hour in clock.hours if (hour + 1) * 3600 <= end)
+    if not over:
+        return 0
+    details = {
+        w.pk: w
+        for w in Workload.objects.filter(
+            pk__in={wid for hour in over for wid, _f in clock.hours[hour]}
+        ).select_related("priority_class")
+    }
+    usage: list[DemoUsage] = []
+    for hour in over:
+        for (workload_id, flavour_id), held in sorted(clock.hours.pop(hour).items()):
+            workload = details.get(workload_id)
+            if workload is None or held.seconds <= 0:
+                continue
+            usage.append(
+                DemoUsage(
+                    workload_id=workload_id,
+                    tenant_id=workload.tenant_id,
+                    flavour_id=flavour_id,
+                    name=workload.name,
+                    priority_class=workload.priority_class.name if workload.priority_class else "",
+                    virtual_hour=hour,
+                    devices=held.devices,
+                    gpu_seconds=round(held.seconds),
+                    borrowed_seconds=round(held.borrowed_seconds),
+                    busy_ratio=busy_ratio(workload.name),
+                )
+            )
+    return sum(meter(usage) for meter in DEMO_METERS) if usage else 0

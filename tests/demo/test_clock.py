@@ -1,0 +1,175 @@
+"""The living demo: after seeding, the virtual clock brings the trace's work to the demo
+cluster through the real services, work finishes after its run time, teams borrow and
+reclaim, and every virtual hour's GPUs reach the ledger dated in the real present."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.utils import timezone
+
+from billing.models import UsageRecord
+from scheduler_bridge.demo_clock import (
+    DemoClock,
+    demo_clock_start,
+    demo_clock_step,
+    virtual,
+)
+from scheduler_bridge.demo_trace import DemoJob, DemoTrace, VirtualClock
+from scheduler_bridge.gateways import simulated
+from scheduler_bridge.inventory.models import Cluster
+from scheduler_bridge.management.commands.serve_demo import QueueTicker
+from scheduler_bridge.workloads.models import Workload
+from tenants.demo import seed_demo
+from tests.conftest import client_for
+
+pytestmark = pytest.mark.django_db
+
+QUARTER = 900.0  # one step of the demo's ticker at the default speed: 15 simulated minutes
+
+
+@pytest.fixture
+def cluster() -> Iterator[Cluster]:
+    simulated.reset()
+    seed_demo()
+    yield Cluster.objects.get(name="demo")
+    simulated.reset()
+
+
+def run_hours(clock: DemoClock, hours: int, watch: Any = None) -> None:
+    for _ in range(hours * 4):
+        demo_clock_step(clock, QUARTER)
+        if watch is not None:
+            watch()
+
+
+def api_states(username: str) -> dict[str, str]:
+    user = get_user_model().objects.get(username=username)
+    response = client_for(user).get("/api/v1/workloads/", {"cluster__name": "demo"})
+    assert response.status_code == 200
+    body = response.json()
+    rows = body["results"] if isinstance(body, dict) else body
+    return {row["name"]: row["state"] for row in rows}
+
+
+def test_simulated_hours_submit_trace_work_that_is_admitted_runs_and_finishes(
+    cluster: Cluster,
+) -> None:
+    clock = demo_clock_start(cluster)
+    before = set(Workload.objects.values_list("name", flat=True))
+    borrowers: set[str] = set()
+
+    def note_borrowers() -> None:
+        borrowers.update(
+            Workload.objects.filter(name__startswith="philly-", state="running")
+            .exclude(borrowed={})
+            .values_list("tenant__slug", flat=True)
+        )
+
+    run_hours(clock, 8, note_borrowers)
+    trace_work = Workload.objects.filter(name__startswith="philly-")
+    assert trace_work.count() > 10 and not before & set(trace_work.values_list("name", flat=True))
+    assert (
+        trace_work.filter(admitted_at__isnull=False).exists()
+        or trace_work.filter(state="finished").exists()
+    )
+    assert trace_work.filter(state="finished").count() > 3
+    # the seeded work ends after its hours too: resnet-sweep ran 3 simulated hours
+    assert Workload.objects.get(name="resnet-sweep").state == "finished"
+    assert borrowers  # some team ran trace work on guarantee lent by others
+    # what the admin sees through the API is what happened
+    states = api_states("admin")
+    assert states["resnet-sweep"] == "finished"
+    assert {"finished", "running"} <= {s for n, s in states.items() if n.startswith("philly-")}
+
+
+def test_a_lead_sees_only_their_teams_demo_work_through_the_api(cluster: Cluster) -> None:
+    run_hours(demo_clock_start(cluster), 2)
+    seen = api_states("vision-lead")
+    vision = set(Workload.objects.filter(tenant__slug="vision").values_list("name", flat=True))
+    assert seen and set(seen) <= vision
+
+
+def test_borrowed_work_is_reclaimed_when_the_owners_trace_work_arrives(cluster: Cluster) -> None:
+    clock = demo_clock_start(cluster)
+    borrowed = Workload.objects.filter(state="running", flavour__name="h100-80gb").exclude(
+        borrowed={}
+    )
+    assert borrowed.exists()  # after seeding, vision runs on H100s lent by others
+    lenders = ["nlp", "speech", "search", "recsys", "ads", "infra", "data"]
+    holding = {
+        w.tenant.slug: w.gpus
+        for w in Workload.objects.filter(state="running", flavour__name="h100-80gb")
+    }
+    # an owner with guarantee it does not use: its work fits inside it
+    owner = next(team for team in lenders if holding.get(team, 0) < 2)
+    start = clock.now
+    arrival = DemoJob(
+        trace_id="j-owner",
+        team=owner,
+        flavour="h100-80gb",
+        count=1,
+        gpus_per_pod=2,
+        offset_s=start + 600.0,  # ten simulated minutes from now (lap 0 of a long trace)
+        run_time_s=7200.0,
+        trace_gpus=2,
+    )
+    owners = DemoClock(cluster, DemoTrace((arrival,), span_s=2 * start), VirtualClock(start))
+    demo_clock_step(owners, QUARTER)
+    demo_clock_step(owners, QUARTER)  # a reclaim started in one cycle finishes in the next
+    (mine,) = Workload.objects.filter(name__startswith="philly-j-owner")
+    assert mine.state == "running" and not mine.borrowed
+    reclaimed = Workload.objects.filter(preemptions__gt=0, tenant__slug="vision")
+    assert reclaimed.exists()
+    assert all(w.state in ("pending", "admitted", "running") for w in reclaimed)
+
+
+def test_every_simulated_hour_is_metered_in_the_real_present(cluster: Cluster) -> None:
+    clock = demo_clock_start(cluster)
+    before = UsageRecord.objects.filter(workload__isnull=False).count()
+    run_hours(clock, 3)
+    rows = UsageRecord.objects.filter(workload__isnull=False)
+    assert rows.count() > before
+    now = timezone.now()
+    for row in rows:
+        assert row.interval_start <= now  # never dated in the future
+        assert 0 < row.gpu_seconds_allocated <= row.devices * 3600
+    resnet = rows.filter(job_name="resnet-sweep")
+    # 4 H100s for the 3 simulated hours it ran, however many real minutes that took
+    assert sum(r.gpu_seconds_allocated for r in resnet) == 4 * 3 * 3600
+
+
+def test_a_restarted_clock_resumes_after_the_last_submitted_work(cluster: Cluster) -> None:
+    clock = demo_clock_start(cluster)
+    assert clock.now == virtual(timezone.now().replace(minute=0, second=0, microsecond=0))
+    run_hours(clock, 2)
+    names = sorted(Workload.objects.values_list("name", flat=True))
+    again = demo_clock_start(cluster)
+    assert again.now <= clock.now
+    step = demo_clock_step(again, clock.now - again.now)  # the same stretch once more
+    assert step.submitted == []
+    assert sorted(Workload.objects.values_list("name", flat=True)) == names
+
+
+def test_seeding_again_after_the_clock_ran_changes_nothing(cluster: Cluster) -> None:
+    run_hours(demo_clock_start(cluster), 1)
+    workloads = Workload.objects.count()
+    rows = UsageRecord.objects.count()
+    seed_demo()
+    assert (Workload.objects.count(), UsageRecord.objects.count()) == (workloads, rows)
+
+
+def test_the_ticker_drives_the_demo_cluster_on_its_clock(cluster: Cluster) -> None:
+    ticker = QueueTicker(every_s=15, speed=3600)
+    assert ticker.tick() == 1
+    assert ticker.clock is not None and ticker.clock.cluster == cluster
+
+
+def test_a_speed_that_is_not_positive_is_refused_with_what_to_give() -> None:
+    with pytest.raises(CommandError, match=r"--speed is 0; give a positive number"):
+        call_command("serve_demo", "--speed", "0")
