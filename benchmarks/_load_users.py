@@ -8,15 +8,24 @@ by LOAD_PLAN.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
+from pathlib import Path
 from typing import Any
 
 from locust import FastHttpUser, between, task
 
-PLAN: dict[str, Any] = json.loads(open(os.environ["LOAD_PLAN"]).read())  # noqa: SIM115
-CLIENTS = itertools.cycle(PLAN["clients"])
+
+@functools.cache
+def plan() -> dict[str, Any]:
+    """Read when the first user starts (``make bench`` runs this file alone: no plan)."""
+    loaded: dict[str, Any] = json.loads(Path(os.environ["LOAD_PLAN"]).read_text())
+    loaded["next_client"] = itertools.cycle(loaded["clients"]).__next__
+    return loaded
+
+
 LISTS = [
     "/api/v1/workloads/",
     "/api/v1/quotas/",
@@ -35,9 +44,9 @@ class ApiClient(FastHttpUser):
     wait_time = between(0.1, 0.5)
 
     def on_start(self) -> None:
-        client = next(CLIENTS)
+        client = plan()["next_client"]()
         self.tenant: str = client["tenant"]
-        self.headers = {"Authorization": f"{PLAN['scheme']} {client['token']}"}
+        self.headers = {"Authorization": f"{plan()['scheme']} {client['token']}"}
         self.lists = itertools.cycle(LISTS)
 
     @task(8)
@@ -48,10 +57,10 @@ class ApiClient(FastHttpUser):
     @task(1)
     def submit_and_cancel(self) -> None:
         body = {
-            "cluster": PLAN["cluster"],
+            "cluster": plan()["cluster"],
             "tenant": self.tenant,
             "name": "load-test",
-            "pod_sets": [{"count": 1, "gpus_per_pod": 1, "flavour": PLAN["flavour"]}],
+            "pod_sets": [{"count": 1, "gpus_per_pod": 1, "flavour": plan()["flavour"]}],
         }
         with self.client.post(
             "/api/v1/workloads/",
