@@ -30,8 +30,10 @@ DEFAULTS: dict[str, Any] = {
     # PostgreSQL memory per process for summing the ledger per day (pricing, closes): the
     # day sums of a large ledger are hashed in memory instead of spilling to disk.
     "USAGE_SUM_WORK_MEM": "64MB",
-    # A close whose worker has not reported for this long may be resumed by another.
-    "STALE_CLOSE_MINUTES": 15,
+    # Seconds a close's lease lasts without renewal: a closer renews it at every step
+    # (pricing, each chunk of statements); once it expired (the closer died), the next
+    # close resumes the work. Longer than the slowest step (pricing the period).
+    "CLOSE_LEASE_SECONDS": 30,
     # Hours of metered spend the budget forecast averages.
     "FORECAST_WINDOW_HOURS": 72,
     # Close the previous month automatically this many days after it ended (None: never;

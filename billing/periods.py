@@ -3,11 +3,16 @@
 Closing writes one frozen Statement (with its lines) per tenant, plus the platform's
 ``__idle__`` statement when idle capacity is shown as a line. It is:
 
-* claimed with a conditional UPDATE (open -> closing, with a token), so two closes at once
-  make one set of statements: the second is told the period is being closed;
-* chunked: tenants are written a chunk per transaction, each re-checking the claim, so a
-  crash loses at most one chunk's work and a later call resumes where it stopped (a claim
-  whose worker stopped reporting for STALE_CLOSE_MINUTES may be taken over);
+* held as a lease (open -> closing, with a token, its holder and an expiry), so two closes
+  at once make one set of statements: the second is told the period is being closed and
+  until when. The closer renews the lease at every step; times are the database's clock,
+  so web and worker hosts whose clocks differ agree on when a lease ran out;
+* chunked: tenants are written a chunk per transaction, each renewing the lease, so a
+  crash loses at most one chunk's work. Once a dead closer's lease expired (after
+  CLOSE_LEASE_SECONDS) the next close resumes where it stopped: the statements already
+  written are kept, the rest priced from the same frozen settings, so the totals are
+  those of an uninterrupted close. ``periods_resume_closes`` (every minute) does so
+  unattended;
 * aggregated in SQL (one GROUP BY over the period's ledger rows) and priced in
   :mod:`billing.pricing`.
 """
@@ -28,6 +33,13 @@ from django.utils.translation import pgettext_lazy
 
 from billing import pricing
 from billing.charges import PricingContext, billing_currency, busy_warnings, price_period
+from billing.close_lease import (
+    closes_abandoned,
+    lease_held,
+    lease_owner,
+    lease_release,
+    lease_renew,
+)
 from billing.conf import billing_setting
 from billing.errors import CurrencyMismatch, ExchangeRateMissing, PeriodBusy, PeriodClosed
 from billing.history import PeriodSettings, period_settings
@@ -35,6 +47,13 @@ from billing.ledger import period_create
 from billing.models import Adjustment, BillingPeriod, Statement, StatementLine, UsageRecord
 from billing.months import month_name
 from billing.permissions import can_manage_platform_billing, can_reopen_periods, can_write_billing
+from billing.statement_changes import (
+    LineFigures,
+    LineIdentity,
+    line_identities,
+    previous_lines,
+    statement_changes,
+)
 from scheduler_bridge.admission.wording import gettext_noop, wording
 from tenants.audit import audit_record, snapshot
 from tenants.errors import PermissionDenied, ValidationFailed
@@ -67,7 +86,7 @@ def period_close(
     closing it, ExchangeRateMissing (409) when charges need converting with a rate not
     recorded (nothing is written and the period is open again). A close interrupted by a
     crash is resumed by calling this again once its claim went stale (or at once by the
-    worker that held it).
+    worker that held it): at once when its lease expired, else PeriodBusy says until when.
     """
     if actor is not None and not can_manage_platform_billing(actor):
         raise PermissionDenied(
@@ -97,28 +116,27 @@ def period_close(
                 ),
                 params={"period": period.name, "end": f"{period.end:%Y-%m-%d}"},
             )
-        stale_before = now - timedelta(minutes=billing_setting("STALE_CLOSE_MINUTES"))
-        if (
-            period.state == State.CLOSING
-            and period.close_heartbeat_at is not None
-            and period.close_heartbeat_at > stale_before
-        ):
+        if period.state == State.CLOSING and lease_held(period):
             raise PeriodBusy(
                 _(
-                    "Billing period %(period)s is being closed by another worker (last report "
-                    "%(heartbeat)s UTC); try again in a minute."
+                    "Billing period %(period)s is being closed by %(owner)s; its lease runs "
+                    "until %(expires)s UTC. If that closer stopped, close again after that "
+                    "and the close resumes where it stopped."
                 ),
                 params={
                     "period": period.name,
-                    "heartbeat": f"{period.close_heartbeat_at:%H:%M:%S}",
+                    "owner": period.close_owner or _("another worker"),
+                    "expires": f"{period.close_lease_expires_at:%H:%M:%S}",
                 },
             )
         before = snapshot(period)
         resumed = period.state == State.CLOSING
         period.state = State.CLOSING
         period.close_token = token
-        period.close_heartbeat_at = now
-        period.save(update_fields=["state", "close_token", "close_heartbeat_at"])
+        period.close_owner = lease_owner()
+        period.save(update_fields=["state", "close_token", "close_owner"])
+        lease_renew(period, token)
+        period.refresh_from_db(fields=["close_heartbeat_at", "close_lease_expires_at"])
         audit_record(
             actor=actor,
             action="action",
@@ -133,16 +151,9 @@ def period_close(
     try:
         _write_statements(period, token)
     except pricing.MissingExchangeRates as error:
-        _release_claim(period, token)
+        lease_release(period, token)
         raise _missing_rates(error) from error
     return _finish_close(period, token, actor, source)
-
-
-def _release_claim(period: BillingPeriod, token: str) -> None:
-    """Give a close that wrote nothing back: the period is open again."""
-    BillingPeriod.objects.filter(pk=period.pk, state=State.CLOSING, close_token=token).update(
-        state=State.OPEN, close_token="", close_heartbeat_at=None
-    )
 
 
 def _missing_rates(error: pricing.MissingExchangeRates) -> ExchangeRateMissing:
@@ -158,29 +169,13 @@ def _missing_rates(error: pricing.MissingExchangeRates) -> ExchangeRateMissing:
     )
 
 
-def _heartbeat(period: BillingPeriod, token: str) -> None:
-    """Renew the claim inside the current transaction; lost claim -> PeriodBusy.
-
-    The conditional UPDATE locks the period row until commit, so a worker that took the
-    claim over cannot write the same tenants at the same time.
-    """
-    renewed = BillingPeriod.objects.filter(
-        pk=period.pk, state=State.CLOSING, close_token=token
-    ).update(close_heartbeat_at=timezone.now())
-    if not renewed:
-        raise PeriodBusy(
-            _("Another worker took over closing %(period)s; stopping here."),
-            params={"period": period.name},
-        )
-
-
 def _write_statements(period: BillingPeriod, token: str) -> None:
     context = PricingContext.load()
     # The first close freezes what was in force; a re-close prices with that same copy.
     # Priced in the same transaction: a close refused (a missing exchange rate) freezes
     # nothing, so the close after the rate was added sees it.
     with transaction.atomic():
-        _heartbeat(period, token)
+        lease_renew(period, token)
         settings = period_settings(
             period,
             freeze=True,
@@ -203,13 +198,13 @@ def _write_statements(period: BillingPeriod, token: str) -> None:
     if None in lines_by_tenant:
         order.append(None)
     corrections = _statements_corrected(period, priced.lines)
-    previous = _previous_lines(period)
+    previous = previous_lines(period)
     busy = busy_warnings(UsageRecord.objects.filter(period=period), context.flavours)
     chunk = int(billing_setting("CLOSE_CHUNK"))
     for i in range(0, len(order), chunk):
         ids = order[i : i + chunk]
         with transaction.atomic():
-            _heartbeat(period, token)
+            lease_renew(period, token)
             done: set[int | None] = set(
                 Statement.objects.filter(period=period, revision=period.revision)
                 .filter(tenant_id__in=[t for t in ids if t is not None])
@@ -279,7 +274,7 @@ def _insert_statements(
             else settings.default_currency
         )
         changes = (
-            statement_changes(previous.get(tenant_id, {}), _identities(lines, context))
+            statement_changes(previous.get(tenant_id, {}), line_identities(lines, context))
             if previous is not None and period.revision > 1
             else []
         )
@@ -360,97 +355,6 @@ def _insert_statements(
     StatementLine.objects.bulk_create(rows, batch_size=1000)
 
 
-LineIdentity = tuple[str, str, str, str, str, str]
-"""(kind, flavour, priority class, usage period, cost centre, path) of a statement line."""
-LineFigures = tuple[Decimal, Decimal, Decimal]
-"""(GPU-hours, rate, amount) of the lines of one identity, summed."""
-
-
-def _identities(
-    lines: list[pricing.ChargeLine], context: PricingContext
-) -> dict[LineIdentity, LineFigures]:
-    out: dict[LineIdentity, LineFigures] = {}
-    for line in lines:
-        flavour = context.flavours.get(line.flavour_id or 0)
-        key = (
-            line.kind.value,
-            flavour.name if flavour else "",
-            line.priority_class,
-            line.usage_period or "",
-            line.attribution.cost_center,
-            line.attribution.path,
-        )
-        hours, _rate, amount = out.get(key, (Decimal(0), Decimal(0), Decimal("0.00")))
-        out[key] = (hours + line.gpu_hours, line.rate, amount + line.amount)
-    return out
-
-
-def _previous_lines(period: BillingPeriod) -> dict[int | None, dict[LineIdentity, LineFigures]]:
-    """The lines of the revision before this one, per tenant, to say what a re-close
-    changed."""
-    if period.revision <= 1:
-        return {}
-    out: dict[int | None, dict[LineIdentity, LineFigures]] = defaultdict(dict)
-    rows = StatementLine.objects.filter(
-        statement__period=period, statement__revision=period.revision - 1
-    ).values_list(
-        "statement__tenant_id",
-        "kind",
-        "flavour_name",
-        "priority_class",
-        "usage_period",
-        "cost_center",
-        "tenant_path",
-        "gpu_hours",
-        "rate",
-        "amount",
-    )
-    for tenant, kind, flavour, priority, usage_period, cost, path, hours, rate, amount in rows:
-        key = (kind, flavour, priority, usage_period, cost, path)
-        had = out[tenant].get(key, (Decimal(0), Decimal(0), Decimal("0.00")))
-        out[tenant][key] = (had[0] + hours, rate, had[2] + amount)
-    return dict(out)
-
-
-def statement_changes(
-    before: dict[LineIdentity, LineFigures], after: dict[LineIdentity, LineFigures]
-) -> list[dict[str, str]]:
-    """What changed between two revisions of a tenant's statement, line by line: a list of
-    {"line", "field", "before", "after"}; empty when they are the same."""
-    changes = []
-    for key in sorted(set(before) | set(after)):
-        kind, flavour, priority, usage_period, _cost, _path = key
-        label = " ".join(part for part in (kind, flavour, priority, usage_period) if part)
-        old, new = before.get(key), after.get(key)
-        if old is None or new is None:
-            changes.append(
-                {
-                    "line": label,
-                    "field": "added" if old is None else "removed",
-                    "before": "" if old is None else str(old[2]),
-                    "after": "" if new is None else str(new[2]),
-                }
-            )
-            continue
-        for field, index in (("gpu_hours", 0), ("rate", 1), ("amount", 2)):
-            if old[index] != new[index]:
-                changes.append(
-                    {
-                        "line": label,
-                        "field": field,
-                        "before": str(old[index]),
-                        "after": str(new[index]),
-                    }
-                )
-    old_total = sum((f[2] for f in before.values()), Decimal("0.00"))
-    new_total = sum((f[2] for f in after.values()), Decimal("0.00"))
-    if old_total != new_total:
-        changes.append(
-            {"line": "total", "field": "amount", "before": str(old_total), "after": str(new_total)}
-        )
-    return changes
-
-
 def _is_usage(line: pricing.ChargeLine) -> bool:
     return line.kind in (
         pricing.Kind.USAGE,
@@ -463,14 +367,23 @@ def _is_usage(line: pricing.ChargeLine) -> bool:
 
 def _finish_close(period: BillingPeriod, token: str, actor: Any, source: str) -> BillingPeriod:
     with transaction.atomic():
-        _heartbeat(period, token)
+        lease_renew(period, token)
         period = BillingPeriod.objects.select_for_update().get(pk=period.pk)
         before = snapshot(period)
         period.state = State.CLOSED
         period.closed_at = timezone.now()
         period.closed_by = actor if getattr(actor, "is_authenticated", False) else None
         period.close_token = ""
-        period.save(update_fields=["state", "closed_at", "closed_by", "close_token"])
+        period.close_lease_expires_at = None
+        period.save(
+            update_fields=[
+                "state",
+                "closed_at",
+                "closed_by",
+                "close_token",
+                "close_lease_expires_at",
+            ]
+        )
         count = Statement.objects.filter(period=period, revision=period.revision).count()
         audit_record(
             actor=actor,
@@ -646,15 +559,18 @@ def adjustment_delete(*, actor: Any, adjustment: Adjustment, source: str = "api"
         adjustment.delete()
 
 
+def periods_resume_closes(now: datetime | None = None) -> list[str]:
+    """Resume every close whose closer died (its lease expired): the names of the periods
+    closed. A close still leased, or refused again, is left for the next call."""
+    return _close_all(list(closes_abandoned()), now or timezone.now())
+
+
 def periods_roll(now: datetime | None = None) -> list[str]:
     """Housekeeping: make sure this month's period exists, resume closes whose worker
     died, and close ended months if AUTO_CLOSE_AFTER_DAYS says so. Returns what it did."""
     now = now or timezone.now()
     done = [f"open {period_current(now).name}"]
-    stale_before = now - timedelta(minutes=billing_setting("STALE_CLOSE_MINUTES"))
-    due: list[BillingPeriod] = list(
-        BillingPeriod.objects.filter(state=State.CLOSING, close_heartbeat_at__lt=stale_before)
-    )
+    due: list[BillingPeriod] = list(closes_abandoned())
     days = billing_setting("AUTO_CLOSE_AFTER_DAYS")
     if days is not None:
         due += list(
@@ -662,11 +578,16 @@ def periods_roll(now: datetime | None = None) -> list[str]:
                 state=State.OPEN, end__lte=now - timedelta(days=int(days))
             ).order_by("start")
         )
+    return done + [f"closed {name}" for name in _close_all(due, now)]
+
+
+def _close_all(due: list[BillingPeriod], now: datetime) -> list[str]:
+    closed = []
     for period in due:
         try:
             period_close(actor=None, period=period, source="system", now=now)
         except (PeriodBusy, PeriodClosed, ExchangeRateMissing) as error:
             logger.info("period %s not closed: %s", period.name, error)
             continue
-        done.append(f"closed {period.name}")
-    return done
+        closed.append(period.name)
+    return closed

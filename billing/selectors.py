@@ -41,13 +41,20 @@ def usage_visible_to(user: Any) -> QuerySet[UsageRecord]:
 
 
 def statements_visible_to(user: Any, *, current_only: bool = True) -> QuerySet[Statement]:
-    """Statements of the caller's subtrees; the platform's __idle__ statement for those
-    who manage platform billing. ``current_only`` hides sets superseded by a re-open."""
+    """Final statements of the caller's subtrees; the platform's __idle__ statement for
+    those who manage platform billing. ``current_only`` hides sets superseded by a re-open.
+
+    Statements of a period still closing are never shown: the set is half written, and
+    its amounts are the period's provisional report until the close finishes."""
     scope = _scope(user)
     # An empty Q (platform admins: everything) must stay empty: Q() | x would be just x.
     if scope and can_manage_platform_billing(user):
         scope |= Q(tenant__isnull=True)
-    statements = Statement.objects.filter(scope).select_related("period", "tenant")
+    statements = (
+        Statement.objects.filter(scope)
+        .exclude(revision=F("period__revision"), period__state=BillingPeriod.State.CLOSING)
+        .select_related("period", "tenant")
+    )
     if current_only:
         statements = statements.filter(revision=F("period__revision"))
     return statements

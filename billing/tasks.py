@@ -1,7 +1,7 @@
 """Celery tasks of billing: thin, take ids, idempotent, retry on transient errors.
 
 Periodic (Celery beat): ``usage_collect_all`` and ``budgets_evaluate`` every 15 minutes,
-``periods_roll`` hourly.
+``periods_roll`` hourly, ``periods_resume_closes`` every minute.
 """
 
 from __future__ import annotations
@@ -146,6 +146,14 @@ def periods_roll() -> list[str]:
     from billing.periods import periods_roll as roll
 
     return roll()
+
+
+@shared_task
+def periods_resume_closes() -> list[str]:
+    """Finish every close whose closer died, once its lease expired (every minute)."""
+    from billing.periods import periods_resume_closes as resume
+
+    return resume()
 
 
 @shared_task

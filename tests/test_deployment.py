@@ -3,7 +3,9 @@ HTTPS redirect, and a chart whose pods run locked down with the least access."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -57,7 +59,11 @@ def test_every_pod_and_container_runs_locked_down() -> None:
         "readOnlyRootFilesystem: true",
     ):
         assert setting in helpers
-    pods = [_template("web.yaml"), *_template("workers.yaml").split("\n---\n")]
+    pods = [
+        _template("web.yaml"),
+        *_template("workers.yaml").split("\n---\n"),
+        _template("migrate-job.yaml"),
+    ]
     for pod in pods:
         assert 'include "tidegate.podSecurity"' in pod
         containers = pod.count("image:")
@@ -105,3 +111,46 @@ def test_the_webhook_is_registered_for_queue_job_creates_only() -> None:
     ]
     assert hook["clientConfig"]["service"]["path"] == "/webhooks/v1/jobs/suspend"
     assert "failurePolicy: {{ .Values.webhook.failurePolicy }}" in _template("webhook.yaml")
+
+
+def _values() -> dict[str, Any]:
+    values: dict[str, Any] = yaml.safe_load((CHART / "values.yaml").read_text())
+    return values
+
+
+def test_migrations_run_once_per_release_in_a_hook_job_not_in_every_web_pod() -> None:
+    assert "initContainers" not in _template("web.yaml")
+    assert "migrate" not in _template("workers.yaml")
+    # included blocks dropped, values replaced by a placeholder: the rest is the Job
+    text = re.sub(r"{{-[^}]*}}", "", _template("migrate-job.yaml"))
+    job = yaml.safe_load(re.sub(r"{{[^}]*}}", "x", text))
+    assert job["kind"] == "Job"
+    annotations = job["metadata"]["annotations"]
+    assert annotations["helm.sh/hook"] == "pre-install,pre-upgrade"
+    assert "hook-succeeded" in annotations["helm.sh/hook-delete-policy"]
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["python", "manage.py", "migrate", "--noinput"]
+    assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+
+
+def test_stopped_pods_are_given_the_time_their_work_may_take() -> None:
+    values = _values()
+    web, workers = _template("web.yaml"), _template("workers.yaml").split("\n---\n")[0]
+    # web: out of the Service (preStop), then gunicorn's graceful timeout for requests
+    assert (
+        "terminationGracePeriodSeconds: {{ add .Values.web.preStopSeconds "
+        ".Values.web.gunicorn.gracefulTimeout 5 }}"
+    ) in web
+    assert '"--graceful-timeout", "{{ .Values.web.gunicorn.gracefulTimeout }}"' in web
+    assert values["web"]["gunicorn"]["gracefulTimeout"] < values["web"]["gunicorn"]["timeout"]
+    # workers: a warm shutdown lasts at most the hard task time limit
+    assert "terminationGracePeriodSeconds: {{ add .Values.tasks.timeLimit 30 }}" in workers
+    assert values["tasks"]["softTimeLimit"] < values["tasks"]["timeLimit"]
+    helpers = _template("_helpers.tpl")
+    assert "CELERY_TASK_TIME_LIMIT\n    value: {{ .Values.tasks.timeLimit | quote }}" in helpers
+    assert "CELERY_TASK_SOFT_TIME_LIMIT\n    value: {{ .Values.tasks.softTimeLimit" in helpers
+    # the chart's limits are the settings' defaults: a run without the chart agrees
+    from django.conf import settings
+
+    assert values["tasks"]["timeLimit"] == settings.CELERY_TASK_TIME_LIMIT
+    assert values["tasks"]["softTimeLimit"] == settings.CELERY_TASK_SOFT_TIME_LIMIT

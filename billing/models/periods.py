@@ -35,9 +35,12 @@ class BillingPeriod(models.Model):
     # Set by a re-open that asks for it: the next close prices with the settings the
     # history holds now (e.g. a corrected rate card) instead of the copy the last close froze.
     reprice = models.BooleanField(default=False)
-    # The worker closing the period claims it with a token and reports while it works.
+    # The worker closing the period holds a lease: a token, who holds it (host/pid), and
+    # until when (renewed as it works). Another close may take over once it expired.
     close_token = models.CharField(max_length=36, blank=True)
+    close_owner = models.CharField(max_length=200, blank=True)
     close_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    close_lease_expires_at = models.DateTimeField(null=True, blank=True)
     closed_at = models.DateTimeField(null=True, blank=True)
     closed_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

@@ -184,6 +184,10 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
         "schedule": timedelta(minutes=15),
     },
     "billing-roll-periods": {"task": "billing.tasks.periods_roll", "schedule": timedelta(hours=1)},
+    "billing-resume-closes": {
+        "task": "billing.tasks.periods_resume_closes",
+        "schedule": timedelta(minutes=1),
+    },
     "billing-whatif-fail-stalled": {
         "task": "billing.tasks.whatif_runs_fail_stalled",
         "schedule": timedelta(minutes=5),

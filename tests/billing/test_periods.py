@@ -290,13 +290,13 @@ def test_a_crashed_close_resumes_without_duplicates(
         period_close(actor=cast.platform_admin, period=period)
     period.refresh_from_db()
     assert period.state == "closing" and Statement.objects.count() == 2
-    # Another worker may not barge in while the claim is fresh...
+    # Another worker may not barge in while the lease runs...
     with pytest.raises(PeriodBusy):
         period_close(actor=cast.platform_admin, period=period)
-    # ...but takes over once it went stale, and finishes the job.
-    assert period.close_heartbeat_at is not None
+    # ...but takes over once it expired, and finishes the job.
+    assert period.close_lease_expires_at is not None
     BillingPeriod.objects.filter(pk=period.pk).update(
-        close_heartbeat_at=period.close_heartbeat_at - timedelta(hours=1)
+        close_lease_expires_at=period.close_lease_expires_at - timedelta(hours=1)
     )
     monkeypatch.setattr(module, "_insert_statements", real)
     period_close(actor=cast.platform_admin, period=period)

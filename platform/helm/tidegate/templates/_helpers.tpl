@@ -13,6 +13,11 @@ env:
   - name: {{ $key }}
     value: {{ $value | quote }}
 {{- end }}
+  # every pod agrees on the task time limits (the workers' shutdown grace is set from them)
+  - name: CELERY_TASK_TIME_LIMIT
+    value: {{ .Values.tasks.timeLimit | quote }}
+  - name: CELERY_TASK_SOFT_TIME_LIMIT
+    value: {{ .Values.tasks.softTimeLimit | quote }}
 {{- end -}}
 
 
