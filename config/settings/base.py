@@ -207,9 +207,9 @@ LOGGING = {
     "formatters": {
         "json": {
             "()": "pythonjsonlogger.json.JsonFormatter",
-            "format": "%(asctime)s %(levelname)s %(name)s %(message)s "
-            "%(request_id)s %(task_id)s %(task_name)s",
-            "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
+            "format": "%(levelname)s %(name)s %(message)s %(request_id)s %(task_id)s %(task_name)s",
+            "rename_fields": {"levelname": "level", "name": "logger"},
+            "timestamp": "time",  # ISO 8601 in UTC
         },
         "plain": {
             "format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s %(task_id)s] %(message)s"
