@@ -14,7 +14,7 @@ class BillingConfig(AppConfig):
 
     def ready(self) -> None:
         # Lower apps ask; billing answers through their registries (docs/architecture.md#registries).
-        from billing import cluster_health, demo, portal
+        from billing import cluster_health, demo, metrics, portal
         from billing.gate import budget_gate_for_cluster
         from scheduler_bridge.demo_clock import register_demo_meter
         from scheduler_bridge.portal import register_cluster_health
@@ -24,6 +24,7 @@ class BillingConfig(AppConfig):
         from tenants.portal.views import register_tenant_panel
 
         register_budget_gate(budget_gate_for_cluster)
+        metrics.register_gauges()
         _track_history()
         register_cluster_health(cluster_health.usage_collection_health)
         register_deletion_blocker(demo.billing_deletion_blocker)

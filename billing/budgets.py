@@ -21,7 +21,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from billing import pricing
+from billing import metrics, pricing
 from billing.charges import PricingContext, billing_currency, price_window
 from billing.conf import billing_setting
 from billing.errors import CurrencyMismatch
@@ -426,6 +426,7 @@ def _fire_alerts(budget: Budget, period_name: str, spent: Decimal) -> int:
         except IntegrityError:
             continue  # fired before (or by another worker just now)
         fired += 1
+        metrics.budget_alert_counted(int(threshold))
         logger.info("budget alert: %s", alert)
         queue_after_commit("billing.tasks.budget_alert_notify", alert.pk)
     return fired

@@ -1,23 +1,39 @@
-"""Probes for the kubelet: answered before host validation and the HTTPS redirect.
+"""Probes for the kubelet and the scrape for Prometheus: answered before host
+validation and the HTTPS redirect.
 
-The kubelet calls a pod by its IP, over plain HTTP, so a probe of an ordinary page
+The kubelet and Prometheus call a pod by its IP, over plain HTTP, so an ordinary page
 answers 400 (DisallowedHost: the pod IP is not in ALLOWED_HOSTS) or 301 (the SSL
-redirect). ``/healthz`` says the process serves requests (liveness); ``/readyz`` also
-reaches the database (readiness: a pod that cannot is taken out of the Service).
+redirect). ``/healthz`` says the process serves requests (liveness: nothing else is
+checked, so an outage elsewhere never restarts the pod); ``/readyz`` also reaches the
+database, finds every migration applied and reaches the broker (readiness: a pod that
+cannot is taken out of the Service until it can). ``/metrics`` is config.metrics.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import math
 from collections.abc import Callable
 
-from django.db import DatabaseError, connection
+from django.conf import settings
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
+from django.db.migrations.executor import MigrationExecutor
 from django.http import HttpRequest, HttpResponse
+
+from config import metrics
 
 LIVE, READY = "/healthz", "/readyz"
 
+logger = logging.getLogger(__name__)
+
+# Set once every migration was found applied: they are not unapplied under a running
+# process, and loading the migration graph on every probe would cost a few ms each.
+_migrated = False
+
 
 class ProbeMiddleware:
-    """First in MIDDLEWARE: answers the two probe paths itself, whatever the Host."""
+    """First in MIDDLEWARE: answers the probe and metrics paths itself, whatever the Host."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
@@ -26,11 +42,63 @@ class ProbeMiddleware:
         if request.path == LIVE:
             return HttpResponse("ok\n", content_type="text/plain")
         if request.path == READY:
-            try:
-                connection.ensure_connection()
-            except DatabaseError as error:
-                return HttpResponse(
-                    f"database unreachable: {error}\n", status=503, content_type="text/plain"
-                )
-            return HttpResponse("ready\n", content_type="text/plain")
+            return readiness()
+        if request.path == metrics.PATH:
+            return metrics.scrape(request)
         return self.get_response(request)
+
+
+def readiness() -> HttpResponse:
+    """200 when the database, its migrations and the broker are all fine; otherwise 503
+    naming what is not, with Retry-After. Details of a failure go to the log only."""
+    checks = {"database": _database(), "migrations": "", "broker": _broker()}
+    checks["migrations"] = _migrations() if checks["database"] == "ok" else "not checked"
+    ready = all(state == "ok" for state in checks.values())
+    body = {"status": "ready" if ready else "unavailable", "checks": checks}
+    response = HttpResponse(
+        json.dumps(body) + "\n", status=200 if ready else 503, content_type="application/json"
+    )
+    if not ready:
+        response["Retry-After"] = str(settings.TIDEGATE_RETRY_AFTER_S)
+    return response
+
+
+def _database() -> str:
+    try:
+        with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
+            cursor.execute("SELECT 1")
+    except DatabaseError as error:
+        # (a broken persistent connection is closed when the request finishes)
+        logger.warning("readiness: database unreachable: %s", error)
+        return f"unreachable ({type(error).__name__})"
+    return "ok"
+
+
+def _migrations() -> str:
+    global _migrated
+    if _migrated:
+        return "ok"
+    try:
+        executor = MigrationExecutor(connections[DEFAULT_DB_ALIAS])
+        unapplied = executor.migration_plan(executor.loader.graph.leaf_nodes())
+    except DatabaseError as error:
+        logger.warning("readiness: migrations not readable: %s", error)
+        return f"unreachable ({type(error).__name__})"
+    if unapplied:
+        logger.warning("readiness: %d migrations not applied", len(unapplied))
+        return f"{len(unapplied)} not applied"
+    _migrated = True
+    return "ok"
+
+
+def _broker() -> str:
+    from config.celery_app import app
+
+    timeout = float(settings.TIDEGATE_PROBE_TIMEOUT_S)
+    try:
+        with app.connection_for_write(connect_timeout=timeout) as connection:
+            connection.ensure_connection(max_retries=1, timeout=math.ceil(timeout))
+    except Exception as error:  # kombu raises its own and the transport's errors
+        logger.warning("readiness: broker unreachable: %s", error)
+        return f"unreachable ({type(error).__name__})"
+    return "ok"

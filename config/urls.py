@@ -36,3 +36,7 @@ urlpatterns = [
     # called by the Kubernetes API server (MutatingWebhookConfiguration in the chart)
     path("webhooks/v1/jobs/suspend", webhooks.suspend_queue_jobs, name="webhook-suspend-jobs"),
 ]
+
+# an API path gets a problem document (JSON), never an HTML error page (config/errors.py)
+handler404 = "config.errors.not_found"
+handler500 = "config.errors.server_error"

@@ -10,7 +10,7 @@ class SchedulerBridgeConfig(AppConfig):
         # Lower apps ask; this app answers through their registries (docs/architecture.md#registries).
         from django.db.models.signals import post_delete, post_save
 
-        from scheduler_bridge import bindings, demo, history, portal
+        from scheduler_bridge import bindings, demo, history, metrics, portal
         from scheduler_bridge.inventory.models import Flavour
         from scheduler_bridge.quotas.models import Quota
         from scheduler_bridge.workloads import portal as queue_portal
@@ -21,6 +21,7 @@ class SchedulerBridgeConfig(AppConfig):
         from tenants.models import Role
         from tenants.portal.views import register_tenant_panel
 
+        metrics.register_gauges()
         register_deletion_blocker(portal.quota_deletion_blocker)
         register_demo_seeder(demo.seed_demo_cluster)
         register_tenant_panel(portal.quota_panel)

@@ -15,6 +15,7 @@ from typing import TypeVar
 
 from celery import shared_task
 
+from scheduler_bridge import metrics
 from scheduler_bridge.gateways import ClusterUnreachable, GatewayError
 from scheduler_bridge.inventory.models import Cluster
 
@@ -46,8 +47,10 @@ def _on_cluster(
     try:
         return run(cluster)
     except ClusterUnreachable:
+        metrics.cluster_error_counted(cluster.name, work)
         raise  # retried with backoff; whatever was decided and saved stays saved
     except GatewayError as error:
+        metrics.cluster_error_counted(cluster.name, work)
         if on_error is not None:
             on_error(cluster, error)
         logger.warning("%s of %s failed: %s", work, cluster.name, error)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from celery import shared_task
 from django.conf import settings
 from django.core.mail import send_mail
@@ -10,6 +12,8 @@ from django.utils.translation import gettext as _
 
 from tenants.languages import language_for
 from tenants.models import Membership
+
+logger = logging.getLogger(__name__)
 
 
 @shared_task(
@@ -52,5 +56,6 @@ def _membership_mail(membership: Membership) -> tuple[str, str]:
 
 @shared_task
 def heartbeat() -> str:
-    """Proves a worker and beat are alive (scheduled by beat; visible in worker logs)."""
+    """Proves a worker and beat are alive (scheduled by beat; a line in the worker's log)."""
+    logger.info("heartbeat")
     return "ok"

@@ -41,6 +41,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "config.health.ProbeMiddleware",  # before host checks and the SSL redirect
+    "config.logs.RequestIdMiddleware",  # every line logged for a request carries its id
+    "config.metrics.RequestMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -198,14 +200,40 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     },
 }
 
+# Observability (docs/operations.md): JSON log lines carrying request and task ids
+# (LOG_FORMAT=plain for a terminal), /metrics behind a bearer token (off without one),
+# a metrics port for Celery workers, probe timeouts, and the Retry-After of a 503.
+LOG_FORMAT = env("LOG_FORMAT", default="json")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"context": {"()": "config.logs.ContextFilter"}},
+    "formatters": {
+        "json": {
+            "()": "pythonjsonlogger.json.JsonFormatter",
+            "format": "%(levelname)s %(name)s %(message)s %(request_id)s %(task_id)s %(task_name)s",
+            "rename_fields": {"levelname": "level", "name": "logger"},
+            "timestamp": "time",  # ISO 8601 in UTC
+        },
+        "plain": {
+            "format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s %(task_id)s] %(message)s"
+        },
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "plain" if LOG_FORMAT == "plain" else "json",
+            "filters": ["context"],
+        }
+    },
     "root": {"handlers": ["console"], "level": env("LOG_LEVEL", default="INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+TIDEGATE_METRICS_TOKEN = env("TIDEGATE_METRICS_TOKEN", default="")
+TIDEGATE_METRICS_PORT = env.int("TIDEGATE_METRICS_PORT", default=0)  # 0: no worker port
+TIDEGATE_PROBE_TIMEOUT_S = env.float("TIDEGATE_PROBE_TIMEOUT_S", default=2.0)
+TIDEGATE_RETRY_AFTER_S = env.int("TIDEGATE_RETRY_AFTER_S", default=10)
 
 TIDEGATE = {
     # Label on nodes naming their NVLink domain / clique (GPU Feature Discovery default).

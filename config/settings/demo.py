@@ -3,6 +3,8 @@
 from config.settings.base import *  # noqa: F403
 
 DEBUG = env.bool("DJANGO_DEBUG", default=True)
+# a terminal reads plain lines; production ships JSON ones (LOG_FORMAT)
+LOGGING["handlers"]["console"]["formatter"] = env("LOG_FORMAT", default="plain")  # type: ignore[index]
 SECRET_KEY = env("SECRET_KEY", default="demo-only-insecure-key-do-not-use-in-production")
 CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=True)
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", default="memory://")

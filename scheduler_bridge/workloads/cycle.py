@@ -12,6 +12,7 @@ cluster match the saved decisions afterwards, and a failure there never loses on
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -22,6 +23,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from scheduler_bridge import admission as engine
+from scheduler_bridge import metrics
 from scheduler_bridge.admission import reasons
 from scheduler_bridge.admission.elastic import SEPARATOR, parse_pod_id
 from scheduler_bridge.gateways import ClusterGateway
@@ -53,6 +55,7 @@ class CycleOutcome:
     rebalanced: list[int] = field(default_factory=list)  # running work whose borrowing changed
     resized: list[int] = field(default_factory=list)  # elastic work that grew or shrank
     announced: list[int] = field(default_factory=list)  # told it is preempted after a grace
+    shrunk: list[int] = field(default_factory=list)  # elastic work that gave back pods
 
 
 def engine_config() -> engine.EngineConfig:
@@ -162,6 +165,8 @@ def decide_and_persist(cluster: Cluster) -> tuple[CycleOutcome, engine.CycleResu
                 )
             )
             outcome.resized.append(workload.pk)
+            if shrink:
+                outcome.shrunk.append(workload.pk)
         audit_save_many(events)
         admitted = [workloads[pk] for pk in outcome.admitted]
         update_workloads([_row(w, ADMIT_COLUMNS) for w in admitted], ADMIT_COLUMNS)
@@ -359,6 +364,7 @@ def admission_cycle(cluster: Cluster, gateway: ClusterGateway | None = None) -> 
     """Decide, then apply: stop work past its time limit, run and save one cycle, then
     reconcile the cluster with what was saved. A failure to apply (the cluster refusing
     or not answering) never undoes a decision: it is retried by the next reconcile."""
+    started = time.monotonic()
     stop_overrunning(cluster)  # frees their GPUs for this very cycle
     outcome, _ = decide_and_persist(cluster)
     changed = bool(
@@ -370,4 +376,11 @@ def admission_cycle(cluster: Cluster, gateway: ClusterGateway | None = None) -> 
     )
     applied = reconcile(cluster, gateway, sync_quotas=changed)
     outcome.apply_errors = dict(applied.start_errors)
+    metrics.cycle_counted(
+        cluster.name,
+        seconds=time.monotonic() - started,
+        admitted=len(outcome.admitted),
+        preempted=len(outcome.preempted),
+        shrunk=len(outcome.shrunk),
+    )
     return outcome

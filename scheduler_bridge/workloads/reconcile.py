@@ -34,6 +34,7 @@ from typing import Any
 from django.db.models import Q
 from django.utils import timezone
 
+from scheduler_bridge import metrics
 from scheduler_bridge.gateways import ClusterGateway, ClusterUnreachable, GatewayError, JobRef
 from scheduler_bridge.gateways.base import POD_KIND
 from scheduler_bridge.integrations import INTEGRATIONS, ObjectRead, integration_for
@@ -80,7 +81,9 @@ def reconcile(
     ``sync_quotas`` asks for a ResourceQuota sync even when no Job starts or stops (the
     cycle changed what tenants borrow)."""
     with cluster_gateway(cluster, gateway) as opened:
-        return _reconcile(cluster, opened, sync_quotas)
+        result = _reconcile(cluster, opened, sync_quotas)
+    metrics.start_errors_counted(cluster.name, len(result.start_errors))
+    return result
 
 
 def _reconcile(cluster: Cluster, gateway: ClusterGateway, sync_quotas: bool) -> ReconcileResult:

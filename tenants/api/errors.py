@@ -1,23 +1,54 @@
-"""Maps domain errors to HTTP once, for every API view."""
+"""Maps errors to HTTP once, for every API view: problem documents (tenants.api.problems)."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.http import Http404
+from django.utils.translation import gettext
 from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
+from rest_framework.views import set_rollback
 
+from tenants.api import problems
 from tenants.errors import TidegateError
+
+logger = logging.getLogger(__name__)
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
-    """DRF's handler, plus domain errors as 400/403/409 with field errors."""
+    """DRF's handler, plus domain errors as 400/403/409 with field errors, and the
+    database or broker down as 503 with Retry-After; every body a problem document.
+    None (an unexpected error) lets Django answer 500 (config.errors, also problem JSON)."""
+    request = context.get("request")
+    headers: dict[str, str] = {}
     if isinstance(exc, TidegateError):
-        body: dict[str, Any] = dict(exc.as_dict())
-        body.setdefault("detail", exc.message)
-        return Response(body, status=exc.status_code)
-    if isinstance(exc, Http404):
-        return Response({"detail": "Not found."}, status=status.HTTP_404_NOT_FOUND)
-    return drf_exception_handler(exc, context)
+        code = exc.status_code
+        body = problems.problem(code, exc.message, fields=exc.as_dict())
+    elif isinstance(exc, Http404):
+        code = status.HTTP_404_NOT_FOUND
+        body = problems.problem(code, gettext("Not found."))
+    elif problems.is_unavailable(exc):
+        logger.warning("API request answered 503: %s", exc, exc_info=exc)
+        set_rollback()
+        code = status.HTTP_503_SERVICE_UNAVAILABLE
+        body = problems.problem(code, problems.unavailable_detail())
+        headers["Retry-After"] = str(problems.retry_after_s())
+    else:
+        response = drf_exception_handler(exc, context)
+        if response is None:
+            return None
+        code = response.status_code
+        body = problems.from_drf_data(code, response.data)
+        headers = {name: value for name, value in response.items() if name != "Content-Type"}
+    renderer = getattr(request, "accepted_renderer", None)
+    # the browsable API (a browser asking for HTML) keeps its own page
+    as_json = renderer is None or getattr(renderer, "format", "json") == "json"
+    return Response(
+        body,
+        status=code,
+        headers=headers,
+        content_type=problems.PROBLEM_JSON if as_json else None,
+    )

@@ -1,0 +1,158 @@
+"""API errors as problem documents (RFC 9457, ``application/problem+json``).
+
+Every error body carries ``type`` (a URI naming the kind of problem), ``title`` (its
+short summary), ``status`` and ``detail`` (what went wrong this time, and how to fix it).
+Field errors keep the shape clients already read, one list of messages per field, both
+at the top level (as before; not for a field named like a problem member) and under
+``errors`` (all of them). ``about:blank`` means the status code says it all.
+
+A database or broker that does not answer is a 503 with ``Retry-After``: the request may
+be tried again as it is (docs/operations.md#errors).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from http import HTTPStatus
+from typing import Any
+
+from django.conf import settings
+from django.db import InterfaceError, OperationalError
+from django.http import JsonResponse
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
+from kombu.exceptions import OperationalError as BrokerUnavailable
+
+PROBLEM_JSON = "application/problem+json"
+BLANK = "about:blank"
+INVALID_INPUT = "https://tidegate.io/problems/invalid-input"
+CONFLICT = "https://tidegate.io/problems/conflict"
+UNAVAILABLE = "https://tidegate.io/problems/unavailable"
+
+# problem members that a field error must not overwrite at the top level
+MEMBERS = frozenset({"type", "title", "status", "detail", "instance", "errors"})
+
+TITLES = {
+    INVALID_INPUT: _("Invalid input"),
+    CONFLICT: _("Conflicts with the current state"),
+    UNAVAILABLE: _("Temporarily unavailable"),
+}
+
+# The errors that mean a dependency is down, not that the request is wrong: the database
+# refusing or dropping connections (psycopg's OperationalError, which Django re-raises as
+# its own), or Celery unable to reach the broker to queue a task.
+UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = (
+    OperationalError,
+    InterfaceError,
+    BrokerUnavailable,
+)
+
+
+def is_unavailable(error: BaseException) -> bool:
+    """Whether ``error`` says the database or the broker is down."""
+    return isinstance(error, UNAVAILABLE_ERRORS)
+
+
+def retry_after_s() -> int:
+    return int(settings.TIDEGATE_RETRY_AFTER_S)
+
+
+def problem_type(status: int) -> str:
+    if status == HTTPStatus.BAD_REQUEST:
+        return INVALID_INPUT
+    if status == HTTPStatus.CONFLICT:
+        return CONFLICT
+    if status == HTTPStatus.SERVICE_UNAVAILABLE:
+        return UNAVAILABLE
+    return BLANK
+
+
+def problem(
+    status: int,
+    detail: str,
+    *,
+    fields: Mapping[str, Sequence[Any]] | None = None,
+    kind: str | None = None,
+) -> dict[str, Any]:
+    """The problem document for a ``status`` response saying ``detail``."""
+    kind = kind or problem_type(status)
+    title = TITLES.get(kind)
+    body: dict[str, Any] = {
+        "type": kind,
+        "title": str(title) if title is not None else HTTPStatus(status).phrase,
+        "status": status,
+        "detail": detail,
+    }
+    if fields:
+        errors = {name: _messages(value) for name, value in fields.items()}
+        body.update({name: value for name, value in errors.items() if name not in MEMBERS})
+        body["errors"] = errors
+    return body
+
+
+def from_drf_data(status: int, data: Any) -> dict[str, Any]:
+    """A problem document from the body DRF built for an APIException."""
+    if isinstance(data, Mapping):
+        data = dict(data)
+        detail = data.pop("detail", None)
+        if detail is not None and not data:
+            return problem(status, str(detail))
+        if detail is not None:
+            data["detail"] = [detail]
+        return problem(status, summary(data), fields=data)
+    if isinstance(data, list):
+        return problem(
+            status, summary({"non_field_errors": data}), fields={"non_field_errors": data}
+        )
+    return problem(status, str(data))
+
+
+def summary(fields: Mapping[str, Any]) -> str:
+    """One line naming every field that was wrong and its first message."""
+    parts = []
+    for name, value in fields.items():
+        text = _first_message(value)
+        parts.append(text if name == "non_field_errors" else f"{name}: {text}")
+    return "; ".join(parts) or HTTPStatus.BAD_REQUEST.phrase
+
+
+def unavailable_response() -> JsonResponse:
+    """503 problem JSON with Retry-After, for requests outside DRF's views."""
+    response = JsonResponse(
+        problem(HTTPStatus.SERVICE_UNAVAILABLE, unavailable_detail()),
+        status=HTTPStatus.SERVICE_UNAVAILABLE,
+        content_type=PROBLEM_JSON,
+    )
+    response["Retry-After"] = str(retry_after_s())
+    return response
+
+
+def unavailable_detail() -> str:
+    return gettext(
+        "Tidegate cannot reach its database or task queue right now; "
+        "try again in %(seconds)s seconds."
+    ) % {"seconds": retry_after_s()}
+
+
+def problem_response(status: int, detail: str) -> JsonResponse:
+    """A problem JSON response for requests outside DRF's views (404, 500)."""
+    return JsonResponse(problem(status, detail), status=status, content_type=PROBLEM_JSON)
+
+
+def _messages(value: Any) -> Any:
+    """A field's errors: a list of messages, or as nested serializers give them (a dict
+    by index or sub-field, kept as it is)."""
+    if isinstance(value, Mapping):
+        return {str(key): _messages(inner) for key, inner in value.items()}
+    if isinstance(value, list | tuple):
+        return [v if isinstance(v, Mapping | list) else str(v) for v in value]
+    return [str(value)]
+
+
+def _first_message(value: Any) -> str:
+    if isinstance(value, Mapping):
+        key, inner = next(iter(value.items()), ("", ""))
+        return f"{key}: {_first_message(inner)}" if key != "" else ""
+    if isinstance(value, list | tuple):
+        return _first_message(value[0]) if value else ""
+    return str(value)
