@@ -8,24 +8,19 @@ from __future__ import annotations
 
 import logging
 
-from celery import shared_task
 from django.core.mail import send_mail
 from django.utils import timezone, translation
 
 from billing.prometheus import PrometheusUnavailable
 from scheduler_bridge.gateways import ClusterUnreachable, GatewayError
 from scheduler_bridge.inventory.models import Cluster
+from tenants.task_policy import background_task
 from tenants.transactions import queue_after_commit
 
 logger = logging.getLogger(__name__)
 
-retrying_task = shared_task(
-    autoretry_for=(ClusterUnreachable, PrometheusUnavailable),
-    retry_backoff=30,
-    retry_backoff_max=900,
-    retry_jitter=True,
-    max_retries=8,
-)
+# A cluster or Prometheus that does not answer is retried, as a database outage is.
+retrying_task = background_task(retry_for=(ClusterUnreachable, PrometheusUnavailable))
 
 
 @retrying_task
@@ -58,16 +53,16 @@ def usage_collect(cluster_id: int) -> dict[str, int] | None:
     return {"hours": result.hours, "rows": result.rows, "inserted": result.inserted}
 
 
-@shared_task
+@background_task()
 def usage_collect_all() -> int:
     """Queue a collection per cluster, so one broken cluster never stops the others."""
     ids = list(Cluster.objects.values_list("pk", flat=True))
     for cluster_id in ids:
-        usage_collect.delay(cluster_id)
+        queue_after_commit("billing.tasks.usage_collect", cluster_id)
     return len(ids)
 
 
-@shared_task
+@background_task()
 def budgets_evaluate() -> dict[str, int]:
     """Recompute budgets' spend and forecast; fire crossed thresholds (once each)."""
     from billing.budgets import budgets_evaluate as evaluate
@@ -80,7 +75,7 @@ def budgets_evaluate() -> dict[str, int]:
     }
 
 
-@shared_task(autoretry_for=(OSError,), retry_backoff=60, max_retries=5)
+@background_task(retry_for=(OSError,))
 def budget_alert_notify(alert_id: int) -> int:
     """E-mail a fired budget alert to the leads, finance and admins over its tenant.
 
@@ -110,7 +105,7 @@ def budget_alert_notify(alert_id: int) -> int:
     return sent
 
 
-@shared_task(autoretry_for=(OSError,), retry_backoff=60, max_retries=5)
+@background_task(retry_for=(OSError,))
 def budget_suspension_notify(
     budget_id: int, period_name: str, spent: str, amount: str, workload_ids: list[int]
 ) -> int:
@@ -140,7 +135,7 @@ def budget_suspension_notify(
     return sent
 
 
-@shared_task
+@background_task()
 def periods_roll() -> list[str]:
     """Open this month's period, resume closes whose worker died, auto-close if set."""
     from billing.periods import periods_roll as roll
@@ -148,7 +143,7 @@ def periods_roll() -> list[str]:
     return roll()
 
 
-@shared_task
+@background_task()
 def periods_resume_closes() -> list[str]:
     """Finish every close whose closer died, once its lease expired (every minute)."""
     from billing.periods import periods_resume_closes as resume
@@ -156,7 +151,7 @@ def periods_resume_closes() -> list[str]:
     return resume()
 
 
-@shared_task
+@background_task()
 def period_close(period_id: int, actor_id: int | None = None) -> str:
     """Close one period in the background (e.g. from the portal). Idempotent: a closed
     period is left alone."""
@@ -177,7 +172,7 @@ def period_close(period_id: int, actor_id: int | None = None) -> str:
     return "closed"
 
 
-@shared_task(acks_late=True, reject_on_worker_lost=True)
+@background_task()
 def whatif_run(run_id: int) -> str | None:
     """Execute a what-if or savings run (billing.whatif.services). A worker that dies
     mid-run gets the task delivered again and the run starts over (at most three times);
@@ -198,7 +193,7 @@ def whatif_run(run_id: int) -> str | None:
     return None if run is None else run.status
 
 
-@shared_task
+@background_task()
 def whatif_runs_fail_stalled() -> int:
     """Fail what-if runs whose worker stopped (no progress past the time limit)."""
     from billing.whatif.services import whatif_runs_fail_stalled as fail_stalled

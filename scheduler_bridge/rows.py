@@ -22,9 +22,13 @@ def update_rows(
     model: type[models.Model],
     rows: Sequence[Mapping[str, Any]],
     column_types: Mapping[str, str],
+    *,
+    only_where: tuple[str, str] | None = None,
 ) -> None:
     """Set the columns named in ``column_types`` (column -> PostgreSQL type, e.g.
-    ``jsonb``) of each row in ``rows`` (mappings with "id" and those columns)."""
+    ``jsonb``) of each row in ``rows`` (mappings with "id" and those columns).
+    ``only_where`` (column, value) leaves rows alone whose column has changed meanwhile
+    (on PostgreSQL; SQLite has a single writer)."""
     if not rows:
         return
     columns = list(column_types)
@@ -40,7 +44,10 @@ def update_rows(
     table = model._meta.db_table
     assignments = ", ".join(f'"{c}" = v."{c}"' for c in columns)
     names = ", ".join(f'"{c}"' for c in columns)
-    if len(rows) >= COPY_FROM_ROWS:
+    condition, condition_params = "", []
+    if only_where is not None:
+        condition, condition_params = f' AND t."{only_where[0]}" = %s', [only_where[1]]
+    if len(rows) >= COPY_FROM_ROWS and only_where is None:
         _update_through_copy(table, rows, column_types, assignments, names)
         return
     casts = ", ".join(["%s::bigint", *(f"%s::{column_types[c]}" for c in columns)])
@@ -55,8 +62,8 @@ def update_rows(
                 params.extend(_value(row, column, column_types) for column in columns)
             cursor.execute(
                 f'UPDATE "{table}" AS t SET {assignments} '  # noqa: S608 - names are ours
-                f'FROM (VALUES {values}) AS v("id", {names}) WHERE t."id" = v."id"',
-                params,
+                f'FROM (VALUES {values}) AS v("id", {names}) WHERE t."id" = v."id"{condition}',
+                params + condition_params,
             )
 
 

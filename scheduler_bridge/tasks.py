@@ -13,11 +13,11 @@ import logging
 from collections.abc import Callable
 from typing import TypeVar
 
-from celery import shared_task
-
 from scheduler_bridge import metrics
 from scheduler_bridge.gateways import ClusterUnreachable, GatewayError
 from scheduler_bridge.inventory.models import Cluster
+from tenants.task_policy import background_task
+from tenants.transactions import queue_after_commit
 
 logger = logging.getLogger(__name__)
 
@@ -25,13 +25,7 @@ Result = TypeVar("Result")
 
 # Clusters that do not answer are retried with exponential backoff; bad settings are not
 # (they are recorded on the cluster for an admin to fix).
-retrying_task = shared_task(
-    autoretry_for=(ClusterUnreachable,),
-    retry_backoff=5,
-    retry_backoff_max=300,
-    retry_jitter=True,
-    max_retries=5,
-)
+retrying_task = background_task(retry_for=(ClusterUnreachable,))
 
 
 def _on_cluster(
@@ -58,9 +52,11 @@ def _on_cluster(
 
 
 def _all_clusters(task: Callable[..., object]) -> int:
+    """Queue ``task`` for every cluster (through the outbox: one per cluster at a time)."""
     ids = list(Cluster.objects.values_list("pk", flat=True))
+    task_path = f"{__name__}.{task.__name__}"
     for cluster_id in ids:
-        task.delay(cluster_id)  # type: ignore[attr-defined]
+        queue_after_commit(task_path, cluster_id)
     return len(ids)
 
 
@@ -75,7 +71,7 @@ def inventory_sync(cluster_id: int) -> dict[str, int] | None:
     return {"nodes": result.nodes, "gpus": result.gpus, "flavours": result.flavours}
 
 
-@shared_task
+@background_task()
 def inventory_sync_all() -> int:
     return _all_clusters(inventory_sync)
 
@@ -100,7 +96,7 @@ def quota_sync(cluster_id: int) -> dict[str, int] | None:
     }
 
 
-@shared_task
+@background_task()
 def quota_sync_all() -> int:
     return _all_clusters(quota_sync)
 
@@ -117,7 +113,7 @@ def mig_reconcile(cluster_id: int) -> dict[str, int] | None:
     return {"requested": result.requested, "succeeded": result.succeeded, "failed": result.failed}
 
 
-@shared_task
+@background_task()
 def mig_reconcile_all() -> int:
     return _all_clusters(mig_reconcile)
 
@@ -163,7 +159,7 @@ def jobs_sync(cluster_id: int) -> dict[str, int] | None:
     result = _on_cluster(cluster_id, "Job sync", sync)
     if result is None:
         return None
-    admission_cycle.delay(cluster_id)
+    admission_cycle.delay(cluster_id)  # the tick's own cycle: one per tick interval
     return {
         "created": len(result.created),
         "rejected": len(result.rejected),
@@ -171,13 +167,13 @@ def jobs_sync(cluster_id: int) -> dict[str, int] | None:
     }
 
 
-@shared_task
+@background_task()
 def queue_tick_all() -> int:
     """The short period: Job sync and an admission cycle for every cluster."""
     return _all_clusters(jobs_sync)
 
 
-@shared_task(autoretry_for=(ConnectionError, TimeoutError), retry_backoff=True, max_retries=5)
+@background_task(retry_for=(ConnectionError, TimeoutError))
 def mig_failure_notify(node_id: int, message: str) -> int:
     """Email the active staff admins that MIG Manager failed on a node. Returns mails sent."""
     from django.contrib.auth import get_user_model

@@ -214,3 +214,54 @@ class SettingChange(models.Model):
     def __str__(self) -> str:
         since = f"{self.valid_from:%Y-%m-%d %H:%M}" if self.valid_from else "always"
         return f"{self.topic} {self.key} = {self.value!r} since {since}"
+
+
+class OutboxMessage(models.Model):
+    """A background task to queue, written in the same transaction as the change that asks
+    for it (tenants.outbox): a broker outage delays the task but never loses it.
+
+    ``key`` names the task and its arguments; one row per key at a time, so a burst of
+    changes asking for the same work (fifty submits to one cluster) queues it once. The
+    row is deleted when a worker starts the task: a change committed after that start
+    asks again, and gets a run that sees it.
+    """
+
+    key = models.CharField(max_length=500, unique=True)
+    task = models.CharField(max_length=200)
+    args = models.JSONField(default=list)
+    created_at = models.DateTimeField(auto_now_add=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    send_attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["pk"]
+        indexes = [models.Index(fields=["sent_at"], name="outbox_sent_at")]
+
+    def __str__(self) -> str:
+        return self.key
+
+
+class IdempotentRequest(models.Model):
+    """A POST sent with an ``Idempotency-Key`` header and the answer it got
+    (tenants.idempotency): the same key from the same credentials gets that answer again
+    instead of a second write."""
+
+    scope = models.CharField(max_length=64)  # a hash of the credentials that sent it
+    key = models.CharField(max_length=255)
+    method = models.CharField(max_length=10)
+    path = models.CharField(max_length=2000)
+    fingerprint = models.CharField(max_length=64)  # a hash of the request's body
+    status = models.PositiveSmallIntegerField(null=True, blank=True)  # None: in progress
+    content_type = models.CharField(max_length=200, blank=True, default="")
+    location = models.CharField(max_length=2000, blank=True, default="")
+    body = models.BinaryField(default=b"")
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["scope", "key"], name="idempotent_request_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.method} {self.path} ({self.key})"

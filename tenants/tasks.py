@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 
-from celery import shared_task
 from django.conf import settings
 from django.core.mail import send_mail
 from django.utils import translation
@@ -12,16 +11,12 @@ from django.utils.translation import gettext as _
 
 from tenants.languages import language_for
 from tenants.models import Membership
+from tenants.task_policy import background_task
 
 logger = logging.getLogger(__name__)
 
 
-@shared_task(
-    autoretry_for=(ConnectionError, TimeoutError),
-    retry_backoff=True,
-    retry_backoff_max=300,
-    max_retries=5,
-)
+@background_task(retry_for=(ConnectionError, TimeoutError))
 def membership_notify(membership_id: int) -> int:
     """Email a user that they were given a role on a tenant. Returns mails sent (0 or 1).
 
@@ -54,8 +49,25 @@ def _membership_mail(membership: Membership) -> tuple[str, str]:
     return subject, body
 
 
-@shared_task
+@background_task()
 def heartbeat() -> str:
     """Proves a worker and beat are alive (scheduled by beat; a line in the worker's log)."""
     logger.info("heartbeat")
     return "ok"
+
+
+@background_task()
+def outbox_relay() -> int:
+    """Send the outbox messages the on-commit fast path could not (beat, every few
+    seconds): work written while the broker was down, or lost by a broker restart."""
+    from tenants.outbox import relay_due
+
+    return relay_due()
+
+
+@background_task()
+def idempotency_keys_expire() -> int:
+    """Forget Idempotency-Key answers past their retention (beat, hourly)."""
+    from tenants.idempotency import forget_expired
+
+    return forget_expired()

@@ -50,6 +50,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "tenants.idempotency.IdempotencyKeyMiddleware",  # a POST sent again answers as before
     "tenants.languages.PreferredLanguageMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -146,6 +147,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "tenants.api.schema.document_idempotency_keys",
+    ],
 }
 
 # Celery: JSON only, acknowledge after the task ran, bounded run time.
@@ -162,9 +167,25 @@ CELERY_TASK_SOFT_TIME_LIMIT = env.int("CELERY_TASK_SOFT_TIME_LIMIT", default=540
 CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=False)
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TIMEZONE = "UTC"
+# A killed worker's unacknowledged task is delivered again after the visibility timeout:
+# just over the longest a task may run, not kombu's default hour. Connecting to the broker
+# or the result backend gives up in seconds, so an outage never holds a web worker
+# (the outbox, tenants/outbox.py, sends what could not be sent).
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": CELERY_TASK_TIME_LIMIT + 60,
+    "socket_connect_timeout": 2,
+}
+CELERY_BROKER_CONNECTION_TIMEOUT = 2
+CELERY_REDIS_SOCKET_CONNECT_TIMEOUT = 2
+CELERY_REDIS_SOCKET_TIMEOUT = 5
 CELERY_TASK_DEFAULT_QUEUE = env("CELERY_TASK_DEFAULT_QUEUE", default="celery")
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "heartbeat": {"task": "tenants.tasks.heartbeat", "schedule": timedelta(minutes=10)},
+    "outbox-relay": {"task": "tenants.tasks.outbox_relay", "schedule": timedelta(seconds=5)},
+    "idempotency-keys-expire": {
+        "task": "tenants.tasks.idempotency_keys_expire",
+        "schedule": timedelta(hours=1),
+    },
     "inventory-sync": {
         "task": "scheduler_bridge.tasks.inventory_sync_all",
         "schedule": timedelta(minutes=5),
@@ -234,6 +255,8 @@ TIDEGATE_METRICS_TOKEN = env("TIDEGATE_METRICS_TOKEN", default="")
 TIDEGATE_METRICS_PORT = env.int("TIDEGATE_METRICS_PORT", default=0)  # 0: no worker port
 TIDEGATE_PROBE_TIMEOUT_S = env.float("TIDEGATE_PROBE_TIMEOUT_S", default=2.0)
 TIDEGATE_RETRY_AFTER_S = env.int("TIDEGATE_RETRY_AFTER_S", default=10)
+# How long the answer to a POST with an Idempotency-Key is kept (tenants/idempotency.py).
+TIDEGATE_IDEMPOTENCY_KEY_HOURS = env.int("TIDEGATE_IDEMPOTENCY_KEY_HOURS", default=24)
 
 TIDEGATE = {
     # Label on nodes naming their NVLink domain / clique (GPU Feature Discovery default).
@@ -250,4 +273,14 @@ TIDEGATE = {
         "TIDEGATE_RESERVED_NAMESPACES",
         default=["tidegate-system", "gpu-operator", "nvidia-gpu-operator"],
     ),
+    # Outbox (tenants/outbox.py): a message sent but not started by a worker within this
+    # many seconds is sent again (the broker lost it, e.g. a Redis restart).
+    "OUTBOX_RESEND_AFTER_S": env.float("TIDEGATE_OUTBOX_RESEND_AFTER_S", default=120.0),
+    # The shortest time between two runs of a task for the same arguments: submits and
+    # cancels arriving meanwhile join the next cycle instead of queuing one each.
+    "TASK_MIN_INTERVAL_S": {
+        "scheduler_bridge.tasks.admission_cycle": env.float(
+            "TIDEGATE_ADMISSION_CYCLE_INTERVAL_S", default=5.0
+        ),
+    },
 }

@@ -77,8 +77,34 @@ def engine_for(cluster: Cluster) -> engine.AdmissionEngine:
     return current
 
 
+class _Withdrawn(Exception):
+    """Work the cycle decided about was cancelled while it decided (cancels do not wait
+    for the admission lock); the decision is dropped whole and made again."""
+
+    def __init__(self, workload_ids: list[int]) -> None:
+        super().__init__(f"withdrawn while deciding: {workload_ids}")
+        self.workload_ids = workload_ids
+
+
+# A cycle whose work keeps being cancelled under it decides again this many times.
+DECIDE_ATTEMPTS = 5
+
+
 def decide_and_persist(cluster: Cluster) -> tuple[CycleOutcome, engine.CycleResult]:
-    """Lock the cluster, decide one cycle and save every decision, in one transaction."""
+    """Lock the cluster, decide one cycle and save every decision, in one transaction;
+    decide again when work it decided about was cancelled meanwhile."""
+    for attempt in range(1, DECIDE_ATTEMPTS + 1):
+        try:
+            return _decide_and_persist_once(cluster)
+        except _Withdrawn as withdrawn:
+            _engines.pop(cluster.pk, None)  # its cache saw decisions that were rolled back
+            if attempt == DECIDE_ATTEMPTS:
+                raise
+            logger.info("admission cycle of %s: %s; deciding again", cluster.name, withdrawn)
+    raise AssertionError("unreachable")
+
+
+def _decide_and_persist_once(cluster: Cluster) -> tuple[CycleOutcome, engine.CycleResult]:
     outcome = CycleOutcome()
     with transaction.atomic():
         hold_admission_lock(cluster.pk)
@@ -100,6 +126,9 @@ def decide_and_persist(cluster: Cluster) -> tuple[CycleOutcome, engine.CycleResu
             .select_related("flavour", "priority_class")
             .in_bulk(changed)
         )
+        withdrawn = [pk for pk, w in workloads.items() if w.state not in Workload.OPEN_STATES]
+        if withdrawn:
+            raise _Withdrawn(withdrawn)
         # The audit records name each workload's tenant: one query, not one per workload.
         tenants = Tenant.objects.in_bulk({w.tenant_id for w in workloads.values()})
         for workload in workloads.values():
@@ -191,6 +220,8 @@ def decide_and_persist(cluster: Cluster) -> tuple[CycleOutcome, engine.CycleResu
                 for d in result.pending
             ],
             ["queue_position", "reason_code", "reason", "reason_args", "held_placements"],
+            # a cancel does not wait for the cycle: work withdrawn meanwhile keeps its words
+            only_in_state=Workload.State.PENDING,
         )
         outcome.pending = len(result.pending)
         outcome.preempted += graced

@@ -449,9 +449,17 @@ def time_out(
 def cancel(
     workload: Workload, reason: str, *, actor: Any = None, source: str = "system"
 ) -> Workload:
-    """Withdraw work, pending or not; running work is stopped by the reconciler."""
+    """Withdraw work, pending or not; running work is stopped by the reconciler. A cancel
+    does not wait for a running admission cycle: it locks only the workload's row, and a
+    cycle that decided about the workload meanwhile decides again (cycle.py)."""
     return _close(
-        workload, "cancel", reason, actor=actor, source=source, event=("Cancelled", False)
+        workload,
+        "cancel",
+        reason,
+        actor=actor,
+        source=source,
+        event=("Cancelled", False),
+        wait_for_cycle=False,
     )
 
 
@@ -481,6 +489,7 @@ def _close(
     still: Callable[[Workload], bool] | None = None,
     event: tuple[str, bool] | None = None,
     queue_cycle: bool = True,
+    wait_for_cycle: bool = True,
 ) -> Workload:
     def close(locked: Workload) -> None:
         if locked.state in ACTIVE:
@@ -504,6 +513,7 @@ def _close(
         change=close,
         still=still,
         follow_up=follow_up,
+        wait_for_cycle=wait_for_cycle,
     )
 
 
@@ -517,9 +527,11 @@ def _single(
     change: Callable[[Workload], None],
     still: Callable[[Workload], bool] | None = None,
     follow_up: tuple[Callable[[int], None], ...] = (),
+    wait_for_cycle: bool = True,
 ) -> Workload:
     with transaction.atomic():
-        hold_admission_lock(workload.cluster_id)
+        if wait_for_cycle:
+            hold_admission_lock(workload.cluster_id)
         locked = Workload.objects.select_for_update().get(pk=workload.pk)
         target = check(locked, transition)
         if still is not None and not still(locked):

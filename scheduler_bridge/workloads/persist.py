@@ -36,6 +36,10 @@ COLUMN_TYPES = {
 }
 
 
-def update_workloads(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
-    """Set `columns` of each workload in `rows` (dicts with "id" and those columns)."""
-    update_rows(Workload, rows, {c: COLUMN_TYPES[c] for c in columns})
+def update_workloads(
+    rows: Sequence[dict[str, Any]], columns: Sequence[str], *, only_in_state: str | None = None
+) -> None:
+    """Set `columns` of each workload in `rows` (dicts with "id" and those columns); with
+    `only_in_state`, only of the workloads still in that state."""
+    only_where = None if only_in_state is None else ("state", only_in_state)
+    update_rows(Workload, rows, {c: COLUMN_TYPES[c] for c in columns}, only_where=only_where)

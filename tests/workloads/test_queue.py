@@ -293,23 +293,107 @@ def test_a_run_time_past_the_limit_is_a_400(fake_cluster: FakeCluster, cast: Cas
     assert response.status_code == 400 and "max_run_time_s" in response.json()
 
 
-def test_a_cancel_waits_for_a_running_cycle_and_is_not_overwritten(
+def test_cancelled_work_is_not_brought_back_by_the_next_cycle(
     fake_cluster: FakeCluster, cast: Cast
 ) -> None:
-    """Cancelling takes the cluster lock a cycle holds, so it lands before or after the
-    whole cycle; afterwards no cycle brings the cancelled work back."""
     workload = submit(cast.member, "vision", 2).json()["id"]
     client_for(cast.member).post(f"/api/v1/workloads/{workload}/cancel/")
     admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
     assert Workload.objects.get(pk=workload).state == "cancelled"
 
 
+def _queue_cycles_without_running_them(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The cycles a cancel or submit queues are recorded, not run in the request (tasks
+    are eager in tests): the test runs the cycle itself, from another connection."""
+    from scheduler_bridge import tasks
+
+    queued: list[Any] = []
+    monkeypatch.setattr(tasks.admission_cycle, "apply_async", lambda args, **_: queued.append(args))
+    return queued
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cancel_does_not_wait_for_a_running_cycle(
+    fake_cluster: FakeCluster, cast: Cast, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a cycle holds the cluster's admission lock, a cancel still answers at once."""
+    _queue_cycles_without_running_them(monkeypatch)
+    cluster = fake_cluster.cluster
+    workload = submit(cast.member, "vision", 2).json()["id"]
+    holding, release = threading.Event(), threading.Event()
+
+    def cycle_in_progress() -> None:
+        try:
+            with transaction.atomic():
+                hold_admission_lock(cluster.pk)
+                holding.set()
+                release.wait(30)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=cycle_in_progress)
+    thread.start()
+    try:
+        assert holding.wait(10)
+        with connection.cursor() as cursor:  # a wait for the lock would fail, not hang
+            cursor.execute("SET lock_timeout = '2s'")
+        response = client_for(cast.member).post(f"/api/v1/workloads/{workload}/cancel/")
+        assert response.status_code == 200, response.content
+        assert Workload.objects.get(pk=workload).state == "cancelled"
+    finally:
+        release.set()
+        thread.join()
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = 0")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_work_cancelled_while_a_cycle_decides_is_not_admitted_by_it(
+    fake_cluster: FakeCluster, cast: Cast, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cycle read the workload as pending and decided to admit it; the cancel commits
+    before the cycle saves: the cycle decides again, and the work stays cancelled with the
+    words of its cancel, not a queue position."""
+    from scheduler_bridge.workloads import cycle
+
+    _queue_cycles_without_running_them(monkeypatch)
+    workload = submit(cast.member, "vision", 2).json()["id"]
+    other = submit(cast.member, "vision", 2, name="other").json()["id"]
+    real_snapshot = cycle.build_snapshot
+    cancelled: list[int] = []
+
+    def snapshot_then_cancel(*args: Any, **kwargs: Any) -> Any:
+        snapshot = real_snapshot(*args, **kwargs)
+        if not cancelled:
+
+            def cancel() -> None:
+                try:
+                    response = client_for(cast.member).post(f"/api/v1/workloads/{workload}/cancel/")
+                    cancelled.append(response.status_code)
+                finally:
+                    connection.close()
+
+            thread = threading.Thread(target=cancel)
+            thread.start()
+            thread.join(30)
+        return snapshot
+
+    monkeypatch.setattr(cycle, "build_snapshot", snapshot_then_cancel)
+    outcome = admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    assert cancelled == [200]
+    assert outcome.admitted == [other]
+    withdrawn = Workload.objects.get(pk=workload)
+    assert withdrawn.state == "cancelled" and withdrawn.queue_position is None
+    assert withdrawn.placements == [] and withdrawn.reason_code != "pending"
+    assert Workload.objects.get(pk=other).state == "running"
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_cycle_holds_the_admission_lock_but_not_the_cluster_row(
     fake_cluster: FakeCluster, cast: Cast
 ) -> None:
-    """While a cycle decides, a second cycle (or a cancel) of that cluster waits, but the
-    inventory sync and the billing collector can still write the cluster's row."""
+    """While a cycle decides, a second cycle of that cluster waits, but the inventory
+    sync and the billing collector can still write the cluster's row."""
     cluster = fake_cluster.cluster
     holding, release = threading.Event(), threading.Event()
     errors: list[BaseException] = []
