@@ -81,15 +81,15 @@ def relay_keys(keys: Iterable[str]) -> int:
     return _send_all(messages, fast_path=True)
 
 
-def relay_due(now: datetime | None = None) -> int:
+def relay_due(now: datetime | None = None, *, fresh_too: bool = False) -> int:
     """Send every message that is due: unsent ones the fast path left (older than a
-    moment), and sent ones no worker started within ``OUTBOX_RESEND_AFTER_S`` (the broker
-    lost them). Returns messages sent."""
+    moment, or all with ``fresh_too``), and sent ones no worker started within
+    ``OUTBOX_RESEND_AFTER_S`` (the broker lost them). Returns messages sent."""
     now = now or timezone.now()
     resend_before = now - timedelta(seconds=resend_after_s())
+    unsent_before = now if fresh_too else now - FAST_PATH_GRACE
     due = OutboxMessage.objects.filter(
-        Q(sent_at__isnull=True, created_at__lte=now - FAST_PATH_GRACE)
-        | Q(sent_at__lte=resend_before)
+        Q(sent_at__isnull=True, created_at__lte=unsent_before) | Q(sent_at__lte=resend_before)
     )[:RELAY_BATCH]
     return _send_all(list(due), fast_path=False)
 

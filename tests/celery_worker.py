@@ -41,31 +41,43 @@ class Workers:
 @pytest.fixture
 def celery_worker(transactional_db: Any, tmp_path: Path) -> Iterator[Worker]:
     """Starts `celery worker` against the test database on a queue of its own."""
-    with _workers(tmp_path, count=1) as started:
+    with workers(tmp_path, count=1) as started:
         yield Worker(queue=started.queue, mail_dir=tmp_path / "mail", process=started.processes[0])
 
 
 @pytest.fixture
 def two_celery_workers(transactional_db: Any, tmp_path: Path) -> Iterator[Workers]:
     """Two worker processes on one queue: tasks queued at once run at the same time."""
-    with _workers(tmp_path, count=2) as started:
+    with workers(tmp_path, count=2) as started:
         yield started
 
 
 @contextmanager
-def _workers(tmp_path: Path, count: int) -> Iterator[Workers]:
-    redis.Redis.from_url(BROKER).ping()
-    queue = f"tidegate-test-{uuid.uuid4().hex[:8]}"
-    env = os.environ | {
-        "DJANGO_SETTINGS_MODULE": "config.settings.test",
-        "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{connection.settings_dict['NAME']}",
-        "CELERY_TASK_ALWAYS_EAGER": "false",
-        "CELERY_BROKER_URL": BROKER,
-        "CELERY_RESULT_BACKEND": BROKER,
-        "CELERY_TASK_DEFAULT_QUEUE": queue,
-        "EMAIL_BACKEND": "django.core.mail.backends.filebased.EmailBackend",
-        "EMAIL_FILE_PATH": str(tmp_path / "mail"),
-    }
+def workers(
+    tmp_path: Path,
+    count: int,
+    broker: str = BROKER,
+    queue: str | None = None,
+    **extra_env: str,
+) -> Iterator[Workers]:
+    """``count`` worker processes on ``broker`` (the shared test Redis by default),
+    consuming ``queue`` (a fresh one by default); ``extra_env`` on top of their settings."""
+    redis.Redis.from_url(broker).ping()
+    queue = queue or f"tidegate-test-{uuid.uuid4().hex[:8]}"
+    env = (
+        os.environ
+        | {
+            "DJANGO_SETTINGS_MODULE": "config.settings.test",
+            "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{connection.settings_dict['NAME']}",
+            "CELERY_TASK_ALWAYS_EAGER": "false",
+            "CELERY_BROKER_URL": broker,
+            "CELERY_RESULT_BACKEND": broker,
+            "CELERY_TASK_DEFAULT_QUEUE": queue,
+            "EMAIL_BACKEND": "django.core.mail.backends.filebased.EmailBackend",
+            "EMAIL_FILE_PATH": str(tmp_path / "mail"),
+        }
+        | extra_env
+    )
     processes: list[subprocess.Popen[bytes]] = []
     logs: list[Path] = []
     files = []
