@@ -154,3 +154,15 @@ def test_stopped_pods_are_given_the_time_their_work_may_take() -> None:
 
     assert values["tasks"]["timeLimit"] == settings.CELERY_TASK_TIME_LIMIT
     assert values["tasks"]["softTimeLimit"] == settings.CELERY_TASK_SOFT_TIME_LIMIT
+
+
+def test_compose_migrates_once_before_web_and_workers_and_probes_readiness() -> None:
+    compose = yaml.safe_load((CHART.parents[2] / "docker-compose.yml").read_text())
+    services = compose["services"]
+    assert services["migrate"]["command"] == ["python", "manage.py", "migrate", "--noinput"]
+    for name in ("web", "worker", "beat"):
+        assert "migrate" not in str(services[name]["command"]), name
+        after = services[name]["depends_on"]["migrate"]
+        assert after == {"condition": "service_completed_successfully"}, name
+    probe = " ".join(services["web"]["healthcheck"]["test"])
+    assert "/readyz" in probe and "/accounts/login/" not in probe
