@@ -265,3 +265,14 @@ class IdempotentRequest(models.Model):
 
     def __str__(self) -> str:
         return f"{self.method} {self.path} ({self.key})"
+
+
+class TaskLastStart(models.Model):
+    """When a task with a shortest interval between runs (``TASK_MIN_INTERVAL_S``) last
+    started for its arguments: read by every process that queues it (tenants.outbox)."""
+
+    key = models.CharField(max_length=500, unique=True)
+    started_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.key} at {self.started_at:%Y-%m-%d %H:%M:%S}"

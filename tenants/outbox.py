@@ -28,12 +28,11 @@ from importlib import import_module
 from typing import Any
 
 from django.conf import settings
-from django.core.cache import cache
 from django.db import DatabaseError
 from django.db.models import F, Q
 from django.utils import timezone
 
-from tenants.models import OutboxMessage
+from tenants.models import OutboxMessage, TaskLastStart
 
 logger = logging.getLogger(__name__)
 
@@ -104,8 +103,13 @@ def task_started(task: str, args: Sequence[Any]) -> None:
         logger.warning("outbox: could not mark %s started", key, exc_info=True)
     if min_interval_s(task) > 0:
         try:
-            cache.set(_started_cache_key(key), time.time(), timeout=3600)
-        except Exception:  # a cache outage only costs the spacing
+            TaskLastStart.objects.bulk_create(
+                [TaskLastStart(key=key, started_at=timezone.now())],
+                update_conflicts=True,
+                unique_fields=["key"],
+                update_fields=["started_at"],
+            )
+        except DatabaseError:  # the task's own queries will meet the outage too
             logger.warning("outbox: could not record the start of %s", key, exc_info=True)
 
 
@@ -216,17 +220,12 @@ def _countdown(message: OutboxMessage) -> float:
     interval = min_interval_s(message.task)
     if interval <= 0:
         return 0.0
-    try:
-        started = cache.get(_started_cache_key(message.key))
-    except Exception:
-        return 0.0
+    started = (
+        TaskLastStart.objects.filter(key=message.key).values_list("started_at", flat=True).first()
+    )
     if started is None:
         return 0.0
-    return max(0.0, float(started) + interval - time.time())
-
-
-def _started_cache_key(key: str) -> str:
-    return "tidegate:outbox:started:" + hashlib.sha256(key.encode()).hexdigest()
+    return max(0.0, (started - timezone.now()).total_seconds() + interval)
 
 
 def _eager() -> bool:

@@ -172,8 +172,10 @@ CELERY_TIMEZONE = "UTC"
 # or the result backend gives up in seconds, so an outage never holds a web worker
 # (the outbox, tenants/outbox.py, sends what could not be sent).
 CELERY_BROKER_TRANSPORT_OPTIONS = {
-    "visibility_timeout": CELERY_TASK_TIME_LIMIT + 60,
+    "visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=CELERY_TASK_TIME_LIMIT + 60),
     "socket_connect_timeout": 2,
+    # look for such tasks every 10 s (kombu's default looks every tenth time: ~100 s)
+    "unacked_restore_throttle": 1,
 }
 CELERY_BROKER_CONNECTION_TIMEOUT = 2
 CELERY_REDIS_SOCKET_CONNECT_TIMEOUT = 2

@@ -200,3 +200,54 @@ def test_tasks_queued_before_a_redis_restart_are_sent_again_and_run(
         assert wait_for(lambda: Workload.objects.get(pk=pk).state == "running", timeout=90)
     assert _admitted_once(answer.json()["id"])
     assert not OutboxMessage.objects.exists()
+
+
+def _admission_lock_holders(cluster_id: int) -> int:
+    from scheduler_bridge.workloads.locks import ADMISSION_LOCK_BASE
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
+            "AND classid = %s AND objid = %s",
+            [ADMISSION_LOCK_BASE >> 32, cluster_id],
+        )
+        return int(cursor.fetchone()[0])
+
+
+def test_a_worker_killed_mid_cycle_releases_the_lock_and_the_next_cycle_admits_once(
+    production: dict[str, Any], own_redis: OwnRedis, fake_cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """The worker holds the cluster's admission lock and waits for a workload row the
+    test holds; it is killed (SIGKILL) there. Its transaction never commits, the lock goes
+    with its connection, and the cycle Redis delivers again admits the work once."""
+    import psycopg
+
+    settings = connection.settings_dict
+    dsn = (
+        f"postgresql://{settings['USER']}@{settings['HOST']}:{settings['PORT']}/{settings['NAME']}"
+    )
+    cluster_id = fake_cluster.cluster.pk
+    short_visibility = {"CELERY_VISIBILITY_TIMEOUT": "5"}
+    with psycopg.connect(dsn) as holder:
+        answer = _submit(production, "killed", key="killed-1")
+        assert answer.status_code == 201, answer.text
+        pk = answer.json()["id"]
+        holder.execute("SELECT id FROM scheduler_bridge_workload WHERE id = %s FOR UPDATE", [pk])
+        with workers(
+            tmp_path, count=1, broker=own_redis.url, queue=production["queue"], **short_visibility
+        ) as first:
+            assert wait_for(lambda: _admission_lock_holders(cluster_id) == 1, timeout=60)
+            first.processes[0].kill()  # mid-cycle: deciding, holding the lock
+            first.processes[0].wait(timeout=20)
+        holder.rollback()  # the row is free: the dead worker's session ends, unfinished
+    assert wait_for(lambda: _admission_lock_holders(cluster_id) == 0, timeout=30)
+    assert Workload.objects.get(pk=pk).state == "pending"  # nothing of it was saved
+
+    second = tmp_path / "second"
+    second.mkdir()
+    with workers(
+        second, count=1, broker=own_redis.url, queue=production["queue"], **short_visibility
+    ) as started:
+        running = wait_for(lambda: Workload.objects.get(pk=pk).state == "running", timeout=90)
+        assert running, started.logs[0].read_text()
+    assert _admitted_once(pk)
