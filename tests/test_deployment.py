@@ -166,3 +166,30 @@ def test_compose_migrates_once_before_web_and_workers_and_probes_readiness() -> 
         assert after == {"condition": "service_completed_successfully"}, name
     probe = " ".join(services["web"]["healthcheck"]["test"])
     assert "/readyz" in probe and "/accounts/login/" not in probe
+
+
+def test_the_chart_serves_metrics_from_every_process_of_a_pod() -> None:
+    """Web and worker pods count into a shared emptyDir (PROMETHEUS_MULTIPROC_DIR), every
+    container that gets the variable mounts it, and workers expose their metrics port."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["metrics"]["enabled"] is True
+    helpers = _template("_helpers.tpl")
+    assert "PROMETHEUS_MULTIPROC_DIR" in helpers and "mountPath: /metrics-data" in helpers
+    web = _template("web.yaml")
+    workers, beat = _template("workers.yaml").split("\n---\n")
+    for name, pod in (
+        ("web", web),
+        ("worker", workers),
+        ("beat", beat),
+        ("migrate", _template("migrate-job.yaml")),
+    ):
+        # each pod that mounts the directory (through containerSecurity) declares it
+        assert 'include "tidegate.metricsVolume"' in pod, name
+    # the webhook container mounts its volumes itself
+    webhook = web.split("- name: webhook\n", 1)[1]
+    assert "{name: metrics-data, mountPath: /metrics-data}" in webhook
+    assert (
+        "TIDEGATE_METRICS_PORT" in workers
+        and "containerPort: {{ .Values.metrics.workerPort }}" in workers
+    )
+    assert 'prometheus.io/port: "8000"' in web

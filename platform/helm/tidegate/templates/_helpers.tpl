@@ -18,6 +18,18 @@ env:
     value: {{ .Values.tasks.timeLimit | quote }}
   - name: CELERY_TASK_SOFT_TIME_LIMIT
     value: {{ .Values.tasks.softTimeLimit | quote }}
+  {{- if .Values.metrics.enabled }}
+  # every process of the pod counts into files here; a scrape adds them up
+  - name: PROMETHEUS_MULTIPROC_DIR
+    value: /metrics-data
+  {{- end }}
+{{- end -}}
+
+{{- /* The emptyDir where the processes of a pod keep their metric counts. */ -}}
+{{- define "tidegate.metricsVolume" -}}
+{{- if .Values.metrics.enabled }}
+- {name: metrics-data, emptyDir: {}}
+{{- end }}
 {{- end -}}
 
 
@@ -39,4 +51,7 @@ securityContext:
   capabilities: {drop: ["ALL"]}
 volumeMounts:
   - {name: tmp, mountPath: /tmp}
+  {{- if .Values.metrics.enabled }}
+  - {name: metrics-data, mountPath: /metrics-data}
+  {{- end }}
 {{- end -}}
