@@ -9,8 +9,8 @@ requests list something (workloads, quotas, tenants, flavours, clusters, priorit
 statements, periods, budgets, me), one in nine submits a one-GPU workload and cancels it.
 
 Prints one line: ``requests_per_s``, ``p50_ms``, ``p95_ms``, ``p99_ms`` (every request),
-``failures`` (non-2xx or refused) and ``cycles_run`` (admission cycles the worker ran
-during the run). ``LOAD_USERS``, ``LOAD_SECONDS`` change the size; ``LOAD_PROFILE=1``
+``failures`` (non-2xx or refused), ``cycles_run`` (admission cycles the worker ran
+during the run) and ``cycles_allowed`` (one per cycle interval plus one for the burst). ``LOAD_USERS``, ``LOAD_SECONDS`` change the size; ``LOAD_PROFILE=1``
 also writes the web workers' CPU profile (cProfile, top functions) to stderr.
 """
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import re
 import signal
@@ -39,6 +40,7 @@ from benchmarks._support import ROOT, bench_database, emit, progress  # noqa: E4
 USERS = int(os.environ.get("LOAD_USERS", "50"))
 SECONDS = int(os.environ.get("LOAD_SECONDS", "60"))
 BROKER = "redis://127.0.0.1:6379/14"
+CYCLE_INTERVAL_S = float(os.environ.get("TIDEGATE_ADMISSION_CYCLE_INTERVAL_S", "5"))
 # the chart's defaults (platform/helm/tidegate/values.yaml, web.gunicorn)
 GUNICORN = {
     "worker-class": os.environ.get("GUNICORN_WORKER_CLASS", "gthread"),
@@ -88,6 +90,8 @@ def main() -> None:
         failures=int(stats["Failure Count"]),
         requests=int(stats["Request Count"]),
         cycles_run=cycles,
+        # the target: one cycle per interval, plus one for the burst (the whole run)
+        cycles_allowed=math.ceil(SECONDS / CYCLE_INTERVAL_S) + 1,
         gunicorn_workers=int(GUNICORN["workers"]),
         gunicorn_threads=int(GUNICORN["threads"]),
     )
