@@ -58,7 +58,7 @@ def usage_collect_all() -> int:
     """Queue a collection per cluster, so one broken cluster never stops the others."""
     ids = list(Cluster.objects.values_list("pk", flat=True))
     for cluster_id in ids:
-        queue_after_commit("billing.tasks.usage_collect", cluster_id)
+        usage_collect.delay(cluster_id)
     return len(ids)
 
 

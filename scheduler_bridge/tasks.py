@@ -17,7 +17,6 @@ from scheduler_bridge import metrics
 from scheduler_bridge.gateways import ClusterUnreachable, GatewayError
 from scheduler_bridge.inventory.models import Cluster
 from tenants.task_policy import background_task
-from tenants.transactions import queue_after_commit
 
 logger = logging.getLogger(__name__)
 
@@ -52,11 +51,11 @@ def _on_cluster(
 
 
 def _all_clusters(task: Callable[..., object]) -> int:
-    """Queue ``task`` for every cluster (through the outbox: one per cluster at a time)."""
+    """Queue ``task`` for every cluster. Beat's fan-outs send directly: they run on a
+    worker the broker just reached, and a send that fails is the next beat's."""
     ids = list(Cluster.objects.values_list("pk", flat=True))
-    task_path = f"{__name__}.{task.__name__}"
     for cluster_id in ids:
-        queue_after_commit(task_path, cluster_id)
+        task.delay(cluster_id)  # type: ignore[attr-defined]
     return len(ids)
 
 

@@ -73,7 +73,7 @@ def evaluate_and_notify(capture: Any) -> list[int]:
     with capture(execute=False) as callbacks:
         suspended = budgets_evaluate(now=NOW).suspended
     for callback in callbacks:
-        if getattr(callback, "key", ("",))[0].startswith("billing."):
+        if str(getattr(callback, "key", "")).startswith("billing."):
             callback()
     return suspended
 

@@ -6,11 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.db import transaction
 
 from scheduler_bridge.inventory.models import Cluster
 from scheduler_bridge.quotas.models import Quota
-from tenants.models import AuditEvent
+from tenants.models import AuditEvent, OutboxMessage
 from tests.bridge.conftest import FakeCluster
 from tests.conftest import Cast, client_for
 
@@ -19,9 +18,8 @@ pytestmark = pytest.mark.django_db
 
 def queued() -> set[tuple[str, tuple[Any, ...]]]:
     """The background work the test's open transaction would queue when it commits
-    (the test never commits; what it would queue waits on the connection)."""
-    pending = transaction.get_connection().run_on_commit
-    return {func.key for _, func, _ in pending if hasattr(func, "key")}
+    (the test never commits; what it asks for waits in the outbox)."""
+    return {(m.task, tuple(m.args)) for m in OutboxMessage.objects.all()}
 
 
 def quota_form(quota: Quota, **changes: Any) -> dict[str, Any]:
@@ -40,7 +38,7 @@ def test_an_admin_quota_edit_syncs_resource_quotas_and_runs_a_cycle(
 ) -> None:
     quota = Quota.objects.get(tenant=cast.team_a, flavour=fake_cluster.h100)
     client.force_login(cast.platform_admin)
-    transaction.get_connection().run_on_commit.clear()  # what the set-up queued
+    OutboxMessage.objects.all().delete()  # what the set-up queued
     response = client.post(
         f"/admin/scheduler_bridge/quota/{quota.pk}/change/", quota_form(quota, guaranteed=5)
     )
