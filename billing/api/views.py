@@ -50,6 +50,7 @@ from billing.models import (
 )
 from billing.months import parse_month
 from billing.permissions import can_read_any_billing, can_read_platform_rates
+from tenants.api.filters import UtcIsoDateTimeFilter, in_utc
 from tenants.errors import ValidationFailed
 from tenants.transactions import queue_after_commit
 
@@ -84,12 +85,17 @@ def _since(request: Request, name: str, default: datetime) -> datetime:
     raw = request.query_params.get(name)
     if not raw:
         return default
-    moment = parse_datetime(raw)
+    try:
+        moment = parse_datetime(raw)
+    except ValueError:  # well-formed, but impossible: month 13, an offset of 25 hours
+        moment = None
+    if moment is not None:
+        moment = in_utc(moment if timezone.is_aware(moment) else timezone.make_aware(moment))
     if moment is None:
         raise ValidationFailed(
             _("%(name)s must be an ISO 8601 date-time."), params={"name": name}, field=name
         )
-    return moment if timezone.is_aware(moment) else timezone.make_aware(moment)
+    return moment
 
 
 class RateCardViewSet(viewsets.ModelViewSet[RateCard]):
@@ -128,16 +134,20 @@ class BillingPolicyViewSet(viewsets.GenericViewSet[BillingPolicy]):
 
     queryset = BillingPolicy.objects.none()  # the model, for the schema; rows: get_queryset
     serializer_class = s.BillingPolicySerializer
+    pagination_class = None  # one policy: no pages, filters or ordering
+    filter_backends: list[Any] = []
 
     def get_queryset(self) -> Any:
         if getattr(self, "swagger_fake_view", False):  # schema generation: no user, no DB
             return self.queryset
         return BillingPolicy.objects.all()
 
+    @extend_schema(responses=s.BillingPolicySerializer)
     def list(self, request: Request) -> Response:
         _require_billing_reader(request)
         return Response(s.BillingPolicySerializer(BillingPolicy.current()).data)
 
+    @extend_schema(responses={200: s.BillingPolicySerializer})
     def create(self, request: Request) -> Response:
         _require_billing_reader(request)
         body = s.BillingPolicySerializer(BillingPolicy.current(), data=request.data, partial=True)
@@ -223,8 +233,8 @@ class UsageFilter(django_filters.FilterSet):
     tenant = django_filters.CharFilter(field_name="tenant__slug")
     cluster = django_filters.CharFilter(field_name="cluster__name")
     flavour = django_filters.CharFilter(field_name="flavour__name")
-    since = django_filters.IsoDateTimeFilter(field_name="interval_start", lookup_expr="gte")
-    until = django_filters.IsoDateTimeFilter(field_name="interval_start", lookup_expr="lt")
+    since = UtcIsoDateTimeFilter(field_name="interval_start", lookup_expr="gte")
+    until = UtcIsoDateTimeFilter(field_name="interval_start", lookup_expr="lt")
 
     class Meta:
         model = UsageRecord

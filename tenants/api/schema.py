@@ -1,0 +1,66 @@
+"""What /api/schema/ says beyond what drf-spectacular infers from the views: the error
+answers every operation may give, as problem documents (tenants.api.problems)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tenants.api import problems
+
+PROBLEM_COMPONENT = "Problem"
+
+PROBLEM_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "An error (RFC 9457). Field errors appear under `errors`, one list of "
+    "messages per field, and again at the top level.",
+    "properties": {
+        "type": {"type": "string"},
+        "title": {"type": "string"},
+        "status": {"type": "integer"},
+        "detail": {"type": "string"},
+        "errors": {"type": "object", "additionalProperties": True},
+    },
+    "required": ["type", "title", "status", "detail"],
+    "additionalProperties": True,
+}
+
+# status -> description; every operation may answer these
+EVERY_OPERATION = {
+    "400": "Invalid input: a field error or a bad query parameter.",
+    "401": "Not authenticated.",
+    "403": "The caller's role does not allow this.",
+    "404": "Not found, or not visible to the caller (also a page beyond the last).",
+    "503": "The database or the task queue is down; retry after Retry-After seconds.",
+}
+# and operations that change something
+WRITES = {
+    "409": "Conflicts with the current state (e.g. still in use).",
+    "413": "The request body is larger than Tidegate accepts.",
+}
+WRITE_METHODS = frozenset({"post", "put", "patch", "delete"})
+
+
+def add_error_responses(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """drf-spectacular postprocessing hook: document the problem documents."""
+    schemas = result.setdefault("components", {}).setdefault("schemas", {})
+    schemas[PROBLEM_COMPONENT] = PROBLEM_SCHEMA
+    reference = {"$ref": f"#/components/schemas/{PROBLEM_COMPONENT}"}
+    for path, item in result.get("paths", {}).items():
+        if not path.startswith("/api/v1/"):
+            continue
+        for method, operation in item.items():
+            if not isinstance(operation, dict) or "responses" not in operation:
+                continue
+            answers = dict(EVERY_OPERATION)
+            if method in WRITE_METHODS:
+                answers |= WRITES
+            responses = operation["responses"]
+            for status, description in answers.items():
+                responses.setdefault(
+                    status,
+                    {
+                        "description": description,
+                        "content": {problems.PROBLEM_JSON: {"schema": reference}},
+                    },
+                )
+    return result
