@@ -181,3 +181,11 @@ def test_a_value_the_database_cannot_store_is_a_400_not_a_500() -> None:
     assert response is not None
     assert response.status_code == 400
     assert "cannot be stored" in response.data["detail"]
+
+
+def test_a_nul_character_in_a_portal_path_is_a_plain_400(cast: Cast) -> None:
+    from tests.tenants.test_portal import logged_in
+
+    response = logged_in(cast.finance).get("/billing/periods/2026-0%001/cost-centre/")
+    assert response.status_code == 400
+    assert "NUL" in response.content.decode()
