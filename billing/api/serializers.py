@@ -390,6 +390,67 @@ class BudgetAlertSerializer(serializers.ModelSerializer[BudgetAlert]):
         read_only_fields = fields
 
 
+# Shapes of the reports' answers, for /api/schema/; rows are objects whose keys depend on
+# the report and its grouping.
+@extend_schema_serializer(many=False)  # one report, not a list of them
+class SpendReportSerializer(serializers.Serializer[Any]):
+    period = serializers.CharField()
+    state = serializers.CharField()
+    provisional = serializers.BooleanField()
+    currency = serializers.CharField()
+    total = serializers.CharField()
+    totals = serializers.DictField(child=serializers.CharField())
+    group_by = serializers.CharField()
+    rows = serializers.ListField(child=serializers.DictField())
+
+
+@extend_schema_serializer(many=False)  # one report, not a list of them
+class EfficiencyReportSerializer(serializers.Serializer[Any]):
+    since = serializers.DateTimeField()
+    until = serializers.DateTimeField()
+    rows = serializers.ListField(child=serializers.DictField())
+
+
+@extend_schema_serializer(many=False)  # one report, not a list of them
+class IdleReportSerializer(serializers.Serializer[Any]):
+    since = serializers.DateTimeField()
+    rows = serializers.ListField(child=serializers.DictField())
+
+
+@extend_schema_serializer(many=False)  # one report, not a list of them
+class WorkloadReportSerializer(serializers.Serializer[Any]):
+    period = serializers.CharField()
+    rows = serializers.ListField(child=serializers.DictField())
+
+
+@extend_schema_serializer(many=False)  # one report, not a list of them
+class AllocationReportSerializer(serializers.Serializer[Any]):
+    window = serializers.CharField()
+    start = serializers.DateTimeField()
+    end = serializers.DateTimeField()
+    previous_window = serializers.CharField()
+    aggregate = serializers.ListField(child=serializers.CharField())
+    idle = serializers.CharField(allow_null=True)
+    provisional = serializers.BooleanField()
+    currency = serializers.CharField()
+    totals = serializers.DictField()
+    rows = serializers.ListField(child=serializers.DictField())
+
+
+class CollectionStateSerializer(serializers.Serializer[Any]):
+    cluster = serializers.CharField()
+    collected_until = serializers.DateTimeField()
+    last_run_at = serializers.DateTimeField(allow_null=True)
+    last_rows = serializers.IntegerField()
+    last_error = serializers.CharField()
+    dcgm_pod_labels = serializers.CharField()
+    dcgm_pod_labels_note = serializers.CharField()
+
+
+class CollectionRequestSerializer(RejectUnknownFields, serializers.Serializer[Any]):
+    cluster = serializers.CharField(max_length=63, help_text=_("The cluster to collect now."))
+
+
 class ReportQuerySerializer(serializers.Serializer[Any]):
     period = serializers.CharField(required=False)
     tenant = serializers.CharField(required=False)

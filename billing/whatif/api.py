@@ -23,7 +23,12 @@ from billing.whatif import services
 from billing.whatif.records import DEFAULT_POLICY, Proposal, QuotaEntry
 from scheduler_bridge.inventory.models import Cluster
 from scheduler_bridge.replay.policies import POLICIES
-from tenants.api.serializers import BoundedListSerializer, RejectUnknownFields, at_most
+from tenants.api.serializers import (
+    BoundedListSerializer,
+    NoInput,
+    RejectUnknownFields,
+    at_most,
+)
 
 MAX_ENTRIES = 1000  # quotas or weights in one proposal
 
@@ -154,6 +159,7 @@ class WhatIfRunViewSet(
     @action(detail=True, methods=["post"])
     def rerun(self, request: Request, pk: str | None = None) -> Response:
         """Queue a new run with this run's request (e.g. after its worker stopped)."""
+        NoInput.check(request.data)
         run = services.whatif_run_repeat(actor=request.user, run=self.get_object())
         return self._accepted(request, run)
 

@@ -18,6 +18,7 @@ from scheduler_bridge.workloads.models import PriorityClass, Workload
 from scheduler_bridge.workloads.selectors import workloads_visible_to
 from tenants.api.serializers import (
     BoundedListSerializer,
+    NoInput,
     RejectUnknownFields,
     VisibleTenantField,
 )
@@ -211,6 +212,7 @@ class WorkloadViewSet(
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         """Withdraw pending or running work."""
+        NoInput.check(request.data)
         workload = services.workload_cancel(actor=request.user, workload=self.get_object())
         return Response(WorkloadSerializer(workload).data)
 
@@ -218,6 +220,7 @@ class WorkloadViewSet(
     @action(detail=True, methods=["post"])
     def finish(self, request: Request, pk: str | None = None) -> Response:
         """Report that running work ended, freeing its GPUs."""
+        NoInput.check(request.data)
         workload = services.workload_finish(actor=request.user, workload=self.get_object())
         return Response(WorkloadSerializer(workload).data)
 

@@ -37,7 +37,24 @@ class RejectUnknownFields:
         return super().to_internal_value(data)  # type: ignore[misc]
 
 
+class QueuedSerializer(serializers.Serializer[Any]):
+    """202: work queued; ``detail`` says which."""
+
+    detail = serializers.CharField()
+
+
+class NoInput(RejectUnknownFields, serializers.Serializer[Any]):
+    """The body of an action that takes none (cancel, sync, close...): any field in it is
+    refused like an unknown field elsewhere, rather than ignored."""
+
+    @classmethod
+    def check(cls, data: Any) -> None:
+        cls(data=data if isinstance(data, Mapping) else {}).is_valid(raise_exception=True)
+
+
 def unknown_field_message(name: str, known: list[str]) -> str:
+    if not known:
+        return gettext("Unknown field: this request takes no fields.")
     close = difflib.get_close_matches(name, known, n=1)
     listed = ", ".join(sorted(known))
     if close:

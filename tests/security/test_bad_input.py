@@ -119,9 +119,14 @@ def test_a_nul_character_inside_a_json_value_stored_as_jsonb_is_a_400(
         ("/api/v1/billing/usage/?until=9999-12-31T23:59:00-01:00", "until"),
         ("/api/v1/billing/reports/efficiency/?since=2026-01-01T00:00:00%2B25:00", "since"),
         ("/api/v1/billing/reports/idle/?since=0001-01-01T00:00:00%2B01:00", "since"),
+        ("/api/v1/allocation/?start=2026-01-01T00:00:00%2B25:00&end=2026-02-01", "start"),
+        ("/api/v1/allocation/?start=2026-13-01&end=2026-02-01", "start"),
+        ("/api/v1/allocation/?start=2026-01-01&end=0001-01-01T00:00:00%2B01:00", "end"),
+        ("/api/v1/allocation/?window=9999-12", "window"),
+        ("/api/v1/allocation/?window=0000-01", "window"),
     ],
 )
-def test_an_impossible_time_zone_offset_is_a_400_naming_the_parameter(
+def test_an_impossible_moment_or_month_is_a_400_naming_the_parameter(
     cast: Cast, path: str, field: str
 ) -> None:
     body = problem(client_for(cast.platform_admin).get(path), 400)

@@ -43,6 +43,13 @@ OUTPUT_ONLY = {
     "StatementSerializer",
     "StatementSummarySerializer",
     "UsageRecordSerializer",
+    "QueuedSerializer",
+    "SpendReportSerializer",
+    "EfficiencyReportSerializer",
+    "IdleReportSerializer",
+    "WorkloadReportSerializer",
+    "AllocationReportSerializer",
+    "CollectionStateSerializer",
 }
 
 
@@ -127,3 +134,30 @@ def test_unknown_fields_are_named_with_the_known_ones(
         )
     )
     assert "flav" in json.dumps(errors["proposal"])
+
+
+@pytest.mark.django_db
+def test_an_action_that_takes_no_body_refuses_fields_in_one(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    lead = client_for(cast.lead)
+    submitted = lead.post(
+        "/api/v1/workloads/",
+        {"cluster": "gpu-east", "tenant": "vision", "name": "w", "pod_sets": [{"gpus_per_pod": 1}]},
+        format="json",
+    )
+    assert submitted.status_code == 201, submitted.content
+    cancel = f"/api/v1/workloads/{submitted.json()['id']}/cancel/"
+    errors = problem_errors(lead.post(cancel, {"force": True}, format="json"))
+    assert errors == {"force": ["Unknown field: this request takes no fields."]}
+    assert lead.get(f"/api/v1/workloads/{submitted.json()['id']}/").json()["state"] != "cancelled"
+    assert lead.post(cancel).status_code == 200
+    admin = client_for(cast.platform_admin)
+    errors = problem_errors(
+        admin.post("/api/v1/billing/collections/", {"cluster": "gpu-east", "now": 1}, format="json")
+    )
+    assert list(errors) == ["now"]
+    errors = problem_errors(admin.post("/api/v1/billing/collections/", [], format="json"))
+    assert list(errors) == ["non_field_errors"]  # a list is not a request: 400, not 500
+    collect = admin.post("/api/v1/billing/collections/", {"cluster": "gpu-east"}, format="json")
+    assert collect.status_code == 202
