@@ -76,11 +76,13 @@ def from_database_refusal(error: BaseException) -> dict[str, Any] | None:
 
 def still_in_use(users: Any) -> dict[str, Any]:
     """409: what still refers to the row a request tried to delete, by kind and count."""
-    counts: dict[str, int] = {}
+    counts: dict[str, int] = {}  # by model name (stable, for programs)
+    names: dict[str, str] = {}  # and as people read it, in the request's language
     for row in users:
-        kind = str(row._meta.verbose_name_plural)
+        kind = row._meta.model_name
         counts[kind] = counts.get(kind, 0) + 1
-    named = ", ".join(f"{count} {kind}" for kind, count in sorted(counts.items()))
+        names[kind] = str(row._meta.verbose_name_plural)
+    named = ", ".join(f"{counts[kind]} {names[kind]}" for kind in sorted(counts))
     body = problem(
         HTTPStatus.CONFLICT,
         gettext("It is still used by %(users)s; delete or move those first, then try again.")

@@ -45,7 +45,7 @@ def test_deleting_a_cluster_still_used_says_what_uses_it_and_what_to_do(cast: Ca
     )
     response = client_for(cast.platform_admin).delete("/api/v1/clusters/gpu-west/")
     body = problem(response, 409)
-    assert body["used_by"] == {"quota requests": 1}
+    assert body["used_by"] == {"quotarequest": 1}
     assert "still used by 1 quota requests" in body["detail"]
     assert "delete or move those first" in body["detail"]
     assert Cluster.objects.filter(name="gpu-west").exists()
