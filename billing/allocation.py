@@ -104,17 +104,22 @@ def range_window(start: str, end: str) -> Window:
 
 
 def _moment(raw: str, name: str) -> datetime:
-    moment = parse_datetime(raw) if "T" in raw or " " in raw else None
-    if moment is None:
+    """``raw`` in UTC; a date that does not exist (month 13), an offset of a day or more,
+    or a moment UTC cannot hold (year 1 at +01:00) is a field error like a malformed one."""
+    try:
+        moment = parse_datetime(raw) if "T" in raw or " " in raw else None
+        if moment is not None:
+            return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).astimezone(UTC)
         day = parse_date(raw) if raw else None
-        if day is None:
-            raise ValidationFailed(
-                _("%(name)s must be an ISO 8601 date or date-time, e.g. 2026-02-01."),
-                params={"name": name},
-                field=name,
-            )
-        return datetime(day.year, day.month, day.day, tzinfo=UTC)
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+        if day is not None:
+            return datetime(day.year, day.month, day.day, tzinfo=UTC)
+    except (ValueError, OverflowError):
+        pass
+    raise ValidationFailed(
+        _("%(name)s must be an ISO 8601 date or date-time, e.g. 2026-02-01."),
+        params={"name": name},
+        field=name,
+    )
 
 
 def parse_aggregate(raw: str | None) -> list[str]:

@@ -30,7 +30,11 @@ def parse_month(name: str) -> datetime | None:
     match = _MONTH.match(name or "")
     if not match:
         return None
-    return datetime(int(match.group(1)), int(match.group(2)), 1, tzinfo=UTC)
+    year, month = int(match.group(1)), int(match.group(2))
+    # far enough from year 1 and 9999 that the months around it exist too
+    if not 1900 <= year <= 9000 or not 1 <= month <= 12:
+        return None
+    return datetime(year, month, 1, tzinfo=UTC)
 
 
 def month_window(moment: datetime) -> tuple[str, datetime, datetime]:

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.utils.translation import gettext_lazy as _
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema_field
+from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 
 from billing.models import (
@@ -26,7 +26,11 @@ from billing.models import (
 )
 from billing.selectors import billing_tenants, statements_visible_to
 from scheduler_bridge import selectors as bridge_selectors
+from tenants.api.serializers import RejectUnknownFields, at_most
 from tenants.models import Tenant
+
+MAX_THRESHOLDS = 20  # alert thresholds of one budget
+MAX_MULTIPLIERS = 100  # priority classes a rate card prices apart
 
 
 @extend_schema_field(OpenApiTypes.STR)
@@ -59,10 +63,12 @@ class VisibleFlavourField(serializers.PrimaryKeyRelatedField):  # type: ignore[t
         return bridge_selectors.flavours_visible_to(request.user if request else None)
 
 
-class RateCardSerializer(serializers.ModelSerializer[RateCard]):
+class RateCardSerializer(RejectUnknownFields, serializers.ModelSerializer[RateCard]):
     cluster = VisibleClusterField(required=False, allow_null=True)
     flavour = VisibleFlavourField(required=False, allow_null=True)
-    flavour_name = serializers.CharField(source="flavour.name", read_only=True, default=None)
+    flavour_name = serializers.CharField(
+        source="flavour.name", read_only=True, default=None, allow_null=True
+    )
     scope = serializers.CharField(source="scope_label", read_only=True)
     # Negative prices are the service's to refuse, with a message naming the field.
     reserved_price = serializers.DecimalField(max_digits=12, decimal_places=4)
@@ -90,15 +96,19 @@ class RateCardSerializer(serializers.ModelSerializer[RateCard]):
         ]
         read_only_fields = ["id", "scope", "flavour_name", "created_at", "updated_at"]
 
+    def validate_priority_multipliers(self, value: Any) -> Any:
+        return at_most(value, MAX_MULTIPLIERS)
 
-class BillingPolicySerializer(serializers.ModelSerializer[BillingPolicy]):
+
+@extend_schema_serializer(many=False)  # one policy: GET /billing/policy/ is not a page
+class BillingPolicySerializer(RejectUnknownFields, serializers.ModelSerializer[BillingPolicy]):
     class Meta:
         model = BillingPolicy
         fields = ["idle_mode", "allocation_idle", "default_currency", "updated_at"]
         read_only_fields = ["updated_at"]
 
 
-class ExchangeRateSerializer(serializers.ModelSerializer[ExchangeRate]):
+class ExchangeRateSerializer(RejectUnknownFields, serializers.ModelSerializer[ExchangeRate]):
     """1 ``from_currency`` = ``rate`` ``to_currency`` in ``month``; the service checks the
     rules (billing.exchange_rates) and answers 400 with field errors."""
 
@@ -126,7 +136,9 @@ class ExchangeRateSerializer(serializers.ModelSerializer[ExchangeRate]):
         }
 
 
-class TenantBillingSettingsSerializer(serializers.ModelSerializer[TenantBillingSettings]):
+class TenantBillingSettingsSerializer(
+    RejectUnknownFields, serializers.ModelSerializer[TenantBillingSettings]
+):
     tenant = BillingTenantField()
 
     class Meta:
@@ -186,7 +198,7 @@ class BillingPeriodSerializer(serializers.ModelSerializer[BillingPeriod]):
         read_only_fields = fields
 
 
-class ReopenSerializer(serializers.Serializer[Any]):
+class ReopenSerializer(RejectUnknownFields, serializers.Serializer[Any]):
     reason = serializers.CharField(max_length=500)
     reprice = serializers.BooleanField(
         default=False,
@@ -269,13 +281,15 @@ class StatementSummarySerializer(StatementSerializer):
         read_only_fields = fields
 
 
-class AdjustmentSerializer(serializers.ModelSerializer[Adjustment]):
+class AdjustmentSerializer(RejectUnknownFields, serializers.ModelSerializer[Adjustment]):
     tenant = BillingTenantField()
     period = serializers.SlugRelatedField(slug_field="name", queryset=BillingPeriod.objects.all())
     corrects: serializers.PrimaryKeyRelatedField[Statement] = serializers.PrimaryKeyRelatedField(
         queryset=Statement.objects.none(), required=False, allow_null=True
     )
-    created_by = serializers.CharField(source="created_by.username", read_only=True, default=None)
+    created_by = serializers.CharField(
+        source="created_by.username", read_only=True, default=None, allow_null=True
+    )
 
     class Meta:
         model = Adjustment
@@ -319,10 +333,12 @@ class BudgetStatusSerializer(serializers.ModelSerializer[BudgetStatus]):
         read_only_fields = fields
 
 
-class BudgetSerializer(serializers.ModelSerializer[Budget]):
+class BudgetSerializer(RejectUnknownFields, serializers.ModelSerializer[Budget]):
     tenant = BillingTenantField()
     amount = serializers.DecimalField(max_digits=14, decimal_places=2)
-    thresholds = serializers.ListField(child=serializers.IntegerField(), required=False)
+    thresholds = serializers.ListField(
+        child=serializers.IntegerField(), required=False, max_length=MAX_THRESHOLDS
+    )
     status = BudgetStatusSerializer(read_only=True, allow_null=True)
 
     class Meta:
@@ -372,6 +388,67 @@ class BudgetAlertSerializer(serializers.ModelSerializer[BudgetAlert]):
             "emailed_at",
         ]
         read_only_fields = fields
+
+
+# Shapes of the reports' answers, for /api/schema/; rows are objects whose keys depend on
+# the report and its grouping.
+@extend_schema_serializer(many=False)  # one report, not a list of them
+class SpendReportSerializer(serializers.Serializer[Any]):
+    period = serializers.CharField()
+    state = serializers.CharField()
+    provisional = serializers.BooleanField()
+    currency = serializers.CharField()
+    total = serializers.CharField()
+    totals = serializers.DictField(child=serializers.CharField())
+    group_by = serializers.CharField()
+    rows = serializers.ListField(child=serializers.DictField())
+
+
+@extend_schema_serializer(many=False)  # one report, not a list of them
+class EfficiencyReportSerializer(serializers.Serializer[Any]):
+    since = serializers.DateTimeField()
+    until = serializers.DateTimeField()
+    rows = serializers.ListField(child=serializers.DictField())
+
+
+@extend_schema_serializer(many=False)  # one report, not a list of them
+class IdleReportSerializer(serializers.Serializer[Any]):
+    since = serializers.DateTimeField()
+    rows = serializers.ListField(child=serializers.DictField())
+
+
+@extend_schema_serializer(many=False)  # one report, not a list of them
+class WorkloadReportSerializer(serializers.Serializer[Any]):
+    period = serializers.CharField()
+    rows = serializers.ListField(child=serializers.DictField())
+
+
+@extend_schema_serializer(many=False)  # one report, not a list of them
+class AllocationReportSerializer(serializers.Serializer[Any]):
+    window = serializers.CharField()
+    start = serializers.DateTimeField()
+    end = serializers.DateTimeField()
+    previous_window = serializers.CharField()
+    aggregate = serializers.ListField(child=serializers.CharField())
+    idle = serializers.CharField(allow_null=True)
+    provisional = serializers.BooleanField()
+    currency = serializers.CharField()
+    totals = serializers.DictField()
+    rows = serializers.ListField(child=serializers.DictField())
+
+
+class CollectionStateSerializer(serializers.Serializer[Any]):
+    cluster = serializers.CharField()
+    collected_until = serializers.DateTimeField()
+    last_run_at = serializers.DateTimeField(allow_null=True)
+    last_rows = serializers.IntegerField()
+    last_error = serializers.CharField()
+    dcgm_pod_labels = serializers.CharField()
+    dcgm_pod_labels_note = serializers.CharField()
+
+
+class CollectionRequestSerializer(RejectUnknownFields, serializers.Serializer[Any]):
+    cluster = serializers.CharField(max_length=63, help_text=_("The cluster to collect now."))
 
 
 class ReportQuerySerializer(serializers.Serializer[Any]):

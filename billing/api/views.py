@@ -17,7 +17,8 @@ from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext_lazy as _
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -50,6 +51,8 @@ from billing.models import (
 )
 from billing.months import parse_month
 from billing.permissions import can_read_any_billing, can_read_platform_rates
+from tenants.api.filters import UtcIsoDateTimeFilter, in_utc
+from tenants.api.serializers import NoInput, QueuedSerializer
 from tenants.errors import ValidationFailed
 from tenants.transactions import queue_after_commit
 
@@ -84,12 +87,17 @@ def _since(request: Request, name: str, default: datetime) -> datetime:
     raw = request.query_params.get(name)
     if not raw:
         return default
-    moment = parse_datetime(raw)
+    try:
+        moment = parse_datetime(raw)
+    except ValueError:  # well-formed, but impossible: month 13, an offset of 25 hours
+        moment = None
+    if moment is not None:
+        moment = in_utc(moment if timezone.is_aware(moment) else timezone.make_aware(moment))
     if moment is None:
         raise ValidationFailed(
             _("%(name)s must be an ISO 8601 date-time."), params={"name": name}, field=name
         )
-    return moment if timezone.is_aware(moment) else timezone.make_aware(moment)
+    return moment
 
 
 class RateCardViewSet(viewsets.ModelViewSet[RateCard]):
@@ -128,16 +136,20 @@ class BillingPolicyViewSet(viewsets.GenericViewSet[BillingPolicy]):
 
     queryset = BillingPolicy.objects.none()  # the model, for the schema; rows: get_queryset
     serializer_class = s.BillingPolicySerializer
+    pagination_class = None  # one policy: no pages, filters or ordering
+    filter_backends: list[Any] = []
 
     def get_queryset(self) -> Any:
         if getattr(self, "swagger_fake_view", False):  # schema generation: no user, no DB
             return self.queryset
         return BillingPolicy.objects.all()
 
+    @extend_schema(responses=s.BillingPolicySerializer)
     def list(self, request: Request) -> Response:
         _require_billing_reader(request)
         return Response(s.BillingPolicySerializer(BillingPolicy.current()).data)
 
+    @extend_schema(responses={200: s.BillingPolicySerializer})
     def create(self, request: Request) -> Response:
         _require_billing_reader(request)
         body = s.BillingPolicySerializer(BillingPolicy.current(), data=request.data, partial=True)
@@ -223,8 +235,8 @@ class UsageFilter(django_filters.FilterSet):
     tenant = django_filters.CharFilter(field_name="tenant__slug")
     cluster = django_filters.CharFilter(field_name="cluster__name")
     flavour = django_filters.CharFilter(field_name="flavour__name")
-    since = django_filters.IsoDateTimeFilter(field_name="interval_start", lookup_expr="gte")
-    until = django_filters.IsoDateTimeFilter(field_name="interval_start", lookup_expr="lt")
+    since = UtcIsoDateTimeFilter(field_name="interval_start", lookup_expr="gte")
+    until = UtcIsoDateTimeFilter(field_name="interval_start", lookup_expr="lt")
 
     class Meta:
         model = UsageRecord
@@ -268,6 +280,7 @@ class BillingPeriodViewSet(viewsets.ReadOnlyModelViewSet[BillingPeriod]):
     @action(detail=True, methods=["post"])
     def close(self, request: Request, name: str | None = None) -> Response:
         """Close the period now (409 if already closed, not ended or being closed)."""
+        NoInput.check(request.data)
         period = periods.period_close(actor=request.user, period=self.get_object(), source="api")
         return Response(s.BillingPeriodSerializer(period).data)
 
@@ -453,7 +466,7 @@ class SpendReportViewSet(viewsets.ViewSet):
     """Charges of a period by line, tenant, cost centre, flavour, kind, or the children of
     `tenant`. An open period is priced on the fly (`provisional: true`)."""
 
-    @extend_schema(parameters=[s.ReportQuerySerializer], responses=None)
+    @extend_schema(parameters=[s.ReportQuerySerializer], responses=s.SpendReportSerializer)
     def list(self, request: Request) -> Response:
         _require_billing_reader(request)
         query = s.ReportQuerySerializer(data=request.query_params)
@@ -485,10 +498,16 @@ class SpendReportViewSet(viewsets.ViewSet):
         )
 
 
+SINCE = OpenApiParameter("since", OpenApiTypes.DATETIME, description="ISO 8601")
+UNTIL = OpenApiParameter("until", OpenApiTypes.DATETIME, description="ISO 8601")
+TENANT = OpenApiParameter("tenant", OpenApiTypes.STR, description="A tenant's slug: its subtree")
+PERIOD = OpenApiParameter("period", OpenApiTypes.STR, description="YYYY-MM (default: the last)")
+
+
 class EfficiencyReportViewSet(viewsets.ViewSet):
     """Busy / allocated GPU time per tenant (`since`, `until`, `tenant`; default 30 days)."""
 
-    @extend_schema(responses=None)
+    @extend_schema(parameters=[SINCE, UNTIL, TENANT], responses=s.EfficiencyReportSerializer)
     def list(self, request: Request) -> Response:
         _require_billing_reader(request)
         now = timezone.now()
@@ -508,7 +527,7 @@ class EfficiencyReportViewSet(viewsets.ViewSet):
 class IdleReportViewSet(viewsets.ViewSet):
     """Idle-GPU findings: allocations under the activity threshold for an hour or more."""
 
-    @extend_schema(responses=None)
+    @extend_schema(parameters=[SINCE, TENANT], responses=s.IdleReportSerializer)
     def list(self, request: Request) -> Response:
         _require_billing_reader(request)
         since = _since(request, "since", timezone.now() - timedelta(days=7))
@@ -520,7 +539,7 @@ class IdleReportViewSet(viewsets.ViewSet):
 class WorkloadReportViewSet(viewsets.ViewSet):
     """Drill-down: a period's usage per workload with estimated cost (`period`, `tenant`)."""
 
-    @extend_schema(responses=None)
+    @extend_schema(parameters=[PERIOD, TENANT], responses=s.WorkloadReportSerializer)
     def list(self, request: Request) -> Response:
         _require_billing_reader(request)
         period = period_named(request.query_params.get("period"))
@@ -586,7 +605,23 @@ class AllocationViewSet(viewsets.ViewSet):
         # ?format= is ours (json or csv, checked below with a 400), not DRF's renderer pick
         return super().perform_content_negotiation(request, force=True)
 
-    @extend_schema(responses=None)
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("window", OpenApiTypes.STR, description="YYYY-MM"),
+            OpenApiParameter("start", OpenApiTypes.STR, description="ISO 8601 date or date-time"),
+            OpenApiParameter("end", OpenApiTypes.STR, description="ISO 8601, exclusive"),
+            OpenApiParameter(
+                "aggregate", OpenApiTypes.STR, description="e.g. namespace,label:team"
+            ),
+            OpenApiParameter("idle", OpenApiTypes.STR, enum=["even", "guarantee", "usage"]),
+            TENANT,
+            OpenApiParameter("format", OpenApiTypes.STR, enum=["json", "csv"]),
+        ],
+        responses={
+            (200, "application/json"): s.AllocationReportSerializer,
+            (200, "text/csv"): OpenApiTypes.BINARY,
+        },
+    )
     def list(self, request: Request) -> HttpResponse:
         _require_billing_reader(request)
         params = request.query_params
@@ -658,7 +693,7 @@ class CollectionViewSet(viewsets.ViewSet):
     """Usage collection per cluster: watermarks (platform admins); POST {"cluster": name}
     queues a collection now."""
 
-    @extend_schema(responses=None)
+    @extend_schema(responses=s.CollectionStateSerializer(many=True))
     def list(self, request: Request) -> Response:
         from billing.models import CollectorWatermark
         from tenants import access
@@ -679,7 +714,7 @@ class CollectionViewSet(viewsets.ViewSet):
         ]
         return Response(rows)
 
-    @extend_schema(request=None, responses=None)
+    @extend_schema(request=s.CollectionRequestSerializer, responses={202: QueuedSerializer})
     def create(self, request: Request) -> Response:
 
         from scheduler_bridge.inventory.models import Cluster
@@ -687,7 +722,9 @@ class CollectionViewSet(viewsets.ViewSet):
 
         if not access.is_platform_admin(request.user):
             raise Http404
-        cluster = get_object_or_404(Cluster, name=request.data.get("cluster", ""))
+        body = s.CollectionRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        cluster = get_object_or_404(Cluster, name=body.validated_data["cluster"])
         queue_after_commit("billing.tasks.usage_collect", cluster.pk)
         return Response(
             {"detail": f"usage collection of {cluster.name} queued"},

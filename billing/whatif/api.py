@@ -23,16 +23,26 @@ from billing.whatif import services
 from billing.whatif.records import DEFAULT_POLICY, Proposal, QuotaEntry
 from scheduler_bridge.inventory.models import Cluster
 from scheduler_bridge.replay.policies import POLICIES
+from tenants.api.serializers import (
+    BoundedListSerializer,
+    NoInput,
+    RejectUnknownFields,
+    at_most,
+)
+
+MAX_ENTRIES = 1000  # quotas or weights in one proposal
 
 
-class QuotaEntryInput(serializers.Serializer):  # type: ignore[type-arg]
+class QuotaEntryInput(RejectUnknownFields, serializers.Serializer):  # type: ignore[type-arg]
     tenant = serializers.CharField(max_length=63)
     flavour = serializers.CharField(max_length=120)
     guaranteed = serializers.IntegerField(min_value=0, max_value=1_000_000)
 
 
-class ProposalInput(serializers.Serializer):  # type: ignore[type-arg]
-    quotas = QuotaEntryInput(many=True, required=False)
+class ProposalInput(RejectUnknownFields, serializers.Serializer):  # type: ignore[type-arg]
+    quotas: BoundedListSerializer = BoundedListSerializer(
+        child=QuotaEntryInput(), required=False, max_length=MAX_ENTRIES
+    )
     weights = serializers.DictField(
         child=serializers.FloatField(min_value=0.001, max_value=999_999), required=False
     )
@@ -40,6 +50,9 @@ class ProposalInput(serializers.Serializer):  # type: ignore[type-arg]
         min_value=0, max_value=30 * 86_400, required=False, allow_null=True
     )
     policy = serializers.ChoiceField(choices=POLICIES, default=DEFAULT_POLICY)
+
+    def validate_weights(self, value: dict[str, float]) -> dict[str, float]:
+        return at_most(value, MAX_ENTRIES)  # type: ignore[no-any-return]
 
     def validate_quotas(self, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
         seen: set[tuple[str, str]] = set()
@@ -53,7 +66,7 @@ class ProposalInput(serializers.Serializer):  # type: ignore[type-arg]
         return value
 
 
-class WhatIfRunInput(serializers.Serializer):  # type: ignore[type-arg]
+class WhatIfRunInput(RejectUnknownFields, serializers.Serializer):  # type: ignore[type-arg]
     cluster = serializers.SlugRelatedField(slug_field="name", queryset=Cluster.objects.all())
     days = serializers.IntegerField(min_value=1, max_value=services.MAX_DAYS, default=30)
     kind = serializers.ChoiceField(choices=WhatIfRun.Kind.choices, default=WhatIfRun.Kind.WHATIF)
@@ -76,7 +89,9 @@ class WhatIfRunOutput(serializers.ModelSerializer):  # type: ignore[type-arg]
     url = serializers.SerializerMethodField()
     page = serializers.SerializerMethodField()
     cluster = serializers.SlugRelatedField[Cluster](slug_field="name", read_only=True)
-    requested_by = serializers.SlugRelatedField[Any](slug_field="username", read_only=True)
+    requested_by = serializers.SlugRelatedField[Any](
+        slug_field="username", read_only=True, allow_null=True
+    )
 
     class Meta:
         model = WhatIfRun
@@ -144,6 +159,7 @@ class WhatIfRunViewSet(
     @action(detail=True, methods=["post"])
     def rerun(self, request: Request, pk: str | None = None) -> Response:
         """Queue a new run with this run's request (e.g. after its worker stopped)."""
+        NoInput.check(request.data)
         run = services.whatif_run_repeat(actor=request.user, run=self.get_object())
         return self._accepted(request, run)
 

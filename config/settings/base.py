@@ -43,6 +43,7 @@ MIDDLEWARE = [
     "config.health.ProbeMiddleware",  # before host checks and the SSL redirect
     "config.logs.RequestIdMiddleware",  # every line logged for a request carries its id
     "config.metrics.RequestMetricsMiddleware",
+    "tenants.api.middleware.InputGuardMiddleware",  # body size, NUL in parameters
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -134,9 +135,17 @@ REST_FRAMEWORK = {
         "rest_framework.filters.OrderingFilter",
         "rest_framework.filters.SearchFilter",
     ],
+    "DEFAULT_PARSER_CLASSES": [
+        "tenants.api.parsers.BoundedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "tenants.api.errors.exception_handler",
 }
+
+# The largest request body accepted (1 MiB); larger is a 413 (tenants.api.middleware).
+DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "Tidegate API",
@@ -149,6 +158,7 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_REQUEST": True,
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
+        "tenants.api.schema.add_error_responses",
         "tenants.api.schema.document_idempotency_keys",
     ],
 }

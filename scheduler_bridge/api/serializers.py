@@ -11,11 +11,15 @@ from rest_framework import serializers
 from scheduler_bridge import selectors
 from scheduler_bridge.gateways.tolerations import untolerated
 from scheduler_bridge.inventory.models import Cluster, Flavour, Node
-from scheduler_bridge.quotas.models import Quota, QuotaRequest
-from tenants.api.serializers import VisibleTenantField
+from scheduler_bridge.quotas.models import TEXT_MAX_LENGTH, Quota, QuotaRequest
+from tenants.api.serializers import RejectUnknownFields, VisibleTenantField, at_most
+
+# a node has at most this many GPUs, a flavour at most this many tolerations
+MAX_GPUS_PER_NODE = 64
+MAX_TOLERATIONS = 64
 
 
-class ClusterSerializer(serializers.ModelSerializer[Cluster]):
+class ClusterSerializer(RejectUnknownFields, serializers.ModelSerializer[Cluster]):
     class Meta:
         model = Cluster
         fields = [
@@ -104,14 +108,17 @@ class NodeSerializer(serializers.ModelSerializer[Node]):
         read_only_fields = [f for f in fields if f != "pinned_layout"]
 
 
-class NodePinSerializer(serializers.Serializer[Node]):
+class NodePinSerializer(RejectUnknownFields, serializers.Serializer[Node]):
     """An admin pin: one entry per GPU, each `null` (MIG disabled) or a list of
     profile names (placed by Tidegate) or [profile, start] pairs."""
 
     pinned_layout = serializers.JSONField(allow_null=True)
 
+    def validate_pinned_layout(self, value: Any) -> Any:
+        return at_most(value, MAX_GPUS_PER_NODE)
 
-class FlavourSerializer(serializers.ModelSerializer[Flavour]):
+
+class FlavourSerializer(RejectUnknownFields, serializers.ModelSerializer[Flavour]):
     cluster: serializers.SlugRelatedField[Cluster] = serializers.SlugRelatedField(
         slug_field="name", read_only=True
     )
@@ -138,6 +145,9 @@ class FlavourSerializer(serializers.ModelSerializer[Flavour]):
             "overcommitted",
         ]
         read_only_fields = [f for f in fields if f != "tolerations"]
+
+    def validate_tolerations(self, value: Any) -> Any:
+        return at_most(value, MAX_TOLERATIONS)
 
     @extend_schema_field(OpenApiTypes.BOOL)
     def get_overcommitted(self, flavour: Flavour) -> bool:
@@ -178,7 +188,7 @@ class VisibleFlavourField(serializers.RelatedField[Flavour, Flavour, str]):
         return flavour
 
 
-class QuotaSerializer(serializers.ModelSerializer[Quota]):
+class QuotaSerializer(RejectUnknownFields, serializers.ModelSerializer[Quota]):
     tenant = VisibleTenantField()
     flavour = VisibleFlavourField()
     overcommitted = serializers.SerializerMethodField()
@@ -205,6 +215,8 @@ class QuotaSerializer(serializers.ModelSerializer[Quota]):
             "updated_at",
         ]
         read_only_fields = ["id", "overcommitted", "held_core", "held_elastic", "updated_at"]
+        # the model's default (0) is for rows; a request names what it guarantees
+        extra_kwargs: dict[str, Any] = {"guaranteed": {"required": True}}
         validators: list[Any] = []  # one quota per (tenant, flavour): the API updates it
 
     @extend_schema_field(OpenApiTypes.INT)
@@ -224,14 +236,14 @@ class QuotaSerializer(serializers.ModelSerializer[Quota]):
 
 # Named apart from the request half of QuotaSerializer, which the schema calls QuotaRequest.
 @extend_schema_serializer(component_name="QuotaChangeRequest")
-class QuotaRequestSerializer(serializers.ModelSerializer[QuotaRequest]):
+class QuotaRequestSerializer(RejectUnknownFields, serializers.ModelSerializer[QuotaRequest]):
     tenant = VisibleTenantField()
     flavour = VisibleFlavourField()
     requested_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
-        slug_field="username", read_only=True
+        slug_field="username", read_only=True, allow_null=True
     )
     decided_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
-        slug_field="username", read_only=True
+        slug_field="username", read_only=True, allow_null=True
     )
 
     class Meta:
@@ -262,8 +274,10 @@ class QuotaRequestSerializer(serializers.ModelSerializer[QuotaRequest]):
         ]
 
 
-class DecisionSerializer(serializers.Serializer[QuotaRequest]):
-    comment = serializers.CharField(required=False, allow_blank=True, default="")
+class DecisionSerializer(RejectUnknownFields, serializers.Serializer[QuotaRequest]):
+    comment = serializers.CharField(
+        required=False, allow_blank=True, default="", max_length=TEXT_MAX_LENGTH
+    )
 
 
 class MigPlanGpuSerializer(serializers.Serializer[Any]):

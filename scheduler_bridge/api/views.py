@@ -30,6 +30,7 @@ from scheduler_bridge.quotas import services as quota_services
 from scheduler_bridge.quotas.models import Quota, QuotaRequest
 from scheduler_bridge.workloads.selectors import holdings_by_tenant_and_flavour
 from tenants import access
+from tenants.api.serializers import NoInput, QueuedSerializer
 from tenants.errors import PermissionDenied
 
 
@@ -72,11 +73,12 @@ class ClusterViewSet(viewsets.ModelViewSet[Cluster]):
     def perform_destroy(self, instance: Cluster) -> None:
         cluster_delete(actor=self.request.user, cluster=instance, source="api")
 
-    @extend_schema(request=None, responses={202: None})
+    @extend_schema(request=None, responses={202: QueuedSerializer})
     @action(detail=True, methods=["post"])
     def sync(self, request: Request, name: str | None = None) -> Response:
         """Queue an inventory sync (then a quota sync) of this cluster now."""
         cluster = self.get_object()
+        NoInput.check(request.data)
         queue_inventory_sync(cluster.pk)
         return Response(
             {"detail": f"sync of {cluster.name} queued"}, status=status.HTTP_202_ACCEPTED
@@ -283,5 +285,6 @@ class QuotaRequestViewSet(
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         """The requester (or an approver) withdraws a pending request."""
         quota_request = self.get_object()
+        NoInput.check(request.data)
         decided = quota_services.quota_request_cancel(actor=request.user, request=quota_request)
         return Response(self.get_serializer(decided).data)

@@ -26,7 +26,7 @@ from scheduler_bridge import selectors
 from scheduler_bridge.inventory.models import Flavour
 from scheduler_bridge.portal.quota_book import FlavourAsk, QuotaBook
 from scheduler_bridge.quotas import services as quota_services
-from scheduler_bridge.quotas.models import Quota, QuotaRequest
+from scheduler_bridge.quotas.models import TEXT_MAX_LENGTH, Quota, QuotaRequest
 from scheduler_bridge.quotas.services import QuotaSeen
 from scheduler_bridge.workloads.selectors import holdings_by_tenant_and_flavour
 from tenants import access
@@ -112,7 +112,9 @@ class QuotaRequestForm(forms.Form):
     )
     lend_limit = forms.IntegerField(min_value=0, required=False, label=gettext_lazy("Lend limit"))
     justification = forms.CharField(
-        widget=forms.Textarea(attrs={"rows": 2}), label=gettext_lazy("Why")
+        widget=forms.Textarea(attrs={"rows": 2}),
+        label=gettext_lazy("Why"),
+        max_length=TEXT_MAX_LENGTH,
     )
     seen = forms.CharField(widget=forms.HiddenInput, required=False)
 

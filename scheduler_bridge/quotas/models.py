@@ -9,6 +9,9 @@ from django.utils.translation import gettext_lazy as _
 from scheduler_bridge.inventory.models import Flavour
 from tenants.models import Tenant
 
+# the longest justification or decision comment (characters); longer is a 400
+TEXT_MAX_LENGTH = 2000
+
 
 class Quota(models.Model):
     """How much of a flavour a tenant is guaranteed, may borrow and may lend.
@@ -54,7 +57,7 @@ class QuotaRequest(models.Model):
     guaranteed = models.PositiveIntegerField()
     borrow_limit = models.PositiveIntegerField(null=True, blank=True)
     lend_limit = models.PositiveIntegerField(null=True, blank=True)
-    justification = models.TextField()
+    justification = models.TextField(max_length=TEXT_MAX_LENGTH)
     state = models.CharField(max_length=10, choices=State.choices, default=State.PENDING)
     requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
@@ -66,7 +69,7 @@ class QuotaRequest(models.Model):
         on_delete=models.SET_NULL,
         related_name="+",
     )
-    decision_comment = models.TextField(blank=True)
+    decision_comment = models.TextField(blank=True, max_length=TEXT_MAX_LENGTH)
     created_at = models.DateTimeField(auto_now_add=True)
     decided_at = models.DateTimeField(null=True, blank=True)
 

@@ -16,16 +16,27 @@ from scheduler_bridge.api.views import PlatformAdminWrites
 from scheduler_bridge.workloads import services
 from scheduler_bridge.workloads.models import PriorityClass, Workload
 from scheduler_bridge.workloads.selectors import workloads_visible_to
-from tenants.api.serializers import RejectUnknownFields, VisibleTenantField
+from tenants.api.serializers import (
+    BoundedListSerializer,
+    NoInput,
+    RejectUnknownFields,
+    VisibleTenantField,
+)
+
+# Kueue's Workload takes at most 8 pod sets (its CRD's maxItems); so does Tidegate, and
+# a longer list is refused before any pod set is looked at.
+MAX_POD_SETS = 8
 
 
 class PodSetInput(RejectUnknownFields, serializers.Serializer[Any]):
     name = serializers.CharField(required=False, default="main", max_length=63)
-    count = serializers.IntegerField(min_value=1, default=1)
-    gpus_per_pod = serializers.IntegerField(min_value=1)
-    flavour = serializers.CharField(required=False, allow_null=True, default=None)
-    product = serializers.CharField(required=False, allow_null=True, default=None)
-    mig_profile = serializers.CharField(required=False, allow_null=True, default=None)
+    count = serializers.IntegerField(min_value=1, max_value=100_000, default=1)
+    gpus_per_pod = serializers.IntegerField(min_value=1, max_value=1024)
+    flavour = serializers.CharField(required=False, allow_null=True, default=None, max_length=120)
+    product = serializers.CharField(required=False, allow_null=True, default=None, max_length=120)
+    mig_profile = serializers.CharField(
+        required=False, allow_null=True, default=None, max_length=63
+    )
     min_count = serializers.IntegerField(
         min_value=1,
         required=False,
@@ -56,10 +67,14 @@ class WorkloadSubmitSerializer(RejectUnknownFields, serializers.Serializer[Workl
     cluster = serializers.SlugField()
     tenant = VisibleTenantField()
     name = serializers.CharField(max_length=253)
-    pod_sets = PodSetInput(many=True)
+    pod_sets: BoundedListSerializer = BoundedListSerializer(
+        child=PodSetInput(), max_length=MAX_POD_SETS
+    )
     gang = serializers.BooleanField(default=True)
     topology = serializers.ChoiceField(choices=Workload.Topology.choices, default="none")
-    priority_class = serializers.CharField(required=False, allow_null=True, default=None)
+    priority_class = serializers.CharField(
+        required=False, allow_null=True, default=None, max_length=63
+    )
     max_run_time_s = serializers.IntegerField(
         min_value=1, max_value=2**31 - 1, required=False, allow_null=True
     )
@@ -197,6 +212,7 @@ class WorkloadViewSet(
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         """Withdraw pending or running work."""
+        NoInput.check(request.data)
         workload = services.workload_cancel(actor=request.user, workload=self.get_object())
         return Response(WorkloadSerializer(workload).data)
 
@@ -204,11 +220,12 @@ class WorkloadViewSet(
     @action(detail=True, methods=["post"])
     def finish(self, request: Request, pk: str | None = None) -> Response:
         """Report that running work ended, freeing its GPUs."""
+        NoInput.check(request.data)
         workload = services.workload_finish(actor=request.user, workload=self.get_object())
         return Response(WorkloadSerializer(workload).data)
 
 
-class PriorityClassSerializer(serializers.ModelSerializer[PriorityClass]):
+class PriorityClassSerializer(RejectUnknownFields, serializers.ModelSerializer[PriorityClass]):
     class Meta:
         model = PriorityClass
         fields = [

@@ -30,6 +30,9 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     elif isinstance(exc, Http404):
         code = status.HTTP_404_NOT_FOUND
         body = problems.problem(code, gettext("Not found."))
+    elif (refused := problems.from_database_refusal(exc)) is not None:
+        set_rollback()
+        code, body = refused["status"], refused
     elif problems.is_unavailable(exc):
         logger.warning("API request answered 503: %s", exc, exc_info=exc)
         set_rollback()

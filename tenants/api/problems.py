@@ -17,7 +17,8 @@ from http import HTTPStatus
 from typing import Any
 
 from django.conf import settings
-from django.db import InterfaceError, OperationalError
+from django.db import DataError, InterfaceError, OperationalError
+from django.db.models import ProtectedError, RestrictedError
 from django.http import JsonResponse
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
@@ -51,6 +52,44 @@ UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = (
 def is_unavailable(error: BaseException) -> bool:
     """Whether ``error`` says the database or the broker is down."""
     return isinstance(error, UNAVAILABLE_ERRORS)
+
+
+def from_database_refusal(error: BaseException) -> dict[str, Any] | None:
+    """The problem document for a change or a value the database refused (a row still
+    used by others: 409; a value it cannot store: 400), or None for any other error."""
+    if isinstance(error, ProtectedError | RestrictedError):
+        return still_in_use(
+            error.protected_objects
+            if isinstance(error, ProtectedError)
+            else error.restricted_objects
+        )
+    if isinstance(error, DataError):
+        return problem(
+            HTTPStatus.BAD_REQUEST,
+            gettext(
+                "A value in the request cannot be stored (too large, out of range or "
+                "holding a NUL character); correct it and try again."
+            ),
+        )
+    return None
+
+
+def still_in_use(users: Any) -> dict[str, Any]:
+    """409: what still refers to the row a request tried to delete, by kind and count."""
+    counts: dict[str, int] = {}  # by model name (stable, for programs)
+    names: dict[str, str] = {}  # and as people read it, in the request's language
+    for row in users:
+        kind = row._meta.model_name
+        counts[kind] = counts.get(kind, 0) + 1
+        names[kind] = str(row._meta.verbose_name_plural)
+    named = ", ".join(f"{counts[kind]} {names[kind]}" for kind in sorted(counts))
+    body = problem(
+        HTTPStatus.CONFLICT,
+        gettext("It is still used by %(users)s; delete or move those first, then try again.")
+        % {"users": named},
+    )
+    body["used_by"] = counts
+    return body
 
 
 def retry_after_s() -> int:

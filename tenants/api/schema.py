@@ -1,8 +1,72 @@
-"""Additions to the published OpenAPI schema (drf-spectacular post-processing hooks)."""
+"""What /api/schema/ says beyond what drf-spectacular infers from the views: the error
+answers every operation may give, as problem documents (tenants.api.problems), and the
+Idempotency-Key header every POST takes (tenants.idempotency)."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from tenants.api import problems
+
+PROBLEM_COMPONENT = "Problem"
+
+PROBLEM_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "An error (RFC 9457). Field errors appear under `errors`, one list of "
+    "messages per field, and again at the top level.",
+    "properties": {
+        "type": {"type": "string"},
+        "title": {"type": "string"},
+        "status": {"type": "integer"},
+        "detail": {"type": "string"},
+        "errors": {"type": "object", "additionalProperties": True},
+    },
+    "required": ["type", "title", "status", "detail"],
+    "additionalProperties": True,
+}
+
+# status -> description; every operation may answer these
+EVERY_OPERATION = {
+    "400": "Invalid input: a field error or a bad query parameter.",
+    "401": "Not authenticated.",
+    "403": "The caller's role does not allow this.",
+    "404": "Not found, or not visible to the caller (also a page beyond the last).",
+    "503": "The database or the task queue is down; retry after Retry-After seconds.",
+}
+# and operations that change something
+WRITES = {
+    "409": "Conflicts with the current state (e.g. still in use), or a request with the "
+    "same Idempotency-Key is still being answered.",
+    "413": "The request body is larger than Tidegate accepts.",
+}
+WRITE_METHODS = frozenset({"post", "put", "patch", "delete"})
+
+
+def add_error_responses(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """drf-spectacular postprocessing hook: document the problem documents."""
+    schemas = result.setdefault("components", {}).setdefault("schemas", {})
+    schemas[PROBLEM_COMPONENT] = PROBLEM_SCHEMA
+    reference = {"$ref": f"#/components/schemas/{PROBLEM_COMPONENT}"}
+    for path, item in result.get("paths", {}).items():
+        if not path.startswith("/api/v1/"):
+            continue
+        for method, operation in item.items():
+            if not isinstance(operation, dict) or "responses" not in operation:
+                continue
+            answers = dict(EVERY_OPERATION)
+            if method in WRITE_METHODS:
+                answers |= WRITES
+            responses = operation["responses"]
+            for status, description in answers.items():
+                responses.setdefault(
+                    status,
+                    {
+                        "description": description,
+                        "content": {problems.PROBLEM_JSON: {"schema": reference}},
+                    },
+                )
+    return result
+
 
 IDEMPOTENCY_KEY = {
     "name": "Idempotency-Key",
@@ -13,12 +77,14 @@ IDEMPOTENCY_KEY = {
         "get the first answer instead of a second write. Kept 24 hours per credentials; "
         "reusing a key for another request is refused with 422."
     ),
-    "schema": {"type": "string", "maxLength": 255},
+    "schema": {"type": "string", "minLength": 1, "maxLength": 255},
 }
 
 
 def document_idempotency_keys(result: dict[str, Any], **_: Any) -> dict[str, Any]:
-    """Every POST operation takes the optional Idempotency-Key header."""
+    """drf-spectacular postprocessing hook: every POST takes the optional Idempotency-Key
+    header, and may answer 422 when the key was used for another request."""
+    reference = {"$ref": f"#/components/schemas/{PROBLEM_COMPONENT}"}
     for path_item in result.get("paths", {}).values():
         operation = path_item.get("post")
         if operation is None:
@@ -26,4 +92,11 @@ def document_idempotency_keys(result: dict[str, Any], **_: Any) -> dict[str, Any
         parameters = operation.setdefault("parameters", [])
         if not any(p.get("name") == IDEMPOTENCY_KEY["name"] for p in parameters):
             parameters.append(dict(IDEMPOTENCY_KEY))
+        operation.setdefault("responses", {}).setdefault(
+            "422",
+            {
+                "description": "The Idempotency-Key was used for a different request.",
+                "content": {problems.PROBLEM_JSON: {"schema": reference}},
+            },
+        )
     return result

@@ -4,10 +4,12 @@ model validators; rules that span rows live in the services."""
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.utils.translation import gettext
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -17,24 +19,74 @@ from tenants.models import AuditEvent, Membership, NamespaceBinding, Role, Tenan
 
 
 class RejectUnknownFields:
-    """Mixin for input serializers: a field the serializer does not know is a 400 naming
-    it (with the closest known name), not silently dropped - a typo like "topolgy" must
-    not submit work with the default topology."""
+    """Mixin for every serializer that takes input: a field the serializer does not know
+    is a 400 naming it (with the closest known name) and listing the fields it takes,
+    not silently dropped - a typo like "topolgy" must not submit work with the default
+    topology. tests/security/test_unknown_fields.py checks every API serializer has it."""
 
     fields: Any
 
     def to_internal_value(self, data: Any) -> Any:
-        if isinstance(data, dict):
+        if isinstance(data, Mapping):
             known = [name for name, field in self.fields.items() if not field.read_only]
-            unknown = sorted(set(data) - set(known))
+            unknown = sorted(set(data) - set(known), key=str)
             if unknown:
-                errors = {}
-                for name in unknown:
-                    close = difflib.get_close_matches(name, known, n=1)
-                    hint = f" Did you mean {close[0]!r}?" if close else ""
-                    errors[name] = [f"Unknown field.{hint} Known: {', '.join(sorted(known))}."]
-                raise serializers.ValidationError(errors)
+                raise serializers.ValidationError(
+                    {str(name): [unknown_field_message(str(name), known)] for name in unknown}
+                )
         return super().to_internal_value(data)  # type: ignore[misc]
+
+
+class QueuedSerializer(serializers.Serializer[Any]):
+    """202: work queued; ``detail`` says which."""
+
+    detail = serializers.CharField()
+
+
+class NoInput(RejectUnknownFields, serializers.Serializer[Any]):
+    """The body of an action that takes none (cancel, sync, close...): any field in it is
+    refused like an unknown field elsewhere, rather than ignored."""
+
+    @classmethod
+    def check(cls, data: Any) -> None:
+        cls(data=data if isinstance(data, Mapping) else {}).is_valid(raise_exception=True)
+
+
+def unknown_field_message(name: str, known: list[str]) -> str:
+    if not known:
+        return gettext("Unknown field: this request takes no fields.")
+    close = difflib.get_close_matches(name, known, n=1)
+    listed = ", ".join(sorted(known))
+    if close:
+        return gettext("Unknown field. Did you mean '%(close)s'? Known fields: %(known)s.") % {
+            "close": close[0],
+            "known": listed,
+        }
+    return gettext("Unknown field. Known fields: %(known)s.") % {"known": listed}
+
+
+class BoundedListSerializer(serializers.ListSerializer):  # type: ignore[type-arg]
+    """A list of nested inputs with ``max_length``, checked before any item is read, its
+    error a plain list of messages like any field's."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        limit: int | None = getattr(self, "max_length", None)  # DRF's, unknown to the stubs
+        if isinstance(data, list) and limit is not None and len(data) > limit:
+            raise serializers.ValidationError(
+                self.error_messages["max_length"].format(max_length=limit),
+                code="max_length",
+            )
+        return super().to_internal_value(data)
+
+
+def at_most(value: Any, limit: int) -> Any:
+    """``value`` (a JSON list or object) if it has at most ``limit`` entries; else a 400."""
+    if isinstance(value, list | dict) and len(value) > limit:
+        raise serializers.ValidationError(
+            gettext("Give at most %(limit)s entries (%(count)s given).")
+            % {"limit": limit, "count": len(value)}
+        )
+    return value
 
 
 @extend_schema_field(OpenApiTypes.STR)
@@ -50,7 +102,7 @@ class VisibleTenantField(serializers.SlugRelatedField):  # type: ignore[type-arg
         return access.tenants_visible_to(request.user if request else None)
 
 
-class TenantSerializer(serializers.ModelSerializer[Tenant]):
+class TenantSerializer(RejectUnknownFields, serializers.ModelSerializer[Tenant]):
     # DRF's metaclass moves declared fields off the class, so this does not clash with
     # Field.parent at run time; the stubs cannot know that.
     parent = VisibleTenantField(required=False, allow_null=True)  # type: ignore[assignment]
@@ -85,7 +137,7 @@ class TenantSerializer(serializers.ModelSerializer[Tenant]):
         return value.strip()
 
 
-class MembershipSerializer(serializers.ModelSerializer[Membership]):
+class MembershipSerializer(RejectUnknownFields, serializers.ModelSerializer[Membership]):
     tenant = VisibleTenantField()
     user = serializers.SlugRelatedField(
         slug_field="username", queryset=get_user_model().objects.filter(is_active=True)
@@ -99,11 +151,13 @@ class MembershipSerializer(serializers.ModelSerializer[Membership]):
         validators: list[Any] = []  # uniqueness is the service's, with a clearer message
 
 
-class MembershipUpdateSerializer(serializers.Serializer[Membership]):
+class MembershipUpdateSerializer(RejectUnknownFields, serializers.Serializer[Membership]):
     role = serializers.ChoiceField(choices=Role.choices)
 
 
-class NamespaceBindingSerializer(serializers.ModelSerializer[NamespaceBinding]):
+class NamespaceBindingSerializer(
+    RejectUnknownFields, serializers.ModelSerializer[NamespaceBinding]
+):
     tenant = VisibleTenantField()
 
     class Meta:
@@ -122,13 +176,15 @@ class NamespaceBindingSerializer(serializers.ModelSerializer[NamespaceBinding]):
         validators: list[Any] = []  # "already bound" is the service's, naming the owner
 
 
-class NamespaceBindingUpdateSerializer(serializers.Serializer[NamespaceBinding]):
+class NamespaceBindingUpdateSerializer(
+    RejectUnknownFields, serializers.Serializer[NamespaceBinding]
+):
     tenant: VisibleTenantField = VisibleTenantField()
 
 
 class AuditEventSerializer(serializers.ModelSerializer[AuditEvent]):
     tenant: serializers.SlugRelatedField[Tenant] = serializers.SlugRelatedField(
-        slug_field="slug", read_only=True
+        slug_field="slug", read_only=True, allow_null=True
     )
 
     class Meta:

@@ -17,6 +17,7 @@ from rest_framework.views import APIView
 
 from tenants import access, services
 from tenants.api import serializers as s
+from tenants.api.filters import UtcIsoDateTimeFilter
 from tenants.models import AuditEvent, Membership, NamespaceBinding, Tenant
 
 
@@ -142,8 +143,8 @@ class NamespaceBindingViewSet(viewsets.ModelViewSet[NamespaceBinding]):
 class AuditEventFilter(django_filters.FilterSet):
     actor = django_filters.CharFilter(field_name="actor_repr")
     tenant = django_filters.CharFilter(field_name="tenant__slug")
-    since = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    until = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+    since = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    until = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
 
     class Meta:
         model = AuditEvent

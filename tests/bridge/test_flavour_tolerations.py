@@ -125,5 +125,7 @@ def test_other_flavour_fields_stay_read_only(fake_cluster: FakeCluster, cast: Ca
     response = client_for(cast.platform_admin).patch(
         f"/api/v1/flavours/{fake_cluster.h100.pk}/", {"capacity": 999}, format="json"
     )
-    assert response.status_code == 200
+    # refused, naming the field and the one a flavour takes, rather than silently dropped
+    assert response.status_code == 400
+    assert response.json()["errors"] == {"capacity": ["Unknown field. Known fields: tolerations."]}
     assert Flavour.objects.get(pk=fake_cluster.h100.pk).capacity == 16
