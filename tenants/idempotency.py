@@ -24,6 +24,7 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.db import IntegrityError, transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
@@ -63,7 +64,10 @@ class IdempotencyKeyMiddleware:
                 )
                 % {"max": MAX_KEY_LENGTH},
             )
-        fingerprint = hashlib.sha256(request.body).hexdigest()
+        try:
+            fingerprint = hashlib.sha256(request.body).hexdigest()
+        except RequestDataTooBig:
+            return self.get_response(request)  # refused as too large, with its own answer
         record, earlier = _begin(scope, key, request, fingerprint)
         if earlier is not None:
             return _answer_again(earlier, request, fingerprint)

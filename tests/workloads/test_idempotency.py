@@ -129,3 +129,15 @@ def test_two_requests_with_one_key_at_once_create_one_workload(
     # the second is either the first's answer replayed, or told to retry while it runs
     assert sorted(answers) in ([201, 201], [201, 409])
     assert Workload.objects.filter(name="train").count() == 1
+
+
+def test_a_body_too_large_is_refused_as_without_a_key(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    client = signed_in(cast.member)
+    huge = {**body(), "name": "x" * (2 * 1024 * 1024)}
+    without = client.post(URL, huge, format="json")
+    with_key = client.post(URL, huge, format="json", HTTP_IDEMPOTENCY_KEY="huge")
+    assert with_key.status_code == without.status_code == 413
+    assert with_key["Content-Type"] == without["Content-Type"] == "application/problem+json"
+    assert not IdempotentRequest.objects.exists()
