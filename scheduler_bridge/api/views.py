@@ -173,11 +173,21 @@ class FlavourViewSet(
             )
         serializer.instance = flavour
 
-    def get_serializer_context(self) -> dict[str, Any]:
-        return super().get_serializer_context() | {
-            "overcommitted": selectors.overcommitted_flavour_ids(),
-            "held": holdings_by_tenant_and_flavour(),
+    def get_serializer(self, *args: Any, **kwargs: Any) -> Any:
+        flavour_ids = _flavour_ids(args[0] if args else kwargs.get("instance"))
+        kwargs["context"] = self.get_serializer_context() | {
+            "overcommitted": selectors.overcommitted_flavour_ids(flavour_ids),
         }
+        return super().get_serializer(*args, **kwargs)
+
+
+def _flavour_ids(instance: Any) -> list[int]:
+    """The flavours of what is being serialised: a page of flavours or quotas, or one.
+    Context that costs a query per flavour is computed for those rows only."""
+    if instance is None:
+        return []
+    rows = instance if isinstance(instance, list | tuple) else [instance]
+    return sorted({getattr(row, "flavour_id", None) or row.pk for row in rows})
 
 
 class QuotaViewSet(viewsets.ModelViewSet[Quota]):
@@ -195,11 +205,13 @@ class QuotaViewSet(viewsets.ModelViewSet[Quota]):
     def get_queryset(self) -> Any:
         return selectors.quotas_visible_to(self.request.user)
 
-    def get_serializer_context(self) -> dict[str, Any]:
-        return super().get_serializer_context() | {
-            "overcommitted": selectors.overcommitted_flavour_ids(),
-            "held": holdings_by_tenant_and_flavour(),
+    def get_serializer(self, *args: Any, **kwargs: Any) -> Any:
+        flavour_ids = _flavour_ids(args[0] if args else kwargs.get("instance"))
+        kwargs["context"] = self.get_serializer_context() | {
+            "overcommitted": selectors.overcommitted_flavour_ids(flavour_ids),
+            "held": holdings_by_tenant_and_flavour(flavour_ids),
         }
+        return super().get_serializer(*args, **kwargs)
 
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         body = self.get_serializer(data=request.data)

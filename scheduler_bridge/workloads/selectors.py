@@ -26,14 +26,18 @@ def borrowed_by_tenant(cluster: Cluster) -> dict[int, dict[str, int]]:
     return dict(lent)
 
 
-def holdings_by_tenant_and_flavour() -> dict[tuple[int, int], tuple[int, int]]:
+def holdings_by_tenant_and_flavour(
+    flavour_ids: list[int] | None = None,
+) -> dict[tuple[int, int], tuple[int, int]]:
     """(tenant id, flavour id) -> (core GPUs, elastic GPUs) that admitted and running
-    work holds now: elastic GPUs are those of pods above elastic pod sets' cores (the
-    first taken back by a reclaim), core GPUs all the rest."""
+    work holds now (of ``flavour_ids`` only, when given): elastic GPUs are those of pods
+    above elastic pod sets' cores (the first taken back by a reclaim), core GPUs all the
+    rest."""
     held: dict[tuple[int, int], tuple[int, int]] = {}
-    rows = Workload.objects.filter(
-        state__in=Workload.ACTIVE_STATES, flavour__isnull=False
-    ).values_list("tenant_id", "flavour_id", "gpus", "elastic_pods")
+    active = Workload.objects.filter(state__in=Workload.ACTIVE_STATES, flavour__isnull=False)
+    if flavour_ids is not None:
+        active = active.filter(flavour_id__in=flavour_ids)
+    rows = active.values_list("tenant_id", "flavour_id", "gpus", "elastic_pods")
     for tenant_id, flavour_id, gpus, pods in rows:
         elastic = sum(p.gpus for p in parse_elastic_pods(pods))
         core, more = held.get((tenant_id, flavour_id), (0, 0))
