@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from io import StringIO
 from typing import Any
@@ -302,6 +304,34 @@ def test_cancelled_work_is_not_brought_back_by_the_next_cycle(
     assert Workload.objects.get(pk=workload).state == "cancelled"
 
 
+@contextmanager
+def _cycle_in_progress(cluster_id: int) -> Iterator[list[BaseException]]:
+    """Another connection holds the cluster's admission lock, as a cycle deciding does,
+    until the block ends; yields the errors that thread met (none expected)."""
+    holding, release = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def cycle() -> None:
+        try:
+            with transaction.atomic():
+                hold_admission_lock(cluster_id)
+                holding.set()
+                release.wait(30)
+        except BaseException as error:  # noqa: BLE001 - reported to the test
+            errors.append(error)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=cycle)
+    thread.start()
+    try:
+        assert holding.wait(10)
+        yield errors
+    finally:
+        release.set()
+        thread.join()
+
+
 def _queue_cycles_without_running_them(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """The cycles a cancel or submit queues are recorded, not run in the request (tasks
     are eager in tests): the test runs the cycle itself, from another connection."""
@@ -320,31 +350,17 @@ def test_a_cancel_does_not_wait_for_a_running_cycle(
     _queue_cycles_without_running_them(monkeypatch)
     cluster = fake_cluster.cluster
     workload = submit(cast.member, "vision", 2).json()["id"]
-    holding, release = threading.Event(), threading.Event()
-
-    def cycle_in_progress() -> None:
-        try:
-            with transaction.atomic():
-                hold_admission_lock(cluster.pk)
-                holding.set()
-                release.wait(30)
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=cycle_in_progress)
-    thread.start()
-    try:
-        assert holding.wait(10)
+    with _cycle_in_progress(cluster.pk) as errors:
         with connection.cursor() as cursor:  # a wait for the lock would fail, not hang
             cursor.execute("SET lock_timeout = '2s'")
-        response = client_for(cast.member).post(f"/api/v1/workloads/{workload}/cancel/")
+        try:
+            response = client_for(cast.member).post(f"/api/v1/workloads/{workload}/cancel/")
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("SET lock_timeout = 0")
         assert response.status_code == 200, response.content
         assert Workload.objects.get(pk=workload).state == "cancelled"
-    finally:
-        release.set()
-        thread.join()
-        with connection.cursor() as cursor:
-            cursor.execute("SET lock_timeout = 0")
+    assert errors == []
 
 
 @pytest.mark.django_db(transaction=True)
@@ -395,24 +411,7 @@ def test_a_cycle_holds_the_admission_lock_but_not_the_cluster_row(
     """While a cycle decides, a second cycle of that cluster waits, but the inventory
     sync and the billing collector can still write the cluster's row."""
     cluster = fake_cluster.cluster
-    holding, release = threading.Event(), threading.Event()
-    errors: list[BaseException] = []
-
-    def cycle_in_progress() -> None:
-        try:
-            with transaction.atomic():
-                hold_admission_lock(cluster.pk)
-                holding.set()
-                release.wait(10)
-        except BaseException as error:  # noqa: BLE001 - reported below
-            errors.append(error)
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=cycle_in_progress)
-    thread.start()
-    try:
-        assert holding.wait(10)
+    with _cycle_in_progress(cluster.pk) as errors:
         with transaction.atomic():
             with connection.cursor() as cursor:
                 cursor.execute("SET LOCAL lock_timeout = '300ms'")
@@ -421,9 +420,6 @@ def test_a_cycle_holds_the_admission_lock_but_not_the_cluster_row(
             with connection.cursor() as cursor:
                 cursor.execute("SET LOCAL lock_timeout = '300ms'")
             hold_admission_lock(cluster.pk)
-    finally:
-        release.set()
-        thread.join()
     assert errors == []
     with transaction.atomic():
         hold_admission_lock(cluster.pk)  # free again once the first transaction ended
