@@ -12,6 +12,9 @@ from scheduler_bridge.api import urls as scheduler_api
 from tenants.api import urls as tenants_api
 from tenants.api.views import MeView
 from tenants.languages import set_language
+from tenants.portal.login import LoginView, ThrottledAdminAuthenticationForm
+
+admin.site.login_form = ThrottledAdminAuthenticationForm
 
 api_router = DefaultRouter()
 api_router.registry.extend(tenants_api.router.registry)
@@ -24,7 +27,7 @@ urlpatterns = [
     path("", include("scheduler_bridge.workloads.portal")),
     path("", include("billing.portal")),
     path("", include("dashboard.urls")),
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/login/", LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("i18n/setlang/", set_language, name="set_language"),
     path("api/v1/me/", MeView.as_view(), name="api-me"),

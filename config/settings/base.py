@@ -28,7 +28,7 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
+    "knox",  # hashed, expiring API tokens (tenants.ApiToken)
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",
@@ -122,7 +122,7 @@ DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", default="tidegate@localhost")
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "tenants.tokens.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -251,3 +251,22 @@ TIDEGATE = {
         default=["tidegate-system", "gpu-operator", "nvidia-gpu-operator"],
     ),
 }
+
+# API access (docs/operations.md#security): hashed API tokens that expire after
+# TIDEGATE_API_TOKEN_TTL days, rate limits per scope ("<count>/<s|min|hour|day>";
+# empty: no limit), and the Permissions-Policy sent with every response.
+KNOX_TOKEN_MODEL = "tenants.ApiToken"
+MIGRATION_MODULES = {"knox": None}  # its own token table is swapped out: never created
+TIDEGATE_API_TOKEN_TTL = env.int("TIDEGATE_API_TOKEN_TTL", default=30)
+REST_KNOX = {"TOKEN_TTL": timedelta(days=TIDEGATE_API_TOKEN_TTL), "AUTH_HEADER_PREFIX": "Token"}
+TIDEGATE_THROTTLE_RATES: dict[str, str | None] = {
+    "user": env("TIDEGATE_THROTTLE_USER", default="1200/min") or None,
+    "anon": env("TIDEGATE_THROTTLE_ANON", default="60/min") or None,
+    "login": env("TIDEGATE_THROTTLE_LOGIN", default="10/min") or None,
+    "token_create": env("TIDEGATE_THROTTLE_TOKEN_CREATE", default="20/hour") or None,
+}
+REST_FRAMEWORK["DEFAULT_THROTTLE_CLASSES"] = [
+    "tenants.throttles.ApiUserThrottle",
+    "tenants.throttles.ApiAnonThrottle",
+]
+SPECTACULAR_SETTINGS["SERVE_PERMISSIONS"] = ["rest_framework.permissions.IsAuthenticated"]
