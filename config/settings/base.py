@@ -43,6 +43,7 @@ MIDDLEWARE = [
     "config.health.ProbeMiddleware",  # before host checks and the SSL redirect
     "config.logs.RequestIdMiddleware",  # every line logged for a request carries its id
     "config.metrics.RequestMetricsMiddleware",
+    "config.security.SecurityHeadersMiddleware",  # CSP with a per-request nonce
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -71,6 +72,7 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "django.template.context_processors.i18n",
                 "tenants.context_processors.navigation",
+                "config.security.nonce_context",
             ],
         },
     },
@@ -269,4 +271,5 @@ REST_FRAMEWORK["DEFAULT_THROTTLE_CLASSES"] = [
     "tenants.throttles.ApiUserThrottle",
     "tenants.throttles.ApiAnonThrottle",
 ]
+TIDEGATE_CSP_REPORT_ONLY = env.bool("TIDEGATE_CSP_REPORT_ONLY", default=False)
 SPECTACULAR_SETTINGS["SERVE_PERMISSIONS"] = ["rest_framework.permissions.IsAuthenticated"]
