@@ -72,3 +72,17 @@ def test_an_injected_inline_script_is_blocked(demo: None, live_server: Any, brow
     assert page.evaluate("window.__ran === undefined")
     assert any("script-src" in v for v in page.evaluate("window.__violations"))
     page.close()
+
+
+def test_the_admin_and_the_api_documentation_keep_to_the_policy(
+    demo: None, live_server: Any, browser: Any
+) -> None:
+    page = log_in(browser, live_server.url, "admin", DEMO_PASSWORD)
+    page.add_init_script(WATCH_VIOLATIONS)
+    page.goto(f"{live_server.url}/admin/tenants/tenant/")
+    page.wait_for_selector("#result_list")
+    assert page.evaluate("window.__violations") == []
+    page.goto(f"{live_server.url}/api/docs/")
+    page.wait_for_selector(".swagger-ui .opblock", timeout=20_000)
+    assert page.evaluate("window.__violations") == []
+    page.close()
