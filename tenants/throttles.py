@@ -33,8 +33,15 @@ def parse_rate(rate: str) -> tuple[int, int]:
 
 
 def client_address(request: Any) -> str:
-    """The caller's address as the web server saw it (REMOTE_ADDR: the ingress in front
-    is trusted to set it; X-Forwarded-For from a client is not believed)."""
+    """The caller's address: the peer the web server saw (REMOTE_ADDR), or, behind
+    TIDEGATE_NUM_PROXIES trusted proxies, the address the farthest of them saw - counted
+    from the right of X-Forwarded-For, so what a client writes there itself is ignored."""
+    proxies = int(getattr(settings, "TIDEGATE_NUM_PROXIES", 0))
+    if proxies > 0:
+        forwarded = request.META.get("HTTP_X_FORWARDED_FOR", "")
+        hops = [hop.strip() for hop in forwarded.split(",") if hop.strip()]
+        if hops:
+            return str(hops[-min(proxies, len(hops))])
     return str(request.META.get("REMOTE_ADDR") or "unknown")
 
 

@@ -267,6 +267,9 @@ TIDEGATE_THROTTLE_RATES: dict[str, str | None] = {
     "login": env("TIDEGATE_THROTTLE_LOGIN", default="10/min") or None,
     "token_create": env("TIDEGATE_THROTTLE_TOKEN_CREATE", default="20/hour") or None,
 }
+# Proxies in front of gunicorn that append to X-Forwarded-For (an ingress: 1); 0 counts
+# per connecting address, which behind a proxy is the proxy's.
+TIDEGATE_NUM_PROXIES = env.int("TIDEGATE_NUM_PROXIES", default=0)
 REST_FRAMEWORK["DEFAULT_THROTTLE_CLASSES"] = [
     "tenants.throttles.ApiUserThrottle",
     "tenants.throttles.ApiAnonThrottle",

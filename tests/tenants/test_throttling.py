@@ -113,3 +113,16 @@ def test_a_cache_that_does_not_answer_lets_requests_through(cast: Cast, monkeypa
     assert all(lead.get("/api/v1/me/").status_code == 200 for _ in range(8))
     signed_in = Client().post("/accounts/login/", {"username": "vision-lead", "password": "pw"})
     assert signed_in.status_code == 302
+
+
+@override_settings(TIDEGATE_THROTTLE_RATES=LOW, TIDEGATE_NUM_PROXIES=1)
+def test_behind_a_proxy_each_client_is_counted_by_the_address_the_proxy_saw(cast: Cast) -> None:
+    def attempt(forwarded: str, username: str) -> int:
+        client = Client(REMOTE_ADDR="10.9.9.9", HTTP_X_FORWARDED_FOR=forwarded)
+        response = client.post("/accounts/login/", {"username": username, "password": "no"})
+        return int(response.status_code)
+
+    # a client cannot dodge the count by writing its own X-Forwarded-For
+    tries = [attempt(f"1.1.1.{n}, 203.0.113.5", f"nobody-{n}") for n in range(4)]
+    assert tries == [200, 200, 200, 429]
+    assert attempt("203.0.113.6", "nobody-9") == 200  # another client behind the same proxy
