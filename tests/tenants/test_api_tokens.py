@@ -14,6 +14,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from tenants.models import ApiToken
+from tenants.tokens import token_create
 from tests.conftest import Cast, client_for
 
 pytestmark = pytest.mark.django_db
@@ -115,3 +116,17 @@ def test_clear_text_tokens_become_hashed_expiring_ones(cast: Cast) -> None:
     assert token.name == "migrated token" and key not in (token.digest,)
     assert token.expiry > timezone.now() + timedelta(days=29)
     assert _bearer(key).get("/api/v1/me/").json()["username"] == "vision-member"
+
+
+def test_platform_admins_see_and_revoke_tokens_in_the_admin_never_their_hash(cast: Cast) -> None:
+    from django.test import Client
+
+    token, secret = token_create(user=cast.lead, name="forgotten laptop")
+    admin = Client()
+    admin.force_login(cast.platform_admin)
+    listing = admin.get("/admin/tenants/apitoken/").content.decode()
+    assert "forgotten laptop" in listing and token.digest not in listing
+    page = admin.get(f"/admin/tenants/apitoken/{token.pk}/change/").content.decode()
+    assert token.digest not in page and secret not in page
+    admin.post(f"/admin/tenants/apitoken/{token.pk}/delete/", {"post": "yes"})
+    assert _bearer(secret).get("/api/v1/me/").status_code == 401
