@@ -70,3 +70,11 @@ def test_charts_are_data_for_the_static_script_not_inline_code(cast: Cast) -> No
     scripts = re.findall(r"<script\b([^>]*)>(.*?)</script>", html, re.S)
     assert scripts == [(' type="application/json" id="c-figure"', scripts[0][1])]
     assert "<" not in scripts[0][1] and "x()" in scripts[0][1]  # cannot end the block
+
+
+@pytest.mark.django_db
+def test_the_policy_can_be_tried_out_as_report_only(settings: Any) -> None:
+    settings.TIDEGATE_CSP_REPORT_ONLY = True
+    response = Client().get("/accounts/login/")
+    assert "Content-Security-Policy" not in response
+    assert "'nonce-" in response["Content-Security-Policy-Report-Only"]

@@ -126,3 +126,12 @@ def test_behind_a_proxy_each_client_is_counted_by_the_address_the_proxy_saw(cast
     tries = [attempt(f"1.1.1.{n}, 203.0.113.5", f"nobody-{n}") for n in range(4)]
     assert tries == [200, 200, 200, 429]
     assert attempt("203.0.113.6", "nobody-9") == 200  # another client behind the same proxy
+
+
+@override_settings(TIDEGATE_THROTTLE_RATES=LOW)
+def test_the_refusal_speaks_the_readers_language(cast: Cast) -> None:
+    browser = Client(HTTP_ACCEPT_LANGUAGE="zh-hans")
+    for _ in range(4):
+        response = browser.post("/accounts/login/", {"username": "x", "password": "no"})
+    assert response.status_code == 429
+    assert "登录尝试次数过多" in response.content.decode()
