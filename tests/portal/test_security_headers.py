@@ -78,3 +78,12 @@ def test_the_policy_can_be_tried_out_as_report_only(settings: Any) -> None:
     response = Client().get("/accounts/login/")
     assert "Content-Security-Policy" not in response
     assert "'nonce-" in response["Content-Security-Policy-Report-Only"]
+
+
+def test_the_portal_script_asks_before_a_form_marked_data_confirm_is_sent() -> None:
+    """What the removed onsubmit handlers did (real Chromium: the period close in
+    test_finance_browser.py accepts the question)."""
+    script = (ROOT / "static" / "tidegate" / "portal.js").read_text(encoding="utf-8")
+    assert "form.dataset.confirm" in script and "window.confirm(" in script
+    base = (ROOT / "templates" / "base.html").read_text(encoding="utf-8")
+    assert "tidegate/portal.js" in base and "tidegate/charts.js" in base
