@@ -10,6 +10,7 @@ from typing import Any
 from django.conf import settings
 from django.db.models import QuerySet
 from django.utils import timezone
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from knox.auth import TokenAuthentication
 
 from tenants.models import ApiToken
@@ -47,3 +48,18 @@ class ApiTokenAuthentication(TokenAuthentication):
             ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
             token.last_used_at = now
         return user, token
+
+
+class ApiTokenScheme(OpenApiAuthenticationExtension):
+    """How the published schema describes ApiTokenAuthentication."""
+
+    target_class = ApiTokenAuthentication
+    name = "tokenAuth"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
+        return {
+            "type": "apiKey",
+            "in": "header",
+            "name": "Authorization",
+            "description": 'An API token (/api/v1/tokens/) with the prefix "Token".',
+        }
