@@ -21,7 +21,7 @@ class FirstPageCountingPaginator(Paginator):
             rows = list(self.object_list[: self.per_page + 1])
             if len(rows) <= self.per_page:
                 self.__dict__["count"] = len(rows)  # fills the cached_property
-                return self._get_page(rows, 1, self)
+                return Page(rows, 1, self)
         return super().page(number)
 
 
