@@ -16,6 +16,8 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from django.utils.translation import gettext as _
 
+from tenants.plotly_div import plotly_div
+
 LAYOUT: dict[str, Any] = {
     "height": 340,
     "margin": {"l": 60, "r": 20, "t": 50, "b": 40},
@@ -26,7 +28,7 @@ VALUE_AXIS: dict[str, Any] = {"automargin": True, "rangemode": "tozero"}
 
 
 def _html(figure: go.Figure, div_id: str) -> str:
-    return str(figure.to_html(full_html=False, include_plotlyjs=False, div_id=div_id))
+    return str(plotly_div(figure, div_id))
 
 
 _TEMPLATE: dict[str, Any] = {}
@@ -41,9 +43,7 @@ def _template() -> dict[str, Any]:
 
 def _dict_html(data: list[dict[str, Any]], layout: dict[str, Any], div_id: str) -> str:
     figure = {"data": data, "layout": {"template": _template(), **layout}}
-    return str(
-        pio.to_html(figure, validate=False, full_html=False, include_plotlyjs=False, div_id=div_id)
-    )
+    return str(plotly_div(figure, div_id))
 
 
 def spend_by_cost_center(groups: Sequence[dict[str, Any]], currency: str, title: str) -> str:

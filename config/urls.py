@@ -3,7 +3,11 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
+from drf_spectacular.views import (
+    SpectacularAPIView,
+    SpectacularRedocView,
+    SpectacularSwaggerSplitView,
+)
 from rest_framework.routers import DefaultRouter
 
 from billing.api import urls as billing_api
@@ -12,6 +16,9 @@ from scheduler_bridge.api import urls as scheduler_api
 from tenants.api import urls as tenants_api
 from tenants.api.views import MeView
 from tenants.languages import set_language
+from tenants.portal.login import LoginView, ThrottledAdminAuthenticationForm
+
+admin.site.login_form = ThrottledAdminAuthenticationForm
 
 api_router = DefaultRouter()
 api_router.registry.extend(tenants_api.router.registry)
@@ -24,13 +31,13 @@ urlpatterns = [
     path("", include("scheduler_bridge.workloads.portal")),
     path("", include("billing.portal")),
     path("", include("dashboard.urls")),
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/login/", LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("i18n/setlang/", set_language, name="set_language"),
     path("api/v1/me/", MeView.as_view(), name="api-me"),
     path("api/v1/", include(api_router.urls)),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),
     path("admin/", admin.site.urls),
     # called by the Kubernetes API server (MutatingWebhookConfiguration in the chart)

@@ -8,10 +8,10 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-import plotly.io as pio
 from django.utils.translation import gettext as _
 
 from dashboard.selectors import UsagePoint
+from tenants.plotly_div import plotly_div
 
 # colours with enough contrast on white (WCAG AA for graphics: 3:1)
 ALLOCATED = "#0b6e99"
@@ -19,17 +19,7 @@ BUSY = "#067647"
 
 
 def _html(figure: dict[str, Any], div_id: str) -> str:
-    return str(
-        pio.to_html(
-            figure,
-            validate=False,
-            full_html=False,
-            include_plotlyjs=False,
-            div_id=div_id,
-            default_width="100%",
-            config={"displaylogo": False, "responsive": True},
-        )
-    )
+    return str(plotly_div(figure, div_id, config={"displaylogo": False, "responsive": True}))
 
 
 def allocated_vs_busy(points: Sequence[UsagePoint], now: datetime, title: str) -> str:

@@ -12,7 +12,7 @@ from django.http import HttpRequest
 from tenants.audit import audit_record, snapshot
 from tenants.binding_rules import bindings_changed
 from tenants.deletion import deletion_blockers
-from tenants.models import AuditEvent, Membership, NamespaceBinding, Tenant
+from tenants.models import ApiToken, AuditEvent, Membership, NamespaceBinding, Tenant
 
 
 class AuditedAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
@@ -156,4 +156,23 @@ class AuditEventAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return False
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """API tokens: platform admins see whose they are and revoke them (delete); tokens
+    are made by their owners or `manage.py create_api_token`, as the secret is shown
+    only to whoever creates one."""
+
+    list_display = ["name", "user", "token_key", "created", "expiry", "last_used_at"]
+    list_filter = ["expiry"]
+    search_fields = ["name", "user__username", "token_key"]
+    readonly_fields = ["name", "user", "token_key", "created", "expiry", "last_used_at"]
+    exclude = ["digest"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False

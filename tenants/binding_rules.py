@@ -12,11 +12,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from django.conf import settings
+from django.utils.translation import gettext
 
 # Namespaces Kubernetes itself uses (kube-system for control-plane add-ons, kube-public
-# readable by all, kube-node-lease for node heartbeats): a quota there could stop the
-# cluster's own pods.
-KUBERNETES_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
+# readable by all, kube-node-lease for node heartbeats, and every other "kube-" name,
+# which Kubernetes keeps for itself), and "default", where anything created without a
+# namespace lands: a quota there could stop the cluster's own pods, and binding it would
+# hand a tenant everyone's unnamespaced work.
+KUBERNETES_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease", "default")
+KUBERNETES_PREFIX = "kube-"
 
 # A check returns {field: message} for what is wrong with binding (cluster, namespace).
 BindingCheck = Callable[[str, str], dict[str, str] | None]
@@ -34,14 +38,20 @@ def reserved_namespaces() -> tuple[str, ...]:
     return tuple(dict.fromkeys((*KUBERNETES_NAMESPACES, *configured)))
 
 
+def is_reserved(namespace: str) -> bool:
+    return namespace in reserved_namespaces() or namespace.startswith(KUBERNETES_PREFIX)
+
+
 def _reserved(cluster_name: str, namespace: str) -> dict[str, str] | None:
-    if namespace in reserved_namespaces():
+    if is_reserved(namespace):
         return {
-            "namespace": (
-                f"{namespace} is a system namespace (Kubernetes, the GPU operator or "
-                "Tidegate itself run there) and cannot be bound to a tenant; bind the "
-                "namespace the team's workloads run in."
+            "namespace": gettext(
+                "%(namespace)s is a system namespace (Kubernetes, the GPU operator or "
+                "Tidegate itself run there, and every kube-* name and default belong to "
+                "Kubernetes) and cannot be bound to a tenant; bind the namespace the "
+                "team's workloads run in."
             )
+            % {"namespace": namespace}
         }
     return None
 

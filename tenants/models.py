@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.utils.translation import gettext_lazy as _
+from knox.models import AbstractAuthToken
+from knox.settings import CONSTANTS
 
 from tenants.binding_rules import binding_problems
 
@@ -276,3 +279,26 @@ class TaskLastStart(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key} at {self.started_at:%Y-%m-%d %H:%M:%S}"
+
+
+class ApiToken(AbstractAuthToken):
+    """An API token, stored only as a hash (django-rest-knox's scheme): the secret is shown
+    once, when created. It expires (TIDEGATE_API_TOKEN_TTL days) and its owner may
+    revoke it. `id` names it in the API; the digest never leaves the database."""
+
+    id: models.BigAutoField[int, int] = models.BigAutoField(primary_key=True)
+    digest: models.CharField[str, str] = models.CharField(
+        max_length=CONSTANTS.DIGEST_LENGTH, unique=True
+    )
+    name: models.CharField[str, str] = models.CharField(_("name"), max_length=100)
+    last_used_at: models.DateTimeField[Any, Any] = models.DateTimeField(
+        _("last used"), null=True, blank=True
+    )
+
+    class Meta:
+        ordering = ["-created", "-id"]
+        verbose_name = _("API token")
+        verbose_name_plural = _("API tokens")
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.token_key}…, {self.user_id})"

@@ -135,6 +135,8 @@ def tenant_update(
         raise ValidationFailed(
             _("Unknown field(s): %(fields)s."), params={"fields": ", ".join(sorted(unknown))}
         )
+    if "weight" in changes and Decimal(str(changes["weight"])) != tenant.weight:
+        _check_share(actor, tenant)
     moving = "parent" in changes and changes["parent"] != tenant.parent
     new_parent: Tenant | None = changes.pop("parent", tenant.parent)
     if moving:
@@ -185,6 +187,36 @@ def tenant_update(
             source=source,
         )
     return tenant
+
+
+def can_set_share(actor: Any, tenant: Tenant) -> bool:
+    """A tenant's fair-share weight is a claim against its siblings: only an admin of its
+    parent (a platform admin for a top-level tenant) sets it, never its own admins."""
+    if access.is_platform_admin(actor):
+        return True
+    return tenant.parent is not None and access.can_write_tenant(actor, tenant.parent)
+
+
+def _check_share(actor: Any, tenant: Tenant) -> None:
+    if can_set_share(actor, tenant):
+        return
+    if tenant.parent is None:
+        raise PermissionDenied(
+            _(
+                "The fair-share weight of %(tenant)s weighs it against the other top-level "
+                "tenants: only platform administrators change it."
+            ),
+            params={"tenant": tenant.slug},
+            field="weight",
+        )
+    raise PermissionDenied(
+        _(
+            "The fair-share weight of %(tenant)s weighs it against its siblings under "
+            "%(parent)s: only an admin of %(parent)s changes it."
+        ),
+        params={"tenant": tenant.slug, "parent": tenant.parent.slug},
+        field="weight",
+    )
 
 
 def _chain(tenant: Tenant, new_parent: Tenant) -> str:
@@ -276,6 +308,7 @@ def membership_update(
 ) -> Membership:
     _check_grant(actor, membership.tenant, role)
     _check_grant(actor, membership.tenant, membership.role)
+    _check_not_own_role(actor, membership)
     with transaction.atomic():
         before = snapshot(membership)
         membership.role = role
@@ -305,6 +338,22 @@ def membership_delete(*, actor: Any, membership: Membership, source: str = "api"
         )
         membership.delete()
     access.clear_access_cache(membership.user)
+
+
+def _check_not_own_role(actor: Any, membership: Membership) -> None:
+    """Nobody changes their own role (a lead naming itself lead of more, an admin
+    re-granting itself after a demotion); another lead or admin does, or an admin of a
+    tenant above, whose power does not rest on this membership."""
+    if membership.user_id != getattr(actor, "pk", None) or access.is_platform_admin(actor):
+        return
+    parent = membership.tenant.parent
+    if parent is not None and access.has_role(actor, parent, access.WRITE_ALL_ROLES):
+        return
+    raise PermissionDenied(
+        _("You cannot change your own role on %(tenant)s; ask another lead or an admin."),
+        params={"tenant": membership.tenant.slug},
+        field="role",
+    )
 
 
 def _check_grant(actor: Any, tenant: Tenant, role: str) -> None:

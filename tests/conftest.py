@@ -67,6 +67,17 @@ def cast(db: Any) -> Cast:
     )
 
 
+@pytest.fixture(autouse=True)
+def empty_cache() -> Any:
+    """Every test starts with an empty Django cache: rate-limit counts (and cached
+    reads) of one test never reach the next."""
+    from django.core.cache import cache
+
+    cache.clear()
+    yield
+    cache.clear()
+
+
 @pytest.fixture
 def api() -> APIClient:
     return APIClient()

@@ -28,7 +28,7 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
+    "knox",  # hashed, expiring API tokens (tenants.ApiToken)
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",
@@ -43,6 +43,7 @@ MIDDLEWARE = [
     "config.health.ProbeMiddleware",  # before host checks and the SSL redirect
     "config.logs.RequestIdMiddleware",  # every line logged for a request carries its id
     "config.metrics.RequestMetricsMiddleware",
+    "config.security.SecurityHeadersMiddleware",  # CSP with a per-request nonce
     "tenants.api.middleware.InputGuardMiddleware",  # body size, NUL in parameters
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -73,6 +74,7 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "django.template.context_processors.i18n",
                 "tenants.context_processors.navigation",
+                "config.security.nonce_context",
             ],
         },
     },
@@ -124,7 +126,7 @@ DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", default="tidegate@localhost")
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "tenants.tokens.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -296,3 +298,26 @@ TIDEGATE = {
         ),
     },
 }
+
+# API access (docs/operations.md#security): hashed API tokens that expire after
+# TIDEGATE_API_TOKEN_TTL days, rate limits per scope ("<count>/<s|min|hour|day>";
+# empty: no limit), and the Permissions-Policy sent with every response.
+KNOX_TOKEN_MODEL = "tenants.ApiToken"
+MIGRATION_MODULES = {"knox": None}  # its own token table is swapped out: never created
+TIDEGATE_API_TOKEN_TTL = env.int("TIDEGATE_API_TOKEN_TTL", default=30)
+REST_KNOX = {"TOKEN_TTL": timedelta(days=TIDEGATE_API_TOKEN_TTL), "AUTH_HEADER_PREFIX": "Token"}
+TIDEGATE_THROTTLE_RATES: dict[str, str | None] = {
+    "user": env("TIDEGATE_THROTTLE_USER", default="1200/min") or None,
+    "anon": env("TIDEGATE_THROTTLE_ANON", default="60/min") or None,
+    "login": env("TIDEGATE_THROTTLE_LOGIN", default="10/min") or None,
+    "token_create": env("TIDEGATE_THROTTLE_TOKEN_CREATE", default="20/hour") or None,
+}
+# Proxies in front of gunicorn that append to X-Forwarded-For (an ingress: 1); 0 counts
+# per connecting address, which behind a proxy is the proxy's.
+TIDEGATE_NUM_PROXIES = env.int("TIDEGATE_NUM_PROXIES", default=0)
+REST_FRAMEWORK["DEFAULT_THROTTLE_CLASSES"] = [
+    "tenants.throttles.ApiUserThrottle",
+    "tenants.throttles.ApiAnonThrottle",
+]
+TIDEGATE_CSP_REPORT_ONLY = env.bool("TIDEGATE_CSP_REPORT_ONLY", default=False)
+SPECTACULAR_SETTINGS["SERVE_PERMISSIONS"] = ["rest_framework.permissions.IsAuthenticated"]

@@ -27,3 +27,6 @@ WHITENOISE_USE_FINDERS = True
 # watched cache is tested on its own (tests/gateways/test_watch_cache.py) and through
 # the syncs with it on (tests/bridge/test_watched_syncs.py).
 TIDEGATE = {**TIDEGATE, "WATCH_CACHE": env.bool("TIDEGATE_WATCH_CACHE", default=False)}  # noqa: F405
+# The suite signs in and calls the API far faster than a person: generous limits here;
+# tests/tenants/test_throttling.py sets low rates and exceeds them on purpose.
+TIDEGATE_THROTTLE_RATES = dict.fromkeys(TIDEGATE_THROTTLE_RATES, "100000/min")  # noqa: F405

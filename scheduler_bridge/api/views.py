@@ -35,9 +35,12 @@ from tenants.errors import PermissionDenied
 
 
 class PlatformAdminWrites(BasePermission):
-    """Everyone reads what the queryset shows them; only platform admins write."""
+    """Signed-in users read what the queryset shows them; only platform admins write.
+    Anonymous callers get nothing (401), not even the reads."""
 
     def has_permission(self, request: Request, view: Any) -> bool:
+        if not (request.user and request.user.is_authenticated):
+            return False
         if request.method in ("GET", "HEAD", "OPTIONS"):
             return True
         return access.is_platform_admin(request.user)

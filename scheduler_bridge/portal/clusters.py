@@ -19,6 +19,7 @@ from scheduler_bridge.quotas.models import Quota
 from scheduler_bridge.workloads.models import PriorityClass, Workload
 from scheduler_bridge.workloads.selectors import held_by_node
 from tenants import access
+from tenants.plotly_div import plotly_div
 
 
 def capacity_chart(cluster: Cluster, flavours: list[Flavour]) -> str:
@@ -45,7 +46,7 @@ def capacity_chart(cluster: Cluster, flavours: list[Flavour]) -> str:
         margin={"l": 40, "r": 10, "t": 30, "b": 80},
         title=_("Capacity and guarantees per flavour"),
     )
-    return str(figure.to_html(full_html=False, include_plotlyjs=False, div_id="capacity-chart"))
+    return str(plotly_div(figure, "capacity-chart"))
 
 
 @login_required

@@ -36,6 +36,7 @@ from tenants import access
 from tenants.deletion import Description, said
 from tenants.errors import TidegateError
 from tenants.models import AuditEvent, Tenant
+from tenants.plotly_div import plotly_div
 from tenants.portal.views import visible_tenant_or_404
 
 
@@ -148,15 +149,7 @@ def holdings_chart(cluster: Any, visible_slugs: set[str]) -> str:
             "yaxis": {"title": {"text": _("GPU-equivalents")}},
         },
     }
-    return str(
-        pio.to_html(
-            figure,
-            validate=False,
-            full_html=False,
-            include_plotlyjs=False,
-            div_id="holdings-chart",
-        )
-    )
+    return str(plotly_div(figure, "holdings-chart"))
 
 
 _TEMPLATE: dict[str, Any] = {}
@@ -259,7 +252,7 @@ def runs_chart(workload: Workload) -> str:
         margin={"l": 60, "r": 10, "t": 30, "b": 30},
         title=_("Runs (red: ended by preemption)"),
     )
-    return str(figure.to_html(full_html=False, include_plotlyjs=False, div_id="runs-chart"))
+    return str(plotly_div(figure, "runs-chart"))
 
 
 # How the history names each life-cycle transition (lifecycle.TRANSITIONS).

@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from django.http import Http404
 from django.utils.translation import gettext
-from rest_framework import status
+from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 from rest_framework.views import set_rollback
 
+from tenants import throttles
 from tenants.api import problems
 from tenants.errors import TidegateError
 
 logger = logging.getLogger(__name__)
+
+NOT_SIGNED_IN = (exceptions.NotAuthenticated, exceptions.AuthenticationFailed)
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
@@ -39,6 +43,11 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         code = status.HTTP_503_SERVICE_UNAVAILABLE
         body = problems.problem(code, problems.unavailable_detail())
         headers["Retry-After"] = str(problems.retry_after_s())
+    elif isinstance(exc, NOT_SIGNED_IN) and (wait := throttles.take_anonymous(request)):
+        # the "anon" rate per address: guessing tokens or probing without one
+        code = status.HTTP_429_TOO_MANY_REQUESTS
+        body = problems.problem(code, str(exceptions.Throttled(wait).detail))
+        headers["Retry-After"] = str(math.ceil(wait))
     else:
         response = drf_exception_handler(exc, context)
         if response is None:

@@ -10,12 +10,13 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from tenants import access
-from tenants.models import AuditEvent, Membership, NamespaceBinding, Role, Tenant
+from tenants.models import ApiToken, AuditEvent, Membership, NamespaceBinding, Role, Tenant
 
 
 class RejectUnknownFields:
@@ -218,3 +219,32 @@ class MeSerializer(serializers.Serializer[Any]):
     is_platform_admin = serializers.BooleanField()
     memberships = MeMembershipSerializer(many=True)
     visible_tenants = serializers.ListField(child=serializers.CharField())
+
+
+class ApiTokenSerializer(RejectUnknownFields, serializers.ModelSerializer[ApiToken]):
+    """A token as its owner sees it: never the secret (nor its hash)."""
+
+    prefix = serializers.CharField(source="token_key", read_only=True)
+
+    class Meta:
+        model = ApiToken
+        fields = ["id", "name", "prefix", "created", "expiry", "last_used_at"]
+        read_only_fields = ["id", "prefix", "created", "expiry", "last_used_at"]
+
+    def validate_name(self, value: str) -> str:
+        if not value.strip():
+            raise serializers.ValidationError(
+                _("Name the token after what will use it (e.g. 'ci-pipeline').")
+            )
+        return value.strip()
+
+
+class NewApiTokenSerializer(ApiTokenSerializer):
+    """A token just created: the only time its secret is shown."""
+
+    token = serializers.CharField(
+        read_only=True, help_text="The secret: send it as 'Authorization: Token <secret>'."
+    )
+
+    class Meta(ApiTokenSerializer.Meta):
+        fields = [*ApiTokenSerializer.Meta.fields, "token"]

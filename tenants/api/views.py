@@ -10,15 +10,16 @@ from typing import Any
 
 import django_filters
 from drf_spectacular.utils import extend_schema
-from rest_framework import status, viewsets
+from rest_framework import mixins, status, viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from tenants import access, services
+from tenants import access, services, tokens
 from tenants.api import serializers as s
 from tenants.api.filters import UtcIsoDateTimeFilter
-from tenants.models import AuditEvent, Membership, NamespaceBinding, Tenant
+from tenants.models import ApiToken, AuditEvent, Membership, NamespaceBinding, Tenant
+from tenants.throttles import TokenCreateThrottle
 
 
 class TenantFilter(django_filters.FilterSet):
@@ -178,3 +179,39 @@ class MeView(APIView):
             "visible_tenants": list(access.tenants_visible_to(user).values_list("slug", flat=True)),
         }
         return Response(s.MeSerializer(data).data)
+
+
+class ApiTokenViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    mixins.DestroyModelMixin,
+    viewsets.GenericViewSet[ApiToken],
+):
+    """Your own API tokens: create one (its secret is in the answer, and only there),
+    list them (name, created, expiry, last used) and revoke one (`DELETE`). Another
+    user's token is a 404."""
+
+    serializer_class = s.ApiTokenSerializer
+    throttle_classes = [*APIView.throttle_classes, TokenCreateThrottle]
+    ordering_fields = ["created", "expiry", "name"]
+    filterset_fields: list[str] = []
+    search_fields = ["name"]
+
+    def get_queryset(self) -> Any:
+        if getattr(self, "swagger_fake_view", False):  # schema generation: no user
+            return ApiToken.objects.none()
+        return tokens.tokens_of(self.request.user)
+
+    @extend_schema(request=s.ApiTokenSerializer, responses={201: s.NewApiTokenSerializer})
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        serializer = s.ApiTokenSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        token, secret = tokens.token_create(
+            user=request.user, name=serializer.validated_data["name"]
+        )
+        token.token = secret  # type: ignore[attr-defined]
+        return Response(s.NewApiTokenSerializer(token).data, status=status.HTTP_201_CREATED)
+
+    def perform_destroy(self, instance: ApiToken) -> None:
+        tokens.token_revoke(instance)

@@ -189,7 +189,7 @@ def test_usage_chart_and_efficiency_per_team_come_from_the_ledger(
     record_usage(cast.team_a, fake_cluster.h100, start, hours=8, devices=2, busy_ratio="0.25")
     record_usage(cast.team_b, fake_cluster.h100, start, hours=4, busy_ratio="1", pod="speech-0")
     page = logged_in(cast.dept_admin).get("/dashboard/research/").content.decode()
-    assert 'id="usage-chart"' in page and "Plotly.newPlot" in page
+    assert 'id="usage-chart"' in page and "data-plotly-figure" in page
     for label in ("1 day", "7 days", "30 days", "all"):
         assert f'"label":"{label}"' in page
     table = page[page.index('id="efficiency-table"') :]

@@ -21,10 +21,10 @@ import pytest
 import redis
 import requests
 from django.db import connection
-from rest_framework.authtoken.models import Token
 
 from scheduler_bridge.workloads.models import Workload
 from tenants.models import AuditEvent, OutboxMessage
+from tenants.tokens import token_create
 from tests.celery_worker import wait_for, workers
 from tests.conftest import Cast
 from tests.observability.server import ROOT, closed_port, gunicorn
@@ -109,7 +109,7 @@ def production(
         "CELERY_TASK_ALWAYS_EAGER": "false",
         "CELERY_TASK_DEFAULT_QUEUE": queue,
     }
-    token = Token.objects.create(user=cast.member).key
+    _, token = token_create(user=cast.member, name="outage test")
     with gunicorn(tmp_path, **env) as url:
         yield {"url": url, "env": env, "queue": queue, "auth": {"Authorization": f"Token {token}"}}
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rest_framework.authtoken.models import Token
-
+from tenants.tokens import token_create
 from tests.bridge.conftest import FakeCluster, fake_cluster
 from tests.kube_fake.fixtures import kube_api, kubeconfig
 
@@ -15,5 +14,5 @@ __all__ = ["FakeCluster", "fake_cluster", "kube_api", "kubeconfig"]
 
 def auth_headers(user: Any) -> dict[str, str]:
     """The headers an API client of ``user`` sends."""
-    token, _ = Token.objects.get_or_create(user=user)
-    return {"Authorization": f"Token {token.key}"}
+    _, secret = token_create(user=user, name="security test")
+    return {"Authorization": f"Token {secret}"}

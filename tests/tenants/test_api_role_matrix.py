@@ -246,8 +246,8 @@ def test_anonymous_callers_are_refused(api: Any) -> None:
 
 
 def test_token_authentication_works(cast: Cast, api: Any) -> None:
-    from rest_framework.authtoken.models import Token
+    from tenants.tokens import token_create
 
-    token = Token.objects.create(user=cast.lead)
-    api.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    _, secret = token_create(user=cast.lead, name="laptop")
+    api.credentials(HTTP_AUTHORIZATION=f"Token {secret}")
     assert api.get("/api/v1/me/").json()["username"] == "vision-lead"

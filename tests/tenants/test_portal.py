@@ -134,5 +134,5 @@ def test_destructive_actions_ask_first(cast: Cast) -> None:
     forms = re.findall(r'<form method="post" action="[^"]*/remove/"[^>]*>', page)
     assert forms, "no remove forms on the page"
     for form in forms:
-        assert 'class="confirm"' in form and "window.confirm" in form
+        assert 'class="confirm"' in form and 'data-confirm="' in form  # portal.js asks
     assert "They lose access" in page and "Its ResourceQuota is removed" in page
