@@ -71,3 +71,11 @@ def idempotency_keys_expire() -> int:
     from tenants.idempotency import forget_expired
 
     return forget_expired()
+
+
+@background_task()
+def api_tokens_expire() -> int:
+    """Delete expired API tokens (beat, hourly)."""
+    from tenants.tokens import tokens_forget_expired
+
+    return tokens_forget_expired()

@@ -38,8 +38,23 @@ def token_revoke(token: ApiToken) -> None:
     token.delete()
 
 
+def tokens_forget_expired(now: Any = None) -> int:
+    """Delete every expired token (beat, hourly). Returns how many."""
+    deleted, _ = ApiToken.objects.filter(expiry__lt=now or timezone.now()).delete()
+    return deleted
+
+
 class ApiTokenAuthentication(TokenAuthentication):
     """knox's `Authorization: Token <secret>`, also noting when a token was last used."""
+
+    def _cleanup_token(self, auth_token: ApiToken) -> bool:
+        """Refuse (and delete) the presented token once expired. knox also reads every
+        other token of the user on each request to delete its expired ones: a query per
+        request, done instead by the hourly ``api_tokens_expire`` task."""
+        if auth_token.expiry is not None and auth_token.expiry < timezone.now():
+            auth_token.delete()
+            return True
+        return False
 
     def validate_user(self, auth_token: ApiToken) -> tuple[Any, ApiToken]:
         user, token = super().validate_user(auth_token)

@@ -196,6 +196,10 @@ CELERY_TASK_DEFAULT_QUEUE = env("CELERY_TASK_DEFAULT_QUEUE", default="celery")
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "heartbeat": {"task": "tenants.tasks.heartbeat", "schedule": timedelta(minutes=10)},
     "outbox-relay": {"task": "tenants.tasks.outbox_relay", "schedule": timedelta(seconds=5)},
+    "api-tokens-expire": {
+        "task": "tenants.tasks.api_tokens_expire",
+        "schedule": timedelta(hours=1),
+    },
     "idempotency-keys-expire": {
         "task": "tenants.tasks.idempotency_keys_expire",
         "schedule": timedelta(hours=1),

@@ -130,3 +130,27 @@ def test_platform_admins_see_and_revoke_tokens_in_the_admin_never_their_hash(cas
     assert token.digest not in page and secret not in page
     admin.post(f"/admin/tenants/apitoken/{token.pk}/delete/", {"post": "yes"})
     assert _bearer(secret).get("/api/v1/me/").status_code == 401
+
+
+def test_a_request_reads_only_its_own_token_and_expired_ones_are_forgotten_hourly(
+    cast: Cast,
+) -> None:
+    """Authenticating does not read the user's other tokens (one query less per request);
+    the hourly task deletes the expired ones, and only those."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from tenants.tokens import tokens_forget_expired
+
+    _, secret = token_create(user=cast.lead, name="in use")
+    old, _ = token_create(user=cast.lead, name="old")
+    ApiToken.objects.filter(pk=old.pk).update(expiry=timezone.now() - timedelta(days=1))
+    with CaptureQueriesContext(connection) as queries:
+        assert _bearer(secret).get("/api/v1/tokens/").status_code == 200
+    token_reads = [q for q in queries.captured_queries if "tenants_apitoken" in q["sql"]]
+    assert all(
+        "token_key" in q["sql"] or "UPDATE" in q["sql"] or "expiry" in q["sql"] for q in token_reads
+    )
+    assert ApiToken.objects.filter(pk=old.pk).exists()  # not deleted by a request
+    assert tokens_forget_expired() == 1
+    assert list(ApiToken.objects.values_list("name", flat=True)) == ["in use"]
