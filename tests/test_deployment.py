@@ -193,3 +193,8 @@ def test_the_chart_serves_metrics_from_every_process_of_a_pod() -> None:
         and "containerPort: {{ .Values.metrics.workerPort }}" in workers
     )
     assert 'prometheus.io/port: "8000"' in web
+
+
+def test_the_chart_counts_rate_limits_per_client_behind_its_ingress() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["env"]["TIDEGATE_NUM_PROXIES"] == "1"
