@@ -29,7 +29,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError
-from django.db.models import F, Q
+from django.db.models import Count, F, Q
 from django.utils import timezone
 
 from tenants.models import OutboxMessage, TaskLastStart
@@ -115,10 +115,15 @@ def task_started(task: str, args: Sequence[Any]) -> None:
 
 def depth() -> dict[tuple[str, ...], float]:
     """Messages waiting per task and state (unsent, sent), for the /metrics gauge."""
+    rows = OutboxMessage.objects.values("task").annotate(
+        unsent=Count("pk", filter=Q(sent_at__isnull=True)),
+        sent=Count("pk", filter=Q(sent_at__isnull=False)),
+    )
     counts: dict[tuple[str, ...], float] = {}
-    for task, sent_at in OutboxMessage.objects.values_list("task", "sent_at"):
-        label = (task, "unsent" if sent_at is None else "sent")
-        counts[label] = counts.get(label, 0) + 1
+    for row in rows:
+        for state in ("unsent", "sent"):
+            if row[state]:
+                counts[(row["task"], state)] = row[state]
     return counts
 
 

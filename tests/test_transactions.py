@@ -153,3 +153,22 @@ def test_the_outbox_depth_is_served_as_a_gauge(broker: Broker) -> None:
     queue_after_commit(CYCLE, 1)
     assert outbox.depth() == {(QUOTA_SYNC, "unsent"): 1, (CYCLE, "unsent"): 1}
     assert outbox.oldest_unsent_age_s(timezone.now() + timedelta(seconds=7)) >= 7
+
+
+def test_relay_outbox_sends_what_waits_and_says_when_the_broker_still_refuses(
+    broker: Broker,
+) -> None:
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    broker.down = True
+    queue_after_commit(QUOTA_SYNC, 2)
+    with pytest.raises(CommandError, match="could not be sent: is the broker reachable"):
+        call_command("relay_outbox", "--once", stdout=StringIO())
+    broker.down = False
+    out = StringIO()
+    call_command("relay_outbox", "--once", stdout=out)
+    assert "sent 1 message(s); 0 still waiting" in out.getvalue()
+    with pytest.raises(CommandError, match="--every must be a positive number of seconds"):
+        call_command("relay_outbox", "--every", "0")
