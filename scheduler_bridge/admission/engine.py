@@ -37,6 +37,7 @@ from time import perf_counter
 
 from . import reasons, records
 from .budget import AllowAllBudgetGate, BudgetGate
+from .devices import from_devices, to_devices
 from .explain import Explainer, Outcome
 from .incremental import Failure, FailureKey, mark_skips, own_limits_only, record_failures
 from .model import (
@@ -96,6 +97,7 @@ class AdmissionEngine:
 
     def _run_cycle(self, snapshot: ClusterSnapshot, explain_pending: bool) -> CycleResult:
         started = perf_counter()
+        snapshot, devices = to_devices(snapshot)
         static = self._static_for(snapshot)
         items = self._compile(snapshot.pending, static)
         cycle = _Cycle(static, snapshot, self.config, self.budget_gate, items, self._failures)
@@ -109,13 +111,16 @@ class AdmissionEngine:
             workloads_skipped=cycle.workloads_skipped,
             duration_s=perf_counter() - started,
         )
-        return CycleResult(
-            now=result.now,
-            admissions=result.admissions,
-            preemptions=result.preemptions,
-            pending=result.pending,
-            reservations=result.reservations,
-            stats=stats,
+        return from_devices(
+            CycleResult(
+                now=result.now,
+                admissions=result.admissions,
+                preemptions=result.preemptions,
+                pending=result.pending,
+                reservations=result.reservations,
+                stats=stats,
+            ),
+            devices,
         )
 
     def borrowing_after(

@@ -80,10 +80,16 @@ class Tenant:
 
 @dataclass(frozen=True, slots=True)
 class Flavour:
-    """A schedulable GPU resource and its weight in whole-GPU equivalents."""
+    """A schedulable GPU resource and its weight in whole-GPU equivalents per unit.
+
+    ``shared``: several pods share one GPU (time-slicing, MPS, HAMi, fractions). Its unit
+    is then a thousandth of a GPU everywhere (quotas, pod sets, node capacity: GPUs x
+    1000), ``gpu_equivalent`` is per thousandth, and no share spans GPUs
+    (admission/devices.py)."""
 
     name: str
     gpu_equivalent: float = 1.0
+    shared: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +125,8 @@ class Node:
     capacity: Mapping[str, int]
     free: Mapping[str, int] | None = None
     domain: str | None = None  # NVLink clique / topology block; None: the node alone
+    # shared flavours: thousandths of each GPU held by pods Tidegate does not manage
+    device_used: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,11 +207,13 @@ class PendingWorkload:
 
 @dataclass(frozen=True, slots=True)
 class Placement:
-    """``gpus`` GPUs of ``flavour`` on ``node``."""
+    """``gpus`` GPUs of ``flavour`` on ``node``; for a shared flavour, ``gpus`` thousandths
+    of GPU number ``gpu`` of the node."""
 
     node: str
     flavour: str
     gpus: int
+    gpu: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
