@@ -43,9 +43,9 @@ BROKER = "redis://127.0.0.1:6379/14"
 CYCLE_INTERVAL_S = float(os.environ.get("TIDEGATE_ADMISSION_CYCLE_INTERVAL_S", "5"))
 # the chart's defaults (platform/helm/tidegate/values.yaml, web.gunicorn)
 GUNICORN = {
-    "worker-class": os.environ.get("GUNICORN_WORKER_CLASS", "gthread"),
-    "workers": os.environ.get("GUNICORN_WORKERS", "2"),
-    "threads": os.environ.get("GUNICORN_THREADS", "4"),
+    "worker-class": os.environ.get("GUNICORN_WORKER_CLASS", "sync"),
+    "workers": os.environ.get("GUNICORN_WORKERS", "4"),
+    "threads": os.environ.get("GUNICORN_THREADS", "1"),
 }
 BIN = Path(sys.executable).parent
 

@@ -126,6 +126,14 @@ class FlavourSerializer(RejectUnknownFields, serializers.ModelSerializer[Flavour
     untolerated_taints = serializers.SerializerMethodField()
     # validated by the service (gateways/tolerations.py), which names each bad entry
     tolerations = serializers.JSONField()
+    sharing = serializers.ChoiceField(
+        choices=Flavour.Sharing.choices,
+        required=False,
+        help_text="How pods share one GPU: '' (not shared), time-slicing (no isolation), "
+        "mps (compute limited), hami (memory and cores enforced), fraction (advisory). "
+        "A shared flavour counts thousandths of a GPU: pods ask for gpu_milli.",
+    )
+    isolation = serializers.CharField(source="get_sharing_display", read_only=True)
 
     class Meta:
         model = Flavour
@@ -143,8 +151,10 @@ class FlavourSerializer(RejectUnknownFields, serializers.ModelSerializer[Flavour
             "node_taints",
             "untolerated_taints",
             "overcommitted",
+            "sharing",
+            "isolation",
         ]
-        read_only_fields = [f for f in fields if f != "tolerations"]
+        read_only_fields = [f for f in fields if f not in ("tolerations", "sharing")]
 
     def validate_tolerations(self, value: Any) -> Any:
         return at_most(value, MAX_TOLERATIONS)

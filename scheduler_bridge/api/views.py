@@ -23,6 +23,7 @@ from scheduler_bridge.inventory.models import Cluster, Flavour, Node
 from scheduler_bridge.inventory.services import (
     cluster_delete,
     cluster_save,
+    flavour_set_sharing,
     flavour_set_tolerations,
 )
 from scheduler_bridge.mig.services import mig_plan
@@ -154,8 +155,8 @@ class FlavourViewSet(
     viewsets.GenericViewSet[Flavour],
 ):
     """GPU flavours found by inventory: whole GPUs per product and MIG profiles.
-    Platform admins set a flavour's `tolerations` (PATCH); `node_taints` are what its
-    nodes carry, `untolerated_taints` those the tolerations leave out."""
+    Platform admins set a flavour's `tolerations` and its `sharing` (PATCH); `node_taints`
+    are what its nodes carry, `untolerated_taints` those the tolerations leave out."""
 
     serializer_class = s.FlavourSerializer
     # no write permission class: a flavour the caller cannot see is 404 before the
@@ -173,6 +174,10 @@ class FlavourViewSet(
         if "tolerations" in data:
             flavour = flavour_set_tolerations(
                 actor=self.request.user, flavour=flavour, tolerations=data["tolerations"]
+            )
+        if "sharing" in data:
+            flavour = flavour_set_sharing(
+                actor=self.request.user, flavour=flavour, sharing=data["sharing"]
             )
         serializer.instance = flavour
 

@@ -10,6 +10,9 @@ from django.utils.translation import gettext_lazy as _
 
 from tenants.models import DNS1123_LABEL
 
+# Units of a shared flavour in one GPU: its pods, quotas and placements count thousandths.
+SHARE_UNITS_PER_GPU = 1000
+
 
 class Cluster(models.Model):
     """A Kubernetes cluster (or a simulated one) that Tidegate manages.
@@ -128,7 +131,17 @@ class Node(models.Model):
 
 
 class Flavour(models.Model):
-    """A schedulable GPU resource on a cluster: a whole GPU of a product, or a MIG profile."""
+    """A schedulable GPU resource on a cluster: a whole GPU of a product, a MIG profile,
+    or a shared GPU (several pods on one GPU, counted in thousandths of it)."""
+
+    class Sharing(models.TextChoices):
+        """How pods share one GPU, from no isolation to memory and compute enforced."""
+
+        NONE = "", _("not shared")
+        TIME_SLICING = "time-slicing", _("time-slicing (no isolation)")
+        MPS = "mps", _("MPS (compute limited)")
+        HAMI = "hami", _("HAMi (memory and cores enforced)")
+        FRACTION = "fraction", _("fractions (advisory, not enforced)")
 
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="flavours")
     name = models.CharField(max_length=120)
@@ -143,6 +156,8 @@ class Flavour(models.Model):
     tolerations = models.JSONField(default=list)
     # NoSchedule/NoExecute taints inventory saw on the nodes offering it (read-only).
     node_taints = models.JSONField(default=list)
+    # shared: pods ask for thousandths of one GPU (gpu_milli), never more than one GPU each
+    sharing = models.CharField(max_length=16, choices=Sharing.choices, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -158,3 +173,14 @@ class Flavour(models.Model):
     @property
     def is_mig(self) -> bool:
         return bool(self.mig_profile)
+
+    @property
+    def is_shared(self) -> bool:
+        return bool(self.sharing)
+
+    @property
+    def unit_equivalent(self) -> float:
+        """Whole-GPU equivalents of one unit: a GPU, a MIG device, or for a shared
+        flavour a thousandth of a GPU (a 470-milli pod holds 0.47 of a GPU)."""
+        equivalent = float(self.gpu_equivalent)
+        return equivalent / SHARE_UNITS_PER_GPU if self.is_shared else equivalent

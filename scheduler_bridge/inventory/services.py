@@ -490,3 +490,65 @@ def flavour_set_tolerations(
             message=wording(gettext_noop("tolerations set")),
         )
     return locked
+
+
+def flavour_set_sharing(
+    *, actor: Any, flavour: Flavour, sharing: str, source: str = "api"
+) -> Flavour:
+    """Say how pods share the GPUs of ``flavour`` (platform admins only), audited. Its
+    unit changes with it (a thousandth of a GPU when shared), so it is refused while
+    work that is not finished asks for it or holds it: change it when the flavour is idle."""
+    if not access.is_platform_admin(actor):
+        raise PermissionDenied(_("Only platform administrators say how a flavour is shared."))
+    if sharing not in Flavour.Sharing.values:
+        raise ValidationFailed(
+            wording(
+                gettext_noop("sharing must be one of: %(choices)s"),
+                choices=", ".join(repr(v) for v in Flavour.Sharing.values),
+            ),
+            field_errors={"sharing": ["unknown sharing"]},
+        )
+    if flavour.is_mig and sharing:
+        raise ValidationFailed(
+            wording(gettext_noop("a MIG flavour is already split by MIG; it cannot be shared too")),
+            field_errors={"sharing": ["a MIG flavour cannot be shared"]},
+        )
+    from scheduler_bridge.workloads.models import Workload
+
+    with transaction.atomic():
+        locked = Flavour.objects.select_for_update().get(pk=flavour.pk)
+        if locked.sharing == sharing:
+            return locked
+        open_work = Workload.objects.filter(
+            cluster_id=locked.cluster_id, state__in=Workload.OPEN_STATES
+        ).values_list("flavour_id", "pod_sets")
+        count = sum(
+            1
+            for held, pod_sets in open_work
+            if held == locked.pk
+            or any(locked.name in (ps.get("flavours") or ()) for ps in pod_sets or ())
+        )
+        if count:
+            message = wording(
+                gettext_noop(
+                    "%(count)s unfinished workloads ask for or hold %(flavour)s; its unit "
+                    "changes with sharing, so change it when they have finished or been "
+                    "cancelled"
+                ),
+                count=count,
+                flavour=locked.name,
+            )
+            raise ValidationFailed(message, field_errors={"sharing": [say_when_read(message)]})
+        before = snapshot(locked)
+        locked.sharing = sharing
+        locked.save(update_fields=["sharing", "updated_at"])
+        audit_record(
+            actor=actor,
+            action="update",
+            instance=locked,
+            before=before,
+            after=snapshot(locked),
+            source=source,
+            message=wording(gettext_noop("sharing set to %(sharing)s"), sharing=sharing or "none"),
+        )
+    return locked

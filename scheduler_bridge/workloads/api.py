@@ -45,6 +45,24 @@ class PodSetInput(RejectUnknownFields, serializers.Serializer[Any]):
         help_text="Elastic: the pods it needs at least (its core); the rest of count "
         "grow into idle GPUs and are the first taken back.",
     )
+    gpu_milli = serializers.IntegerField(
+        min_value=1,
+        max_value=1000,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="A share of one GPU per pod, in thousandths (470: 47 %), on a shared "
+        "flavour; gpus_per_pod is then 1.",
+    )
+    gpu_memory_mib = serializers.IntegerField(
+        min_value=1,
+        max_value=1_048_576,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="GPU memory per pod in MiB, on a shared flavour; the pod holds the larger "
+        "of this share of the GPU's memory and gpu_milli.",
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         minimum = attrs.get("min_count")

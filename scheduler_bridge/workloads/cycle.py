@@ -141,7 +141,9 @@ def _decide_and_persist_once(cluster: Cluster) -> tuple[CycleOutcome, engine.Cyc
                     workload,
                     now=now,
                     flavour=flavours[admission.flavour],
-                    placements=[Placement(p.node, p.flavour, p.gpus) for p in admission.placements],
+                    placements=[
+                        Placement(p.node, p.flavour, p.gpus, p.gpu) for p in admission.placements
+                    ],
                     borrowed={
                         flavours[name].resource_name: amount
                         for name, amount in admission.borrowed.items()
@@ -214,7 +216,7 @@ def _decide_and_persist_once(cluster: Cluster) -> tuple[CycleOutcome, engine.Cyc
                     "reason": d.message,
                     "reason_args": dump_reason(d.message),
                     "held_placements": dump_placements(
-                        Placement(p.node, p.flavour, p.gpus) for p in d.held
+                        Placement(p.node, p.flavour, p.gpus, p.gpu) for p in d.held
                     ),
                 }
                 for d in result.pending

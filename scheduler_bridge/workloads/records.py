@@ -17,7 +17,7 @@ records instead of indexing raw dicts. (Past runs have theirs in runs.py.)
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 
@@ -59,14 +59,24 @@ class PodSetRecord:
 
 @dataclass(frozen=True, slots=True)
 class Placement:
-    """GPUs of one flavour that admission gave a workload on one node."""
+    """GPUs of one flavour that admission gave a workload on one node; on a shared
+    flavour, ``gpus`` thousandths of GPU number ``gpu`` of the node."""
 
     node: str
     flavour: str
     gpus: int
+    gpu: int | None = None
+
+    @property
+    def where(self) -> tuple[str, str, int | None]:
+        """What entries are merged by: node, flavour and, for a share, the GPU."""
+        return (self.node, self.flavour, self.gpu)
 
     def dump(self) -> dict[str, Any]:
-        return {"node": self.node, "flavour": self.flavour, "gpus": self.gpus}
+        found: dict[str, Any] = {"node": self.node, "flavour": self.flavour, "gpus": self.gpus}
+        if self.gpu is not None:
+            found["gpu"] = self.gpu
+        return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,22 +138,32 @@ def without_placements(
 ) -> list[Placement]:
     """``placements`` less the GPUs of ``taken`` (per node and flavour); nodes left
     with none are dropped."""
-    held: dict[tuple[str, str], int] = {}
+    held: dict[tuple[str, str, int | None], int] = {}
     for p in placements:
-        held[(p.node, p.flavour)] = held.get((p.node, p.flavour), 0) + p.gpus
+        held[p.where] = held.get(p.where, 0) + p.gpus
     for p in taken:
-        held[(p.node, p.flavour)] = held.get((p.node, p.flavour), 0) - p.gpus
+        held[p.where] = held.get(p.where, 0) - p.gpus
     return [
-        Placement(node, flavour, gpus) for (node, flavour), gpus in sorted(held.items()) if gpus > 0
+        Placement(node, flavour, gpus, gpu)
+        for (node, flavour, gpu), gpus in sorted(held.items(), key=_by_place)
+        if gpus > 0
     ]
 
 
 def with_placements(placements: Iterable[Placement], added: Iterable[Placement]) -> list[Placement]:
     """``placements`` plus the GPUs of ``added``, one entry per node and flavour."""
-    held: dict[tuple[str, str], int] = {}
+    held: dict[tuple[str, str, int | None], int] = {}
     for p in [*placements, *added]:
-        held[(p.node, p.flavour)] = held.get((p.node, p.flavour), 0) + p.gpus
-    return [Placement(node, flavour, gpus) for (node, flavour), gpus in sorted(held.items())]
+        held[p.where] = held.get(p.where, 0) + p.gpus
+    return [
+        Placement(node, flavour, gpus, gpu)
+        for (node, flavour, gpu), gpus in sorted(held.items(), key=_by_place)
+    ]
+
+
+def _by_place(item: tuple[tuple[str, str, int | None], int]) -> tuple[str, str, int]:
+    node, flavour, gpu = item[0]
+    return (node, flavour, -1 if gpu is None else gpu)
 
 
 def parse_pod_sets(raw: Any) -> list[PodSetRecord]:
@@ -177,7 +197,15 @@ def parse_placements(raw: Any) -> list[Placement]:
         if not isinstance(item, Mapping):
             continue
         try:
-            found.append(Placement(str(item["node"]), str(item["flavour"]), int(item["gpus"])))
+            gpu = item.get("gpu")
+            found.append(
+                Placement(
+                    str(item["node"]),
+                    str(item["flavour"]),
+                    int(item["gpus"]),
+                    None if gpu is None else int(gpu),
+                )
+            )
         except (KeyError, TypeError, ValueError):
             continue
     return found
@@ -193,15 +221,14 @@ def split_placements(
     """(kept, released): ``gpus`` GPUs taken out of ``placements``, ``gpus_per_pod`` at
     a time from each of ``nodes`` first (where the pods that completed ran, one entry a
     pod), then from the last placements."""
-    kept = [Placement(p.node, p.flavour, p.gpus) for p in placements]
-    released: dict[tuple[str, str], int] = {}
+    kept = list(placements)
+    released: dict[tuple[str, str, int | None], int] = {}
 
     def take(index: int, amount: int) -> int:
         placement = kept[index]
         taken = min(amount, placement.gpus)
-        kept[index] = Placement(placement.node, placement.flavour, placement.gpus - taken)
-        key = (placement.node, placement.flavour)
-        released[key] = released.get(key, 0) + taken
+        kept[index] = replace(placement, gpus=placement.gpus - taken)
+        released[placement.where] = released.get(placement.where, 0) + taken
         return taken
 
     left = gpus
@@ -214,7 +241,7 @@ def split_placements(
             left -= take(index, left)
     return (
         [p for p in kept if p.gpus],
-        [Placement(node, flavour, n) for (node, flavour), n in released.items() if n],
+        [Placement(node, flavour, n, gpu) for (node, flavour, gpu), n in released.items() if n],
     )
 
 

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Max
 from django.utils import timezone
 from django.utils.functional import lazy
 from django.utils.translation import gettext, ngettext_lazy
@@ -25,7 +26,7 @@ from scheduler_bridge.inventory.catalogue import (
     product_by_name,
     profile_by_name,
 )
-from scheduler_bridge.inventory.models import Cluster, Flavour, Node
+from scheduler_bridge.inventory.models import SHARE_UNITS_PER_GPU, Cluster, Flavour, Node
 from scheduler_bridge.workloads import lifecycle
 from scheduler_bridge.workloads import wording as worded
 from scheduler_bridge.workloads.models import PriorityClass, Workload
@@ -56,6 +57,14 @@ class PodSetSpec:
     mig_profile: str | None = None
     # elastic: the first min_count pods are the core, the rest grow into idle GPUs
     min_count: int | None = None
+    # a share of one GPU per pod, on a shared flavour: thousandths of its compute and/or
+    # MiB of its memory (the larger share of the two is what the pod holds)
+    gpu_milli: int | None = None
+    gpu_memory_mib: int | None = None
+
+    @property
+    def asks_share(self) -> bool:
+        return self.gpu_milli is not None or self.gpu_memory_mib is not None
 
 
 @dataclass(frozen=True)
@@ -140,7 +149,25 @@ def resolve_flavours(cluster: Cluster, spec: PodSetSpec) -> list[str]:
                 field="pod_sets",
             )
         return [f.name for f in mig]
-    whole = [f.name for f in candidates if not f.mig_profile]
+    if spec.asks_share:
+        shared = [f.name for f in candidates if f.is_shared]
+        if not shared:
+            raise ValidationFailed(
+                _(
+                    "A share of a GPU (gpu_milli, gpu_memory_mib) needs a shared flavour, and "
+                    "%(cluster)s has none%(product)s: ask for whole GPUs, or have an "
+                    "administrator mark a flavour as shared."
+                ),
+                params={
+                    "cluster": cluster.name,
+                    "product": f" of {spec.product}" if spec.product else "",
+                },
+                field="pod_sets",
+            )
+        return shared
+    # whole GPUs: flavours nobody shares first; a shared one gives whole GPUs too
+    whole = [f.name for f in candidates if not f.mig_profile and not f.is_shared]
+    whole = whole or [f.name for f in candidates if f.is_shared]
     if not whole:
         raise ValidationFailed(
             _("No whole-GPU flavour on %(cluster)s."),
@@ -148,6 +175,93 @@ def resolve_flavours(cluster: Cluster, spec: PodSetSpec) -> list[str]:
             field="pod_sets",
         )
     return whole
+
+
+def units_per_pod(cluster: Cluster, spec: PodSetSpec, flavours: list[str]) -> int:
+    """What one pod asks, in its flavours' unit: GPUs or MIG devices, or on a shared
+    flavour thousandths of one GPU (the larger of the compute share and the memory
+    share). ValidationFailed, saying what to change, for a share that no GPU can give."""
+    chosen = list(Flavour.objects.filter(cluster=cluster, name__in=flavours))
+    shared = [f for f in chosen if f.is_shared]
+    if not spec.asks_share and not shared:
+        return spec.gpus_per_pod
+    if not shared:
+        offered = Flavour.objects.filter(cluster=cluster).exclude(sharing="")
+        raise ValidationFailed(
+            _(
+                "%(flavours)s is not shared: a share of a GPU (gpu_milli, gpu_memory_mib) "
+                "needs a shared flavour; shared flavours on %(cluster)s: %(offered)s."
+            ),
+            params={
+                "flavours": ", ".join(flavours),
+                "cluster": cluster.name,
+                "offered": ", ".join(offered.values_list("name", flat=True)) or _("none"),
+            },
+            field="pod_sets",
+        )
+    if len(shared) != len(chosen):
+        raise ValidationFailed(
+            _(
+                "Flavours %(flavours)s mix shared and unshared GPUs; a pod set asks for one "
+                "kind: name one flavour."
+            ),
+            params={"flavours": ", ".join(flavours)},
+            field="pod_sets",
+        )
+    if spec.asks_share and spec.gpus_per_pod != 1:
+        raise ValidationFailed(
+            _(
+                "A share is of one GPU: with gpu_milli or gpu_memory_mib, gpus_per_pod must "
+                "be 1 (got %(gpus)s)."
+            ),
+            params={"gpus": spec.gpus_per_pod},
+            field="pod_sets",
+        )
+    if not spec.asks_share:
+        if spec.gpus_per_pod != 1:
+            raise ValidationFailed(
+                _(
+                    "On shared flavour %(flavour)s a pod holds at most one GPU (got "
+                    "gpus_per_pod %(gpus)s): ask for a share with gpu_milli, or use a flavour "
+                    "that is not shared for pods of several GPUs."
+                ),
+                params={"flavour": shared[0].name, "gpus": spec.gpus_per_pod},
+                field="pod_sets",
+            )
+        return SHARE_UNITS_PER_GPU
+    units = spec.gpu_milli or 0
+    if spec.gpu_memory_mib is not None:
+        memory = (
+            Node.objects.filter(
+                cluster=cluster, present=True, product__in={f.product for f in shared}
+            ).aggregate(largest=Max("gpu_memory_mib"))["largest"]
+            or 0
+        )
+        if not memory:
+            raise ValidationFailed(
+                _(
+                    "No node of %(flavours)s reports its GPU memory (label "
+                    "nvidia.com/gpu.memory), so gpu_memory_mib cannot be placed: ask with "
+                    "gpu_milli instead."
+                ),
+                params={"flavours": ", ".join(flavours)},
+                field="pod_sets",
+            )
+        if spec.gpu_memory_mib > memory:
+            raise ValidationFailed(
+                _(
+                    "gpu_memory_mib %(asked)s is more than one GPU of %(flavours)s has "
+                    "(%(memory)s MiB): ask for at most %(memory)s, or for whole GPUs."
+                ),
+                params={
+                    "asked": spec.gpu_memory_mib,
+                    "flavours": ", ".join(flavours),
+                    "memory": memory,
+                },
+                field="pod_sets",
+            )
+        units = max(units, -(-spec.gpu_memory_mib * SHARE_UNITS_PER_GPU // memory))
+    return max(1, units)
 
 
 def check_can_ever_run(shape: ClusterShape, pod_sets: list[PodSetRecord], topology: str) -> None:
@@ -340,12 +454,13 @@ def workload_submit(
                 params={"index": index, "min_count": spec.min_count, "count": spec.count},
                 field="pod_sets",
             )
+        flavours = resolve_flavours(cluster, spec)
         stored.append(
             PodSetRecord(
                 name=spec.name or f"set-{index}",
                 count=spec.count,
-                gpus_per_pod=spec.gpus_per_pod,
-                flavours=tuple(resolve_flavours(cluster, spec)),
+                gpus_per_pod=units_per_pod(cluster, spec, flavours),
+                flavours=tuple(flavours),
                 min_count=spec.min_count if spec.min_count != spec.count else None,
             )
         )

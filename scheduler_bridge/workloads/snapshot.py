@@ -18,7 +18,7 @@ from django.utils import timezone
 from scheduler_bridge import admission as engine
 from scheduler_bridge.admission.fairshare import LN2
 from scheduler_bridge.gateways.base import is_gpu_resource
-from scheduler_bridge.inventory.models import Cluster, Flavour, Node
+from scheduler_bridge.inventory.models import SHARE_UNITS_PER_GPU, Cluster, Flavour, Node
 from scheduler_bridge.quotas.models import Quota
 from scheduler_bridge.workloads.models import Workload
 from scheduler_bridge.workloads.records import (
@@ -37,15 +37,38 @@ def epoch(moment: datetime | None) -> float:
 
 
 def node_flavours(node: Node, flavours_by_key: dict[tuple[str, str], Flavour]) -> dict[str, int]:
-    """Flavour name -> allocatable GPUs of that flavour on `node`."""
+    """Flavour name -> allocatable units of that flavour on `node`: GPUs or MIG devices;
+    for a shared flavour, thousandths of its GPUs (the node's GPUs x 1000, whatever
+    number of replicas or vGPUs the device plugin advertises for them)."""
     found: dict[str, int] = {}
     for resource, amount in node.allocatable.items():
         if not is_gpu_resource(resource) or amount <= 0:
             continue
         flavour = flavours_by_key.get((node.product, resource))
-        if flavour is not None:
+        if flavour is None:
+            continue
+        if flavour.is_shared:
+            found[flavour.name] = (node.gpu_count or int(amount)) * SHARE_UNITS_PER_GPU
+        else:
             found[flavour.name] = found.get(flavour.name, 0) + int(amount)
     return found
+
+
+def shared_busy(
+    node: Node, shared: list[Flavour], capacity: dict[str, int], foreign: dict[str, int]
+) -> dict[str, tuple[int, ...]]:
+    """Thousandths of each GPU that pods outside Tidegate hold on `node`'s shared
+    flavours. The device plugin reports them in its own units (replicas, vGPUs); they
+    are counted as whole GPUs, the node's last ones, rounded up."""
+    used: dict[str, tuple[int, ...]] = {}
+    for flavour in shared:
+        if not foreign.get(flavour.name) or flavour.name not in capacity:
+            continue
+        gpus = capacity[flavour.name] // SHARE_UNITS_PER_GPU
+        advertised = max(1, int(node.allocatable.get(flavour.resource_name) or gpus))
+        busy = min(gpus, -(-foreign[flavour.name] * gpus // advertised))
+        used[flavour.name] = (0,) * (gpus - busy) + (SHARE_UNITS_PER_GPU,) * busy
+    return used
 
 
 def flavour_index(cluster: Cluster) -> dict[tuple[str, str], Flavour]:
@@ -79,7 +102,7 @@ def pending_of(workload: Workload) -> engine.PendingWorkload:
         max_run_time_s=float(workload.max_run_time_s) if workload.max_run_time_s else None,
         preemptible=workload.preemptible,
         held=tuple(
-            engine.Placement(node=p.node, flavour=p.flavour, gpus=p.gpus)
+            engine.Placement(node=p.node, flavour=p.flavour, gpus=p.gpus, gpu=p.gpu)
             for p in parse_placements(workload.held_placements)
         ),
     )
@@ -95,7 +118,8 @@ def running_of(workload: Workload) -> engine.RunningWorkload:
         id=str(workload.pk),
         tenant_id=workload.tenant.slug,
         placements=tuple(
-            engine.Placement(node=p.node, flavour=p.flavour, gpus=p.gpus) for p in placements
+            engine.Placement(node=p.node, flavour=p.flavour, gpus=p.gpus, gpu=p.gpu)
+            for p in placements
         ),
         priority=workload.priority,
         admitted_at=epoch(workload.admitted_at),
@@ -192,6 +216,8 @@ def build_snapshot(cluster: Cluster, now: datetime | None = None) -> engine.Clus
     now = now or timezone.now()
     flavours = list(Flavour.objects.filter(cluster=cluster))
     by_key = {(f.product, f.resource_name): f for f in flavours}
+    shared = [f for f in flavours if f.is_shared]
+    units = {f.name: SHARE_UNITS_PER_GPU if f.is_shared else 1 for f in flavours}
     open_workloads = list(
         Workload.objects.filter(cluster=cluster, state__in=Workload.OPEN_STATES)
         .select_related("tenant")
@@ -216,7 +242,11 @@ def build_snapshot(cluster: Cluster, now: datetime | None = None) -> engine.Clus
         }
         nodes.append(
             engine.Node(
-                name=node.name, capacity=capacity, free=free, domain=node.topology_domain or None
+                name=node.name,
+                capacity=capacity,
+                free=free,
+                domain=node.topology_domain or None,
+                device_used=shared_busy(node, shared, capacity, foreign),
             )
         )
     tenants = tuple(
@@ -229,9 +259,10 @@ def build_snapshot(cluster: Cluster, now: datetime | None = None) -> engine.Clus
         engine.Quota(
             tenant_id=q.tenant.slug,
             flavour=q.flavour.name,
-            guaranteed=q.guaranteed,
-            borrow_limit=q.borrow_limit,
-            lend_limit=q.lend_limit,
+            # quotas are in GPUs; a shared flavour's unit is a thousandth of one
+            guaranteed=q.guaranteed * units[q.flavour.name],
+            borrow_limit=None if q.borrow_limit is None else q.borrow_limit * units[q.flavour.name],
+            lend_limit=None if q.lend_limit is None else q.lend_limit * units[q.flavour.name],
         )
         for q in Quota.objects.filter(flavour__cluster=cluster).select_related("flavour", "tenant")
     )
@@ -250,7 +281,9 @@ def build_snapshot(cluster: Cluster, now: datetime | None = None) -> engine.Clus
     return engine.ClusterSnapshot(
         now=now.timestamp(),
         tenants=tenants,
-        flavours=tuple(engine.Flavour(f.name, float(f.gpu_equivalent)) for f in flavours),
+        flavours=tuple(
+            engine.Flavour(f.name, f.unit_equivalent, shared=f.is_shared) for f in flavours
+        ),
         quotas=quotas,
         nodes=tuple(nodes),
         running=tuple(running_parts),

@@ -148,15 +148,8 @@ def test_no_gpu_is_ever_over_committed(requests: list[tuple[int, str, int]], cyc
             assert held <= MILLI, f"GPU {gpu} of {node} holds {held} thousandths"
 
 
-@settings(max_examples=60, deadline=None)
-@given(
-    st.lists(sizes, min_size=1, max_size=12),
-    st.lists(st.sampled_from([100, 250, 500, 1000]), min_size=1, max_size=6),
-)
-def test_a_shared_guarantee_is_taken_back_within_one_cycle(
-    borrowed: list[int], owned: list[int]
-) -> None:
-    # b has no guarantee and borrows everything it can of a's idle guarantee
+def _borrowed_full(borrowed: list[int]) -> ClusterSnapshot:
+    """b, without a guarantee, borrows all it can of a's idle guarantee (4 GPUs)."""
     quotas = (Quota("org", T4, 4 * MILLI), Quota("a", T4, 4 * MILLI))
     snap = snapshot(
         tuple(
@@ -168,31 +161,69 @@ def test_a_shared_guarantee_is_taken_back_within_one_cycle(
     )
     snap = apply_result(snap, run_cycle(snap))
     assert all(w.tenant_id == "b" for w in snap.running)
-    # a comes back for at most its guarantee; only requests that fit a GPU each
-    mine = tuple(share(f"a{i:02d}", m, submitted_at=100.0 + i) for i, m in enumerate(owned))
+    return snap
+
+
+def _with_pending(snap: ClusterSnapshot, pending: tuple[PendingWorkload, ...]) -> ClusterSnapshot:
+    return ClusterSnapshot(
+        **{**{f: getattr(snap, f) for f in snap.__slots__}, "pending": snap.pending + pending}
+    )
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(sizes, min_size=1, max_size=12), sizes, st.integers(1, 4))
+def test_a_shared_guarantee_is_taken_back_within_one_cycle(
+    borrowed: list[int], milli: int, pods: int
+) -> None:
+    """a comes back for work inside its guarantee: once the preemptions of one cycle are
+    carried out, the next cycle admits it."""
+    snap = _with_pending(_borrowed_full(borrowed), (share("owner", milli, count=pods),))
+    first = run_cycle(snap)
+    if any(a.workload_id == "owner" for a in first.admissions):
+        return
+    assert first.preemptions, first.pending
+    second = run_cycle(apply_result(snap, first, requeue=False))
+    assert [a.workload_id for a in second.admissions] == ["owner"], second.pending
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(sizes, min_size=1, max_size=12),
+    st.lists(st.sampled_from([100, 250, 500, 1000]), min_size=1, max_size=6),
+)
+def test_every_share_preempted_for_starts_within_two_cycles_and_all_fitting_work_runs(
+    borrowed: list[int], owned: list[int]
+) -> None:
+    """Each preempts as it reaches the head of the line, and every workload a cycle
+    preempts for starts at most two cycles after its victims stopped (as for whole
+    GPUs). In the end all of a's work inside its guarantee runs, unless a's own shares
+    leave slivers no other of its requests fits in: b's work never stands in the way."""
     if sum(owned) > 4 * MILLI:
         return
-    snap = ClusterSnapshot(
-        **{**{f: getattr(snap, f) for f in snap.__slots__}, "pending": snap.pending + mine}
-    )
-    first = run_cycle(snap)
-    after = apply_result(snap, first)
-    second = run_cycle(after)
-    after = apply_result(after, second)
-    waiting = {w.id for w in mine} - {w.id for w in after.running}
+    mine = tuple(share(f"a{i:02d}", m, submitted_at=100.0 + i) for i, m in enumerate(owned))
+    snap = _with_pending(_borrowed_full(borrowed), mine)
+    stopped: dict[str, int] = {}  # reclaimer -> first cycle after its victims stopped
+    admitted: set[str] = set()
+    for cycle in range(6):
+        result = run_cycle(snap)
+        admitted |= {a.workload_id for a in result.admissions}
+        for p in result.preemptions:
+            stopped.setdefault(p.preemptor_id, cycle + 1)
+        for reclaimer, after in stopped.items():
+            assert reclaimer in admitted or cycle <= after, (reclaimer, after, result.pending)
+        snap = apply_result(snap, result)
+    waiting = {w.id for w in mine} - {w.id for w in snap.running}
     if not waiting:
         return
-    # what still waits must not fit even with every borrowed share gone: a's own shares
-    # can leave slivers no other of its requests fits in, but b's never stand in the way
     without_b = ClusterSnapshot(
         **{
-            **{f: getattr(after, f) for f in after.__slots__},
-            "running": tuple(w for w in after.running if w.tenant_id == "a"),
-            "pending": tuple(w for w in after.pending if w.tenant_id == "a"),
+            **{f: getattr(snap, f) for f in snap.__slots__},
+            "running": tuple(w for w in snap.running if w.tenant_id == "a"),
+            "pending": tuple(w for w in snap.pending if w.tenant_id == "a"),
         }
     )
     could = {a.workload_id for a in run_cycle(without_b).admissions}
-    assert not (could & waiting), (first.preemptions, second.pending)
+    assert not (could & waiting), f"{waiting} {borrowed} {owned}"
 
 
 @settings(max_examples=40, deadline=None)

@@ -127,5 +127,7 @@ def test_other_flavour_fields_stay_read_only(fake_cluster: FakeCluster, cast: Ca
     )
     # refused, naming the field and the one a flavour takes, rather than silently dropped
     assert response.status_code == 400
-    assert response.json()["errors"] == {"capacity": ["Unknown field. Known fields: tolerations."]}
+    assert response.json()["errors"] == {
+        "capacity": ["Unknown field. Known fields: sharing, tolerations."]
+    }
     assert Flavour.objects.get(pk=fake_cluster.h100.pk).capacity == 16
