@@ -4,6 +4,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 
@@ -282,6 +283,9 @@ TIDEGATE = {
     "MIG_CONFIG_NAMESPACE": env("TIDEGATE_MIG_CONFIG_NAMESPACE", default="gpu-operator"),
     # Seconds borrowed work runs before an owner may reclaim its GPUs (0: at once).
     "RECLAIM_MIN_RUN_S": env.float("TIDEGATE_RECLAIM_MIN_RUN_S", default=0.0),
+    # Which GPU a share of a shared flavour takes: "fgd" (where the recent mix of share
+    # sizes loses least to fragments) or "best-fit" (the fullest GPU that holds it).
+    "SHARE_PACKING": env("TIDEGATE_SHARE_PACKING", default="fgd"),
     # Namespaces no tenant may bind besides Kubernetes' own: Tidegate's and the GPU
     # operator's (its usual names under Helm and on OpenShift).
     # Keep each cluster's pods, nodes and Tidegate's quotas in a per-process cache fed
@@ -302,6 +306,10 @@ TIDEGATE = {
         ),
     },
 }
+if TIDEGATE["SHARE_PACKING"] not in ("fgd", "best-fit"):
+    raise ImproperlyConfigured(
+        f"TIDEGATE_SHARE_PACKING is {TIDEGATE['SHARE_PACKING']!r}; set it to fgd or best-fit."
+    )
 
 # API access (docs/operations.md#security): hashed API tokens that expire after
 # TIDEGATE_API_TOKEN_TTL days, rate limits per scope ("<count>/<s|min|hour|day>";

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 DAY_S = 86_400.0
+SHARE_PACKINGS = ("best-fit", "fgd")
 
 
 class Topology(StrEnum):
@@ -283,8 +284,17 @@ class EngineConfig:
     # for its guarantee. 0 reclaims at once, as Kueue does; KAI's "min runtime" and
     # Slurm's PreemptExemptTime are the same idea.
     reclaim_min_run_s: float = 0.0
+    # Which GPU a share of a shared flavour takes: "best-fit" (the fullest that holds it)
+    # or "fgd" (the one whose free capacity the recent request mix could least use
+    # anyway: fragmentation gradient descent, Weng et al., USENIX ATC 2023).
+    share_packing: str = "best-fit"
 
     def __post_init__(self) -> None:
+        if self.share_packing not in SHARE_PACKINGS:
+            raise ValueError(
+                f"share_packing must be one of {', '.join(SHARE_PACKINGS)}, "
+                f"got {self.share_packing!r}"
+            )
         if not 0.0 <= self.usage_blend <= 1.0:
             raise ValueError("usage_blend must be within 0..1")
         if self.reclaim_min_run_s < 0:

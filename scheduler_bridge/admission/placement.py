@@ -12,8 +12,8 @@ planner, which works on plain arrays and is O(nodes).
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
-from collections.abc import Mapping, Sequence
+from bisect import bisect_left, bisect_right, insort
+from collections.abc import Callable, Mapping, Sequence
 
 from .model import Node, Topology
 
@@ -27,6 +27,7 @@ class FlavourNodes:
     __slots__ = (
         "avail",
         "buckets",
+        "fragment",
         "dom",
         "dom_avail",
         "dom_members",
@@ -58,6 +59,9 @@ class FlavourNodes:
         self.dom_order = sorted((value, d) for d, value in enumerate(self.dom_avail))
         self.largest_node_total = top
         self.largest_domain_total = max(dom_total, default=0)
+        # shared flavours packed by fragmentation (EngineConfig.share_packing "fgd"): the
+        # free capacity of a GPU with x free that the recent request mix could not use
+        self.fragment: Callable[[int], float] | None = None
 
     def set_avail(self, j: int, new: int) -> None:
         old = self.avail[j]
@@ -106,6 +110,8 @@ class FlavourNodes:
         placing each pod on the node with the least room that still fits."""
         if self.pods_fit(per_pod, count) < count:
             return None
+        if self.fragment is not None:
+            return self._plan_least_fragmenting(count, per_pod)
         plan: list[tuple[int, int]] = []
         left = count
         buckets = self.buckets
@@ -117,6 +123,18 @@ class FlavourNodes:
                 if left == 0:
                     return plan
         return None  # pragma: no cover - pods_fit said it fits
+
+    def _plan_least_fragmenting(self, count: int, per_pod: int) -> list[tuple[int, int]]:
+        """Pod by pod, the GPU whose change in unusable free capacity is least (ties: the
+        tightest, then the lowest index): FGD on one GPU at a time, since a share changes
+        only the GPU it lands on (admission/sharing.py measures whole nodes)."""
+        left: dict[int, int] = {}  # GPUs this plan already took from: what is left
+        plan: dict[int, int] = {}
+        for _ in range(count):
+            j = least_fragmenting(self.buckets, left, per_pod, self.fragment)
+            left[j] = left.get(j, self.avail[j]) - per_pod
+            plan[j] = plan.get(j, 0) + per_pod
+        return sorted(plan.items())
 
     def plan_one_node(self, need: int) -> list[tuple[int, int]] | None:
         buckets = self.buckets
@@ -223,6 +241,11 @@ class NodePool:
         for f, count, per_pod in needs:
             arr = work[f]
             members = self.flavours[f].members
+            fragment = self.flavours[f].fragment
+            if fragment is not None and allowed is None:
+                if not self._spread_least_fragmenting(f, count, per_pod, arr, fragment, plan):
+                    return None
+                continue
             order = sorted(
                 (value, j)
                 for j, value in enumerate(arr)
@@ -239,6 +262,29 @@ class NodePool:
             if left:
                 return None
         return _merge(plan)
+
+    @staticmethod
+    def _spread_least_fragmenting(
+        f: int,
+        count: int,
+        per_pod: int,
+        arr: list[int],
+        fragment: Callable[[int], float],
+        plan: Plan,
+    ) -> bool:
+        """Place ``count`` shares on ``arr`` (changed in place) one GPU at a time, least
+        fragmenting first; False if they do not all fit."""
+        for _ in range(count):
+            best: tuple[float, int, int] | None = None
+            for j, value in enumerate(arr):
+                if value >= per_pod:
+                    score = (fragment(value - per_pod) - fragment(value), value, j)
+                    best = score if best is None or score < best else best
+            if best is None:
+                return False
+            arr[best[2]] -= per_pod
+            plan.append((f, best[2], per_pod))
+        return True
 
     def _one_node(self, needs: Sequence[Need], caps: Mapping[int, list[int]]) -> Plan | None:
         totals: dict[int, int] = {}
@@ -280,6 +326,51 @@ class NodePool:
             if plan is not None:
                 return plan
         return None
+
+
+def least_fragmenting(
+    buckets: list[list[int]],
+    left: Mapping[int, int],
+    per_pod: int,
+    fragment: Callable[[int], float] | None,
+) -> int:
+    """The GPU (local index) a share of ``per_pod`` should take: the one whose unusable
+    free capacity grows least. ``buckets`` index GPUs by free amount; ``left`` overrides
+    it for GPUs a plan in progress already took from."""
+    assert fragment is not None
+    best: tuple[float, int, int] | None = None
+    for value in range(per_pod, len(buckets)):
+        j = next((j for j in buckets[value] if j not in left), None)
+        if j is not None:
+            score = (fragment(value - per_pod) - fragment(value), value, j)
+            best = score if best is None or score < best else best
+    for j, value in left.items():
+        if value >= per_pod:
+            score = (fragment(value - per_pod) - fragment(value), value, j)
+            best = score if best is None or score < best else best
+    assert best is not None, "pods_fit said it fits"
+    return best[2]
+
+
+def fragment_of(sizes: Mapping[int, float]) -> Callable[[int], float]:
+    """``x`` free on a GPU times the share of requests (weighted ``sizes``) larger than
+    ``x``: what of ``x`` the request mix could not use (FGD's fragmentation of one GPU,
+    after Weng et al., USENIX ATC 2023)."""
+    total = sum(sizes.values())
+    ordered = sorted(sizes)
+    above: list[float] = []  # weight of the sizes above ordered[i - 1]
+    running = total
+    for size in ordered:
+        above.append(running)
+        running -= sizes[size]
+    above.append(0.0)
+
+    def fragment(free: int) -> float:
+        if free <= 0 or total <= 0:
+            return 0.0
+        return free * above[bisect_right(ordered, free)] / total
+
+    return fragment
 
 
 def _merge(plan: Plan) -> Plan:

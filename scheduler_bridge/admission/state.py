@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from .fairshare import ShareCalculator
 from .model import ClusterSnapshot, EngineConfig, Flavour, Node, Quota, RunningWorkload, Tenant
 from .pending import RawShape, Shape, build_shape
-from .placement import NodePool
+from .placement import NodePool, fragment_of
 from .quota import QuotaTree
 
 Layout = tuple[tuple[str, tuple[tuple[str, int], ...], str | None], ...]
@@ -38,6 +38,7 @@ class Static:
         self.flavour_names = [f.name for f in ordered]
         self.flavour_index = {name: i for i, name in enumerate(self.flavour_names)}
         self.gpu_equivalent = [f.gpu_equivalent for f in ordered]
+        self.shared = [f.shared for f in ordered]
         self.tree = QuotaTree(tenants, quotas, self.flavour_names)
         self.node_names = [name for name, _, _ in layout]
         self.node_index = {name: i for i, name in enumerate(self.node_names)}
@@ -130,6 +131,8 @@ class CycleState:
         nodes = sorted(snapshot.nodes, key=lambda n: n.name)
         held = self._compile_running(snapshot.running, static)
         self.pool = NodePool(nodes, static.flavour_names, held)
+        if config.share_packing == "fgd":
+            self._pack_shares_by_fragmentation(snapshot)
         self._localise_runs()
         self.shares = ShareCalculator(
             self.tree,
@@ -342,6 +345,30 @@ class CycleState:
             )
             cache[shape.id] = verdict
         return verdict
+
+    def _pack_shares_by_fragmentation(self, snapshot: ClusterSnapshot) -> None:
+        """Shared flavours place each share where it fragments least, measured against
+        the mix of share sizes queued and running now (one count per pod)."""
+        index = self.static.flavour_index
+        mixes: dict[int, dict[int, float]] = {}
+        for workload in snapshot.pending:
+            for pod_set in workload.pod_sets:
+                for name in pod_set.flavours:
+                    f = index.get(name)
+                    if f is not None and self.static.shared[f]:
+                        mix = mixes.setdefault(f, {})
+                        mix[pod_set.gpus_per_pod] = (
+                            mix.get(pod_set.gpus_per_pod, 0.0) + pod_set.count
+                        )
+        for running in snapshot.running:
+            request = running.request
+            for pod_set in request.pod_sets if request is not None else ():
+                f = index.get(running.flavour)
+                if f is not None and self.static.shared[f]:
+                    mix = mixes.setdefault(f, {})
+                    mix[pod_set.gpus_per_pod] = mix.get(pod_set.gpus_per_pod, 0.0) + pod_set.count
+        for f, mix in mixes.items():
+            self.pool.flavours[f].fragment = fragment_of(mix)
 
     # ------------------------------------------------------------ fingerprints
     def node_fingerprint(self, f: int) -> int:

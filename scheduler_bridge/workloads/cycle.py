@@ -59,7 +59,10 @@ class CycleOutcome:
 
 
 def engine_config() -> engine.EngineConfig:
-    return engine.EngineConfig(reclaim_min_run_s=settings.TIDEGATE["RECLAIM_MIN_RUN_S"])
+    return engine.EngineConfig(
+        reclaim_min_run_s=settings.TIDEGATE["RECLAIM_MIN_RUN_S"],
+        share_packing=settings.TIDEGATE["SHARE_PACKING"],
+    )
 
 
 def engine_for(cluster: Cluster) -> engine.AdmissionEngine:

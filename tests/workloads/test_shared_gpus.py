@@ -176,3 +176,11 @@ def test_a_share_on_a_flavour_nobody_shares_is_refused(
         "flavour; shared flavours on gpu-east: none."
     )
     assert not Workload.objects.exists()
+
+
+def test_the_share_packing_policy_is_a_setting(settings: Any) -> None:
+    from scheduler_bridge.workloads.cycle import engine_config
+
+    assert engine_config().share_packing == "fgd"  # the default
+    settings.TIDEGATE = {**settings.TIDEGATE, "SHARE_PACKING": "best-fit"}
+    assert engine_config().share_packing == "best-fit"
