@@ -30,6 +30,7 @@ from scheduler_bridge.gateways.base import (
     Toleration,
 )
 from scheduler_bridge.gateways.parsing import gpu_requests
+from scheduler_bridge.integrations.shares import ShareError, ShareRead, share_of
 
 MIN_PODS_ANNOTATION = "tidegate.io/min-pods"
 # when a preemption was announced: the time (RFC 3339) the object will be suspended
@@ -60,6 +61,8 @@ class PodSetRead:
     resource: str
     min_count: int | None = None
     product: str | None = None
+    # a share of one GPU per pod (HAMi resources or fraction annotations), if asked
+    share: ShareRead | None = None
 
     @property
     def mig_profile(self) -> str | None:
@@ -207,9 +210,10 @@ class Integration(abc.ABC):
         found = []
         for name, template in self.templates(obj):
             request = gpu_request(template, f"pod set {name!r}")
-            if request is None:
+            share = _share(template, f"pod set {name!r}", request)
+            if request is None and share is None:
                 continue
-            resource, amount = request
+            resource, amount = request or (GPU_RESOURCE, 1)
             count = counts.get(name, 0)
             if count <= 0:
                 continue
@@ -235,6 +239,7 @@ class Integration(abc.ABC):
                     resource=resource,
                     min_count=minimum if minimum is not None and minimum < count else None,
                     product=node_selector.get(PRODUCT_LABEL),
+                    share=share,
                 )
             )
         if not found:
@@ -338,6 +343,43 @@ class Integration(abc.ABC):
         return {
             str(name): manifests.only_scheduling_fields(fields) for name, fields in recorded.items()
         }
+
+
+def _share(
+    template: Mapping[str, Any], where: str, request: tuple[str, int] | None
+) -> ShareRead | None:
+    """The share of one GPU each pod asks for (integrations/shares.py), checked against
+    its GPU request: HAMi counts GPUs with nvidia.com/gpu, fractions ask for none."""
+    try:
+        share = share_of(template)
+    except ShareError as error:
+        raise IntegrationError(
+            wording(gettext_noop("%(where)s: %(error)s"), where=where, error=str(error))
+        ) from error
+    if share is None:
+        return None
+    if share.style == "hami" and (request is None or request[0] != GPU_RESOURCE):
+        raise IntegrationError(
+            wording(
+                gettext_noop(
+                    "%(where)s asks for HAMi's per-GPU resources without nvidia.com/gpu; "
+                    "HAMi counts the GPUs with nvidia.com/gpu: add it (1 for one share)"
+                ),
+                where=where,
+            )
+        )
+    if share.style == "fraction" and request is not None:
+        raise IntegrationError(
+            wording(
+                gettext_noop(
+                    "%(where)s has a gpu-fraction or gpu-memory annotation and also requests "
+                    "%(resource)s; a fraction asks for no GPU resource: remove one of them"
+                ),
+                where=where,
+                resource=request[0],
+            )
+        )
+    return share
 
 
 def gpu_request(template: Mapping[str, Any], where: str) -> tuple[str, int] | None:

@@ -29,6 +29,7 @@ from scheduler_bridge.gateways import (
 from scheduler_bridge.gateways.base import MANAGED_BY_LABEL, TENANT_LABEL
 from scheduler_bridge.inventory.connection import cluster_gateway
 from scheduler_bridge.inventory.models import Cluster, Flavour
+from scheduler_bridge.inventory.sharing import device_units_per_gpu
 from scheduler_bridge.quotas.models import Quota
 from scheduler_bridge.quotas.resource_quota import (
     QUOTA_NAME,
@@ -81,12 +82,18 @@ def desired_quotas(
     guaranteed: dict[int, dict[str, int]] = defaultdict(dict)
     rows = (
         Quota.objects.filter(flavour__cluster=cluster)
-        .values("tenant_id", "flavour__resource_name")
+        .values("tenant_id", "flavour_id", "flavour__resource_name")
         .annotate(total=Sum("guaranteed"))
     )
+    # a shared GPU is several units of its resource (replicas, vGPUs) to Kubernetes
+    per_gpu = {f.pk: device_units_per_gpu(f) for f in flavours.exclude(sharing="")}
     for row in rows:
-        resources.add(row["flavour__resource_name"])
-        guaranteed[row["tenant_id"]][row["flavour__resource_name"]] = int(row["total"])
+        resource = row["flavour__resource_name"]
+        resources.add(resource)
+        units = int(row["total"]) * per_gpu.get(row["flavour_id"], 1)
+        guaranteed[row["tenant_id"]][resource] = (
+            guaranteed[row["tenant_id"]].get(resource, 0) + units
+        )
     for tenant_id, lent in lent_by_queue(cluster).items():
         for resource, amount in lent.items():
             resources.add(resource)

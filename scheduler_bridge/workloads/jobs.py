@@ -74,6 +74,9 @@ def _pod_set(read: PodSetRead) -> PodSetSpec:
         product=product,
         mig_profile=read.mig_profile,
         min_count=read.min_count,
+        gpu_milli=read.share.gpu_milli if read.share else None,
+        gpu_memory_mib=read.share.memory_mib if read.share else None,
+        share_style=read.share.style if read.share else None,
     )
 
 

@@ -7,7 +7,8 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from scheduler_bridge.inventory.models import Cluster
+from scheduler_bridge.inventory.models import Cluster, Flavour
+from scheduler_bridge.inventory.sharing import as_device_units
 from scheduler_bridge.workloads.models import Workload
 from scheduler_bridge.workloads.records import parse_elastic_pods, parse_placements
 from tenants import access
@@ -18,11 +19,16 @@ def borrowed_by_tenant(cluster: Cluster) -> dict[int, dict[str, int]]:
     name: what admitted workloads borrowed above their tenant's guarantee."""
     lent: dict[int, dict[str, int]] = defaultdict(dict)
     rows = Workload.objects.filter(cluster=cluster, state__in=Workload.ACTIVE_STATES).values_list(
-        "tenant_id", "borrowed"
+        "tenant_id", "borrowed", "flavour_id"
     )
-    for tenant_id, borrowed in rows:
+    shared = {f.pk: f for f in Flavour.objects.filter(cluster=cluster).exclude(sharing="")}
+    for tenant_id, borrowed, flavour_id in rows:
         for resource, amount in (borrowed or {}).items():
-            lent[tenant_id][resource] = lent[tenant_id].get(resource, 0) + int(amount)
+            # a shared flavour borrows thousandths of a GPU; quotas count the device
+            # plugin's units of its resource (replicas, vGPUs)
+            flavour = shared.get(flavour_id)
+            units = as_device_units(flavour, int(amount)) if flavour else int(amount)
+            lent[tenant_id][resource] = lent[tenant_id].get(resource, 0) + units
     return dict(lent)
 
 

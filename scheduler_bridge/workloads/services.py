@@ -27,6 +27,7 @@ from scheduler_bridge.inventory.catalogue import (
     profile_by_name,
 )
 from scheduler_bridge.inventory.models import SHARE_UNITS_PER_GPU, Cluster, Flavour, Node
+from scheduler_bridge.inventory.sharing import device_units_per_gpu
 from scheduler_bridge.workloads import lifecycle
 from scheduler_bridge.workloads import wording as worded
 from scheduler_bridge.workloads.models import PriorityClass, Workload
@@ -61,6 +62,9 @@ class PodSetSpec:
     # MiB of its memory (the larger share of the two is what the pod holds)
     gpu_milli: int | None = None
     gpu_memory_mib: int | None = None
+    # how an object on the cluster asked for it: "hami" (resources) or "fraction"
+    # (annotations); None from the API
+    share_style: str | None = None
 
     @property
     def asks_share(self) -> bool:
@@ -217,6 +221,36 @@ def units_per_pod(cluster: Cluster, spec: PodSetSpec, flavours: list[str]) -> in
             params={"gpus": spec.gpus_per_pod},
             field="pod_sets",
         )
+    if spec.share_style == "hami" and any(f.sharing != Flavour.Sharing.HAMI for f in shared):
+        raise ValidationFailed(
+            _(
+                "The pods ask for HAMi's per-GPU memory or cores, but %(flavours)s is not "
+                "shared by HAMi, so no node enforces them: run HAMi's device plugin there "
+                "and mark the flavour 'hami', or ask with a gpu-fraction annotation."
+            ),
+            params={"flavours": ", ".join(f.name for f in shared)},
+            field="pod_sets",
+        )
+    if not spec.asks_share and all(
+        f.sharing in (Flavour.Sharing.TIME_SLICING, Flavour.Sharing.MPS) for f in shared
+    ):
+        # a replica of a time-sliced (or MPS) GPU: the device plugin's share of one GPU
+        replicas = min(device_units_per_gpu(f) for f in shared)
+        if spec.gpus_per_pod > replicas:
+            raise ValidationFailed(
+                _(
+                    "A pod asks for %(gpus)s replicas of %(flavours)s; one GPU gives "
+                    "%(replicas)s: ask for at most %(replicas)s, or use a flavour that is "
+                    "not shared for pods of several GPUs."
+                ),
+                params={
+                    "gpus": spec.gpus_per_pod,
+                    "flavours": ", ".join(flavours),
+                    "replicas": replicas,
+                },
+                field="pod_sets",
+            )
+        return -(-spec.gpus_per_pod * SHARE_UNITS_PER_GPU // replicas)
     if not spec.asks_share:
         if spec.gpus_per_pod != 1:
             raise ValidationFailed(

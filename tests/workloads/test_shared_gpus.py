@@ -184,3 +184,136 @@ def test_the_share_packing_policy_is_a_setting(settings: Any) -> None:
     assert engine_config().share_packing == "fgd"  # the default
     settings.TIDEGATE = {**settings.TIDEGATE, "SHARE_PACKING": "best-fit"}
     assert engine_config().share_packing == "best-fit"
+
+
+# -- shares asked for by objects on the cluster (the local API server) ------------------
+
+
+def shared_job(
+    fake: FakeCluster,
+    name: str,
+    *,
+    requests: dict[str, Any] | None = None,
+    annotations: dict[str, str] | None = None,
+) -> dict:
+    from scheduler_bridge.gateways.simulated_objects import job as job_manifest
+
+    manifest = job_manifest(
+        "vision-train", name, requests=requests or {}, labels={"tidegate.io/queue": "vision"}
+    )
+    manifest["apiVersion"] = "batch/v1"
+    template = manifest["spec"]["template"]
+    template["spec"]["containers"][0]["image"] = "notebook:1"
+    if annotations:
+        template.setdefault("metadata", {})["annotations"] = annotations
+    return fake.api.create_object(manifest)
+
+
+def synced_workload(fake: FakeCluster, name: str) -> Workload:
+    from scheduler_bridge.workloads.jobs import jobs_sync
+
+    jobs_sync(fake.cluster, fake.gateway)
+    return Workload.objects.get(job_name=name)
+
+
+def test_a_hami_job_holds_the_larger_of_its_memory_and_core_share_and_starts(
+    fake_cluster: FakeCluster, cast: Cast, priorities: dict
+) -> None:
+    from tests.kube_fake.schema import assert_valid_kubernetes
+
+    assert make_shared(cast, fake_cluster.h100, "hami").status_code == 200
+    # 20,000 of the H100's 81,559 MiB is 246 thousandths; 30 % of its cores is 300
+    shared_job(
+        fake_cluster,
+        "hami-notebook",
+        requests={"nvidia.com/gpu": 1, "nvidia.com/gpumem": 20000, "nvidia.com/gpucores": 30},
+    )
+    workload = synced_workload(fake_cluster, "hami-notebook")
+    assert workload.state == "pending", workload.reason
+    assert workload.pod_sets == [
+        {"name": "main", "count": 1, "gpus_per_pod": 300, "flavours": ["h100-80gb"]}
+    ]
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    workload.refresh_from_db()
+    assert workload.state == "running"
+    assert workload.placements[0]["gpu"] in range(8)
+    live = fake_cluster.api.get_object("Job", "vision-train", "hami-notebook")
+    assert live is not None and live["spec"]["suspend"] is False
+    assert_valid_kubernetes(live)
+
+
+def test_a_fraction_annotation_asks_for_part_of_one_gpu_without_a_gpu_resource(
+    fake_cluster: FakeCluster, cast: Cast, priorities: dict
+) -> None:
+    assert make_shared(cast, fake_cluster.h100, "fraction").status_code == 200
+    shared_job(fake_cluster, "half", annotations={"gpu-fraction": "0.5"})
+    shared_job(fake_cluster, "by-memory", annotations={"gpu-memory": "40779"})
+    half = synced_workload(fake_cluster, "half")
+    assert half.pod_set_records[0].gpus_per_pod == 500
+    assert Workload.objects.get(job_name="by-memory").pod_set_records[0].gpus_per_pod == 500
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    placed = [w.placements[0] for w in Workload.objects.filter(state="running")]
+    assert len(placed) == 2
+    # two halves share one GPU
+    assert {(p["node"], p["gpu"]) for p in placed} == {(placed[0]["node"], placed[0]["gpu"])}
+
+
+def test_a_time_sliced_replica_holds_its_part_of_a_gpu_and_quotas_count_replicas(
+    fake_cluster: FakeCluster, cast: Cast, priorities: dict
+) -> None:
+    from scheduler_bridge.inventory.services import inventory_sync
+    from scheduler_bridge.quotas.sync import desired_quotas
+    from tenants.models import NamespaceBinding
+
+    for name in ("h100-1", "h100-2"):  # the device plugin shares each GPU four ways
+        fake_cluster.api.edit_object(
+            "Node",
+            None,
+            name,
+            lambda node: node["status"]["allocatable"].update({"nvidia.com/gpu": "32"}),
+        )
+    inventory_sync(fake_cluster.cluster, fake_cluster.gateway)
+    assert make_shared(cast, fake_cluster.h100, "time-slicing").status_code == 200
+    shared_job(fake_cluster, "replica", requests={"nvidia.com/gpu": 1})
+    assert synced_workload(fake_cluster, "replica").pod_set_records[0].gpus_per_pod == 250
+    # vision's guarantee of 6 GPUs is 24 replicas to Kubernetes' ResourceQuota
+    bindings = list(NamespaceBinding.objects.filter(cluster_name=fake_cluster.cluster.name))
+    hard = desired_quotas(fake_cluster.cluster, bindings, {})
+    vision = [b.namespace for b in bindings if b.tenant == cast.team_a]
+    assert sum(int(hard[ns]["requests.nvidia.com/gpu"]) for ns in vision) == 24
+
+
+@pytest.mark.parametrize(
+    ("sharing", "requests", "annotations", "says"),
+    [
+        (
+            "time-slicing",
+            {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 4000},
+            None,
+            "not shared by HAMi, so no node enforces them",
+        ),
+        ("hami", {"nvidia.com/gpumem": 4000}, None, "without nvidia.com/gpu"),
+        ("fraction", None, {"gpu-fraction": "1.5"}, "above 0 and at most 1"),
+        ("fraction", None, {"gpu-fraction": "half"}, "above 0 and at most 1"),
+        ("fraction", None, {"gpu-memory": "-4"}, "a whole number above 0"),
+        ("fraction", {"nvidia.com/gpu": 1}, {"gpu-fraction": "0.5"}, "remove one of them"),
+        ("hami", {"nvidia.com/gpu": 1, "nvidia.com/gpucores": 150}, None, "1..100"),
+        ("hami", {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 200000}, None, "more than one GPU"),
+    ],
+)
+def test_a_share_asked_for_wrong_on_the_cluster_is_rejected_with_the_reason(
+    fake_cluster: FakeCluster,
+    cast: Cast,
+    sharing: str,
+    requests: dict[str, Any] | None,
+    annotations: dict[str, str] | None,
+    says: str,
+) -> None:
+    assert make_shared(cast, fake_cluster.h100, sharing).status_code == 200
+    shared_job(fake_cluster, "wrong", requests=requests, annotations=annotations)
+    workload = synced_workload(fake_cluster, "wrong")
+    assert workload.state == "rejected"
+    assert says in workload.reason
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    live = fake_cluster.api.get_object("Job", "vision-train", "wrong")
+    assert live is not None and live["spec"]["suspend"] is True
