@@ -77,6 +77,7 @@ def load_flavours() -> dict[int, pricing.Flavour]:
             gpu_equivalent=f.gpu_equivalent,
             capacity=f.capacity,
             cluster_id=f.cluster_id,
+            shared=f.is_shared,
         )
         for f in Flavour.objects.all()
     }

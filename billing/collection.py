@@ -38,7 +38,8 @@ from billing.prometheus import (
 )
 from scheduler_bridge.gateways.base import PodInfo
 from scheduler_bridge.inventory.connection import cluster_gateway
-from scheduler_bridge.inventory.models import Cluster, Flavour, Node
+from scheduler_bridge.inventory.models import SHARE_UNITS_PER_GPU, Cluster, Flavour, Node
+from scheduler_bridge.inventory.sharing import device_units_per_gpu
 from scheduler_bridge.workloads.models import Workload
 from scheduler_bridge.workloads.records import Placement
 from scheduler_bridge.workloads.runs import past_runs
@@ -83,7 +84,15 @@ def _hours_due(cluster: Cluster, now: datetime, max_hours: int) -> tuple[list[da
 
 def _flavour_map(cluster: Cluster) -> metering.FlavourMap:
     flavours = [
-        metering.FlavourRef(f.pk, f.name, f.product, f.resource_name, f.mig_profile)
+        metering.FlavourRef(
+            f.pk,
+            f.name,
+            f.product,
+            f.resource_name,
+            f.mig_profile,
+            shared=f.is_shared,
+            milli_per_unit=SHARE_UNITS_PER_GPU // device_units_per_gpu(f) if f.is_shared else 1,
+        )
         for f in Flavour.objects.filter(cluster=cluster)
     ]
     nodes = [

@@ -60,6 +60,10 @@ class FlavourRef:
     product: str
     resource_name: str
     mig_profile: str = ""
+    # shared: devices are thousandths of a GPU; one unit of the resource a pod outside
+    # the queue requests (a time-slicing replica, a vGPU) is ``milli_per_unit`` of them
+    shared: bool = False
+    milli_per_unit: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +246,12 @@ def pod_allocations(
                     f"{pod.node_name or '(unscheduled)'}; run an inventory sync"
                 )
                 continue
+            if flavour.shared and workload is not None:
+                # a share is metered from its admission (what it holds of one GPU), not
+                # from the replicas or vGPUs its pods request: workload_allocations
+                continue
+            if flavour.shared:
+                devices *= flavour.milli_per_unit
             share = workload.borrowed_fraction(flavour, placed) if workload else Fraction(0)
             for hour in hours:
                 seconds = overlap_seconds(window[0], window[1], hour)

@@ -44,6 +44,7 @@ from fractions import Fraction
 from typing import Any
 
 from billing.money import round_half_even, split_exactly
+from scheduler_bridge.admission.devices import MILLI as SHARE_MILLI
 
 HOUR_S = 3600
 MIG_COMPUTE_SLICES = 7
@@ -81,13 +82,18 @@ class Flavour:
     gpu_equivalent: Decimal = Decimal(1)
     capacity: int = 0
     cluster_id: int | None = None
+    # a shared flavour's device is a thousandth of a GPU (a 470-milli pod holds 0.47)
+    shared: bool = False
 
     @property
     def fraction(self) -> Fraction:
-        """Share of a whole GPU: compute slices / 7 for MIG, else the GPU equivalent."""
+        """Share of a whole GPU one device is: compute slices / 7 for MIG, a thousandth
+        of the GPU equivalent for a shared flavour, else the GPU equivalent."""
         match = _PROFILE_SLICES.match(self.mig_profile)
         if match:
             return Fraction(int(match.group(1)), MIG_COMPUTE_SLICES)
+        if self.shared:
+            return Fraction(self.gpu_equivalent) / SHARE_MILLI
         return Fraction(self.gpu_equivalent)
 
 

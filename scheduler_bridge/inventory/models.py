@@ -8,10 +8,11 @@ from typing import Any
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from scheduler_bridge.admission.devices import MILLI
 from tenants.models import DNS1123_LABEL
 
 # Units of a shared flavour in one GPU: its pods, quotas and placements count thousandths.
-SHARE_UNITS_PER_GPU = 1000
+SHARE_UNITS_PER_GPU = MILLI
 
 
 class Cluster(models.Model):

@@ -160,3 +160,41 @@ def test_a_pod_counts_for_the_run_it_started_in() -> None:
         [preempted, rerun], HOURS[:1], by_name, only_new
     ).allocations
     assert (row.key, row.seconds) == (preempted.run_key, 1800)
+
+
+SHARED = FlavourRef(
+    9, "t4-shared", "T4", "nvidia.com/gpu", shared=True, milli_per_unit=250
+)  # time-sliced four ways
+SHARED_NODES = FlavourMap([SHARED], [NodeRef("t1", "T4")])
+
+
+def test_a_share_is_metered_from_its_admission_in_thousandths_not_from_its_replicas() -> None:
+    workload = WorkloadRef(
+        id=8,
+        tenant_id=1,
+        namespace="ns",
+        job_name="notebook",
+        priority_class="",
+        admitted_at=T0,
+        end=T0 + timedelta(minutes=90),
+        placements=(("t1", "t4-shared", 470),),
+        borrowed={},
+    )
+    queued = pod(
+        job_name="notebook", node_name="t1", started_at=T0, gpu_requests={"nvidia.com/gpu": 1}
+    )
+    from_pods = metering.pod_allocations(
+        [queued], HOURS[:2], SHARED_NODES, {("ns", "notebook"): [workload]}
+    )
+    assert from_pods.allocations == [] and from_pods.problems == []
+    rows = metering.workload_allocations([workload], HOURS[:2], {"t4-shared": SHARED}, set())
+    assert [(a.devices, a.seconds, a.source) for a in rows.allocations] == [
+        (470, 3600, "workload"),
+        (470, 1800, "workload"),
+    ]
+
+
+def test_a_replica_taken_outside_the_queue_counts_as_its_part_of_a_gpu() -> None:
+    outsider = pod(node_name="t1", started_at=T0, gpu_requests={"nvidia.com/gpu": 2})
+    (row,) = metering.pod_allocations([outsider], HOURS[:1], SHARED_NODES, {}).allocations
+    assert (row.devices, row.seconds) == (500, 3600)  # two quarter-GPU replicas

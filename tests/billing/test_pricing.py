@@ -97,6 +97,30 @@ def test_mig_slices_pay_their_compute_fraction_not_the_rounded_equivalent() -> N
     assert line.gpu_hours == Decimal("0.4286") and line.rate == Decimal("2.100000")
 
 
+SHARED = pricing.Flavour(
+    id=4, name="h100-shared", product="H100-80GB", capacity=8, cluster_id=1, shared=True
+)
+
+
+def test_a_share_pays_its_thousandths_of_a_gpu_hour_exactly() -> None:
+    # a 470-milli pod for 10 hours holds 4.7 GPU-hours: 4.7 x 2.10 = 9.87; borrowed
+    # thousandths pay on demand: 130 milli for 3 hours = 0.39 GPU-hours x 3.50 = 1.365,
+    # 1.36 half-even
+    flavours = {**FLAVOURS, SHARED.id: SHARED}
+    priced = price(
+        usage(1, SHARED, 470 * 10),
+        usage(2, SHARED, 130 * 3, borrowed_hours=130 * 3),
+        flavours=flavours,
+    )
+    assert amounts(priced) == {
+        (1, "usage", 4): Decimal("9.87"),
+        (2, "on_demand", 4): Decimal("1.36"),
+    }
+    line = next(line for line in priced.lines if line.tenant_id == 1)
+    assert line.gpu_hours == Decimal("4.7000") and line.rate == Decimal("2.100000")
+    assert SHARED.fraction == Fraction(1, 1000)
+
+
 def test_a_profile_with_its_own_price_is_priced_per_instance_hour() -> None:
     own = pricing.RateCard(
         id=11,
