@@ -10,7 +10,7 @@ from rest_framework import serializers
 
 from scheduler_bridge import selectors
 from scheduler_bridge.gateways.tolerations import untolerated
-from scheduler_bridge.inventory.models import Cluster, Flavour, Node
+from scheduler_bridge.inventory.models import SHARE_UNITS_PER_GPU, Cluster, Flavour, Node
 from scheduler_bridge.quotas.models import TEXT_MAX_LENGTH, Quota, QuotaRequest
 from tenants.api.serializers import RejectUnknownFields, VisibleTenantField, at_most
 
@@ -77,9 +77,34 @@ class NodeSerializer(serializers.ModelSerializer[Node]):
         "present, the last sync that found it once it has gone."
     )
 
+    shared_gpus = serializers.SerializerMethodField(
+        help_text="For a node of a shared flavour, each GPU: thousandths held by admitted "
+        "shares, thousandths free, and at least this much memory free (MiB); empty otherwise."
+    )
+
     def get_last_seen_at(self, node: Node) -> str | None:
         seen = node.last_seen_for_api()
         return serializers.DateTimeField().to_representation(seen) if seen else None
+
+    @extend_schema_field(serializers.ListField(child=serializers.DictField()))
+    def get_shared_gpus(self, node: Node) -> list[dict[str, int]]:
+        if (node.cluster_id, node.product) not in self.context.get("shared_products", set()):
+            return []
+        held = self.context.get("shared_held", {}).get((node.cluster_id, node.name), {})
+        memory = node.gpu_memory_mib or 0
+        rows = []
+        for gpu in range(node.gpu_count):
+            taken = min(SHARE_UNITS_PER_GPU, held.get(gpu, 0))
+            free = SHARE_UNITS_PER_GPU - taken
+            rows.append(
+                {
+                    "gpu": gpu,
+                    "held_milli": taken,
+                    "free_milli": free,
+                    "free_memory_mib": memory * free // SHARE_UNITS_PER_GPU,
+                }
+            )
+        return rows
 
     class Meta:
         model = Node
@@ -104,6 +129,7 @@ class NodeSerializer(serializers.ModelSerializer[Node]):
             "present",
             "last_seen_at",
             "labels",
+            "shared_gpus",
         ]
         read_only_fields = [f for f in fields if f != "pinned_layout"]
 
@@ -203,7 +229,8 @@ class QuotaSerializer(RejectUnknownFields, serializers.ModelSerializer[Quota]):
     flavour = VisibleFlavourField()
     overcommitted = serializers.SerializerMethodField()
     held_core = serializers.SerializerMethodField(
-        help_text="GPUs of this flavour the tenant's admitted work holds now, less its elastic pods."
+        help_text="GPUs of this flavour the tenant's admitted work holds now, less its elastic pods "
+        "(to the thousandth on a shared flavour)."
     )
     held_elastic = serializers.SerializerMethodField(
         help_text="GPUs its elastic pods hold now (above their workloads' cores; reclaimed first)."
@@ -229,12 +256,12 @@ class QuotaSerializer(RejectUnknownFields, serializers.ModelSerializer[Quota]):
         extra_kwargs: dict[str, Any] = {"guaranteed": {"required": True}}
         validators: list[Any] = []  # one quota per (tenant, flavour): the API updates it
 
-    @extend_schema_field(OpenApiTypes.INT)
-    def get_held_core(self, quota: Quota) -> int:
+    @extend_schema_field(OpenApiTypes.NUMBER)
+    def get_held_core(self, quota: Quota) -> int | float:
         return self.context.get("held", {}).get((quota.tenant_id, quota.flavour_id), (0, 0))[0]
 
-    @extend_schema_field(OpenApiTypes.INT)
-    def get_held_elastic(self, quota: Quota) -> int:
+    @extend_schema_field(OpenApiTypes.NUMBER)
+    def get_held_elastic(self, quota: Quota) -> int | float:
         return self.context.get("held", {}).get((quota.tenant_id, quota.flavour_id), (0, 0))[1]
 
     @extend_schema_field(OpenApiTypes.BOOL)

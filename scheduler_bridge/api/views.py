@@ -26,6 +26,7 @@ from scheduler_bridge.inventory.services import (
     flavour_set_sharing,
     flavour_set_tolerations,
 )
+from scheduler_bridge.inventory.sharing import shared_gpu_context
 from scheduler_bridge.mig.services import mig_plan
 from scheduler_bridge.quotas import services as quota_services
 from scheduler_bridge.quotas.models import Quota, QuotaRequest
@@ -135,6 +136,12 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
     def get_queryset(self) -> Any:
         return selectors.nodes_visible_to(self.request.user)
 
+    def get_serializer(self, *args: Any, **kwargs: Any) -> Any:
+        instance = args[0] if args else kwargs.get("instance")
+        rows = instance if isinstance(instance, list | tuple) else [instance] if instance else []
+        kwargs["context"] = self.get_serializer_context() | shared_gpu_context(list(rows))
+        return super().get_serializer(*args, **kwargs)
+
     @extend_schema(request=s.NodePinSerializer, responses=s.NodeSerializer)
     @action(detail=True, methods=["post"])
     def pin(self, request: Request, pk: str | None = None) -> Response:
@@ -145,7 +152,7 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
         node = pins.node_pin(
             actor=request.user, node=node, pin=body.validated_data["pinned_layout"]
         )
-        return Response(s.NodeSerializer(node).data)
+        return Response(s.NodeSerializer(node, context=shared_gpu_context([node])).data)
 
 
 class FlavourViewSet(

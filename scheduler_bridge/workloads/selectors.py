@@ -7,7 +7,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from scheduler_bridge.inventory.models import Cluster, Flavour
+from scheduler_bridge.inventory.models import SHARE_UNITS_PER_GPU, Cluster, Flavour
 from scheduler_bridge.inventory.sharing import as_device_units
 from scheduler_bridge.workloads.models import Workload
 from scheduler_bridge.workloads.records import parse_elastic_pods, parse_placements
@@ -34,21 +34,29 @@ def borrowed_by_tenant(cluster: Cluster) -> dict[int, dict[str, int]]:
 
 def holdings_by_tenant_and_flavour(
     flavour_ids: list[int] | None = None,
-) -> dict[tuple[int, int], tuple[int, int]]:
+) -> dict[tuple[int, int], tuple[int | float, int | float]]:
     """(tenant id, flavour id) -> (core GPUs, elastic GPUs) that admitted and running
     work holds now (of ``flavour_ids`` only, when given): elastic GPUs are those of pods
     above elastic pod sets' cores (the first taken back by a reclaim), core GPUs all the
-    rest."""
+    rest. On a shared flavour, GPUs to the thousandth (2.01 for 2,010 thousandths)."""
     held: dict[tuple[int, int], tuple[int, int]] = {}
     active = Workload.objects.filter(state__in=Workload.ACTIVE_STATES, flavour__isnull=False)
     if flavour_ids is not None:
         active = active.filter(flavour_id__in=flavour_ids)
-    rows = active.values_list("tenant_id", "flavour_id", "gpus", "elastic_pods")
-    for tenant_id, flavour_id, gpus, pods in rows:
+    rows = active.values_list("tenant_id", "flavour_id", "gpus", "elastic_pods", "flavour__sharing")
+    shared: set[int] = set()
+    for tenant_id, flavour_id, gpus, pods, sharing in rows:
         elastic = sum(p.gpus for p in parse_elastic_pods(pods))
         core, more = held.get((tenant_id, flavour_id), (0, 0))
         held[(tenant_id, flavour_id)] = (core + gpus - elastic, more + elastic)
-    return held
+        if sharing:
+            shared.add(flavour_id)
+    return {
+        key: (round(core / SHARE_UNITS_PER_GPU, 3), round(more / SHARE_UNITS_PER_GPU, 3))
+        if key[1] in shared
+        else (core, more)
+        for key, (core, more) in held.items()
+    }
 
 
 def held_by_node(cluster: Cluster) -> dict[str, dict[str, int]]:

@@ -118,6 +118,11 @@ def test_shares_are_placed_on_one_gpu_each_and_quotas_count_thousandths(
     # best fit: the second 470 joins the first (940), the third and the 600 need fresh GPUs
     assert sorted(per_gpu.values()) == [470, 600, 940]
     assert all(held <= 1000 for held in per_gpu.values())
+    quotas = client_for(cast.member).get("/api/v1/quotas/?tenant=vision").json()["results"]
+    (h100,) = [
+        q for q in quotas if q["flavour"] == "gpu-east/h100-80gb" and q["tenant"] == "vision"
+    ]
+    assert (h100["guaranteed"], h100["held_core"]) == (6, 2.01)
     # vision's guarantee is 6 GPUs: 6,000 thousandths. 2,010 are held; 3,990 are left,
     # so nine more shares of 470 fit its guarantee (4,230 would borrow)
     for _ in range(8):
@@ -317,3 +322,39 @@ def test_a_share_asked_for_wrong_on_the_cluster_is_rejected_with_the_reason(
     admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
     live = fake_cluster.api.get_object("Job", "vision-train", "wrong")
     assert live is not None and live["spec"]["suspend"] is True
+
+
+def test_the_node_api_shows_what_each_shared_gpu_holds_and_has_free(
+    fake_cluster: FakeCluster, cast: Cast, priorities: dict
+) -> None:
+    assert make_shared(cast, fake_cluster.h100).status_code == 200
+    for milli in (600, 300):
+        assert share(cast.member, milli).status_code == 201
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    nodes = client_for(cast.member).get("/api/v1/nodes/?cluster__name=gpu-east").json()["results"]
+    by_name = {node["name"]: node for node in nodes}
+    assert by_name["a100-1"]["shared_gpus"] == []  # a MIG node is not shared
+    gpus = [gpu for name in ("h100-1", "h100-2") for gpu in by_name[name]["shared_gpus"]]
+    assert len(gpus) == 16
+    held = sorted(gpu["held_milli"] for gpu in gpus if gpu["held_milli"])
+    # fgd: 400 left beside the 600 suits no 600 share; the 300 goes there
+    assert held == [900]
+    for gpu in gpus:
+        assert gpu["free_milli"] == 1000 - gpu["held_milli"]
+        assert gpu["free_memory_mib"] == 81559 * gpu["free_milli"] // 1000
+
+
+def test_the_cluster_page_names_how_a_flavour_is_shared_in_both_languages(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    from django.urls import reverse
+
+    from tests.tenants.test_portal import logged_in
+
+    assert make_shared(cast, fake_cluster.h100, "mps").status_code == 200
+    url = reverse("portal-cluster", kwargs={"name": "gpu-east"})
+    english = logged_in(cast.member).get(url)
+    assert english.status_code == 200
+    assert "MPS (compute limited)" in english.content.decode()
+    chinese = logged_in(cast.member).get(url, HTTP_ACCEPT_LANGUAGE="zh-hans")
+    assert "MPS（限制算力）" in chinese.content.decode()
