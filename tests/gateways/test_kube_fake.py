@@ -324,7 +324,14 @@ def test_a_pod_past_its_namespaces_quota_is_refused_403(kube_api, core) -> None:
         "metadata": {"name": "p1", "namespace": "team-a"},
         "spec": {
             "containers": [
-                {"name": "c", "image": "i", "resources": {"requests": {"nvidia.com/gpu": "2"}}}
+                {
+                    "name": "c",
+                    "image": "i",
+                    "resources": {
+                        "requests": {"nvidia.com/gpu": "2"},
+                        "limits": {"nvidia.com/gpu": "2"},
+                    },
+                }
             ]
         },
     }
@@ -355,7 +362,10 @@ def test_the_job_controller_creates_only_the_pods_the_quota_admits(kube_api, cor
                         {
                             "name": "c",
                             "image": "i",
-                            "resources": {"requests": {"nvidia.com/gpu": "1"}},
+                            "resources": {
+                                "requests": {"nvidia.com/gpu": "1"},
+                                "limits": {"nvidia.com/gpu": "1"},
+                            },
                         }
                     ],
                 }
@@ -391,3 +401,32 @@ def test_an_indexed_jobs_completion_mode_and_completions_are_immutable(api_clien
         with pytest.raises(ApiException) as caught:
             batch.patch_namespaced_job("train", "team-a", {"spec": change})
         assert caught.value.status == 422
+
+
+@pytest.mark.parametrize(
+    ("resources", "says"),
+    [
+        ({"requests": {"nvidia.com/gpu": "1"}}, "Limit must be set for non overcommitable"),
+        (
+            {"requests": {"nvidia.com/gpumem": "4000"}, "limits": {"nvidia.com/gpumem": "2000"}},
+            "must be equal to nvidia.com/gpumem limit of 2000",
+        ),
+        ({"limits": {"nvidia.com/gpucores": "0.5"}}, "must be an integer"),
+    ],
+)
+def test_an_extended_resource_is_whole_and_never_overcommitted(core, resources, says) -> None:
+    """pkg/apis/core/validation/validation.go, ValidateResourceRequirements: an extended
+    resource (helper.IsExtendedResourceName) needs requests == limits, in whole units."""
+    pod: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "team-a"},
+        "spec": {"containers": [{"name": "c", "image": "i", "resources": resources}]},
+    }
+    with pytest.raises(ApiException) as caught:
+        core.create_namespaced_pod("team-a", pod)
+    assert caught.value.status == 422
+    assert says in status_of(caught.value)["message"]
+    # cpu and memory may be overcommitted: a request without a limit is fine
+    pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "500m", "memory": "1Gi"}}
+    core.create_namespaced_pod("team-a", pod)

@@ -126,9 +126,71 @@ def problems(kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> list
     elif kind == "Pod":
         if not spec.get("containers"):
             found.append(("spec.containers", "Required value"))
+        found += _resource_problems(spec, "spec")
         found += _pod_problems(obj, old)
     elif kind == "Job":
         found += _job_problems(obj, old)
+    return found
+
+
+def _extended(resource: str) -> bool:
+    """IsExtendedResourceName (pkg/apis/core/helper/helpers.go): a domain-prefixed name
+    outside kubernetes.io, such as nvidia.com/gpu or HAMi's nvidia.com/gpumem."""
+    domain, slash, _name = resource.partition("/")
+    return (
+        bool(slash)
+        and not domain.endswith("kubernetes.io")
+        and not resource.startswith("requests.")
+    )
+
+
+def _resource_problems(pod_spec: dict[str, Any], path: str) -> list[tuple[str, str]]:
+    """ValidateResourceRequirements (pkg/apis/core/validation/validation.go): an extended
+    resource cannot be overcommitted - a request needs a limit of the same amount - and
+    is a whole number."""
+    found: list[tuple[str, str]] = []
+    for section in ("containers", "initContainers"):
+        for index, container in enumerate(pod_spec.get(section) or []):
+            resources = (container or {}).get("resources") or {}
+            requests = resources.get("requests") or {}
+            limits = resources.get("limits") or {}
+            where = f"{path}.{section}[{index}].resources"
+            for kind, values in (("requests", requests), ("limits", limits)):
+                for name, value in values.items():
+                    if not _extended(name):
+                        continue
+                    try:
+                        whole = parse_quantity(value) == int(parse_quantity(value))
+                    except (ValueError, TypeError):
+                        whole = False
+                    if not whole:
+                        found.append(
+                            (
+                                f"{where}.{kind}[{name}]",
+                                f'Invalid value: "{value}": must be an integer',
+                            )
+                        )
+            for name, value in requests.items():
+                if not _extended(name):
+                    continue
+                if name not in limits:
+                    found.append(
+                        (
+                            f"{where}.limits",
+                            f"Required value: Limit must be set for non overcommitable resources ({name})",
+                        )
+                    )
+                elif (
+                    _quantity(value)
+                    and _quantity(limits[name])
+                    and parse_quantity(value) != parse_quantity(limits[name])
+                ):
+                    found.append(
+                        (
+                            f"{where}.requests[{name}]",
+                            f'Invalid value: "{value}": must be equal to {name} limit of {limits[name]}',
+                        )
+                    )
     return found
 
 
@@ -245,6 +307,7 @@ def _job_problems(job: dict[str, Any], old: dict[str, Any] | None) -> list[tuple
     pod_spec = template.get("spec") or {}
     if not pod_spec.get("containers"):
         found.append(("spec.template.spec.containers", "Required value"))
+    found += _resource_problems(pod_spec, "spec.template.spec")
     if pod_spec.get("restartPolicy") not in ("Never", "OnFailure"):
         found.append(
             (
