@@ -350,20 +350,11 @@ class CycleState:
         """Shared flavours place each share where it fragments least, measured against
         the mix of share sizes queued and running now (one count per pod)."""
         index = self.static.flavour_index
+        requests = [*snapshot.pending, *(r.request for r in snapshot.running if r.request)]
         mixes: dict[int, dict[int, float]] = {}
-        for workload in snapshot.pending:
+        for workload in requests:
             for pod_set in workload.pod_sets:
-                for name in pod_set.flavours:
-                    f = index.get(name)
-                    if f is not None and self.static.shared[f]:
-                        mix = mixes.setdefault(f, {})
-                        mix[pod_set.gpus_per_pod] = (
-                            mix.get(pod_set.gpus_per_pod, 0.0) + pod_set.count
-                        )
-        for running in snapshot.running:
-            request = running.request
-            for pod_set in request.pod_sets if request is not None else ():
-                f = index.get(running.flavour)
+                f = index.get(pod_set.flavours[0])
                 if f is not None and self.static.shared[f]:
                     mix = mixes.setdefault(f, {})
                     mix[pod_set.gpus_per_pod] = mix.get(pod_set.gpus_per_pod, 0.0) + pod_set.count
