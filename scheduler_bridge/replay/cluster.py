@@ -1,7 +1,9 @@
 """The cluster a replay runs on (its GPU products) and the quotas it runs under.
 
 A replay cluster is one or more products (flavours), each a number of GPUs in nodes of
-``gpus_per_node``; without a products file it is one product, ``gpu``. Quotas are either
+``gpus_per_node``; without a products file it is one product, ``gpu``. A cluster read from
+a node list (openb) names its nodes instead (``ReplayCluster.nodes``), and a product may be
+``shared``: its jobs hold thousandths of one GPU (admission/devices.py). Quotas are either
 ``proportional`` (capacity split in proportion to each tenant's share, largest remainders
 first, so the guarantees add up exactly to the capacity) or read from a file.
 
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .trace import TraceError, TraceJob, csv_rows
@@ -28,6 +30,7 @@ class Product:
     gpus: int
     gpus_per_node: int = 8
     gpu_equivalent: float = 1.0
+    shared: bool = False  # jobs may hold a share of one GPU (counted in thousandths)
 
     @property
     def nodes(self) -> int:
@@ -35,8 +38,20 @@ class Product:
 
 
 @dataclass(frozen=True, slots=True)
+class ReplayNode:
+    """One node of a cluster read from a node list: its name, product and GPUs."""
+
+    name: str
+    flavor: str
+    gpus: int
+
+
+@dataclass(frozen=True, slots=True)
 class ReplayCluster:
     products: tuple[Product, ...]
+    # the nodes one by one (a node list); empty: each product's GPUs in nodes of its
+    # gpus_per_node
+    nodes: tuple[ReplayNode, ...] = ()
 
     @property
     def capacity(self) -> int:
@@ -51,15 +66,47 @@ class ReplayCluster:
         return next((p for p in self.products if p.flavor == wanted), None)
 
     def scaled(self, capacity: int) -> ReplayCluster:
-        """The same products at another total capacity (for savings searches)."""
+        """The same products at another total capacity (for savings searches), split in
+        proportion to their GPUs. A node list keeps its first nodes of each product, the
+        last one cut to the product's share; otherwise nodes are even, of each product's
+        ``gpus_per_node``."""
         total = self.capacity
         shares = split(capacity, {p.flavor: p.gpus for p in self.products}) if total else {}
-        return ReplayCluster(
-            tuple(
-                Product(p.flavor, shares.get(p.flavor, 0), p.gpus_per_node, p.gpu_equivalent)
-                for p in self.products
-            )
-        )
+        products = tuple(replace(p, gpus=shares.get(p.flavor, 0)) for p in self.products)
+        if not self.nodes:
+            return ReplayCluster(products)
+        kept: list[ReplayNode] = []
+        left = dict(shares)
+        for node in self.nodes:
+            room = left.get(node.flavor, 0)
+            if room > 0:
+                kept.append(replace(node, gpus=min(node.gpus, room)))
+                left[node.flavor] = room - kept[-1].gpus
+        return ReplayCluster(products, tuple(kept))
+
+    def largest_node(self, flavor: str) -> int:
+        """The most GPUs of ``flavor`` one node holds."""
+        if self.nodes:
+            return max((n.gpus for n in self.nodes if n.flavor == flavor), default=0)
+        product = self.product(flavor)
+        return 0 if product is None else min(product.gpus, product.gpus_per_node)
+
+
+def node_list_cluster(nodes: Iterable[ReplayNode], *, shared: bool) -> ReplayCluster:
+    """A cluster of the nodes given, one product per flavour (largest first, then by
+    name), each ``shared`` or not."""
+    listed = tuple(n for n in nodes if n.gpus > 0)
+    if not listed:
+        raise ValueError("the node list holds no node with GPUs")
+    gpus: dict[str, int] = {}
+    widest: dict[str, int] = {}
+    for node in listed:
+        gpus[node.flavor] = gpus.get(node.flavor, 0) + node.gpus
+        widest[node.flavor] = max(widest.get(node.flavor, 0), node.gpus)
+    order = sorted(gpus, key=lambda f: (-gpus[f], f))
+    return ReplayCluster(
+        tuple(Product(f, gpus[f], widest[f], shared=shared) for f in order), listed
+    )
 
 
 @dataclass(frozen=True)
@@ -134,7 +181,9 @@ def demand_shares(jobs: Iterable[TraceJob]) -> dict[str, float]:
     """Each tenant's GPU-hours in the trace: the default basis of proportional quotas."""
     shares: dict[str, float] = {}
     for job in jobs:
-        shares[job.tenant] = shares.get(job.tenant, 0.0) + job.gpus * job.run_time_s / 3600
+        shares[job.tenant] = (
+            shares.get(job.tenant, 0.0) + job.gpu_equivalents * job.run_time_s / 3600
+        )
     return shares
 
 

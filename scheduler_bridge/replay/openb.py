@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, TypeVar
 
-from scheduler_bridge.replay.trace import SHIPPED_TRACES, TraceError, csv_rows
+from scheduler_bridge.replay.cluster import ReplayCluster, ReplayNode, node_list_cluster
+from scheduler_bridge.replay.trace import SHIPPED_TRACES, TraceError, TraceJob, csv_rows
 
 OPENB_NODES = SHIPPED_TRACES / "openb" / "openb_node_list_gpu_node.csv"
 OPENB_TASKS = SHIPPED_TRACES / "openb" / "openb_pod_list_odd.csv"
@@ -93,6 +94,43 @@ def read_openb_tasks(path: Path = OPENB_TASKS, *, strict: bool = False) -> Openb
 def gpu_tasks(tasks: list[OpenbTask]) -> list[OpenbTask]:
     """The tasks that ask for GPUs (whole or shared), in creation order."""
     return sorted((t for t in tasks if t.num_gpu > 0), key=lambda t: (t.created_at, t.name))
+
+
+def openb_cluster(nodes: list[OpenbNode]) -> ReplayCluster:
+    """The trace's GPU nodes as a replay cluster: one shared product per GPU model (every
+    GPU may be shared, as in the trace's cluster), the most GPUs first."""
+    return node_list_cluster(
+        (ReplayNode(node.name, node.model, node.gpus) for node in nodes), shared=True
+    )
+
+
+def openb_jobs(
+    tasks: list[OpenbTask], cluster: ReplayCluster, *, limit: int | None = None
+) -> list[TraceJob]:
+    """The GPU tasks as replay jobs, in creation order: the tenant is the task's QoS class
+    (LS, BE, Burstable, Guaranteed), a share of one GPU keeps its thousandths, a task with
+    several GPUs holds them whole on one node, and a task names the GPU models it may run
+    on (none: any, tried largest product first). Tasks that ran for no time are left out."""
+    any_model = tuple(p.flavor for p in cluster.products)
+    jobs: list[TraceJob] = []
+    for task in gpu_tasks(tasks):
+        if task.run_time_s <= 0:
+            continue
+        models = tuple(m for m in any_model if m in task.gpu_models) or task.gpu_models
+        jobs.append(
+            TraceJob(
+                id=task.name,
+                tenant=task.qos or "default",
+                submitted_at=task.created_at,
+                run_time_s=task.run_time_s,
+                gpus=task.num_gpu,
+                gpu_milli=task.gpu_milli if task.sharing else None,
+                flavors=models or any_model,
+            )
+        )
+        if limit is not None and len(jobs) >= limit:
+            break
+    return jobs
 
 
 # --- helpers -----------------------------------------------------------------------------

@@ -27,11 +27,12 @@ from functools import reduce
 from typing import Any
 
 from scheduler_bridge.admission import EngineConfig, PendingWorkload, PodSet, Quota, Tenant
+from scheduler_bridge.admission.devices import MILLI
 from scheduler_bridge.admission.engine import AdmissionEngine
 from scheduler_bridge.admission.model import Flavour, Node, Topology
 from scheduler_bridge.admission.simulator import SimJob, SimulationResult, Simulator
 
-from .cluster import QuotaPlan, ReplayCluster
+from .cluster import Product, QuotaPlan, ReplayCluster
 from .figures import FairnessMeter, Timeline, WaitFigures, jain, tenant_waits, waits_of
 from .trace import TraceJob
 
@@ -52,6 +53,7 @@ class ReplayOptions:
     cycle_interval_s: float = 60.0
     seed: int = 0  # orders jobs submitted in the same second
     timeline_points: int = 0  # samples kept for plots; 0: none
+    share_packing: str = "fgd"  # which GPU a share takes on shared products (EngineConfig)
 
 
 @dataclass(frozen=True)
@@ -99,22 +101,31 @@ def check_inputs(jobs: Sequence[TraceJob], cluster: ReplayCluster, quotas: Quota
     """Raise ReplayInputError when a job can never run or the quotas do not fit."""
     if not jobs:
         raise ReplayInputError("the trace holds no jobs to replay")
-    largest: dict[str, TraceJob] = {}
-    for job in jobs:
-        flavor = job.flavor or cluster.default_flavor
-        if cluster.product(flavor) is None:
+    known = ", ".join(p.flavor for p in cluster.products)
+    checked: set[tuple[tuple[str, ...], int, bool]] = set()
+    for job in sorted(jobs, key=lambda j: -j.gpus):  # the largest job is the one named
+        flavors = job_flavors(job, cluster)
+        key = (flavors, job.gpus, job.gpu_milli is not None)
+        if key in checked:
+            continue
+        checked.add(key)
+        products = [cluster.product(f) for f in flavors]
+        if None in products:
+            missing = next(f for f, p in zip(flavors, products, strict=True) if p is None)
             raise ReplayInputError(
-                f"job {job.id} asks for {flavor!r}, which the cluster does not have; "
-                f"products: {', '.join(p.flavor for p in cluster.products)} (--products)"
+                f"job {job.id} asks for {missing!r}, which the cluster does not have; "
+                f"products: {known} (--products)"
             )
-        if flavor not in largest or job.gpus > largest[flavor].gpus:
-            largest[flavor] = job
-    for flavor, job in largest.items():
-        product = cluster.product(flavor)
-        assert product is not None
-        if job.gpus > product.gpus:
+        if job.gpu_milli is not None and not all(p is not None and p.shared for p in products):
             raise ReplayInputError(
-                f"the capacity of {product.gpus} {flavor} GPUs is smaller than the largest "
+                f"job {job.id} asks for {job.gpu_milli} thousandths of a GPU, but "
+                f"{', '.join(flavors)} is not shared; replay it on shared products"
+            )
+        room = max(_room(cluster, p) for p in products if p is not None)
+        if job.gpus > room:
+            where = "one node" if products[0] is not None and products[0].shared else "capacity"
+            raise ReplayInputError(
+                f"the {where} of {room} {'/'.join(flavors)} GPUs is smaller than the largest "
                 f"job ({job.id}, {job.gpus} GPUs); give --capacity {job.gpus} or more"
             )
     for tenant, flavor in quotas.guaranteed:
@@ -132,6 +143,17 @@ def check_inputs(jobs: Sequence[TraceJob], cluster: ReplayCluster, quotas: Quota
                 f"guarantees of {product.flavor} add up to {total} GPUs, more than its "
                 f"{product.gpus}"
             )
+
+
+def job_flavors(job: TraceJob, cluster: ReplayCluster) -> tuple[str, ...]:
+    """The flavours a job may run on, in the order the engine tries them."""
+    return job.flavors or (job.flavor or cluster.default_flavor,)
+
+
+def _room(cluster: ReplayCluster, product: Product) -> int:
+    """The largest job a product can hold: all its GPUs, or one node's on a shared product
+    (whose multi-GPU jobs keep their GPUs on one node)."""
+    return cluster.largest_node(product.flavor) if product.shared else product.gpus
 
 
 def replay(
@@ -166,7 +188,7 @@ def replay(
 
     simulator = Simulator(
         tenants=_tenants(tenants, shape),
-        flavours=[Flavour(p.flavor, p.gpu_equivalent) for p in cluster.products],
+        flavours=[_flavour(p) for p in cluster.products],
         quotas=_quotas(policy, _tree(tenants, shape), cluster, shape),
         nodes=_nodes(cluster),
         jobs=sim_jobs,
@@ -174,6 +196,7 @@ def replay(
             EngineConfig(
                 reclaim=policy.startswith("fair-share"),
                 reclaim_min_run_s=options.reclaim_min_run_s,
+                share_packing=options.share_packing,
             )
         ),
         cycle_interval_s=options.cycle_interval_s,
@@ -232,14 +255,17 @@ def elastic_pod_set(gpus: int, min_gpus: int, per_node: int, flavor: str) -> Pod
 
 
 def _sim_job(job: TraceJob, cluster: ReplayCluster, elastic: bool) -> SimJob:
-    product = cluster.product(job.flavor)
+    flavors = job_flavors(job, cluster)
+    product = cluster.product(flavors[0])
     assert product is not None  # check_inputs said so
     checkpoint = job.checkpoint_s
     min_gpus = job.min_gpus if job.min_gpus is not None else math.ceil(job.gpus / 2)
-    if elastic and job.gpus >= 2 and min_gpus < job.gpus:
-        pod_sets: tuple[PodSet, ...] = (
-            elastic_pod_set(job.gpus, min_gpus, product.gpus_per_node, product.flavor),
-        )
+    topology = Topology.NONE
+    if product.shared:
+        pod_sets: tuple[PodSet, ...] = (_shared_pod_set(job, flavors),)
+        topology = Topology.ONE_NODE if job.gpus > 1 else Topology.NONE
+    elif elastic and job.gpus >= 2 and min_gpus < job.gpus:
+        pod_sets = (elastic_pod_set(job.gpus, min_gpus, product.gpus_per_node, product.flavor),)
         checkpoint = checkpoint or ELASTIC_CHECKPOINT_S
     else:
         pod_sets = pod_sets_for(job.gpus, product.gpus_per_node, product.flavor)
@@ -250,11 +276,25 @@ def _sim_job(job: TraceJob, cluster: ReplayCluster, elastic: bool) -> SimJob:
             pod_sets=pod_sets,
             priority=job.priority,
             submitted_at=job.submitted_at,
-            topology=Topology.NONE,
+            topology=topology,
         ),
         run_time_s=job.run_time_s,
         checkpoint_interval_s=checkpoint,
     )
+
+
+def _shared_pod_set(job: TraceJob, flavors: tuple[str, ...]) -> PodSet:
+    """On a shared product: one pod holding the job's share of one GPU, or one pod per GPU
+    holding it whole (kept on one node by the workload's topology)."""
+    if job.gpu_milli is not None:
+        return PodSet(count=1, gpus_per_pod=job.gpu_milli, flavours=flavors)
+    return PodSet(count=job.gpus, gpus_per_pod=MILLI, flavours=flavors)
+
+
+def _flavour(product: Product) -> Flavour:
+    if product.shared:  # counted in thousandths of a GPU
+        return Flavour(product.flavor, product.gpu_equivalent / MILLI, shared=True)
+    return Flavour(product.flavor, product.gpu_equivalent)
 
 
 def _tie_order(jobs: Sequence[TraceJob], seed: int) -> list[TraceJob]:
@@ -293,8 +333,15 @@ def _quotas(
 ) -> list[Quota]:
     quotas: list[Quota] = []
     for product in cluster.products:
+        unit = MILLI if product.shared else 1  # shared products count thousandths
+
+        def units(gpus: int | None, unit: int = unit) -> int | None:
+            return None if gpus is None else gpus * unit
+
         if not plan.parents:
-            quotas.append(Quota(tenant_id=ROOT, flavour=product.flavor, guaranteed=product.gpus))
+            quotas.append(
+                Quota(tenant_id=ROOT, flavour=product.flavor, guaranteed=product.gpus * unit)
+            )
         for tenant in tenants:
             key = (tenant, product.flavor)
             if policy == "fifo":
@@ -304,15 +351,20 @@ def _quotas(
                 Quota(
                     tenant_id=tenant,
                     flavour=product.flavor,
-                    guaranteed=plan.guaranteed.get(key, 0),
-                    borrow_limit=0 if policy == "static" else plan.borrow_limits.get(key),
-                    lend_limit=None if policy == "static" else plan.lend_limits.get(key),
+                    guaranteed=plan.guaranteed.get(key, 0) * unit,
+                    borrow_limit=0 if policy == "static" else units(plan.borrow_limits.get(key)),
+                    lend_limit=None if policy == "static" else units(plan.lend_limits.get(key)),
                 )
             )
     return quotas
 
 
 def _nodes(cluster: ReplayCluster) -> list[Node]:
+    unit = {p.flavor: MILLI if p.shared else 1 for p in cluster.products}
+    if cluster.nodes:
+        return [
+            Node(name=n.name, capacity={n.flavor: n.gpus * unit[n.flavor]}) for n in cluster.nodes
+        ]
     nodes: list[Node] = []
     for product in cluster.products:
         left = product.gpus
@@ -320,7 +372,10 @@ def _nodes(cluster: ReplayCluster) -> list[Node]:
         while left > 0:
             gpus = min(product.gpus_per_node, left)
             nodes.append(
-                Node(name=f"{product.flavor}-{index:04d}", capacity={product.flavor: gpus})
+                Node(
+                    name=f"{product.flavor}-{index:04d}",
+                    capacity={product.flavor: gpus * unit[product.flavor]},
+                )
             )
             left -= gpus
             index += 1
@@ -408,5 +463,7 @@ def _measure(
 
 def _owner_work(job: TraceJob, cluster: ReplayCluster, quotas: QuotaPlan) -> bool:
     """Work its owner's guarantee holds whole: it would run under static slices."""
-    flavor = job.flavor or cluster.default_flavor
-    return 0 < job.gpus <= quotas.guaranteed.get((job.tenant, flavor), 0)
+    return any(
+        0 < job.gpu_equivalents <= quotas.guaranteed.get((job.tenant, flavor), 0)
+        for flavor in job_flavors(job, cluster)
+    )

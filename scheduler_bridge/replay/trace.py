@@ -37,6 +37,16 @@ class TraceJob:
     priority: int = 0
     min_gpus: int | None = None  # elastic down to this many GPUs; None: not elastic
     checkpoint_s: float | None = None  # saves its progress this often; None: never
+    # a share of one GPU in thousandths (1..999, ``gpus`` is then 1), on a shared product;
+    # None: whole GPUs
+    gpu_milli: int | None = None
+    # the flavours it may run on, in the order tried; () for ``flavor`` alone
+    flavors: tuple[str, ...] = ()
+
+    @property
+    def gpu_equivalents(self) -> float:
+        """GPUs it holds at full size (a 470-milli share holds 0.47)."""
+        return self.gpu_milli / 1000 if self.gpu_milli is not None else float(self.gpus)
 
 
 class TraceError(ValueError):

@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from rich.console import Console
 from rich.progress import Progress
 
+from scheduler_bridge.admission.model import SHARE_PACKINGS
 from scheduler_bridge.inventory.models import Cluster
 from scheduler_bridge.replay.cluster import (
     QuotaPlan,
@@ -20,6 +21,15 @@ from scheduler_bridge.replay.cluster import (
     proportional_quotas,
     read_products,
     read_quotas,
+)
+from scheduler_bridge.replay.openb import (
+    OPENB_ATTRIBUTION,
+    OPENB_NODES,
+    OPENB_TASKS,
+    openb_cluster,
+    openb_jobs,
+    read_openb_nodes,
+    read_openb_tasks,
 )
 from scheduler_bridge.replay.plot import replay_page
 from scheduler_bridge.replay.policies import (
@@ -45,21 +55,35 @@ PLOT_POINTS = 600
 class Command(BaseCommand):
     help = (
         "Replay a GPU-cluster trace (default: the shipped two weeks of Microsoft's Philly "
-        "cluster, Jeon et al., USENIX ATC 2019), a CSV of your own, or this cluster's own "
-        "history under static slices, FIFO and Tidegate's fair share; see docs/replay.md."
+        "cluster, Jeon et al., USENIX ATC 2019), Alibaba's GPU-sharing trace (openb), a CSV "
+        "of your own, or this cluster's own history under static slices, FIFO and Tidegate's "
+        "fair share; see docs/replay.md."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--trace",
             type=Path,
-            help="the trace file (philly: the shipped slice by default; csv: "
-            "submit_time,duration_s,gpus,tenant[,flavor,priority,min_gpus,checkpoint_s])",
+            help="the trace file (philly, openb: the shipped slice by default; openb: the pod "
+            "list; csv: submit_time,duration_s,gpus,tenant[,flavor,priority,min_gpus,"
+            "checkpoint_s])",
         )
-        parser.add_argument("--format", choices=["philly", "csv", "history"], default="philly")
+        parser.add_argument(
+            "--format", choices=["philly", "openb", "csv", "history"], default="philly"
+        )
+        parser.add_argument(
+            "--nodes",
+            type=Path,
+            help="openb: the node list (sn,gpu,model[,cpu_milli,memory_mib]; default: the "
+            "shipped one)",
+        )
         parser.add_argument("--cluster", help="history: the cluster's name (default: the only one)")
         parser.add_argument("--days", type=int, default=30, help="history: the last N days")
-        parser.add_argument("--capacity", type=int, help="GPUs of the simulated cluster")
+        parser.add_argument(
+            "--capacity",
+            type=int,
+            help="GPUs of the simulated cluster (openb: the node list cut to this many GPUs)",
+        )
         parser.add_argument("--gpus-per-node", type=int, default=8)
         parser.add_argument(
             "--products", type=Path, help="CSV flavor,gpus[,gpus_per_node,gpu_equivalent]"
@@ -81,6 +105,12 @@ class Command(BaseCommand):
             metavar="SECONDS",
             help="fair share: borrowed work runs this long before it may be reclaimed",
         )
+        parser.add_argument(
+            "--share-packing",
+            choices=SHARE_PACKINGS,
+            default="fgd",
+            help="shared GPUs (openb): which GPU a share takes",
+        )
         parser.add_argument("--seed", type=int, default=0, help="orders same-second submits")
         parser.add_argument("--limit", type=int, help="replay only the first N jobs")
         parser.add_argument("--json", action="store_true", help="one JSON line per policy")
@@ -100,6 +130,7 @@ class Command(BaseCommand):
             half_life_h=options["half_life"],
             reclaim_min_run_s=options["reclaim_min_run"],
             seed=options["seed"],
+            share_packing=options["share_packing"],
             timeline_points=PLOT_POINTS if options["plot"] else 0,
         )
         policies = POLICIES if options["policy"] == "all" else (options["policy"],)
@@ -159,6 +190,8 @@ class Command(BaseCommand):
     ) -> tuple[list[TraceJob], ReplayCluster, QuotaPlan, str]:
         if options["format"] == "history":
             return self._history(options)
+        if options["format"] == "openb":
+            return self._openb(options, console)
         path = options["trace"] or (PHILLY_JOBS if options["format"] == "philly" else None)
         if path is None:
             raise CommandError("--format csv needs --trace PATH.")
@@ -175,6 +208,37 @@ class Command(BaseCommand):
         else:
             quotas = proportional_quotas(tenants, demand_shares(jobs), cluster)
         attribution = PHILLY_ATTRIBUTION if options["format"] == "philly" else f"Trace: {path}"
+        return jobs, cluster, quotas, attribution
+
+    def _openb(
+        self, options: dict[str, Any], console: Console
+    ) -> tuple[list[TraceJob], ReplayCluster, QuotaPlan, str]:
+        if options["products"] is not None:
+            raise CommandError(
+                "--format openb takes its products from the node list; give --nodes FILE "
+                "(and --capacity GPUS to cut it), not --products."
+            )
+        nodes = read_openb_nodes(options["nodes"] or OPENB_NODES, strict=options["strict"])
+        tasks = read_openb_tasks(options["trace"] or OPENB_TASKS, strict=options["strict"])
+        for read in (nodes, tasks):
+            if read.skipped:
+                console.print(f"skipped {len(read.skipped)} bad rows; the first: {read.skipped[0]}")
+        try:
+            cluster = openb_cluster(nodes.rows)
+        except ValueError as error:
+            raise CommandError(f"{options['nodes'] or OPENB_NODES}: {error}") from None
+        if options["capacity"] is not None:
+            cluster = cluster.scaled(options["capacity"])
+        jobs = openb_jobs(tasks.rows, cluster, limit=options["limit"])
+        if not jobs:
+            raise CommandError("The pod list holds no task with GPUs to replay.")
+        tenants = sorted({job.tenant for job in jobs})
+        if options["quotas"] != "proportional":
+            quotas = read_quotas(Path(options["quotas"]), cluster, tenants)
+        else:
+            quotas = proportional_quotas(tenants, demand_shares(jobs), cluster)
+        default = options["trace"] is None and options["nodes"] is None
+        attribution = OPENB_ATTRIBUTION if default else f"Trace: {options['trace'] or OPENB_TASKS}"
         return jobs, cluster, quotas, attribution
 
     def _cluster(self, options: dict[str, Any]) -> ReplayCluster:
