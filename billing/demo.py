@@ -29,11 +29,16 @@ from billing.models import (
 from billing.months import add_months, month_start
 from billing.periods import period_close
 from scheduler_bridge.demo_clock import TRACE_PRIORITY, DemoUsage, history_replay
-from scheduler_bridge.demo_trace import busy_ratio, hour_pieces
+from scheduler_bridge.demo_replay import HeldRun
+from scheduler_bridge.demo_trace import HOUR_S, WEEK_S, busy_ratio, hour_pieces
 from scheduler_bridge.inventory.models import Cluster, Flavour
 from tenants.deletion import Description, said
 from tenants.demo import DEMO_CLUSTER, DemoResult
 from tenants.models import Tenant
+
+IDLE_RATIO = 0.02  # how busy a forgotten job keeps its GPUs
+IDLE_BELOW = 0.05  # busy_ratio below this: the job is one of the trace's nearly idle ones
+IDLE_WEEK_S = WEEK_S  # the idle-GPU panels look back a week (billing.reports.idle_findings)
 
 
 def billing_deletion_blocker(tenant: Tenant) -> Description | None:
@@ -86,8 +91,12 @@ def _usage(cluster: Cluster, start: datetime, end: datetime) -> int:
     flavours = dict(Flavour.objects.filter(cluster=cluster).values_list("name", "pk"))
     lo, hi = start.timestamp(), end.timestamp()
     rows: list[LedgerRow] = []
-    for run in history_replay(cluster, start, end).runs:
-        ratio = Decimal(str(round(busy_ratio(run.name), 3)))
+    runs = history_replay(cluster, start, end).runs
+    forgotten = forgotten_runs(runs, max(lo, hi - IDLE_WEEK_S), hi)
+    for run in runs:
+        ratio = Decimal(
+            str(round(IDLE_RATIO if run.name in forgotten else busy_ratio(run.name), 3))
+        )
         for hour, seconds in hour_pieces(max(lo, run.start), min(hi, run.end)):
             rows.append(
                 LedgerRow(
@@ -110,6 +119,26 @@ def _usage(cluster: Cluster, start: datetime, end: datetime) -> int:
                 )
             )
     return ledger_append(rows)
+
+
+def forgotten_runs(runs: Sequence[HeldRun], lo: float, hi: float) -> set[str]:
+    """Per team, the run the demo shows nearly idle (a forgotten job) in [lo, hi), the week
+    the idle-GPU panels look at, when none of the team's nearly idle runs held its GPUs for
+    a whole hour there: its run that held them longest in that week, if two hours or more.
+    Without it, whether a team's panel shows an idle GPU would depend on the day the demo
+    is seeded."""
+    longest: dict[str, HeldRun] = {}
+    covered: set[str] = set()
+    for run in runs:
+        held = run.seconds_within(lo, hi)
+        if held < 2 * HOUR_S:  # a whole clock hour inside it is only sure from two hours
+            continue
+        if busy_ratio(run.name) < IDLE_BELOW:
+            covered.add(run.team)
+        best = longest.get(run.team)
+        if best is None or held > best.seconds_within(lo, hi):
+            longest[run.team] = run
+    return {run.name for team, run in longest.items() if team not in covered}
 
 
 def seed_demo_billing(result: DemoResult) -> None:
