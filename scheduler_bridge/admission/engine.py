@@ -197,7 +197,7 @@ class AdmissionEngine:
                     wl.topology,
                     tuple((ps.count, ps.gpus_per_pod, ps.flavours) for ps in wl.pod_sets),
                     wl.preemptible,
-                    wl.elastic_of is not None,
+                    wl.opportunistic,
                 )
                 item = Item(wl, node, static.shape(raw))
             else:
@@ -763,7 +763,7 @@ class _Cycle:
         fresh = [v for v in found.victims if not v.wl.evicting]
         for victim in found.victims:
             st.claim(victim)
-            if victim.wl.elastic_of is not None and victim.node >= 0:
+            if victim.wl.opportunistic and victim.node >= 0:
                 # its GPUs are spoken for: no longer elastic room of its tenant
                 for f, gpus in victim.totals.items():
                     st.elastic[f][victim.node] -= gpus

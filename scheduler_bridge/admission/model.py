@@ -194,12 +194,25 @@ class PendingWorkload:
     # them): it queues after all other work, starts only where nobody else waits,
     # never preempts and never holds a reservation.
     elastic_of: str | None = None
+    # Work that only fills what nobody else waits for (low-priority batch in the fragments
+    # of shared GPUs, or idle guarantee): the engine treats it as an elastic pod without a
+    # core - queued after all other work, never preempting, first to be taken back, and
+    # not counted against its tenant's guarantee.
+    fills_idle: bool = False
 
     def __post_init__(self) -> None:
         if not self.pod_sets:
             raise ValueError(f"workload {self.id}: no pod sets")
         if self.elastic_of is not None and not self.preemptible:
             raise ValueError(f"workload {self.id}: an elastic pod is always preemptible")
+        if self.fills_idle and not self.preemptible:
+            raise ValueError(f"workload {self.id}: work that fills idle GPUs is preemptible")
+
+    @property
+    def opportunistic(self) -> bool:
+        """An elastic pod or work that fills idle GPUs: it takes only what is left and
+        gives it back first."""
+        return self.elastic_of is not None or self.fills_idle
 
     @property
     def gpus(self) -> int:
@@ -237,6 +250,11 @@ class RunningWorkload:
     # An elastic pod of running workload ``elastic_of``: the first thing any reclaim
     # inside its tree takes back, its own tenant's included (admission/elastic.py).
     elastic_of: str | None = None
+    fills_idle: bool = False  # as PendingWorkload.fills_idle: taken back first
+
+    @property
+    def opportunistic(self) -> bool:
+        return self.elastic_of is not None or self.fills_idle
 
     @property
     def flavour(self) -> str:
@@ -262,6 +280,7 @@ class RunningWorkload:
             max_run_time_s=workload.max_run_time_s,
             request=replace(workload, held=()) if workload.held else workload,
             elastic_of=workload.elastic_of,
+            fills_idle=workload.fills_idle,
         )
 
 

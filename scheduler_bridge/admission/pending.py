@@ -47,7 +47,8 @@ class Shape:
     # False for work that cannot be preempted: it runs only within its tenant's
     # guarantee, or no owner could ever reclaim what it borrowed (KAI has the same rule)
     may_borrow: bool = True
-    # an elastic pod (PendingWorkload.elastic_of): queued after all other work
+    # an elastic pod or work that fills idle GPUs (PendingWorkload.opportunistic):
+    # queued after all other work
     elastic: bool = False
 
     @property

@@ -6,7 +6,9 @@ every candidate whose return still lets it fit, so that only as few workloads as
 are stopped. Order:
 
 1. workloads already being evicted (stopping them again costs nothing);
-1b. elastic pods (RunningWorkload.elastic_of), for a preemptor inside its guarantee:
+1b. elastic pods (RunningWorkload.elastic_of) and work that fills idle GPUs
+   (``fills_idle``, e.g. low-priority shares in the fragments of shared GPUs), for a
+   preemptor inside its guarantee:
    any tenant's of the same tree, its own included, the most-borrowing tenant first,
    then most recently started. Shrinking a workload keeps its core running, so reclaim
    shrinks before it preempts; minimisation gives whole workloads back first. A
@@ -174,7 +176,7 @@ class Preemptor:
         found: dict[str, Run] = {}
         for f in flavours:
             for run in st.runs_by_root.get((root, f), ()):
-                if run.wl.elastic_of is not None and not run.claimed and not run.wl.evicting:
+                if run.wl.opportunistic and not run.claimed and not run.wl.evicting:
                     found.setdefault(run.wl.id, run)
 
         def order(run: Run) -> tuple[int, int, float, str]:

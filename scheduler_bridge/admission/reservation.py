@@ -43,7 +43,7 @@ def reserve_for_starving(
         if item.node >= 0
         and item.shape.options
         and item.wl.gang
-        and item.wl.elastic_of is None
+        and not item.wl.opportunistic
         and item.shape.gpus >= config.reservation_min_gpus
         and state.now - item.wl.submitted_at >= config.reservation_wait_s
     ]

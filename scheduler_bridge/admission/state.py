@@ -166,7 +166,7 @@ class CycleState:
                 protection > self.now
                 and not wl.evicting
                 and wl.preemptible
-                and wl.elastic_of is None
+                and not wl.opportunistic
             )
             protected_until = protection if protected else None
             run = Run(wl, node, tree.root[node] if node >= 0 else -1, protected_until)
@@ -187,7 +187,7 @@ class CycleState:
                     tree.add(f, node, gpus, self.usage[f])
                     if not wl.preemptible:
                         self.pinned[f][node] += gpus
-                    if wl.elastic_of is not None:
+                    if wl.opportunistic:
                         self.elastic[f][node] += gpus
                     key = (run.root, f)
                     self.run_tokens[key] = self.run_tokens.get(key, 0) + run.token

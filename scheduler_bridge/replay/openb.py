@@ -30,6 +30,7 @@ OPENB_ATTRIBUTION = (
 NODE_COLUMNS = ("sn", "gpu", "model")
 TASK_COLUMNS = ("name", "num_gpu", "gpu_milli", "creation_time", "deletion_time")
 MILLI_PER_GPU = 1000
+BEST_EFFORT = "BE"  # the QoS class of low-priority batch
 MAX_GPUS_PER_TASK = 8  # the most any node of the trace holds
 
 
@@ -110,7 +111,9 @@ def openb_jobs(
     """The GPU tasks as replay jobs, in creation order: the tenant is the task's QoS class
     (LS, BE, Burstable, Guaranteed), a share of one GPU keeps its thousandths, a task with
     several GPUs holds them whole on one node, and a task names the GPU models it may run
-    on (none: any, tried largest product first). Tasks that ran for no time are left out."""
+    on (none: any, tried largest product first). A best-effort (``BE``) share fills idle
+    GPUs: it takes only fragments no other work waits for and is the first taken back.
+    Tasks that ran for no time are left out."""
     any_model = tuple(p.flavor for p in cluster.products)
     jobs: list[TraceJob] = []
     for task in gpu_tasks(tasks):
@@ -126,6 +129,7 @@ def openb_jobs(
                 gpus=task.num_gpu,
                 gpu_milli=task.gpu_milli if task.sharing else None,
                 flavors=models or any_model,
+                fills_idle=task.sharing and task.qos == BEST_EFFORT,
             )
         )
         if limit is not None and len(jobs) >= limit:

@@ -277,6 +277,7 @@ def _sim_job(job: TraceJob, cluster: ReplayCluster, elastic: bool) -> SimJob:
             priority=job.priority,
             submitted_at=job.submitted_at,
             topology=topology,
+            fills_idle=job.fills_idle,
         ),
         run_time_s=job.run_time_s,
         checkpoint_interval_s=checkpoint,

@@ -42,6 +42,7 @@ class TraceJob:
     gpu_milli: int | None = None
     # the flavours it may run on, in the order tried; () for ``flavor`` alone
     flavors: tuple[str, ...] = ()
+    fills_idle: bool = False  # only fills GPUs nobody else waits for; taken back first
 
     @property
     def gpu_equivalents(self) -> float:

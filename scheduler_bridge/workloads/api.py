@@ -173,6 +173,7 @@ class WorkloadSerializer(serializers.ModelSerializer[Workload]):
             "priority_class",
             "priority",
             "preemptible",
+            "fills_idle",
             "max_run_time_s",
             "preemption_grace_s",
             "checkpoint_interval_s",
@@ -251,6 +252,7 @@ class PriorityClassSerializer(RejectUnknownFields, serializers.ModelSerializer[P
             "name",
             "value",
             "preemptible",
+            "fills_idle",
             "price_multiplier",
             "description",
             "is_default",
@@ -258,7 +260,8 @@ class PriorityClassSerializer(RejectUnknownFields, serializers.ModelSerializer[P
 
 
 class PriorityClassViewSet(viewsets.ModelViewSet[PriorityClass]):
-    """Priority classes: value, preemptible flag, price multiplier."""
+    """Priority classes: value, preemptible flag, whether its work only fills idle GPUs,
+    price multiplier."""
 
     serializer_class = PriorityClassSerializer
     permission_classes = [PlatformAdminWrites]

@@ -36,6 +36,14 @@ class PriorityClass(models.Model):
     name = models.CharField(max_length=63, unique=True, validators=[DNS1123_LABEL])
     value = models.IntegerField(default=0, help_text=_("Higher runs first."))
     preemptible = models.BooleanField(default=True)
+    fills_idle = models.BooleanField(
+        default=False,
+        help_text=_(
+            "Work of this class only fills GPUs nobody else waits for (fragments of shared "
+            "GPUs, idle guarantee): it queues after all other work, never preempts, and is "
+            "the first taken back. It must be preemptible."
+        ),
+    )
     price_multiplier = models.DecimalField(
         max_digits=6,
         decimal_places=3,
@@ -115,6 +123,7 @@ class Workload(models.Model):
     )
     priority = models.IntegerField(default=0)
     preemptible = models.BooleanField(default=True)
+    fills_idle = models.BooleanField(default=False)  # from its priority class
     # [{"name": "main", "count": 2, "gpus_per_pod": 4, "flavours": ["h100-80gb"]}, ...]
     pod_sets = models.JSONField()
     gang = models.BooleanField(default=True)

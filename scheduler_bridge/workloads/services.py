@@ -515,6 +515,7 @@ def workload_submit(
         priority_class=pclass,
         priority=pclass.value if pclass else 0,
         preemptible=pclass.preemptible if pclass else True,
+        fills_idle=pclass.fills_idle if pclass else False,
         pod_sets=dump_pod_sets(stored),
         elastic=any(ps.min_count is not None for ps in stored),
         gang=gang,
@@ -597,6 +598,14 @@ def priority_class_save(
     """Create or change a priority class (platform admins); one default at most."""
     if not access.is_platform_admin(actor):
         raise PermissionDenied(_("Only platform administrators manage priority classes."))
+    if instance.fills_idle and not instance.preemptible:
+        raise ValidationFailed(
+            _(
+                "A class whose work fills idle GPUs must be preemptible: it is the first work "
+                "taken back. Set preemptible to true or fills_idle to false."
+            ),
+            field="fills_idle",
+        )
     with transaction.atomic():
         before = snapshot(PriorityClass.objects.get(pk=instance.pk)) if instance.pk else None
         if instance.is_default:

@@ -101,6 +101,7 @@ def pending_of(workload: Workload) -> engine.PendingWorkload:
         topology=engine.Topology(workload.topology),
         max_run_time_s=float(workload.max_run_time_s) if workload.max_run_time_s else None,
         preemptible=workload.preemptible,
+        fills_idle=workload.fills_idle,
         held=tuple(
             engine.Placement(node=p.node, flavour=p.flavour, gpus=p.gpus, gpu=p.gpu)
             for p in parse_placements(workload.held_placements)
@@ -125,6 +126,7 @@ def running_of(workload: Workload) -> engine.RunningWorkload:
         admitted_at=epoch(workload.admitted_at),
         borrowed=workload.borrowed_gpus,
         preemptible=workload.preemptible,
+        fills_idle=workload.fills_idle,
         max_run_time_s=float(workload.max_run_time_s) if workload.max_run_time_s else None,
         request=engine.core_of(request),
         # an announced preemption: its GPUs are being freed

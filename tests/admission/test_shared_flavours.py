@@ -272,3 +272,74 @@ def test_the_same_snapshot_gives_the_same_placements(
     snap = snapshot(pending, nodes=3, gpus=4)
     config = EngineConfig(share_packing=packing)
     assert run_cycle(snap, config).admissions == run_cycle(snap, config).admissions
+
+
+def running_share(wid: str, tenant: str, milli: int, gpu: int, fills_idle: bool = False):
+    return RunningWorkload(
+        id=wid,
+        tenant_id=tenant,
+        placements=(Placement("n0", T4, milli, gpu=gpu),),
+        admitted_at=0.0,
+        fills_idle=fills_idle,
+    )
+
+
+def two_tenants_of_one_gpu_each(*running: RunningWorkload, pending=()) -> ClusterSnapshot:
+    quotas = (Quota("org", T4, 2 * MILLI), Quota("a", T4, MILLI), Quota("b", T4, MILLI))
+    return snapshot(tuple(pending), nodes=1, gpus=2, quotas=quotas, running=running)
+
+
+@pytest.mark.parametrize("fills_idle", [True, False])
+def test_a_share_filling_a_fragment_is_taken_back_first_when_a_whole_gpu_is_needed(
+    fills_idle: bool,
+) -> None:
+    # b runs a 600 share inside its guarantee on GPU 0 and a 400 one on GPU 1: no GPU is
+    # whole, and b borrows nothing. Only if the 400 one only filled a fragment may a's
+    # whole-GPU work take it back.
+    snap = two_tenants_of_one_gpu_each(
+        running_share("b-rigid", "b", 600, gpu=0),
+        running_share("b-filler", "b", 400, gpu=1, fills_idle=fills_idle),
+        pending=(share("a-whole", MILLI),),
+    )
+    result = run_cycle(snap)
+    if not fills_idle:
+        assert not result.preemptions and not result.admissions
+        return
+    (preemption,) = result.preemptions
+    assert (preemption.victim_id, preemption.preemptor_id) == ("b-filler", "a-whole")
+    snap = apply_result(snap, result)
+    (admission,) = run_cycle(snap).admissions
+    assert admission.placements == (Placement("n0", T4, MILLI, gpu=1),)
+
+
+def test_work_that_fills_idle_gpus_waits_behind_all_other_work_and_never_preempts() -> None:
+    filler = PendingWorkload(
+        id="b-filler",
+        tenant_id="b",
+        pod_sets=(PodSet(1, 400, (T4,)),),
+        submitted_at=0.0,
+        fills_idle=True,
+    )
+    snap = two_tenants_of_one_gpu_each(
+        running_share("a-half", "a", 500, gpu=0),
+        running_share("a-more", "a", 500, gpu=0),
+        pending=(filler, share("b-whole", MILLI, tenant="b", submitted_at=5.0)),
+    )
+    result = run_cycle(snap)
+    assert [a.workload_id for a in result.admissions] == ["b-whole"]  # the filler waits
+    assert not result.preemptions
+    # on a full cluster it preempts nothing, even inside its tenant's guarantee
+    snap = apply_result(snap, result)
+    result = run_cycle(snap)
+    assert not result.admissions and not result.preemptions
+
+
+def test_work_that_fills_idle_gpus_is_preemptible() -> None:
+    with pytest.raises(ValueError, match="fills idle GPUs is preemptible"):
+        PendingWorkload(
+            id="w",
+            tenant_id="a",
+            pod_sets=(PodSet(1, 400, (T4,)),),
+            fills_idle=True,
+            preemptible=False,
+        )

@@ -192,3 +192,18 @@ def test_the_openb_replay_refuses_bad_arguments_with_a_clear_message(
         call_command(
             "replay", "--format", "openb", *arguments, stdout=StringIO(), stderr=StringIO()
         )
+
+
+def test_best_effort_shares_fill_idle_gpus_and_are_taken_back_first() -> None:
+    cluster = openb_cluster(read_openb_nodes().rows)
+    jobs = openb_jobs(read_openb_tasks().rows, cluster)
+    assert all(j.fills_idle == (j.tenant == "BE" and j.gpu_milli is not None) for j in jobs)
+    assert any(j.fills_idle for j in jobs)
+    # on one GPU, the owner's own work may take back its best-effort share at once
+    one = shared_cluster(1)
+    quotas = QuotaPlan({("LS", "T4"): 1})
+    filler = TraceJob("be", "LS", 0.0, 10 * HOUR, 1, gpu_milli=500, fills_idle=True)
+    whole = TraceJob("ls", "LS", 600.0, HOUR, 1)
+    run = replay("fair-share", [filler, whole], one, quotas)
+    assert run.figures.preemptions == 1
+    assert max(run.tenant_wait_samples["LS"]) <= 120  # the whole GPU started within a cycle or two

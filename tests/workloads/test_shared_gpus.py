@@ -12,7 +12,9 @@ import pytest
 from scheduler_bridge.inventory.models import Flavour, Node
 from scheduler_bridge.workloads.cycle import admission_cycle
 from scheduler_bridge.workloads.models import Workload
+from scheduler_bridge.workloads.snapshot import pending_of, running_of
 from tests.conftest import Cast, client_for
+from tests.tenants.test_portal import logged_in
 from tests.workloads.conftest import FakeCluster
 
 pytestmark = pytest.mark.django_db
@@ -21,7 +23,9 @@ FLAVOURS = "/api/v1/flavours/"
 
 
 def share(user: Any, milli: int | None = None, *, memory: int | None = None, **pod: Any) -> Any:
+    extra = {"priority_class": pod.pop("priority_class")} if "priority_class" in pod else {}
     body = {
+        **extra,
         "cluster": "gpu-east",
         "tenant": pod.pop("tenant", "vision"),
         "name": f"notebook-{milli}-{memory}",
@@ -349,8 +353,6 @@ def test_the_cluster_page_names_how_a_flavour_is_shared_in_both_languages(
 ) -> None:
     from django.urls import reverse
 
-    from tests.tenants.test_portal import logged_in
-
     assert make_shared(cast, fake_cluster.h100, "mps").status_code == 200
     url = reverse("portal-cluster", kwargs={"name": "gpu-east"})
     english = logged_in(cast.member).get(url)
@@ -358,3 +360,27 @@ def test_the_cluster_page_names_how_a_flavour_is_shared_in_both_languages(
     assert "MPS (compute limited)" in english.content.decode()
     chinese = logged_in(cast.member).get(url, HTTP_ACCEPT_LANGUAGE="zh-hans")
     assert "MPS（限制算力）" in chinese.content.decode()
+
+
+def test_low_priority_shares_fill_idle_gpus_and_are_the_first_taken_back(
+    fake_cluster: FakeCluster, cast: Cast, priorities: dict
+) -> None:
+    admin = client_for(cast.platform_admin)
+    scavenger = {"name": "scavenger", "value": -10, "fills_idle": True}
+    refused = admin.post("/api/v1/priority-classes/", scavenger | {"preemptible": False})
+    assert refused.status_code == 400
+    assert "must be preemptible" in refused.json()["errors"]["fills_idle"][0]
+    assert admin.post("/api/v1/priority-classes/", scavenger, format="json").status_code == 201
+    assert make_shared(cast, fake_cluster.h100).status_code == 200
+    filler = share(cast.member, 300, priority_class="scavenger")
+    assert filler.status_code == 201, filler.content
+    assert filler.json()["fills_idle"] is True
+    assert share(cast.member, 300).json()["fills_idle"] is False
+    workload = Workload.objects.get(pk=filler.json()["id"])
+    assert pending_of(workload).fills_idle
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    workload.refresh_from_db()
+    assert workload.state == "running", workload.reason
+    assert running_of(workload).fills_idle  # the engine takes it back first
+    page = logged_in(cast.member).get("/priority-classes/", HTTP_ACCEPT_LANGUAGE="zh-hans")
+    assert "填补空闲 GPU" in page.content.decode()
