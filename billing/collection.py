@@ -263,7 +263,7 @@ def usage_collect(
             logger.warning("%s: writing hours without busy data: %s", cluster.name, error)
             readings = metering.BusyReadings()
             result.without_busy_data = True
-        allocations = metering.attach_busy(allocations, readings)
+        allocations = metering.attach_busy(allocations, readings, metered.share_pods)
 
     tenants = dict(
         NamespaceBinding.objects.filter(cluster_name=cluster.name).values_list(

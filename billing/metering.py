@@ -23,6 +23,7 @@ from billing.prometheus import HourlyBusy, Reading, RunBusyMap, RunWindow
 from scheduler_bridge.gateways.base import PodInfo, is_gpu_resource
 
 HOUR = timedelta(hours=1)
+MILLI = 1000  # a shared flavour counts thousandths of a GPU
 BUSY_PLACES = Decimal("0.001")
 # Pods in these phases held their GPUs while they ran; Pending pods never started.
 RAN_PHASES = frozenset({"Running", "Succeeded", "Failed"})
@@ -185,6 +186,9 @@ class MeteringResult:
     allocations: list[Allocation] = field(default_factory=list)
     # Human-readable reasons for pods that could not be metered (unknown flavour, ...).
     problems: list[str] = field(default_factory=list)
+    # pods of admitted shares: not billed (their workload is, from its admission), only
+    # read for how busy they kept their GPU (attach_busy)
+    share_pods: list[Allocation] = field(default_factory=list)
 
 
 def _pod_window(pod: PodInfo) -> tuple[datetime, datetime | None] | None:
@@ -246,10 +250,10 @@ def pod_allocations(
                     f"{pod.node_name or '(unscheduled)'}; run an inventory sync"
                 )
                 continue
-            if flavour.shared and workload is not None:
-                # a share is metered from its admission (what it holds of one GPU), not
-                # from the replicas or vGPUs its pods request: workload_allocations
-                continue
+            # a share is metered from its admission (what it holds of one GPU), not from
+            # the replicas or vGPUs its pods request (workload_allocations); its pods only
+            # say how busy it was
+            billed = not (flavour.shared and workload is not None)
             if flavour.shared:
                 devices *= flavour.milli_per_unit
             share = workload.borrowed_fraction(flavour, placed) if workload else Fraction(0)
@@ -258,7 +262,7 @@ def pod_allocations(
                 if seconds <= 0:
                     continue
                 held_from = max(window[0], hour)
-                result.allocations.append(
+                (result.allocations if billed else result.share_pods).append(
                     Allocation(
                         key=pod.uid,
                         pod_name=pod.name,
@@ -376,7 +380,11 @@ def run_windows(allocations: Iterable[Allocation]) -> list[RunWindow]:
     return sorted(windows, key=lambda w: (w.hour, w.namespace, w.pod, w.start, w.uid))
 
 
-def attach_busy(allocations: Iterable[Allocation], readings: BusyReadings) -> list[Allocation]:
+def attach_busy(
+    allocations: Iterable[Allocation],
+    readings: BusyReadings,
+    share_pods: Sequence[Allocation] = (),
+) -> list[Allocation]:
     """Each allocation with ``busy_seconds`` from Prometheus, or None when no series exist.
 
     A reading is, per pod, MIG profile and hour (or per run, for a pod name reused within
@@ -387,6 +395,13 @@ def attach_busy(allocations: Iterable[Allocation], readings: BusyReadings) -> li
     MIG instances without engine activity use their parent GPU's utilisation, flagged
     ``busy_estimated``. Workload-derived rows add up the pods known, by owner reference
     or workload label, to belong to their Job (never pods matched by name).
+
+    Shares of a GPU (shared flavours, in thousandths): HAMi's per-container reading says
+    how much of the GPU a pod kept busy, counted up to what it holds. Without it, the
+    GPU's own activity is split by the part each share holds (activity x held), flagged
+    ``busy_estimated``: on a shared GPU, DCGM cannot tell whose work kept it busy. An
+    admitted share is billed from its admission; ``share_pods`` are its pods, read only
+    for this.
     """
     listed = list(allocations)
     reused = reused_names(listed)
@@ -395,15 +410,72 @@ def attach_busy(allocations: Iterable[Allocation], readings: BusyReadings) -> li
     for allocation in listed:
         if allocation.source != "pod":
             continue
+        if allocation.flavour.shared:
+            pods.append(_share_busy(allocation, readings, held=allocation.device_seconds))
+            continue
         found, estimated = _pod_reading(allocation, readings, reused)
         pods.append(_with_reading(allocation, found, estimated))
+    share_readings = [_share_busy(pod, readings, held=None) for pod in share_pods]
     by_pod = iter(pods)
     for allocation in listed:
         if allocation.source == "pod":
             out.append(next(by_pod))
+        elif allocation.flavour.shared:
+            out.append(_workload_share_busy(allocation, share_readings))
         else:
             out.append(_workload_busy(allocation, pods))
     return out
+
+
+def _share_busy(allocation: Allocation, readings: BusyReadings, held: int | None) -> Allocation:
+    """A pod of a shared GPU with its busy thousandth-seconds: HAMi's reading of the part
+    of the GPU it kept busy (up to ``held``), else the GPU's activity over the part it
+    holds (``held``; None: over a whole GPU, for a share pod to be folded into its
+    workload), flagged as an estimate."""
+    name = (allocation.namespace, allocation.pod_name, "", allocation.interval_start)
+    hourly = readings.hourly
+    used = hourly.hami.get(name)
+    if used is not None and used.series > 0:
+        busy = used.devices * MILLI * allocation.seconds
+        if held is not None:
+            busy = min(busy, Decimal(held))
+        return replace(allocation, busy_seconds=max(busy, Decimal(0)).quantize(BUSY_PLACES))
+    gpu = hourly.active.get(name) or hourly.util.get(name)
+    if gpu is None or gpu.series <= 0:
+        return allocation
+    activity = min(max(gpu.devices / gpu.series, Decimal(0)), Decimal(1))
+    whole = held if held is not None else MILLI * allocation.seconds
+    return replace(
+        allocation, busy_seconds=(activity * whole).quantize(BUSY_PLACES), busy_estimated=True
+    )
+
+
+def _workload_share_busy(allocation: Allocation, share_pods: Sequence[Allocation]) -> Allocation:
+    """An admitted share's busy time from its pods of that hour: HAMi's readings added up
+    (to what it holds), else the GPUs' average activity over what it holds (estimated)."""
+    members = [
+        pod
+        for pod in share_pods
+        if pod.namespace == allocation.namespace
+        and allocation.job_name
+        and pod.job_name == allocation.job_name
+        and pod.interval_start == allocation.interval_start
+        and pod.flavour == allocation.flavour
+        and pod.run_key in ("", allocation.run_key)
+        and pod.busy_seconds is not None
+    ]
+    if not members:
+        return allocation
+    held = Decimal(allocation.device_seconds)
+    measured = [pod for pod in members if not pod.busy_estimated]
+    if measured:
+        busy = min(sum((pod.busy_seconds or Decimal(0) for pod in measured), Decimal(0)), held)
+        return replace(allocation, busy_seconds=busy.quantize(BUSY_PLACES))
+    whole = sum((Decimal(MILLI * pod.seconds) for pod in members), Decimal(0))
+    activity = sum((pod.busy_seconds or Decimal(0) for pod in members), Decimal(0)) / whole
+    return replace(
+        allocation, busy_seconds=(activity * held).quantize(BUSY_PLACES), busy_estimated=True
+    )
 
 
 def _pod_reading(

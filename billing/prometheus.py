@@ -13,7 +13,10 @@ series are read one per device (not summed in PromQL) so that a pod holding more
 than reported is seen (:class:`Reading`). A pod name used by two pods within one hour (a
 restart under the same name) is read again per run, bounded to that run's own window
 (:func:`run_busy`). MIG instances without profiling metrics get an estimate from their
-parent GPU (:func:`mig_estimate`).
+parent GPU (:func:`mig_estimate`). On GPUs HAMi shares, its vGPU monitor's
+``Device_utilization_desc_of_container`` (percent of the whole GPU per container,
+labelled ``podnamespace``/``podname``; Project-HAMi/HAMi, the monitor's metric list) says
+how much of the GPU each share really used (``HourlyBusy.hami``).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
@@ -30,6 +33,12 @@ from typing import Any
 
 ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
+# HAMi's per-container utilisation of the GPU it shares (percent of the whole GPU's SMs),
+# labelled with HAMi's own pod labels (its vGPU monitor, hami-device-plugin)
+HAMI_UTIL = "Device_utilization_desc_of_container"
+HAMI_POD_LABEL = "podname"
+HAMI_NAMESPACE_LABEL = "podnamespace"
+HAMI_DEVICE_LABELS = ("ctrname", "deviceuuid", "vdeviceid")
 # Framebuffer in use: a default counter dcgm-exporter reports per MIG instance with the
 # pod using it, profiling on or off; it tells which parent GPU a MIG pod sits on.
 FB_USED = "DCGM_FI_DEV_FB_USED"
@@ -200,6 +209,13 @@ def gpu_util_query(
     return f"avg_over_time({GPU_UTIL}{selector}[{window}]) / 100"
 
 
+def hami_util_query(namespaces: Sequence[str] | None = None, *, window: str = "1h") -> str:
+    """Per container and shared GPU: HAMi's average utilisation over ``window``, as the
+    part of the whole GPU it kept busy (percent over 100)."""
+    selector = _selector(namespaces, HAMI_NAMESPACE_LABEL)
+    return f"avg_over_time({HAMI_UTIL}{selector}[{window}]) / 100"
+
+
 def mig_instances_query(
     namespaces: Sequence[str] | None = None,
     *,
@@ -222,6 +238,10 @@ def _device(labels: dict[str, str]) -> tuple[str, ...]:
     return tuple(labels.get(name, "") for name in DEVICE_LABELS)
 
 
+def _hami_device(labels: dict[str, str]) -> tuple[str, ...]:
+    return tuple(labels.get(name, "") for name in HAMI_DEVICE_LABELS)
+
+
 def _value(raw: str) -> Decimal | None:
     try:
         value = Decimal(raw)
@@ -236,7 +256,12 @@ def _hour_of(timestamp: float) -> datetime:
 
 
 def _to_busy_map(
-    series: list[Series], pod_label: str, namespace_label: str, *, with_profile: bool
+    series: list[Series],
+    pod_label: str,
+    namespace_label: str,
+    *,
+    with_profile: bool,
+    device_of: Callable[[dict[str, str]], tuple[str, ...]] = _device,
 ) -> BusyMap:
     """Per-device series summed per pod, MIG profile and hour, devices counted once."""
     sums: dict[tuple[str, str, str, datetime], dict[tuple[str, ...], Decimal]] = {}
@@ -246,7 +271,7 @@ def _to_busy_map(
         if not namespace or not pod:
             continue
         profile = item.labels.get(MIG_PROFILE_LABEL, "") if with_profile else ""
-        device = _device(item.labels)
+        device = device_of(item.labels)
         for timestamp, raw in item.values:
             value = _value(raw)
             if value is None:
@@ -265,17 +290,20 @@ class HourlyBusy:
 
     ``active``: engine activity; ``util``: the GPU_UTIL fallback for full GPUs;
     ``mig_estimate``: for MIG instances, their parent GPU's GPU_UTIL (an estimate, see
-    :func:`mig_estimate`)."""
+    :func:`mig_estimate`); ``hami``: for pods on GPUs HAMi shares, the part of the GPU each
+    of their containers kept busy (``devices`` in whole GPUs, profile "")."""
 
     active: BusyMap = field(default_factory=dict)
     util: BusyMap = field(default_factory=dict)
     mig_estimate: BusyMap = field(default_factory=dict)
+    hami: BusyMap = field(default_factory=dict)
 
     def merged(self, other: HourlyBusy) -> HourlyBusy:
         return HourlyBusy(
             self.active | other.active,
             self.util | other.util,
             self.mig_estimate | other.mig_estimate,
+            self.hami | other.hami,
         )
 
 
@@ -323,9 +351,14 @@ def _hourly_busy(
     wanted = set(hours)
     busy = _to_busy_map(active, pod_label, namespace_label, with_profile=True)
     fallback = _to_busy_map(util, pod_label, namespace_label, with_profile=False)
+    hami = client.query_range(hami_util_query(namespaces), first_end, last_end)
+    shares = _to_busy_map(
+        hami, HAMI_POD_LABEL, HAMI_NAMESPACE_LABEL, with_profile=False, device_of=_hami_device
+    )
     result = HourlyBusy(
         active={k: v for k, v in busy.items() if k[3] in wanted},
         util={k: v for k, v in fallback.items() if k[3] in wanted},
+        hami={k: v for k, v in shares.items() if k[3] in wanted},
     )
     # Only MIG pods without engine activity need the estimate: ask only if there are any.
     instances = client.query_range(mig_instances_query(namespaces, **labels), first_end, last_end)

@@ -80,6 +80,20 @@ def dcgm_series() -> list[Series]:
             "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
             base | {"gpu": "3", "UUID": "GPU-a3", "namespace": "globex-train", "pod": "sleepy"},
         ).every(H10, H13, 0.01),
+        # HAMi's monitor: share-0's two containers on one shared GPU use 20 % and 15 % of it
+        *(
+            Series(
+                "Device_utilization_desc_of_container",
+                {
+                    "podnamespace": "vision-dev",
+                    "podname": "share-0",
+                    "ctrname": container,
+                    "deviceuuid": "GPU-a4",
+                    "vdeviceid": "0",
+                },
+            ).every(H10, H12, percent)
+            for container, percent in (("main", 20), ("sidecar", 15))
+        ),
     ]
 
 
@@ -185,6 +199,9 @@ def test_prometheus_answers_hourly_busy_devices_per_pod_and_mig_profile(
     assert ("vision-dev", "notebook", "", H10) not in busy
     assert util[("vision-dev", "notebook", "", H10)] == Reading(Decimal("0.4"), 1)
     assert ("speech-train", "infer-0", "", H10) not in util  # MIG GPU_UTIL left out
+    # HAMi: the part of the shared GPU each container kept busy, added up per pod
+    assert found.hami[("vision-dev", "share-0", "", H11)] == Reading(Decimal("0.35"), 2)
+    assert ("vision-dev", "share-0", "", H12) not in found.hami  # it had ended
 
 
 @pytest.mark.prometheus
@@ -486,6 +503,9 @@ def _as_scraped_without_honor_labels(series: list[Series]) -> list[Series]:
     dcgm-exporter pod that was scraped."""
     out = []
     for item in series:
+        if "pod" not in item.labels:  # HAMi's series carry their own pod labels
+            out.append(item)
+            continue
         labels = {k: v for k, v in item.labels.items() if k not in ("pod", "namespace")}
         labels["exported_pod"] = item.labels["pod"]
         labels["exported_namespace"] = item.labels["namespace"]

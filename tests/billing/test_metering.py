@@ -198,3 +198,63 @@ def test_a_replica_taken_outside_the_queue_counts_as_its_part_of_a_gpu() -> None
     outsider = pod(node_name="t1", started_at=T0, gpu_requests={"nvidia.com/gpu": 2})
     (row,) = metering.pod_allocations([outsider], HOURS[:1], SHARED_NODES, {}).allocations
     assert (row.devices, row.seconds) == (500, 3600)  # two quarter-GPU replicas
+
+
+def readings(hour: datetime, pod_name: str, *, dcgm: str | None = None, hami: str | None = None):
+    key = ("ns", pod_name, "", hour)
+    hourly = HourlyBusy(
+        active={key: Reading(Decimal(dcgm), 1)} if dcgm else {},
+        hami={key: Reading(Decimal(hami), 1)} if hami else {},
+    )
+    return BusyReadings(hourly=hourly)
+
+
+def test_a_replica_outside_the_queue_is_busy_by_hamis_reading_or_its_part_of_the_gpu() -> None:
+    outsider = pod(name="nb", node_name="t1", started_at=T0, gpu_requests={"nvidia.com/gpu": 2})
+    (row,) = metering.pod_allocations([outsider], HOURS[:1], SHARED_NODES, {}).allocations
+    # DCGM sees the whole GPU 80 % busy: the two quarters it holds are credited 80 % of them
+    (split,) = metering.attach_busy([row], readings(T0, "nb", dcgm="0.8"))
+    assert (split.busy_seconds, split.busy_estimated) == (Decimal("0.8") * 500 * 3600, True)
+    assert not split.busy_partial
+    # HAMi measured the pod itself: 30 % of the GPU, counted as measured
+    (measured,) = metering.attach_busy([row], readings(T0, "nb", dcgm="0.8", hami="0.3"))
+    assert (measured.busy_seconds, measured.busy_estimated) == (Decimal(300 * 3600), False)
+    # never more than it holds, even if it ran past its share
+    (capped,) = metering.attach_busy([row], readings(T0, "nb", hami="0.9"))
+    assert capped.busy_seconds == Decimal(500 * 3600)
+
+
+def test_an_admitted_share_is_busy_by_its_pods_readings_over_what_it_holds() -> None:
+    workload = WorkloadRef(
+        id=8,
+        tenant_id=1,
+        namespace="ns",
+        job_name="notebook",
+        priority_class="",
+        admitted_at=T0,
+        end=T0 + timedelta(hours=1),
+        placements=(("t1", "t4-shared", 470),),
+        borrowed={},
+    )
+    queued = pod(
+        name="notebook-0",
+        job_name="notebook",
+        node_name="t1",
+        started_at=T0,
+        gpu_requests={"nvidia.com/gpu": 1},
+    )
+    from_pods = metering.pod_allocations(
+        [queued], HOURS[:1], SHARED_NODES, {("ns", "notebook"): [workload]}
+    )
+    assert from_pods.allocations == [] and len(from_pods.share_pods) == 1  # read, not billed
+    rows = metering.workload_allocations([workload], HOURS[:1], {"t4-shared": SHARED}, set())
+    (estimate,) = metering.attach_busy(
+        rows.allocations, readings(T0, "notebook-0", dcgm="0.5"), from_pods.share_pods
+    )
+    assert (estimate.busy_seconds, estimate.busy_estimated) == (Decimal("0.5") * 470 * 3600, True)
+    (measured,) = metering.attach_busy(
+        rows.allocations, readings(T0, "notebook-0", dcgm="0.5", hami="0.2"), from_pods.share_pods
+    )
+    assert (measured.busy_seconds, measured.busy_estimated) == (Decimal(200 * 3600), False)
+    (unread,) = metering.attach_busy(rows.allocations, BusyReadings(), from_pods.share_pods)
+    assert unread.busy_seconds is None  # nothing measured: not guessed
