@@ -380,3 +380,28 @@ def product_and_profile_from_gfd_label(
     if profile_name is None or profile_name.upper() == "INVALID" or product.opaque:
         return product, None
     return product, profile_by_name(product, profile_name)
+
+
+# How a node's GPUs are shared, as NVIDIA GPU Feature Discovery labels it (device plugin
+# 0.15 and later: ``nvidia.com/gpu.sharing-strategy`` none, time-slicing or mps, with
+# ``nvidia.com/gpu.replicas``; older ones only append ``-SHARED`` to the product), and
+# HAMi's scheduling label (its README: ``kubectl label nodes <node> gpu=on``).
+SHARING_STRATEGY_LABEL = "nvidia.com/gpu.sharing-strategy"
+REPLICAS_LABEL = "nvidia.com/gpu.replicas"
+HAMI_NODE_LABEL = "gpu"
+
+
+def sharing_of_node(labels: dict[str, str]) -> str:
+    """How a node's whole GPUs are shared, read from its labels: "time-slicing", "mps",
+    "hami", or "" (not shared, or nothing says so)."""
+    if labels.get(HAMI_NODE_LABEL) == "on":
+        return "hami"
+    strategy = labels.get(SHARING_STRATEGY_LABEL, "").strip().lower()
+    if strategy in ("time-slicing", "mps"):
+        return strategy
+    if strategy == "none":
+        return ""
+    if labels.get("nvidia.com/gpu.product", "").upper().endswith("-SHARED"):
+        return "time-slicing"
+    replicas = labels.get(REPLICAS_LABEL, "")
+    return "time-slicing" if replicas.isdigit() and int(replicas) > 1 else ""

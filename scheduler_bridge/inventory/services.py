@@ -6,6 +6,7 @@ import functools
 import logging
 from collections import defaultdict
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
@@ -29,6 +30,7 @@ from scheduler_bridge.inventory.catalogue import (
     mig_profile_name_from_resource,
     product_and_profile_from_gfd_label,
     profile_by_name,
+    sharing_of_node,
 )
 from scheduler_bridge.inventory.connection import cluster_gateway
 from scheduler_bridge.inventory.layouts import derive_gpu_layouts, layout_from_json, layout_to_json
@@ -281,6 +283,8 @@ def inventory_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> I
     busy = _busy_by_node(pods, _queue_jobs(cluster))
     flavour_totals: dict[FlavourSpec, int] = {}
     flavours_on_node: dict[str, set[str]] = {}
+    # per whole-GPU flavour, how its nodes' labels say they share their GPUs
+    sharing_seen: dict[str, set[str]] = defaultdict(set)
     with transaction.atomic():
         # Rows, not model instances: thousands of nodes are compared on every sync.
         remembered = _remembered_nodes(cluster.pk)
@@ -306,6 +310,8 @@ def inventory_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> I
             for spec, amount in flavours_of_node(info).items():
                 flavour_totals[spec] = flavour_totals.get(spec, 0) + amount
                 flavours_on_node.setdefault(info.name, set()).add(spec.name)
+                if not spec.mig_profile:
+                    sharing_seen[spec.name].add(sharing_of_node(info.labels))
         # Only what changed is written (a steady cluster of thousands of nodes costs a
         # few statements, not a save per node); the sighting time moves for all at once.
         Node.objects.bulk_create(created, batch_size=500)
@@ -322,10 +328,11 @@ def inventory_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> I
         result.flavours, untolerated_note = _store_flavours(
             cluster, flavour_totals, _node_taints(infos, flavours_on_node)
         )
+        sharing_note = _adopt_sharing(cluster, sharing_seen, new_since=now)
         _mark_cluster(
             cluster,
             Cluster.Status.OK,
-            f"{result.nodes} nodes, {result.gpus} GPUs" + untolerated_note,
+            f"{result.nodes} nodes, {result.gpus} GPUs" + untolerated_note + sharing_note,
         )
         # Capacity may have changed: waiting work may fit now (or admitted work not).
         queue_admission_cycle(cluster.pk)
@@ -388,6 +395,37 @@ def _store_flavours(
         else ""
     )
     return len(seen), note
+
+
+def _adopt_sharing(cluster: Cluster, seen: dict[str, set[str]], *, new_since: datetime) -> str:
+    """A flavour first seen in this sync takes the sharing its nodes' labels agree on.
+    For an older one a note says where the labels disagree with it: sharing changes its
+    units, so an administrator changes it (PATCH /api/v1/flavours/{id}/), and labels
+    that say nothing leave an administrator's choice (HAMi without its label, fractions)
+    alone."""
+    disagree: list[str] = []
+    for flavour in Flavour.objects.filter(cluster=cluster, name__in=list(seen), mig_profile=""):
+        found = seen[flavour.name]
+        if len(found) > 1:
+            said = ", ".join(sorted(s or "not shared" for s in found))
+            disagree.append(f"{flavour.name} (its nodes differ: {said})")
+            continue
+        (detected,) = found
+        if not detected or detected == flavour.sharing:
+            continue
+        if flavour.created_at < new_since:
+            was = flavour.sharing or "not shared"
+            disagree.append(f"{flavour.name} (nodes say {detected}, the flavour {was})")
+            continue
+        flavour.sharing = detected
+        flavour.save(update_fields=["sharing", "updated_at"])
+    if not disagree:
+        return ""
+    return (
+        "; the nodes' sharing labels disagree with flavours "
+        + "; ".join(disagree)
+        + ": set sharing (PATCH /api/v1/flavours/{id}/) once their work has finished"
+    )
 
 
 def _mark_cluster(cluster: Cluster, status: str, message: str) -> None:

@@ -192,3 +192,55 @@ def test_a_node_row_changed_behind_inventorys_back_is_read_again_and_repaired(
         inventory_sync(cluster, gateway)
     table = Node._meta.db_table
     assert not [q for q in queries if q["sql"].startswith(f'UPDATE "{table}" AS t')]
+
+
+@pytest.mark.parametrize(
+    ("labels", "sharing"),
+    [
+        (
+            {"nvidia.com/gpu.sharing-strategy": "time-slicing", "nvidia.com/gpu.replicas": "4"},
+            "time-slicing",
+        ),
+        ({"nvidia.com/gpu.sharing-strategy": "mps", "nvidia.com/gpu.replicas": "2"}, "mps"),
+        ({"nvidia.com/gpu.product": "NVIDIA-L4-SHARED"}, "time-slicing"),  # older plugins
+        ({"gpu": "on"}, "hami"),
+        ({"nvidia.com/gpu.sharing-strategy": "none", "nvidia.com/gpu.replicas": "1"}, ""),
+    ],
+)
+def test_a_new_flavour_takes_the_sharing_its_nodes_labels_say(
+    db: None, kube_api: FakeKubeApi, kubeconfig: tuple[Path, str], labels: dict, sharing: str
+) -> None:
+    kube_api.add_node(
+        "l4-1",
+        labels={"nvidia.com/gpu.product": "NVIDIA-L4", "nvidia.com/gpu.count": "2"} | labels,
+        allocatable={"cpu": "8", "nvidia.com/gpu": "8"},
+    )
+    cluster = Cluster.objects.create(name="c", kubeconfig_path=str(kubeconfig[0]))
+    inventory_sync(cluster, fast_gateway(*kubeconfig))
+    flavour = Flavour.objects.get(cluster=cluster)
+    assert (flavour.name, flavour.sharing) == ("l4", sharing)
+
+
+def test_labels_never_change_an_existing_flavours_sharing_but_the_cluster_says_so(
+    db: None, kube_api: FakeKubeApi, kubeconfig: tuple[Path, str]
+) -> None:
+    product = {"nvidia.com/gpu.product": "NVIDIA-L4", "nvidia.com/gpu.count": "2"}
+    kube_api.add_node("l4-1", labels=product, allocatable={"cpu": "8", "nvidia.com/gpu": "2"})
+    cluster = Cluster.objects.create(name="c", kubeconfig_path=str(kubeconfig[0]))
+    inventory_sync(cluster, fast_gateway(*kubeconfig))
+    assert Flavour.objects.get(cluster=cluster).sharing == ""
+    # the device plugin is reconfigured to time-slice: the flavour's units would change
+    # under its quotas and work, so only an administrator may follow
+    kube_api.edit_object(
+        "Node",
+        None,
+        "l4-1",
+        lambda node: node["metadata"]["labels"].update(
+            {"nvidia.com/gpu.sharing-strategy": "time-slicing", "nvidia.com/gpu.replicas": "4"}
+        ),
+    )
+    inventory_sync(cluster, fast_gateway(*kubeconfig))
+    assert Flavour.objects.get(cluster=cluster).sharing == ""
+    cluster.refresh_from_db()
+    assert "l4 (nodes say time-slicing, the flavour not shared)" in cluster.status_message
+    assert "PATCH /api/v1/flavours/{id}/" in cluster.status_message
