@@ -343,3 +343,42 @@ def test_work_that_fills_idle_gpus_is_preemptible() -> None:
             fills_idle=True,
             preemptible=False,
         )
+
+
+def test_elastic_shares_grow_into_idle_gpus_and_shrink_before_anything_is_preempted() -> None:
+    from scheduler_bridge.admission.engine import AdmissionEngine
+    from scheduler_bridge.admission.simulator import SimJob, Simulator
+
+    elastic = PendingWorkload(
+        id="notebooks", tenant_id="a", pod_sets=(PodSet(4, 300, (T4,), min_count=2),)
+    )
+    whole = PendingWorkload(
+        id="train", tenant_id="b", pod_sets=(PodSet(1, MILLI, (T4,)),), submitted_at=600.0
+    )
+    worst: dict[tuple[str, int | None], int] = defaultdict(int)
+
+    def check(snap: ClusterSnapshot, result: object) -> None:
+        for key, held in held_per_gpu(snap).items():
+            worst[key] = max(worst[key], held)
+
+    simulator = Simulator(
+        tenants=[Tenant("org"), Tenant("a", "org"), Tenant("b", "org")],
+        flavours=[Flavour(T4, gpu_equivalent=0.001, shared=True)],
+        quotas=[Quota("org", T4, 2 * MILLI), Quota("a", T4, MILLI), Quota("b", T4, MILLI)],
+        nodes=[Node("n0", {T4: 2 * MILLI})],
+        jobs=[
+            SimJob(workload=elastic, run_time_s=3600.0),
+            SimJob(workload=whole, run_time_s=1800.0),
+        ],
+        engine=AdmissionEngine(EngineConfig()),
+        on_cycle=check,
+    )
+    result = simulator.run()
+    outcomes = {o.id: o for o in result.jobs}
+    # a's four 300-thousandths pods take both GPUs (two above its guarantee of one GPU);
+    # b's whole GPU is its guarantee: an elastic pod goes back, nothing is preempted
+    assert outcomes["notebooks"].started_at == 0.0 and result.grows >= 2
+    assert outcomes["train"].started_at is not None and outcomes["train"].started_at <= 720.0
+    assert result.shrinks >= 1 and result.preemptions == 0
+    assert all(held <= MILLI for held in worst.values()), worst
+    assert all(o.finished_at is not None for o in result.jobs)
