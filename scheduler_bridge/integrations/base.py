@@ -354,7 +354,7 @@ def _share(
         share = share_of(template)
     except ShareError as error:
         raise IntegrationError(
-            wording(gettext_noop("%(where)s: %(error)s"), where=where, error=str(error))
+            wording(gettext_noop("%(where)s: %(error)s"), where=where, error=error.reason)
         ) from error
     if share is None:
         return None

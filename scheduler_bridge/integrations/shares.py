@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from scheduler_bridge.admission.wording import Wording, gettext_noop, wording
+
 HAMI_MEMORY = "nvidia.com/gpumem"
 HAMI_MEMORY_PERCENT = "nvidia.com/gpumem-percentage"
 HAMI_CORES = "nvidia.com/gpucores"
@@ -32,7 +34,12 @@ MILLI = 1000
 
 
 class ShareError(ValueError):
-    """A share no GPU can give; the message says which field and what to change."""
+    """A share no GPU can give; ``reason`` says which field and what to change, in words
+    the portal says again in the reader's language."""
+
+    def __init__(self, reason: Wording) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +71,14 @@ def share_of(template: Mapping[str, Any]) -> ShareRead | None:
     }
     if hami and fraction:
         raise ShareError(
-            f"asks for a GPU share twice: HAMi resources ({', '.join(sorted(hami))}) and "
-            f"annotations ({', '.join(sorted(fraction))}); keep one way"
+            wording(
+                gettext_noop(
+                    "asks for a GPU share twice: HAMi resources (%(resources)s) and "
+                    "annotations (%(annotations)s); keep one way"
+                ),
+                resources=", ".join(sorted(hami)),
+                annotations=", ".join(sorted(fraction)),
+            )
         )
     if hami:
         return _hami(hami)
@@ -79,10 +92,22 @@ def _hami(found: Mapping[str, int]) -> ShareRead:
     percent = found.get(HAMI_MEMORY_PERCENT)
     for name, value in ((HAMI_CORES, cores), (HAMI_MEMORY_PERCENT, percent)):
         if value is not None and not 1 <= value <= 100:
-            raise ShareError(f"{name} is a percentage of one GPU, 1..100; got {value}")
+            raise ShareError(
+                wording(
+                    gettext_noop("%(name)s is a percentage of one GPU, 1..100; got %(value)s"),
+                    name=name,
+                    value=value,
+                )
+            )
     memory = found.get(HAMI_MEMORY)
     if memory is not None and memory < 1:
-        raise ShareError(f"{HAMI_MEMORY} is MiB of one GPU's memory, at least 1; got {memory}")
+        raise ShareError(
+            wording(
+                gettext_noop("%(name)s is MiB of one GPU's memory, at least 1; got %(value)s"),
+                name=HAMI_MEMORY,
+                value=memory,
+            )
+        )
     if memory is None and percent is None:
         # HAMi gives a pod without a memory request all of the GPU's memory
         percent = 100
@@ -97,7 +122,11 @@ def _hami(found: Mapping[str, int]) -> ShareRead:
 def _fraction(found: Mapping[str, str]) -> ShareRead:
     if FRACTION_ANNOTATION in found and MEMORY_ANNOTATION in found:
         raise ShareError(
-            f"annotations {FRACTION_ANNOTATION} and {MEMORY_ANNOTATION} both set; give one"
+            wording(
+                gettext_noop("annotations %(fraction)s and %(memory)s both set; give one"),
+                fraction=FRACTION_ANNOTATION,
+                memory=MEMORY_ANNOTATION,
+            )
         )
     if FRACTION_ANNOTATION in found:
         raw = found[FRACTION_ANNOTATION]
@@ -107,8 +136,14 @@ def _fraction(found: Mapping[str, str]) -> ShareRead:
             fraction = Decimal("NaN")
         if not fraction.is_finite() or not 0 < fraction <= 1:
             raise ShareError(
-                f"annotation {FRACTION_ANNOTATION} is the part of one GPU, above 0 and at "
-                f'most 1 (e.g. "0.5"); got {raw!r}'
+                wording(
+                    gettext_noop(
+                        "annotation %(name)s is the part of one GPU, above 0 and at most 1 "
+                        '(e.g. "0.5"); got %(value)s'
+                    ),
+                    name=FRACTION_ANNOTATION,
+                    value=repr(raw),
+                )
             )
         return ShareRead(style="fraction", milli=max(1, math.ceil(fraction * MILLI)))
     raw = found[MEMORY_ANNOTATION]
@@ -118,8 +153,14 @@ def _fraction(found: Mapping[str, str]) -> ShareRead:
         memory = 0
     if memory < 1:
         raise ShareError(
-            f"annotation {MEMORY_ANNOTATION} is MiB of one GPU's memory, a whole number "
-            f'above 0 (e.g. "4096"); got {raw!r}'
+            wording(
+                gettext_noop(
+                    "annotation %(name)s is MiB of one GPU's memory, a whole number above 0 "
+                    '(e.g. "4096"); got %(value)s'
+                ),
+                name=MEMORY_ANNOTATION,
+                value=repr(raw),
+            )
         )
     return ShareRead(style="fraction", memory_mib=memory)
 
@@ -142,7 +183,15 @@ def _whole(name: str, value: Any) -> int:
     try:
         amount = Decimal(str(value).strip())
     except InvalidOperation:
-        raise ShareError(f"{name} must be a whole number; got {value!r}") from None
+        raise ShareError(_not_whole(name, value)) from None
     if not amount.is_finite() or amount != amount.to_integral_value():
-        raise ShareError(f"{name} must be a whole number; got {value!r}")
+        raise ShareError(_not_whole(name, value))
     return int(amount)
+
+
+def _not_whole(name: str, value: Any) -> Wording:
+    return wording(
+        gettext_noop("%(name)s must be a whole number; got %(value)s"),
+        name=name,
+        value=repr(value),
+    )

@@ -216,7 +216,7 @@ def _sync_objects(
                 annotations=_kept_annotations(job.annotations),
             )
         except TidegateError as error:
-            result.rejected.append(_reject(cluster, job, tenant, error.message).pk)
+            result.rejected.append(_reject(cluster, job, tenant, worded.refused(error)).pk)
             continue
         except Exception as error:  # noqa: BLE001 - one odd object must not stop the sync
             logger.exception("%s %s/%s could not be queued", job.kind, job.namespace, job.name)

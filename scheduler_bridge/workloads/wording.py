@@ -10,6 +10,7 @@ says it in the reader's language. Kinds, names and cluster errors are data.
 from __future__ import annotations
 
 from scheduler_bridge.admission.wording import Param, Wording, gettext_noop, wording
+from tenants.errors import TidegateError
 
 # --- how work ended ----------------------------------------------------------------------
 
@@ -95,6 +96,23 @@ def cannot_pin(kind: str, annotation: str) -> Wording:
         kind=kind,
         annotation=annotation,
     )
+
+
+def refused(error: TidegateError) -> str:
+    """A domain error's message kept as a Wording when its template is a plain
+    gettext_lazy one or a Wording (the portal then says it in the reader's language);
+    otherwise its English text."""
+    template = error.template
+    if isinstance(template, Wording):
+        return template
+    found = getattr(template, "_args", None)  # gettext_lazy's proxy keeps its msgid
+    if not (isinstance(found, tuple) and len(found) == 1 and isinstance(found[0], str)):
+        return str(error)
+    params: dict[str, Param] = {
+        name: value if isinstance(value, int | float | Wording) else str(value)
+        for name, value in error.params.items()
+    }
+    return Wording(found[0], params)
 
 
 def not_queued(error: str) -> Wording:

@@ -8,8 +8,10 @@ from collections import defaultdict
 from typing import Any
 
 import pytest
+from django.utils import translation
 
 from scheduler_bridge.inventory.models import Flavour, Node
+from scheduler_bridge.templatetags.tidegate import reason
 from scheduler_bridge.workloads.cycle import admission_cycle
 from scheduler_bridge.workloads.models import Workload
 from scheduler_bridge.workloads.snapshot import pending_of, running_of
@@ -323,6 +325,10 @@ def test_a_share_asked_for_wrong_on_the_cluster_is_rejected_with_the_reason(
     workload = synced_workload(fake_cluster, "wrong")
     assert workload.state == "rejected"
     assert says in workload.reason
+    # the reason is worded once and said again in Chinese, the share's problem included
+    with translation.override("zh-hans"):
+        said = reason(workload)
+    assert said != workload.reason and not said.isascii(), said
     admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
     live = fake_cluster.api.get_object("Job", "vision-train", "wrong")
     assert live is not None and live["spec"]["suspend"] is True
