@@ -175,8 +175,8 @@ class Preemptor:
         guaranteed = st.tree.guaranteed
         found: dict[str, Run] = {}
         for f in flavours:
-            for run in st.runs_by_root.get((root, f), ()):
-                if run.wl.opportunistic and not run.claimed and not run.wl.evicting:
+            for run in st.opportunistic_by_root.get((root, f), ()):
+                if not run.claimed and not run.wl.evicting:
                     found.setdefault(run.wl.id, run)
 
         def order(run: Run) -> tuple[int, int, float, str]:

@@ -198,6 +198,8 @@ class CycleState:
     def _localise_runs(self) -> None:
         """Running parts by local node index, and indexes for victim search."""
         self.runs_by_root: dict[tuple[int, int], list[Run]] = {}
+        # the elastic pods and idle fillers among them: what reclaim takes back first
+        self.opportunistic_by_root: dict[tuple[int, int], list[Run]] = {}
         self.runs_by_node: dict[tuple[int, int], list[Run]] = {}
         self.runs_by_flavour: dict[int, list[Run]] = {}
         for run, parts in zip(self.runs, self._global_parts, strict=True):
@@ -210,6 +212,8 @@ class CycleState:
                 if run.node >= 0:
                     self.runs_by_root.setdefault((run.root, f), []).append(run)
                     self.runs_by_node.setdefault((run.node, f), []).append(run)
+                    if run.wl.opportunistic:
+                        self.opportunistic_by_root.setdefault((run.root, f), []).append(run)
         del self._global_parts
 
     def _init_victim_view(self) -> None:
