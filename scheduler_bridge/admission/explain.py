@@ -95,6 +95,8 @@ class Explainer:
                     if worded is None:
                         worded = waiting_priority[f] = reasons.waiting_priority(names[f])
                     message = worded
+            if wl.fills_idle and code not in INADMISSIBLE:
+                message = reasons.fills_idle(message)
             if code in INADMISSIBLE:
                 aside.append(
                     PendingDecision(

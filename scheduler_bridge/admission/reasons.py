@@ -535,3 +535,14 @@ def preempted_after_grace(at: str, grace_s: int, reason: str) -> Wording:
         grace=grace_s,
         reason=reason,
     )
+
+
+def fills_idle(reason: Param) -> Wording:
+    """Why work that only fills idle GPUs waits (PendingWorkload.fills_idle)."""
+    return wording(
+        gettext_noop(
+            "fills idle GPUs only (it never preempts and is the first taken back), and none "
+            "it fits is idle now: %(reason)s"
+        ),
+        reason=reason,
+    )

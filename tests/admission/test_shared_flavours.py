@@ -382,3 +382,17 @@ def test_elastic_shares_grow_into_idle_gpus_and_shrink_before_anything_is_preemp
     assert result.shrinks >= 1 and result.preemptions == 0
     assert all(held <= MILLI for held in worst.values()), worst
     assert all(o.finished_at is not None for o in result.jobs)
+
+
+def test_work_that_fills_idle_gpus_says_why_it_waits() -> None:
+    filler = PendingWorkload(
+        id="b-filler", tenant_id="b", pod_sets=(PodSet(1, 400, (T4,)),), fills_idle=True
+    )
+    snap = two_tenants_of_one_gpu_each(
+        running_share("a1", "a", MILLI, gpu=0),
+        running_share("a2", "a", 700, gpu=1),
+        pending=(filler,),
+    )
+    (decision,) = run_cycle(snap).pending
+    assert decision.message.startswith("fills idle GPUs only (it never preempts")
+    assert "needs 400 t4-shared" in decision.message  # and what stands in its way
