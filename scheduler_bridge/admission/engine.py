@@ -621,6 +621,16 @@ class _Cycle:
         extra, sources, backfill = backfill_overlay(st, item, self.queue_class)
         if not sources:
             return None
+        if own is not None and own.hold and own.blocked:
+            # a preemptor starts where its victims made room: left unused, those GPUs
+            # would go back to the victims next cycle (churn)
+            where = {f: [0] * len(pool.flavours[f].avail) for f in flavours}
+            for (f, j), gpus in own.blocked.items():
+                if f in where:
+                    where[f][j] = pool.flavours[f].avail[j] + gpus
+            plan = pool.plan_generic(option.needs, shape.topology, where)
+            if plan is not None:
+                return plan, None, [own]
         caps = pool.caps(flavours)
         for (f, j), gpus in extra.items():
             if f in caps:

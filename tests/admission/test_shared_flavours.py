@@ -4,7 +4,9 @@ within one cycle, and the same snapshot gives the same placements."""
 
 from __future__ import annotations
 
+import random
 from collections import defaultdict
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -396,3 +398,42 @@ def test_work_that_fills_idle_gpus_says_why_it_waits() -> None:
     (decision,) = run_cycle(snap).pending
     assert decision.message.startswith("fills idle GPUs only (it never preempts")
     assert "needs 400 t4-shared" in decision.message  # and what stands in its way
+
+
+def test_a_preemptor_starts_on_the_gpus_its_victims_freed_and_no_victim_returns_first() -> None:
+    # A borrower fills two nodes with shares, the owner's shares and whole GPUs arrive;
+    # seeded, 200 times. Started anywhere else, the GPUs freed for a preemptor would go
+    # back to its victims: preempted for nothing.
+    rng = random.Random(1)
+    preemptions = elsewhere = returned = 0
+    for _ in range(200):
+        sizes = (200, 300, 500, 700)
+        borrowed = tuple(
+            share(f"b{i}", rng.choice(sizes), tenant="b", submitted_at=i) for i in range(12)
+        )
+        snap = snapshot(borrowed, nodes=2, gpus=2)
+        snap = apply_result(snap, run_cycle(snap))
+        owned = tuple(
+            share(f"a{i}", rng.choice((300, 600, MILLI)), submitted_at=100 + i) for i in range(4)
+        )
+        snap = replace(snap, pending=snap.pending + owned)
+        planned: dict[str, set[tuple[str, int | None]]] = {}
+        preemptor_of: dict[str, str] = {}
+        for _cycle in range(5):
+            result = run_cycle(snap)
+            running = {w.id for w in snap.running} | {a.workload_id for a in result.admissions}
+            for decision in result.pending:
+                if decision.held:
+                    planned[decision.workload_id] = {(p.node, p.gpu) for p in decision.held}
+            for preemption in result.preemptions:
+                preemptions += 1
+                preemptor_of[preemption.victim_id] = preemption.preemptor_id
+            for admission in result.admissions:
+                where = {(p.node, p.gpu) for p in admission.placements}
+                if admission.workload_id in planned and where != planned[admission.workload_id]:
+                    elsewhere += 1
+                if preemptor_of.get(admission.workload_id, "") not in running | {""}:
+                    returned += 1
+            snap = apply_result(snap, result)
+    assert preemptions > 100  # the scenario does reclaim
+    assert (elsewhere, returned) == (0, 0)
