@@ -453,17 +453,7 @@ def _share_busy(allocation: Allocation, readings: BusyReadings, held: int | None
 def _workload_share_busy(allocation: Allocation, share_pods: Sequence[Allocation]) -> Allocation:
     """An admitted share's busy time from its pods of that hour: HAMi's readings added up
     (to what it holds), else the GPUs' average activity over what it holds (estimated)."""
-    members = [
-        pod
-        for pod in share_pods
-        if pod.namespace == allocation.namespace
-        and allocation.job_name
-        and pod.job_name == allocation.job_name
-        and pod.interval_start == allocation.interval_start
-        and pod.flavour == allocation.flavour
-        and pod.run_key in ("", allocation.run_key)
-        and pod.busy_seconds is not None
-    ]
+    members = _measured_pods_of(allocation, share_pods)
     if not members:
         return allocation
     held = Decimal(allocation.device_seconds)
@@ -516,10 +506,12 @@ def _with_reading(allocation: Allocation, found: Reading | None, estimated: bool
     )
 
 
-def _workload_busy(allocation: Allocation, pods: Sequence[Allocation]) -> Allocation:
+def _measured_pods_of(allocation: Allocation, pods: Sequence[Allocation]) -> list[Allocation]:
+    """The pods with busy time that belong to a workload-derived row's Job, run, flavour
+    and hour (by owner reference or workload label, never by name); none without a Job."""
     if not allocation.job_name:
-        return allocation
-    members = [
+        return []
+    return [
         pod
         for pod in pods
         if pod.namespace == allocation.namespace
@@ -529,6 +521,10 @@ def _workload_busy(allocation: Allocation, pods: Sequence[Allocation]) -> Alloca
         and pod.run_key in ("", allocation.run_key)
         and pod.busy_seconds is not None
     ]
+
+
+def _workload_busy(allocation: Allocation, pods: Sequence[Allocation]) -> Allocation:
+    members = _measured_pods_of(allocation, pods)
     if not members:
         return allocation
     busy = sum((pod.busy_seconds or Decimal(0) for pod in members), Decimal(0))
