@@ -13,7 +13,7 @@ command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 # a Chinese font, so the portal's zh-Hans pages draw in Chromium as readers see them
 fc-list :lang=zh 2>/dev/null | grep -q . || need_apt+=(fonts-noto-cjk)
-command -v pg_ctlcluster >/dev/null 2>&1 || need_apt+=(postgresql)
+ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need_apt+=(postgresql)
 # pdftoppm, pdftotext and pdffonts: the invoice PDF tests render and read the PDFs
 command -v pdftoppm >/dev/null 2>&1 || need_apt+=(poppler-utils)
 # poppler's CMaps, so pdftotext and pdffonts read the Chinese PDFs' CID font
@@ -27,13 +27,39 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   pkill -x prometheus 2>/dev/null || true
 fi
 
+# The tests connect as the role `postgres` over TCP on loopback without a password: trust it
+# there (and only there). Debian's cluster asks for scram on 127.0.0.1 out of the box.
+pg_version="$(ls /etc/postgresql | sort -V | tail -1)"
+pg_hba="/etc/postgresql/${pg_version}/main/pg_hba.conf"
+if ! grep -q '^# tidegate-tests' "$pg_hba"; then
+  echo "trusting 127.0.0.1 and ::1 in $pg_hba for the test role" >&2
+  {
+    echo "# tidegate-tests: loopback connections need no password (written by .ci/ensure_services.sh)"
+    echo "host    all             all             127.0.0.1/32            trust"
+    echo "host    all             all             ::1/128                 trust"
+    cat "$pg_hba"
+  } >"$pg_hba.new"
+  mv "$pg_hba.new" "$pg_hba"
+  chown postgres:postgres "$pg_hba"
+  if pg_isready -q -h 127.0.0.1 -p 5432; then
+    pg_ctlcluster --skip-systemctl-redirect "$pg_version" main reload
+  fi
+fi
 if ! pg_isready -q -h 127.0.0.1 -p 5432; then
-  echo "starting PostgreSQL" >&2
-  pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -1)" main start
+  echo "starting PostgreSQL $pg_version" >&2
+  pg_ctlcluster --skip-systemctl-redirect "$pg_version" main start
   for _ in $(seq 1 30); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 1; done
+  pg_isready -q -h 127.0.0.1 -p 5432 || {
+    echo "PostgreSQL $pg_version did not answer on 127.0.0.1:5432; see /var/log/postgresql/" >&2
+    exit 1
+  }
 fi
 if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
   echo "starting Redis" >&2
   redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no
   for _ in $(seq 1 30); do redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 && break; sleep 1; done
+  redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 || {
+    echo "Redis did not answer on 127.0.0.1:6379" >&2
+    exit 1
+  }
 fi
