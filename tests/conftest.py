@@ -100,3 +100,36 @@ def pytest_configure(config: Any) -> None:
         (Path(__file__).resolve().parents[1] / "locale").glob("*/LC_MESSAGES/*.po")
     ):
         compile_catalogue(po_path)
+    # Name the folder of this run's real control plane before any xdist worker starts, so
+    # every worker finds the one the first of them starts.
+    if not hasattr(config, "workerinput"):
+        from tests.kube_real.plane import run_folder
+
+        run_folder()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test on the real control plane joins one xdist group (so they run on one
+    worker, one after another): the tests under tests/real_cluster, those that ask for the
+    control plane, and the gateway behaviour tests' ``real`` backend. First, before xdist
+    reads the groups."""
+    from tests.kube_real.fixtures import real_cluster_group
+
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        fixtures = getattr(item, "fixturenames", ())
+        if (
+            "real_cluster" in item.nodeid.split("::")[0]
+            or "control_plane" in fixtures
+            or params.get("backend") == "real"
+        ):
+            item.add_marker(real_cluster_group)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The process that started the run stops its control plane (workers leave it be)."""
+    if not hasattr(config, "workerinput"):
+        from tests.kube_real.plane import stop_after_run
+
+        stop_after_run()

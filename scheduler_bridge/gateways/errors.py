@@ -29,6 +29,13 @@ class ClusterUnreachable(GatewayError):
     retryable = True
 
 
+class JobStillStopping(GatewayError):
+    """A suspended Job's pods are not counted stopped yet, so its template cannot change
+    (Kubernetes refuses it while ``status.active`` > 0); trying again later helps."""
+
+    retryable = True
+
+
 class GatewayConfigError(GatewayError):
     """The connection settings are unusable: kubeconfig missing or unreadable, context
     not in the file, no in-cluster service account, unknown gateway kind."""

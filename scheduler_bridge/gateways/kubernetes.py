@@ -42,12 +42,14 @@ from .base import (
 from .errors import (
     GatewayConfigError,
     GatewayError,
+    JobStillStopping,
     ObjectConflict,
     ObjectMissing,
 )
 from .kubernetes_calls import RetryPolicy, run_with_retries
 from .parsing import job_info, node_info
 from .reconcile import get_path, plan_apply
+from .validation import quota_hard_problems
 from .watch_cache import CacheUnavailable, ClusterCache, WatchedCollection, shared_cache
 
 T = TypeVar("T")
@@ -95,8 +97,10 @@ class KubernetesGateway(ClusterGateway):
         field_manager: str = FIELD_MANAGER,
         cache_key: str | None = None,
         watch_timeout_s: float = 300.0,
+        job_settle_timeout_s: float = 15.0,
     ) -> None:
         self._api = api_client
+        self._settle_timeout_s = job_settle_timeout_s
         self._core = k8s.CoreV1Api(api_client)
         self._batch = k8s.BatchV1Api(api_client)
         self._custom = k8s.CustomObjectsApi(api_client)
@@ -356,6 +360,12 @@ class KubernetesGateway(ClusterGateway):
         *,
         expect_existing: bool = False,
     ) -> ApplyResult:
+        # A real API server answers a server-side apply with a value that is no quantity
+        # with 500 (the object cannot be converted), which reads as an outage and would
+        # be retried: refuse it here, naming the value, as a create would (422).
+        problems = quota_hard_problems(hard)
+        if problems:
+            raise GatewayError(f'ResourceQuota "{name}" is invalid: ' + "; ".join(problems))
         desired = manifests.resource_quota(namespace, hard, labels, name)
         cached = self._collection("resourcequotas")
         selected = labels.get(MANAGED_BY_LABEL) == "tidegate"
@@ -614,10 +624,36 @@ class KubernetesGateway(ClusterGateway):
         """Apply ``patch`` (built from ``job`` by ``build``) to a suspended Job; when it
         changes the pod template of a Job that has run, clear ``startTime`` first and
         build the patch again from the Job as it is then."""
+        if _scheduling_changes(patch) and _active_pods(job):
+            job = self._wait_until_pods_stopped(namespace, name, job)
+            patch = build(job)
         if _scheduling_changes(patch) and _started(job):
             job = self._clear_start_time(namespace, name, job)
             patch = build(job)
         return job_info(self._patch_job(namespace, name, patch))
+
+    def _wait_until_pods_stopped(
+        self, namespace: str, name: str, job: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The Job as soon as the Job controller has counted its pods stopped.
+
+        Kubernetes lets the template of a suspended Job change only once its
+        ``status.active`` is 0 (``shouldAllowMutablePodTemplate`` in
+        ``pkg/registry/batch/job/strategy.go``, 1.36 and later): right after ``suspend``
+        is set, the controller has yet to delete the pods and count them, and a template
+        write in between is refused (422, ``field is immutable``)."""
+        deadline = time.monotonic() + self._settle_timeout_s
+        while _active_pods(job) and time.monotonic() < deadline:
+            time.sleep(0.1)
+            job = self._read_job(namespace, name)
+        if _active_pods(job):
+            raise JobStillStopping(
+                f"Job {namespace}/{name} still has {_active_pods(job)} active pods "
+                f"{self._settle_timeout_s:.0f} s after it was suspended; its placement is "
+                "restored once the Job controller has stopped them (is kube-controller-manager "
+                "running?)"
+            )
+        return job
 
     def _clear_start_time(self, namespace: str, name: str, job: dict[str, Any]) -> dict[str, Any]:
         """Clear ``status.startTime`` of a suspended Job through the ``jobs/status``
@@ -755,6 +791,11 @@ def _job_patch(builder: Callable[..., dict[str, Any]], *args: Any) -> dict[str, 
 
 def _started(job: Mapping[str, Any]) -> bool:
     return bool((job.get("status") or {}).get("startTime"))
+
+
+def _active_pods(job: Mapping[str, Any]) -> int:
+    """Pods the Job controller counts as running for a Job (0 for a Job it has stopped)."""
+    return int((job.get("status") or {}).get("active") or 0)
 
 
 def _scheduling_changes(patch: Mapping[str, Any]) -> bool:

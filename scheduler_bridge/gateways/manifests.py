@@ -355,15 +355,19 @@ def _guarded(live: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, A
 def _pin_to_nodes(
     node_affinity: dict[str, Any] | None, node_names: Sequence[str]
 ) -> dict[str, Any]:
-    # Required node-affinity terms are ORed, so the node-name condition must be added
-    # to every existing term (ANDed within it) rather than appended as a new term.
-    pin = {"key": "metadata.name", "operator": "In", "values": sorted(set(node_names))}
+    # Required node-affinity terms are ORed and the requirements within a term ANDed, and
+    # a `metadata.name` field requirement takes exactly one value (the API server refuses
+    # more: validateNodeFieldSelectorRequirement in pkg/apis/core/validation). So each
+    # existing term becomes one term per chosen node: that term and "is this node".
     node_affinity = node_affinity or {}
     required = node_affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
     terms = required.get("nodeSelectorTerms") or [{}]
+    pinned = []
     for term in terms:
-        term["matchFields"] = [*term.get("matchFields", []), pin]
-    required["nodeSelectorTerms"] = terms
+        for node in sorted(set(node_names)):
+            pin = {"key": "metadata.name", "operator": "In", "values": [node]}
+            pinned.append({**term, "matchFields": [*term.get("matchFields", []), pin]})
+    required["nodeSelectorTerms"] = pinned
     return node_affinity
 
 

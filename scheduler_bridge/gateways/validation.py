@@ -42,6 +42,15 @@ def is_label_value(value: object) -> bool:
     return isinstance(value, str) and len(value) <= 63 and bool(_LABEL_VALUE.match(value))
 
 
+def quota_hard_problems(hard: Mapping[str, Any]) -> list[str]:
+    """What is wrong with a quota's ``spec.hard``: every value a non-negative quantity."""
+    return [
+        f"spec.hard[{key}]: Invalid value: {value!r}: must be a non-negative quantity"
+        for key, value in hard.items()
+        if not is_quantity(value) or str(value).lstrip().startswith("-")
+    ]
+
+
 def validate_object(obj: Mapping[str, Any], *, namespace_known: bool = True) -> None:
     """Raise like the API server would: NamespaceMissing for a namespaced object whose
     namespace does not exist, GatewayError listing every invalid field."""
@@ -62,11 +71,7 @@ def validate_object(obj: Mapping[str, Any], *, namespace_known: bool = True) -> 
         if not is_qualified_name(key):
             problems.append(f"metadata.annotations: Invalid value: {key!r}: not a qualified name")
     if kind == "ResourceQuota":
-        for key, value in ((obj.get("spec") or {}).get("hard") or {}).items():
-            if not is_quantity(value) or str(value).lstrip().startswith("-"):
-                problems.append(
-                    f"spec.hard[{key}]: Invalid value: {value!r}: must be a non-negative quantity"
-                )
+        problems += quota_hard_problems((obj.get("spec") or {}).get("hard") or {})
     if kind == "ConfigMap":
         for key in obj.get("data") or {}:
             if len(key) > 253 or not _CONFIG_KEY.match(key):

@@ -16,6 +16,8 @@ from scheduler_bridge.gateways.kubernetes import KubernetesGateway, RetryPolicy
 from scheduler_bridge.gateways.simulated import SimulatedCluster, SimulatedGateway
 from tests.kube_fake import FakeKubeApi
 from tests.kube_fake.fixtures import kube_api, kubeconfig, write_kubeconfig  # noqa: F401
+from tests.kube_real.cluster import GATEWAY_USER, RUNS_UNTIL_FINISHED, RealCluster
+from tests.kube_real.fixtures import control_plane, real_cluster  # noqa: F401
 
 # Fast retries: the behaviour is the same, the suite is not.
 FAST_RETRY = RetryPolicy(attempts=3, base_delay=0.0, max_delay=0.0)
@@ -30,16 +32,29 @@ def kubernetes_gateway(api: FakeKubeApi, tmp_path: Path, **settings: Any) -> Kub
 @dataclass
 class Backend:
     """A cluster seen by a test: the gateway under test plus ways to seed, inspect and
-    tamper with the cluster behind it (the fake API server or the simulated cluster)."""
+    tamper with the cluster behind it (the fake API server, the simulated cluster or the
+    real control plane)."""
 
     kind: str
     gateway: ClusterGateway
-    store: FakeKubeApi | SimulatedCluster
+    store: FakeKubeApi | SimulatedCluster | RealCluster
 
     def writes(self) -> int:
+        """Writes the gateway made (the real server's audit log counts them)."""
         if isinstance(self.store, FakeKubeApi):
             return self.store.write_count()
+        if isinstance(self.store, RealCluster):
+            return self.store.writes_by(GATEWAY_USER)
         return self.store.write_count
+
+    def eventually(self, check: Callable[[], Any], what: str) -> Any:
+        """``check()`` once it is true: at once on the fake and the simulated cluster, whose
+        controllers act inside the write; the real control plane's act a moment later."""
+        if isinstance(self.store, RealCluster):
+            return self.store.wait_for(check, what)
+        result = check()
+        assert result, what
+        return result
 
     def get(self, kind: str, namespace: str | None, name: str) -> Any:
         """The stored object (a dict), or None."""
@@ -57,7 +72,7 @@ class Backend:
         self.store.add_namespace(name)
 
     def add_gpu_node(self, name: str, labels: Mapping[str, str] | None = None) -> None:
-        if isinstance(self.store, FakeKubeApi):
+        if isinstance(self.store, FakeKubeApi | RealCluster):
             self.store.add_node(
                 name, labels=labels, allocatable={"cpu": "64", "nvidia.com/gpu": "8"}
             )
@@ -75,7 +90,10 @@ class Backend:
         tolerations: Sequence[Mapping[str, str]] = (),
         labels: Mapping[str, str] | None = None,
         suspended: bool = True,
+        completion_mode: str | None = None,
     ) -> None:
+        """A Job as a user creates it (an Indexed one with ``completion_mode``: the mode
+        cannot change after creation)."""
         if isinstance(self.store, SimulatedCluster):
             self.store.add_job(
                 namespace,
@@ -87,6 +105,13 @@ class Backend:
                 labels=labels,
                 suspended=suspended,
             )
+            if completion_mode:
+                self.store.edit_object(
+                    "Job",
+                    namespace,
+                    name,
+                    lambda j: j["spec"].update(completionMode=completion_mode),
+                )
             return
         amounts = {k: str(v) for k, v in requests.items()}
         pod_spec: dict[str, Any] = {
@@ -103,7 +128,10 @@ class Backend:
             pod_spec["nodeSelector"] = dict(node_selector)
         if tolerations:
             pod_spec["tolerations"] = [dict(t) for t in tolerations]
-        job = {
+        template: dict[str, Any] = {"spec": pod_spec}
+        if isinstance(self.store, RealCluster):
+            template["metadata"] = {"annotations": dict(RUNS_UNTIL_FINISHED)}
+        job: dict[str, Any] = {
             "apiVersion": "batch/v1",
             "kind": "Job",
             "metadata": {"name": name, "namespace": namespace, "labels": dict(labels or {})},
@@ -111,14 +139,19 @@ class Backend:
                 "parallelism": parallelism,
                 "completions": parallelism,
                 "suspend": suspended,
-                "template": {"spec": pod_spec},
+                "template": template,
             },
         }
+        if completion_mode:
+            job["spec"]["completionMode"] = completion_mode
         self.store.create_object(job)
 
     def pods_of(self, namespace: str, job: str) -> list[dict[str, Any]]:
         """Pods the Job controller runs for ``job`` (the fake starts them on request,
-        the simulated cluster by itself)."""
+        the simulated cluster by itself, the real one once its controller and scheduler
+        have settled them)."""
+        if isinstance(self.store, RealCluster):
+            return self.store.active_job_pods(namespace, job)
         if isinstance(self.store, FakeKubeApi):
             live = self.store.get_object("Job", namespace, job)
             if live and not live["spec"].get("suspend") and not self.store.store.owned_pods(live):
@@ -140,14 +173,23 @@ def sim_cluster() -> Iterator[SimulatedCluster]:
     simulated.reset()
 
 
-@pytest.fixture(params=["kubernetes", "simulated"])
+@pytest.fixture(params=["kubernetes", "simulated", "real"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    """Each behavioural test runs once per gateway."""
+    """Each behavioural test runs once per gateway: the Kubernetes gateway against the
+    fake API server and against the real control plane, and the simulated gateway. Where
+    the fake and the real server disagree, the real one is right."""
     if request.param == "kubernetes":
         api: FakeKubeApi = request.getfixturevalue("kube_api")
         gateway = kubernetes_gateway(api, tmp_path)
         with gateway:
             yield Backend("kubernetes", gateway, api)
+    elif request.param == "real":
+        real: RealCluster = request.getfixturevalue("real_cluster")
+        gateway = KubernetesGateway.from_kubeconfig(
+            real.plane.gateway_kubeconfig, "tidegate", retry=FAST_RETRY
+        )
+        with gateway:
+            yield Backend("real", gateway, real)
     else:
         cluster = request.getfixturevalue("sim_cluster")
         yield Backend("simulated", SimulatedGateway(cluster), cluster)

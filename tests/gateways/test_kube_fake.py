@@ -172,14 +172,15 @@ def test_deleting_a_namespace_deletes_what_is_in_it(kube_api, core) -> None:
 def test_version_and_discovery(api_client) -> None:
     from kubernetes.dynamic import DynamicClient
 
-    assert client.VersionApi(api_client).get_code().git_version.startswith("v1.33")
+    assert client.VersionApi(api_client).get_code().git_version.startswith("v1.37")
     assert client.CoreApi(api_client).get_api_versions().versions == ["v1"]
     dynamic = DynamicClient(api_client)
     jobs = dynamic.resources.get(api_version="batch/v1", kind="Job")
     assert jobs.namespaced and jobs.name == "jobs"
 
 
-def test_jobs_follow_suspension_like_the_job_controller(kube_api, api_client) -> None:
+def test_jobs_follow_suspension_like_the_job_controller_before_1_36(kube_api, api_client) -> None:
+    kube_api.store.suspended_jobs_mutable = False
     batch = client.BatchV1Api(api_client)
     kube_api.add_node("gpu-1", labels={"pool": "h100"})
     job = {
@@ -220,7 +221,8 @@ def test_jobs_follow_suspension_like_the_job_controller(kube_api, api_client) ->
 
     batch.patch_namespaced_job("train", "team-a", {"spec": {"suspend": True}})
     assert kube_api.objects("Pod") == []
-    # the Job controller keeps startTime on suspension: the template stays frozen ...
+    # before 1.36 the Job controller keeps startTime on suspension: the template stays
+    # frozen ...
     assert kube_api.get_object("Job", "team-a", "train")["status"]["startTime"]
     moved = {"spec": {"template": {"spec": {"nodeSelector": {"pool": "a100"}}}}}
     with pytest.raises(ApiException) as caught:
@@ -237,6 +239,35 @@ def test_jobs_follow_suspension_like_the_job_controller(kube_api, api_client) ->
     assert {p["status"]["phase"] for p in kube_api.objects("Pod")} == {"Succeeded"}
     for obj in [*kube_api.objects("Job"), *kube_api.objects("Pod")]:
         assert_valid_kubernetes(obj)
+
+
+def test_a_suspended_job_whose_pods_stopped_may_move_from_1_36(kube_api, api_client) -> None:
+    """MutableSchedulingDirectivesForSuspendedJobs (beta, on since 1.36): suspending clears
+    startTime and, once no pod is active, the template's directives may change."""
+    batch = client.BatchV1Api(api_client)
+    kube_api.add_node("gpu-1", labels={"pool": "h100"})
+    job: dict[str, Any] = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "train", "namespace": "team-a"},
+        "spec": {
+            "suspend": False,
+            "template": {
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "i"}]}
+            },
+        },
+    }
+    batch.create_namespaced_job("team-a", client.V1Job.from_dict(job))  # type: ignore[arg-type]
+    kube_api.run_job("team-a", "train")
+    moved = {"spec": {"template": {"spec": {"nodeSelector": {"pool": "a100"}}}}}
+    with pytest.raises(ApiException) as caught:
+        batch.patch_namespaced_job("train", "team-a", moved)
+    assert caught.value.status == 422
+
+    batch.patch_namespaced_job("train", "team-a", {"spec": {"suspend": True}})
+    stopped = kube_api.get_object("Job", "team-a", "train")["status"]
+    assert "startTime" not in stopped and stopped["active"] == 0
+    batch.patch_namespaced_job("train", "team-a", moved)
 
 
 def _suspended_job(batch: client.BatchV1Api, name: str = "train") -> None:

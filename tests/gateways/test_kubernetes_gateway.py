@@ -326,6 +326,7 @@ def test_an_expired_continue_token_lists_again_from_the_start(kube_api, gateway)
 
 
 def test_objects_written_by_the_gateway_are_schema_valid(kube_api, gateway) -> None:
+    kube_api.store.suspended_jobs_mutable = False  # 1.35: the gateway clears startTime
     kube_api.add_node("gpu-1", labels={"nvidia.com/mig.config": "all-disabled"})
     kube_api.add_namespace("gpu-operator")
     _make_job(kube_api)

@@ -107,7 +107,9 @@ def test_a_document_that_is_not_a_mig_parted_config_is_refused(text: str) -> Non
         manifests.parse_mig_parted_yaml(text)
 
 
-def test_pinning_to_nodes_is_added_to_every_existing_affinity_term() -> None:
+def test_pinning_to_nodes_is_added_to_every_existing_affinity_term_one_node_each() -> None:
+    """A `metadata.name` field requirement takes one value (the API server refuses more),
+    so each term becomes one term per node."""
     zone = {"key": "zone", "operator": "In", "values": ["a"]}
     original = job(
         {
@@ -129,10 +131,13 @@ def test_pinning_to_nodes_is_added_to_every_existing_affinity_term() -> None:
     terms = admitted["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"
     ]["nodeSelectorTerms"]
-    pin = {"key": "metadata.name", "operator": "In", "values": ["n1", "n2"]}
+    n1 = {"key": "metadata.name", "operator": "In", "values": ["n1"]}
+    n2 = {"key": "metadata.name", "operator": "In", "values": ["n2"]}
     assert terms == [
-        {"matchExpressions": [zone], "matchFields": [pin]},
-        {"matchExpressions": [], "matchFields": [pin]},
+        {"matchExpressions": [zone], "matchFields": [n1]},
+        {"matchExpressions": [zone], "matchFields": [n2]},
+        {"matchExpressions": [], "matchFields": [n1]},
+        {"matchExpressions": [], "matchFields": [n2]},
     ]
 
 

@@ -143,8 +143,8 @@ def _group_discovery(path: str, resources: Mapping[str, Resource]) -> Callable[[
 _DISCOVERY: dict[str, Callable[[str], Any]] = {
     "/version": lambda address: {
         "major": "1",
-        "minor": "33",
-        "gitVersion": "v1.33.0-tidegate-fake",
+        "minor": "37",
+        "gitVersion": "v1.37.2-tidegate-fake",
         "gitCommit": "0000000000000000000000000000000000000000",
         "gitTreeState": "clean",
         "buildDate": "2026-01-01T00:00:00Z",

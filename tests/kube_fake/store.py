@@ -173,6 +173,11 @@ class Store:
         # what this server serves: the built-in kinds and the installed CRDs
         self.resources: dict[str, Resource] = dict(RESOURCES)
         self.by_kind: dict[str, Resource] = dict(BY_KIND)
+        # Kubernetes 1.36 and later (MutableSchedulingDirectivesForSuspendedJobs): the Job
+        # controller clears a suspended Job's startTime and its template may change once
+        # its pods stopped. False imitates 1.35 and before, where startTime stays and
+        # whoever changes the template clears it through jobs/status first.
+        self.suspended_jobs_mutable = True
 
     def install(self, custom: crds.CustomKind) -> Resource:
         """Serve a custom resource from now on (as creating its CRD does)."""
@@ -284,7 +289,9 @@ class Store:
     def _validate(
         self, resource: Resource, obj: dict[str, Any], old: dict[str, Any] | None
     ) -> None:
-        found = validation.problems(resource.kind, obj, old)
+        found = validation.problems(
+            resource.kind, obj, old, suspended_jobs_mutable=self.suspended_jobs_mutable
+        )
         if found:
             raise self._invalid(resource, obj["metadata"].get("name", ""), found)
 
@@ -695,7 +702,9 @@ class Store:
     def _react(self, resource: Resource, old: dict[str, Any] | None, obj: dict[str, Any]) -> None:
         """The Job controller's part that Tidegate depends on, done synchronously
         (``syncJob`` in ``pkg/controller/job/job_controller.go``): suspending deletes the
-        active pods and keeps ``status.startTime``; resuming sets ``startTime`` to now."""
+        active pods, marks the Job Suspended and clears ``status.startTime`` (1.36 and
+        later, MutableSchedulingDirectivesForSuspendedJobs); resuming sets ``startTime``
+        to now."""
         if resource.kind != "Job":
             return
         suspended = bool(obj["spec"].get("suspend"))
@@ -711,6 +720,8 @@ class Store:
                     )
             status["active"] = 0
             status["conditions"] = [_condition("Suspended", "True", "JobSuspended")]
+            if self.suspended_jobs_mutable:
+                status.pop("startTime", None)
         elif not suspended and was is not False:
             status["startTime"] = now_stamp()
             if old is not None:

