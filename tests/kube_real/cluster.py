@@ -341,18 +341,26 @@ class RealCluster:
 
     # --- the audit log -----------------------------------------------------------------------
 
-    def writes_by(self, user: str) -> int:
-        """Write requests (create, update, patch, delete) ``user`` made, from the audit log."""
+    def _audit_events(self, user: str) -> list[dict[str, Any]]:
         log = Path(self.plane.audit_log)
         if not log.exists():
-            return 0
-        count = 0
+            return []
+        events = []
         for line in log.read_text().splitlines():
             event = json.loads(line)
             if event.get("stage") != "ResponseComplete":
                 continue
-            if event.get("user", {}).get("username") != user:
-                continue
-            if event.get("verb") in ("create", "update", "patch", "delete", "deletecollection"):
-                count += 1
-        return count
+            if event.get("user", {}).get("username") == user:
+                events.append(event)
+        return events
+
+    def refused_requests_of(self, user: str) -> list[dict[str, Any]]:
+        """The requests of ``user`` the API server answered 403, from the audit log."""
+        return [
+            e for e in self._audit_events(user) if e.get("responseStatus", {}).get("code") == 403
+        ]
+
+    def writes_by(self, user: str) -> int:
+        """Write requests (create, update, patch, delete) ``user`` made, from the audit log."""
+        writes = ("create", "update", "patch", "delete", "deletecollection")
+        return sum(1 for e in self._audit_events(user) if e.get("verb") in writes)

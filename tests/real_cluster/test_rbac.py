@@ -1,0 +1,126 @@
+"""Tidegate's workers run in a cluster as the ServiceAccount the chart creates, bound to
+exactly the chart's roles: rendered by helm from platform/helm/tidegate and applied to the
+real API server, whose RBAC authorizer then judges every call the gateway makes."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes.client.exceptions import ApiException
+
+from scheduler_bridge.gateways.base import JobRef
+from scheduler_bridge.gateways.kubernetes import KubernetesGateway, RetryPolicy
+from scheduler_bridge.gateways.manifests import managed_labels, quota_hard
+from tests.kube_real.cluster import RealCluster
+from toolchain.build import binaries_folder, build_all, modules
+
+from .conftest import job_manifest
+
+CHART = Path(__file__).resolve().parents[2] / "platform" / "helm" / "tidegate"
+RELEASE, NAMESPACE = "tidegate-test", "tidegate-system"
+H100 = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+
+
+def rendered_chart() -> list[dict[str, Any]]:
+    """`helm template` of the chart, as `helm install` would apply it."""
+    build_all(["helm"], quiet=True)
+    (helm_module,) = [m for m in modules() if m.name == "helm"]
+    helm = binaries_folder(helm_module) / "helm"
+    output = subprocess.run(
+        [str(helm), "template", RELEASE, str(CHART), "--namespace", NAMESPACE],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return [d for d in yaml.safe_load_all(output) if d]
+
+
+@pytest.fixture
+def chart_rbac(real_cluster: RealCluster) -> Iterator[list[dict[str, Any]]]:
+    """The chart's ServiceAccount and roles, applied; the cluster-wide ones removed after."""
+    documents = [d for d in rendered_chart() if d["kind"] in RBAC_KINDS]
+    real_cluster.add_namespace(NAMESPACE)
+    real_cluster.add_namespace("gpu-operator")
+    for document in documents:
+        document["metadata"].setdefault(
+            "namespace", NAMESPACE if document["kind"] == "ServiceAccount" else None
+        )
+        if document["metadata"]["namespace"] is None:
+            del document["metadata"]["namespace"]
+        real_cluster.create_object(document)
+    try:
+        yield documents
+    finally:
+        for document in documents:
+            meta = document["metadata"]
+            real_cluster.delete_object(document["kind"], meta.get("namespace"), meta["name"])
+
+
+def service_account_gateway(real: RealCluster, tmp_path: Path, name: str) -> KubernetesGateway:
+    """A gateway holding a token the API server issued for the ServiceAccount."""
+    answer = real.request(
+        "POST",
+        f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{name}/token",
+        json={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+    )
+    assert answer.status_code == 201, answer.text
+    token = answer.json()["status"]["token"]
+    path = real.plane.write_kubeconfig(tmp_path / "sa.kubeconfig", "tidegate-sa", token)
+    return KubernetesGateway.from_kubeconfig(
+        str(path), "tidegate-sa", retry=RetryPolicy(attempts=5, base_delay=0.2)
+    )
+
+
+def test_every_gateway_call_is_allowed_to_the_charts_service_account_and_no_more(
+    real_cluster: RealCluster, chart_rbac: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    (account,) = [d for d in chart_rbac if d["kind"] == "ServiceAccount"]
+    real = real_cluster
+    real.add_namespace("team-a")
+    real.add_node("gpu-1", labels=H100, allocatable={"nvidia.com/gpu": "8"})
+    real.create_object(job_manifest("team-a", "train", queue="a", gpus=1))
+
+    gateway = service_account_gateway(real, tmp_path, account["metadata"]["name"])
+    with gateway:
+        assert [n.name for n in gateway.list_nodes()] == ["gpu-1"]
+        gateway.list_gpu_pods()
+        assert "team-a" in gateway.list_namespaces()
+        assert [j.name for j in gateway.list_jobs("tidegate.io/queue")] == ["train"]
+        hard = quota_hard({"nvidia.com/gpu": 4})
+        gateway.apply_resource_quota("team-a", "tidegate-gpu", hard, managed_labels("team-a"))
+        gateway.apply_resource_quota(
+            "team-a", "tidegate-gpu", quota_hard({"nvidia.com/gpu": 2}), managed_labels("team-a")
+        )
+        gateway.list_resource_quotas("app.kubernetes.io/managed-by=tidegate")
+        gateway.apply_config_map("gpu-operator", "tidegate-mig-config", {"config.yaml": "a"}, {})
+        gateway.apply_config_map("gpu-operator", "tidegate-mig-config", {"config.yaml": "b"}, {})
+        gateway.set_node_labels("gpu-1", {"nvidia.com/mig.config": "all-disabled"})
+        gateway.admit_job("team-a", "train", H100, [])
+        real.active_job_pods("team-a", "train")
+        job = gateway.suspend_job("team-a", "train")
+        gateway.record_job_event(
+            JobRef(job.namespace, job.name, job.uid), "Preempted", "preempted for a reclaim"
+        )
+        assert gateway.delete_resource_quota("team-a", "tidegate-gpu") is True
+
+        # outside the roles: Secrets are nobody's business here, and no other ConfigMap
+        with pytest.raises(ApiException) as secrets:
+            gateway._core.list_namespaced_secret("team-a")
+        assert secrets.value.status == 403
+        with pytest.raises(ApiException) as config_map:
+            gateway._core.read_namespaced_config_map("kube-root-ca.crt", "gpu-operator")
+        assert config_map.value.status == 403
+
+    # every request the ServiceAccount made was allowed, as the audit log records it
+    user = f"system:serviceaccount:{NAMESPACE}:{account['metadata']['name']}"
+    refused = real.refused_requests_of(user)
+    assert len(refused) == 2 and {r["objectRef"]["resource"] for r in refused} == {
+        "secrets",
+        "configmaps",
+    }
