@@ -107,6 +107,13 @@ MODULE_FILES: dict[str, tuple[str, tuple[str, ...]]] = {
             "kustomize/stage/pod/fast/pod-delete.yaml",
         ),
     ),
+    # the workload frameworks' CustomResourceDefinitions, of the version whose controller
+    # is built
+    "jobset": ("sigs.k8s.io/jobset", ("config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml",)),
+    "kuberay": (
+        "github.com/ray-project/kuberay/ray-operator",
+        ("config/crd/bases/ray.io_rayclusters.yaml", "config/crd/bases/ray.io_rayjobs.yaml"),
+    ),
 }
 
 

@@ -227,6 +227,10 @@ class RealCluster:
             self.delete_object("Node", None, name)
         self.created_nodes.clear()
 
+    def delete_pod_now(self, namespace: str, name: str) -> None:
+        """Delete a pod without a grace period, as ``kubectl delete --force`` does."""
+        self.request("DELETE", self.path("Pod", namespace, name), json={"gracePeriodSeconds": 0})
+
     def force_delete_pods(self, namespace: str) -> None:
         for pod in self.objects("Pod", namespace):
             name = pod["metadata"]["name"]
@@ -341,7 +345,7 @@ class RealCluster:
 
     # --- the audit log -----------------------------------------------------------------------
 
-    def _audit_events(self, user: str) -> list[dict[str, Any]]:
+    def audit_events(self, user: str) -> list[dict[str, Any]]:
         log = Path(self.plane.audit_log)
         if not log.exists():
             return []
@@ -357,10 +361,10 @@ class RealCluster:
     def refused_requests_of(self, user: str) -> list[dict[str, Any]]:
         """The requests of ``user`` the API server answered 403, from the audit log."""
         return [
-            e for e in self._audit_events(user) if e.get("responseStatus", {}).get("code") == 403
+            e for e in self.audit_events(user) if e.get("responseStatus", {}).get("code") == 403
         ]
 
     def writes_by(self, user: str) -> int:
         """Write requests (create, update, patch, delete) ``user`` made, from the audit log."""
         writes = ("create", "update", "patch", "delete", "deletecollection")
-        return sum(1 for e in self._audit_events(user) if e.get("verb") in writes)
+        return sum(1 for e in self.audit_events(user) if e.get("verb") in writes)
