@@ -109,7 +109,13 @@ MODULE_FILES: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     # the workload frameworks' CustomResourceDefinitions, of the version whose controller
     # is built
-    "jobset": ("sigs.k8s.io/jobset", ("config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml",)),
+    "jobset": (
+        "sigs.k8s.io/jobset",
+        (
+            "config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml",
+            "config/components/webhook/manifests.yaml",
+        ),
+    ),
     "kuberay": (
         "github.com/ray-project/kuberay/ray-operator",
         ("config/crd/bases/ray.io_rayclusters.yaml", "config/crd/bases/ray.io_rayjobs.yaml"),

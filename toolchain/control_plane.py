@@ -227,10 +227,17 @@ class ControlPlane:
             raise
 
     def stop(self) -> None:
-        for name in ("kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
+        """Stop every component, the API server's clients first and etcd last."""
+        core = ("kube-apiserver", "etcd")
+        for name in [n for n in reversed(self.components) if n not in core] + list(core):
             component = self.components.get(name)
             if component is not None:
                 component.stop()
+
+    def start_component(self, name: str, command: list[str]) -> Component:
+        """Run another program beside the control plane (a framework's controller); it is
+        stopped with the control plane and logs into the same folder."""
+        return self._component(name, command)
 
     def restart_apiserver(self) -> None:
         """Stop the API server and start it again on the same port (watches break, the
@@ -562,6 +569,25 @@ class ControlPlane:
         except ValueError:
             return status, {"text": body.decode(errors="replace")}
 
+    def send(self, method: str, path: str, body: Any) -> tuple[int, dict[str, Any]]:
+        """A write as the cluster administrator: (status, JSON body)."""
+        request = urllib.request.Request(  # noqa: S310
+            f"{self.url}{path}",
+            data=json.dumps(body).encode(),
+            method=method,
+            headers={
+                "Authorization": f"Bearer {self.admin_token}",
+                "Content-Type": "application/json",
+            },
+        )
+        try:
+            with urllib.request.urlopen(  # noqa: S310
+                request, timeout=30, context=self.ssl_context()
+            ) as answer:
+                return answer.status, json.loads(answer.read())
+        except urllib.error.HTTPError as error:
+            return error.code, json.loads(error.read() or b"{}")
+
     def _apiserver_ready(self) -> bool:
         try:
             status, _ = self.get("/readyz")
@@ -609,9 +635,14 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt))
     try:
         with running(args.workdir) as plane:
+            (plane.workdir / "state.json").write_text(json.dumps(plane.state()))
             print(f"control plane up at {plane.url}")
             print(f"export KUBECONFIG={plane.admin_kubeconfig}")
             print(f"logs in {plane.workdir / 'logs'}; Ctrl-C stops it")
+            print(
+                "frameworks: python -m toolchain.frameworks "
+                f"--state {plane.workdir / 'state.json'} [jobset] [kuberay]"
+            )
             try:
                 while all(c.running() for c in plane.components.values()):
                     time.sleep(1)

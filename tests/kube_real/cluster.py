@@ -217,7 +217,8 @@ class RealCluster:
         """Empty ``namespaces`` of what tests create and delete the nodes they added, so
         the next test starts from a clean cluster without waiting for namespace deletion."""
         for namespace in namespaces:
-            for kind in ("Job", "Deployment", "StatefulSet", "ResourceQuota", "ConfigMap"):
+            custom = [k for k in self.kinds if k not in KINDS]
+            for kind in (*custom, "Job", "Deployment", "StatefulSet", "ResourceQuota", "ConfigMap"):
                 for obj in self.objects(kind, namespace):
                     if kind == "ConfigMap" and obj["metadata"]["name"] == "kube-root-ca.crt":
                         continue
