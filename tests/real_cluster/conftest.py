@@ -4,17 +4,24 @@ talking to the API server as its own user."""
 
 from __future__ import annotations
 
+import base64
+import ssl
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import pytest
+from django.core.wsgi import get_wsgi_application
 
 from scheduler_bridge.gateways.kubernetes import KubernetesGateway, RetryPolicy
 from scheduler_bridge.inventory.models import Cluster, Flavour
 from scheduler_bridge.inventory.services import inventory_sync
 from tests.clusters import bind_team_namespaces, hand_down
 from tests.conftest import Cast
+from tests.kube_real.chart import rendered_chart
 from tests.kube_real.cluster import RUNS_UNTIL_FINISHED, RealCluster
 from tests.kube_real.fixtures import control_plane, real_cluster
 from tests.workloads.conftest import priorities
@@ -141,3 +148,35 @@ def job_manifest(
     if annotations:
         metadata["annotations"] = annotations
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": spec}
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib name
+        return
+
+
+@pytest.fixture
+def tidegate_webhook(real_cluster: RealCluster, tmp_path: Path) -> Iterator[str]:
+    """Tidegate's web application over HTTPS on a local port (a certificate of the test CA)
+    and the chart's own MutatingWebhookConfiguration (rendered by helm), pointed at it: the
+    API server sends it every create of a queue Job and of a queue pod. Removed after."""
+    cert, key = real_cluster.plane.issue_serving_certificate("tidegate-webhook", tmp_path)
+    server: WSGIServer = make_server("127.0.0.1", 0, get_wsgi_application(), handler_class=_Quiet)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"https://127.0.0.1:{server.server_port}"
+    ca_bundle = base64.b64encode(real_cluster.plane.ca_file.read_bytes()).decode()
+    (config,) = [d for d in rendered_chart() if d["kind"] == "MutatingWebhookConfiguration"]
+    config["metadata"].pop("annotations", None)  # cert-manager's: the CA is given here
+    for webhook in config["webhooks"]:
+        path = webhook["clientConfig"]["service"]["path"]
+        webhook["clientConfig"] = {"url": f"{base}{path}", "caBundle": ca_bundle}
+    real_cluster.create_object(config)
+    try:
+        yield base
+    finally:
+        real_cluster.delete_object("MutatingWebhookConfiguration", None, config["metadata"]["name"])
+        server.shutdown()
+        server.server_close()

@@ -7,18 +7,11 @@ later with its template restored."""
 
 from __future__ import annotations
 
-import base64
-import ssl
-import threading
 import time
-from collections.abc import Iterator
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import pytest
-from django.core.wsgi import get_wsgi_application
 from django.utils import timezone
 
 from billing.collection import usage_collect
@@ -27,67 +20,10 @@ from scheduler_bridge.workloads.cycle import admission_cycle
 from scheduler_bridge.workloads.jobs import jobs_sync
 from scheduler_bridge.workloads.models import Workload
 from tests.conftest import Cast
-from tests.kube_real.cluster import RealCluster
 
 from .conftest import RealGpuCluster, job_manifest
 
 pytestmark = pytest.mark.django_db
-WEBHOOK_PATH = "/webhooks/v1/jobs/suspend"
-
-
-class _Quiet(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib name
-        return
-
-
-@pytest.fixture
-def tidegate_webhook(real_cluster: RealCluster, tmp_path: Path) -> Iterator[str]:
-    """Tidegate's web application over HTTPS on a local port (a certificate of the test
-    CA), registered with the API server as the chart registers it: every create of a Job
-    carrying the queue label is sent to it. Unregistered afterwards."""
-    cert, key = real_cluster.plane.issue_serving_certificate("tidegate-webhook", tmp_path)
-    server: WSGIServer = make_server("127.0.0.1", 0, get_wsgi_application(), handler_class=_Quiet)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(cert, key)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    url = f"https://127.0.0.1:{server.server_port}{WEBHOOK_PATH}"
-    ca_bundle = base64.b64encode(real_cluster.plane.ca_file.read_bytes()).decode()
-    config = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": "tidegate-test"},
-        "webhooks": [
-            {
-                "name": "suspend-queue-jobs.tidegate.io",
-                "admissionReviewVersions": ["v1"],
-                "sideEffects": "None",
-                "failurePolicy": "Fail",
-                "timeoutSeconds": 10,
-                "rules": [
-                    {
-                        "apiGroups": ["batch"],
-                        "apiVersions": ["v1"],
-                        "operations": ["CREATE"],
-                        "resources": ["jobs"],
-                        "scope": "Namespaced",
-                    }
-                ],
-                "objectSelector": {
-                    "matchExpressions": [{"key": "tidegate.io/queue", "operator": "Exists"}]
-                },
-                "clientConfig": {"url": url, "caBundle": ca_bundle},
-            }
-        ],
-    }
-    real_cluster.create_object(config)
-    try:
-        yield url
-    finally:
-        real_cluster.delete_object("MutatingWebhookConfiguration", None, "tidegate-test")
-        server.shutdown()
-        server.server_close()
 
 
 def _sync_and_admit(gpu: RealGpuCluster) -> None:

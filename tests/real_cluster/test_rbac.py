@@ -4,41 +4,23 @@ real API server, whose RBAC authorizer then judges every call the gateway makes.
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes.client.exceptions import ApiException
 
 from scheduler_bridge.gateways.base import JobRef
 from scheduler_bridge.gateways.kubernetes import KubernetesGateway, RetryPolicy
 from scheduler_bridge.gateways.manifests import managed_labels, quota_hard
+from tests.kube_real.chart import NAMESPACE, rendered_chart
 from tests.kube_real.cluster import RealCluster
-from toolchain.build import binaries_folder, build_all, modules
 
 from .conftest import job_manifest
 
-CHART = Path(__file__).resolve().parents[2] / "platform" / "helm" / "tidegate"
-RELEASE, NAMESPACE = "tidegate-test", "tidegate-system"
 H100 = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
-
-
-def rendered_chart() -> list[dict[str, Any]]:
-    """`helm template` of the chart, as `helm install` would apply it."""
-    build_all(["helm"], quiet=True)
-    (helm_module,) = [m for m in modules() if m.name == "helm"]
-    helm = binaries_folder(helm_module) / "helm"
-    output = subprocess.run(
-        [str(helm), "template", RELEASE, str(CHART), "--namespace", NAMESPACE],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    return [d for d in yaml.safe_load_all(output) if d]
 
 
 @pytest.fixture
