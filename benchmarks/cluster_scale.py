@@ -16,6 +16,13 @@ it through the real Kubernetes client with its watched cache, as a worker does:
 Prints one JSON line: bench, scenario, nodes, pods, gpu_pods, first_sync_s,
 steady_round_s, steady_round_cpu_s (the worker's own CPU time in it), steady_round_requests, steady_round_writes, peak_rss_mb,
 listed_round_s, listed_round_requests.
+
+Then the same measurements on a real control plane (``scenario: real``, ``server:
+real``; kube-apiserver, etcd, the controllers and KWOK of ``toolchain/``) with KWOK nodes,
+1,000 nodes and 20,000 pods (``REAL_SCALE``, default 0.2 of the cluster above), beside
+the local API server at that same size (``scenario: sync``, ``server: fake``). Pods are
+created bound to their nodes (KWOK runs them; no scheduling is measured), requests are
+counted from the API server's audit log of Tidegate's user.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from benchmarks._support import (  # noqa: E402
 
 # CLUSTER_SCALE=0.1 builds a tenth of the cluster (a quick look while working on it).
 SCALE = float(os.environ.get("CLUSTER_SCALE", "1"))
+REAL_SCALE = os.environ.get("REAL_SCALE", "0.2")
 NODES = int(5_000 * SCALE)
 GPUS_PER_NODE = 8
 DAEMON_PODS_PER_NODE = 8  # kube-proxy, CNI, node-exporter, dcgm-exporter, device plugin, ...
@@ -367,11 +375,33 @@ def _ask(conn: Connection, command: str) -> Any:
 
 
 def main() -> None:
+    """Both servers: this cluster on the local API server, then the real control plane and
+    the local API server at the real scenario's size (each in a process of its own, its
+    sizes from its environment)."""
+    scenario = sys.argv[1] if len(sys.argv) > 1 else "all"
+    if scenario == "fake":
+        _fake()
+    elif scenario == "real":
+        _real()
+    else:
+        import subprocess
+
+        _fake()
+        for which in ("fake", "real"):
+            env = {**os.environ, "CLUSTER_SCALE": REAL_SCALE}
+            subprocess.run([sys.executable, __file__, which], env=env, check=True)
+
+
+def _quiet_tasks() -> None:
     # Follow-up tasks (the admission cycle an inventory sync queues) stay queued in
     # memory: the benchmark measures the syncs alone.
     os.environ["CELERY_TASK_ALWAYS_EAGER"] = "false"
     os.environ["CELERY_BROKER_URL"] = "memory://"
     os.environ["CELERY_RESULT_BACKEND"] = "cache+memory://"
+
+
+def _fake() -> None:
+    _quiet_tasks()
     parent, child = multiprocessing.get_context("fork").Pipe()
     server = multiprocessing.get_context("fork").Process(target=_serve, args=(child,), daemon=True)
     server.start()
@@ -459,6 +489,7 @@ def _run(conn: Connection, url: str) -> None:
         emit(
             bench="cluster_scale",
             scenario="sync",
+            server="fake",
             nodes=NODES,
             pods=NODES * DAEMON_PODS_PER_NODE + GPU_PODS + SERVICE_PODS,
             gpu_pods=gpu_pods,
@@ -476,6 +507,267 @@ def _run(conn: Connection, url: str) -> None:
             listed_round_requests=listed_requests,
             relists=sum(c["lists"] for c in health.values()) - len(health),
         )
+
+
+# --- the real control plane ---------------------------------------------------------------
+
+
+def _as_created(obj: dict[str, Any]) -> dict[str, Any]:
+    """What a client sends to create ``obj``: no uid, owners, managed fields or status
+    (the garbage collector would delete a pod whose owner does not exist)."""
+    meta = {
+        k: v
+        for k, v in obj["metadata"].items()
+        if k not in ("uid", "ownerReferences", "managedFields")
+    }
+    created = {"apiVersion": "v1", **{k: v for k, v in obj.items() if k != "status"}}
+    created["metadata"] = meta
+    if obj["kind"] == "Pod":
+        spec = dict(obj["spec"])
+        spec["automountServiceAccountToken"] = False
+        spec["volumes"] = [v for v in spec["volumes"] if v["name"] != "kube-api-access"]
+        spec["containers"] = [
+            {
+                **c,
+                "volumeMounts": [m for m in c["volumeMounts"] if m["name"] != "kube-api-access"],
+            }
+            for c in spec["containers"]
+        ]
+        created["spec"] = spec
+    if obj["kind"] == "Node":
+        created["metadata"]["labels"] = {**meta["labels"], "type": "kwok"}
+        created["metadata"]["annotations"] = {**meta["annotations"], "kwok.x-k8s.io/node": "fake"}
+        created["status"] = {
+            k: obj["status"][k] for k in ("capacity", "allocatable", "nodeInfo", "addresses")
+        }
+    return created
+
+
+class _Client:
+    """Administrator requests to the control plane from many threads."""
+
+    def __init__(self, plane: Any) -> None:
+        import threading
+
+        import requests
+
+        self.plane, self._local, self._requests = plane, threading.local(), requests
+
+    def session(self) -> Any:
+        session = getattr(self._local, "session", None)
+        if session is None:
+            session = self._requests.Session()
+            session.trust_env = False
+            session.verify = str(self.plane.ca_file)
+            session.headers["Authorization"] = f"Bearer {self.plane.admin_token}"
+            self._local.session = session
+        return session
+
+    def send(self, method: str, path: str, body: Any = None, *, patch: bool = False) -> Any:
+        headers = {"Content-Type": "application/merge-patch+json"} if patch else {}
+        for _ in range(20):
+            answer = self.session().request(
+                method, f"{self.plane.url}{path}", json=body, headers=headers, timeout=60
+            )
+            if answer.status_code in (429, 500, 503, 504):
+                time.sleep(0.5)
+                continue
+            if answer.status_code >= 400 and answer.status_code != 409:
+                raise RuntimeError(f"{method} {path}: {answer.status_code} {answer.text[:300]}")
+            return answer
+        raise RuntimeError(f"{method} {path}: the API server kept refusing")
+
+
+def _path(obj: dict[str, Any]) -> str:
+    plural = {"Namespace": "namespaces", "Node": "nodes", "Pod": "pods"}[obj["kind"]]
+    namespace = obj["metadata"].get("namespace")
+    return f"/api/v1/namespaces/{namespace}/{plural}" if namespace else f"/api/v1/{plural}"
+
+
+def _create_all(client: _Client, objects: list[dict[str, Any]], what: str) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rich.console import Console
+    from rich.progress import track
+
+    with ThreadPoolExecutor(12) as pool:
+        done = pool.map(lambda o: client.send("POST", _path(o), _as_created(o)), objects)
+        for _ in track(done, total=len(objects), description=what, console=Console(stderr=True)):
+            pass
+
+
+def _real() -> None:
+    _quiet_tasks()
+    from toolchain.control_plane import ControlPlane
+
+    with tempfile.TemporaryDirectory(prefix="tidegate-scale-") as tmp:
+        progress("starting the real control plane ...")
+        plane = ControlPlane.prepare(Path(tmp) / "plane")
+        plane.start()
+        try:
+            with bench_database("cluster_scale_real"):
+                _run_real(plane)
+        finally:
+            plane.stop()
+
+
+def _audit_requests(plane: Any, since: int) -> tuple[int, int]:
+    """(requests, writes) of Tidegate's user in the audit log after line ``since``."""
+    import json
+
+    lines = plane.audit_log.read_text().splitlines()[since:]
+    events = [json.loads(line) for line in lines]
+    mine = [
+        e
+        for e in events
+        if e.get("stage") == "ResponseComplete" and e["user"]["username"] == "tidegate"
+    ]
+    writes = sum(1 for e in mine if e["verb"] in ("create", "update", "patch", "delete"))
+    return len(mine), writes
+
+
+def _audit_lines(plane: Any) -> int:
+    return len(plane.audit_log.read_text().splitlines()) if plane.audit_log.exists() else 0
+
+
+def _run_real(plane: Any) -> None:
+    from scheduler_bridge.gateways.kubernetes import KubernetesGateway, RetryPolicy
+    from scheduler_bridge.gateways.watch_cache import drop_shared_caches
+    from scheduler_bridge.inventory.models import Cluster
+    from scheduler_bridge.inventory.services import inventory_sync
+    from scheduler_bridge.quotas.models import Quota
+    from scheduler_bridge.quotas.sync import quota_sync
+    from tenants.models import NamespaceBinding
+
+    client = _Client(plane)
+    objects = _cluster_objects()
+    namespaces = [
+        o for o in objects if o["kind"] == "Namespace" and o["metadata"]["name"] != "kube-system"
+    ]
+    nodes = [o for o in objects if o["kind"] == "Node"]
+    pods = [o for o in objects if o["kind"] == "Pod"]
+    _create_all(client, namespaces, "namespaces")
+    for namespace in [n["metadata"]["name"] for n in namespaces] + ["kube-system"]:
+        plane.wait_for_default_service_account(namespace)
+    _create_all(client, nodes, "KWOK nodes")
+    _create_all(client, pods, "pods, bound to their nodes")
+    progress("waiting for KWOK to run the pods ...")
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        listed = client.send(
+            "GET", "/api/v1/pods?fieldSelector=status.phase%3DPending&limit=1"
+        ).json()
+        remaining = listed["metadata"].get("remainingItemCount", 0) + len(listed["items"])
+        if remaining == 0:
+            break
+        time.sleep(2)
+
+    cluster = Cluster.objects.create(
+        name="scale-real",
+        kubeconfig_path=str(plane.gateway_kubeconfig),
+        kube_context="tidegate",
+    )
+    retry = RetryPolicy(attempts=5, base_delay=0.2)
+    gateway = KubernetesGateway.from_kubeconfig(
+        str(plane.gateway_kubeconfig), "tidegate", retry=retry, cache_key="scale-real:bench"
+    )
+    teams = teams_under_one_org(TENANTS, description="tenants and namespaces")
+    NamespaceBinding.objects.bulk_create(
+        NamespaceBinding(tenant=team, cluster_name="scale-real", namespace=f"team-{t}-ns-{n}")
+        for t, team in enumerate(teams)
+        for n in range(NAMESPACES_PER_TENANT)
+    )
+    progress("first inventory and quota sync (lists once, then watches) ...")
+    started = time.perf_counter()
+    inventory = inventory_sync(cluster, gateway)
+    flavour = cluster.flavours.get(name="h100-80gb")
+    Quota.objects.bulk_create(Quota(tenant=team, flavour=flavour, guaranteed=400) for team in teams)
+    first = quota_sync(cluster, gateway)
+    first_s = time.perf_counter() - started
+    assert inventory.nodes == NODES and first.created == TENANTS * NAMESPACES_PER_TENANT, first
+    gpu_pods = len(gateway.list_gpu_pods())
+
+    progress("1 % of the pods change; waiting for the watch to deliver it ...")
+    rng = random.Random(7)
+    changed = int(len(pods) * CHANGED)
+    trained = [p for p in pods if p["metadata"]["name"].startswith("train-")]
+    picked = rng.sample(trained, changed // 2)
+    for pod in picked[: changed // 4]:  # finished, as a kubelet reports it
+        meta = pod["metadata"]
+        client.send(
+            "PATCH",
+            f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status",
+            {"status": {"phase": "Succeeded"}},
+            patch=True,
+        )
+    for pod in picked[changed // 4 :]:  # deleted
+        meta = pod["metadata"]
+        client.send(
+            "DELETE",
+            f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
+            {"gracePeriodSeconds": 0},
+        )
+    new = [
+        _pod(
+            f"new-{k:05d}",
+            _namespace(rng.randrange(TENANTS * NAMESPACES_PER_TENANT)),
+            f"gpu-{rng.randrange(NODES):05d}",
+            {"nvidia.com/gpu": "1"},
+            f"new-{k:05d}",
+        )
+        for k in range(changed - changed // 2)
+    ]
+    _create_all(client, new, "new pods")
+    expected = gpu_pods - (changed // 2 - changed // 4) + len(new)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        cached = gateway.list_gpu_pods()
+        if len(cached) == expected and sum(p.phase == "Succeeded" for p in cached) >= changed // 4:
+            break
+        time.sleep(0.2)
+    since = _audit_lines(plane)
+    progress("steady round: inventory sync, then quota sync ...")
+    started, cpu = time.perf_counter(), time.process_time()
+    inventory_sync(cluster, gateway)
+    inventory_s = time.perf_counter() - started
+    steady = quota_sync(cluster, gateway)
+    steady_s = time.perf_counter() - started
+    steady_cpu_s = time.process_time() - cpu
+    requests_made, writes = _audit_requests(plane, since)
+    peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    gateway.close()
+    drop_shared_caches("scale-real:")
+
+    progress("the same round with a gateway that lists everything ...")
+    listing = KubernetesGateway.from_kubeconfig(
+        str(plane.gateway_kubeconfig), "tidegate", retry=retry
+    )
+    since = _audit_lines(plane)
+    started = time.perf_counter()
+    inventory_sync(cluster, listing)
+    quota_sync(cluster, listing)
+    listed_s = time.perf_counter() - started
+    listed_requests, _ = _audit_requests(plane, since)
+    listing.close()
+    emit(
+        bench="cluster_scale",
+        scenario="real",
+        server="real",
+        nodes=NODES,
+        pods=len(pods),
+        gpu_pods=gpu_pods,
+        first_sync_s=round(first_s, 3),
+        steady_round_s=round(steady_s, 3),
+        steady_round_cpu_s=round(steady_cpu_s, 3),
+        steady_inventory_s=round(inventory_s, 3),
+        steady_quota_s=round(steady_s - inventory_s, 3),
+        steady_round_requests=requests_made,
+        steady_round_writes=writes,
+        steady_round_quota_updates=steady.updated,
+        peak_rss_mb=round(peak_rss_mb, 1),
+        listed_round_s=round(listed_s, 3),
+        listed_round_requests=listed_requests,
+    )
 
 
 if __name__ == "__main__":
