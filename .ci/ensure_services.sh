@@ -27,16 +27,17 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   pkill -x prometheus 2>/dev/null || true
 fi
 
-# The tests connect as the role `postgres` over TCP on loopback without a password: trust it
-# there (and only there). Debian's cluster asks for scram on 127.0.0.1 out of the box.
+# The tests connect as the role `postgres` over TCP on loopback without a password: trust that
+# role there (and only there). Debian's cluster asks for scram on 127.0.0.1 out of the box.
 pg_version="$(ls /etc/postgresql | sort -V | tail -1)"
 pg_hba="/etc/postgresql/${pg_version}/main/pg_hba.conf"
-if ! grep -q '^# tidegate-tests' "$pg_hba"; then
+if ! grep -q '^# tidegate-tests: postgres' "$pg_hba"; then
   echo "trusting 127.0.0.1 and ::1 in $pg_hba for the test role" >&2
+  sed -i '/^# tidegate-tests/,+2d' "$pg_hba"  # an earlier version of these lines
   {
-    echo "# tidegate-tests: loopback connections need no password (written by .ci/ensure_services.sh)"
-    echo "host    all             all             127.0.0.1/32            trust"
-    echo "host    all             all             ::1/128                 trust"
+    echo "# tidegate-tests: postgres on loopback needs no password (written by .ci/ensure_services.sh)"
+    echo "host    all             postgres        127.0.0.1/32            trust"
+    echo "host    all             postgres        ::1/128                 trust"
     cat "$pg_hba"
   } >"$pg_hba.new"
   mv "$pg_hba.new" "$pg_hba"

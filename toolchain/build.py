@@ -16,13 +16,17 @@ No source of the projects built is kept in the repository: the go command fetche
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,7 +54,22 @@ class GoModule:
         digest = hashlib.sha256()
         for file in ("go.mod", "go.sum"):
             digest.update((self.folder / file).read_bytes())
+        digest.update(self.ldflags.encode())
         return f"{self.name}-{self.main_version}-{digest.hexdigest()[:10]}"
+
+    @property
+    def ldflags(self) -> str:
+        """Linker flags: stripped binaries; Kubernetes' own version stamped in, as its
+        release builds do (``/version`` answers v1.37.2, not v0.0.0-master)."""
+        flags = "-s -w"
+        if self.name == "kubernetes":
+            major, minor = self.main_version.lstrip("v").split(".")[:2]
+            stamp = "k8s.io/component-base/version"
+            flags += (
+                f" -X {stamp}.gitVersion={self.main_version} -X {stamp}.gitMajor={major}"
+                f" -X {stamp}.gitMinor={minor} -X {stamp}.gitTreeState=clean"
+            )
+        return flags
 
     def binary_name(self, tool: str) -> str:
         """The name a tool's binary gets: the last path element, except a module's root
@@ -195,16 +214,32 @@ def build(module: GoModule, *, log: Path | None = None) -> Path:
     folder = binaries_folder(module)
     if is_built(module):
         return folder
-    staging = folder.with_name("bin.partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(folder.parent / ".build.lock"):  # another process may be building it
+        if is_built(module):
+            return folder
+        return _build_locked(module, folder, log)
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _build_locked(module: GoModule, folder: Path, log: Path | None) -> Path:
+    staging = Path(tempfile.mkdtemp(prefix="bin.partial-", dir=folder.parent))
     env = {**os.environ, "GOFLAGS": "-mod=readonly -buildvcs=false", "CGO_ENABLED": "0"}
     for tool in module.tools:
         command = [
             go_command(),
             "build",
             "-trimpath",
-            "-ldflags=-s -w",
+            f"-ldflags={module.ldflags}",
             "-o",
             str(staging / module.binary_name(tool)),
             tool,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import secrets
 import shutil
 import signal
@@ -89,6 +90,13 @@ def _die_with_parent() -> None:
 
 class ControlPlaneError(RuntimeError):
     """A component did not start; the message names it, its log and what to try."""
+
+
+def write_secret(path: Path, text: str) -> None:
+    """Write ``text`` to a file only its owner may read, from the first byte on."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as out:
+        out.write(text)
 
 
 def free_port() -> int:
@@ -304,8 +312,7 @@ class ControlPlane:
             "contexts": [{"name": user, "context": {"cluster": "tidegate-test", "user": user}}],
             "current-context": user,
         }
-        path.write_text(json.dumps(config, indent=2))
-        path.chmod(0o600)
+        write_secret(path, json.dumps(config, indent=2))
 
     def _write_tokens(self) -> None:
         # token,user,uid,"groups": every component is an administrator of this test cluster.
@@ -317,9 +324,7 @@ class ControlPlane:
             token = secrets.token_hex(16)
             rows.append(f'{token},system:{component},{component},"system:masters"')
             self._write_kubeconfig(self.workdir / f"{component}.kubeconfig", component, token)
-        tokens = self.workdir / "tokens.csv"
-        tokens.write_text("\n".join(rows) + "\n")
-        tokens.chmod(0o600)
+        write_secret(self.workdir / "tokens.csv", "\n".join(rows) + "\n")
 
     def _write_kwok_config(self, stages: list[Path]) -> None:
         """KWOK's configuration: its own default stages, from the pinned module. Nodes
@@ -605,7 +610,7 @@ class ControlPlane:
                 return
             time.sleep(0.1)
         raise ControlPlaneError(
-            f"the ServiceAccount default/{namespace} did not appear within {timeout_s:.0f} s: "
+            f"the ServiceAccount {namespace}/default did not appear within {timeout_s:.0f} s: "
             "is kube-controller-manager running? "
             f"(log {self.components.get('kube-controller-manager', Component('', [], Path())).log})"
         )
@@ -627,15 +632,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--workdir",
         type=Path,
-        default=Path(tempfile.gettempdir()) / "tidegate-control-plane",
-        help="where certificates, etcd's data and the logs go (emptied first)",
+        help="an empty folder for certificates, etcd's data and the logs "
+        "(default: a new private folder under the temporary directory)",
     )
     args = parser.parse_args(argv)
-    shutil.rmtree(args.workdir, ignore_errors=True)
+    if args.workdir is None:
+        args.workdir = Path(tempfile.mkdtemp(prefix="tidegate-control-plane-"))
+    elif args.workdir.exists() and any(args.workdir.iterdir()):
+        print(f"error: {args.workdir} is not empty; name an empty or new folder", file=sys.stderr)
+        return 2
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt))
     try:
         with running(args.workdir) as plane:
-            (plane.workdir / "state.json").write_text(json.dumps(plane.state()))
+            write_secret(plane.workdir / "state.json", json.dumps(plane.state()))
             print(f"control plane up at {plane.url}")
             print(f"export KUBECONFIG={plane.admin_kubeconfig}")
             print(f"logs in {plane.workdir / 'logs'}; Ctrl-C stops it")

@@ -23,7 +23,13 @@ from typing import Any
 import yaml
 
 from toolchain.build import MODULE_FILES, build_all, files_folder, modules
-from toolchain.control_plane import Component, ControlPlane, ControlPlaneError, free_port
+from toolchain.control_plane import (
+    Component,
+    ControlPlane,
+    ControlPlaneError,
+    free_port,
+    write_secret,
+)
 
 # The framework -> the CRDs Tidegate queues (group, plural) once installed.
 SERVED = {
@@ -91,7 +97,7 @@ def start_jobset(plane: ControlPlane) -> Component:
     folder = plane.workdir / "jobset"
     cert, key = plane.issue_serving_certificate("jobset-webhook", folder / "certs")
     (folder / "certs" / "tls.crt").write_bytes(cert.read_bytes())
-    (folder / "certs" / "tls.key").write_bytes(key.read_bytes())
+    write_secret(folder / "certs" / "tls.key", key.read_text())
     port, probe = free_port(), free_port()
     config = {
         "apiVersion": "config.jobset.x-k8s.io/v1alpha1",
@@ -158,14 +164,31 @@ def _register_webhooks(plane: ControlPlane, manifests: Path, base_url: str, pref
             "MutatingWebhookConfiguration": "mutatingwebhookconfigurations",
             "ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
         }[document["kind"]]
-        status, body = plane.send(
-            "POST", f"/apis/admissionregistration.k8s.io/v1/{plural}", document
-        )
-        if status not in (201, 409):
+        path = f"/apis/admissionregistration.k8s.io/v1/{plural}"
+        plane.send("DELETE", f"{path}/{document['metadata']['name']}", {})  # an older one
+        status, body = plane.send("POST", path, document)
+        if status != 201:
             raise ControlPlaneError(f"registering {document['metadata']['name']}: {body}")
 
 
 STARTERS = {"jobset": start_jobset, "kuberay": start_kuberay}
+
+
+def stop_framework(plane: ControlPlane, name: str) -> None:
+    """Unregister the framework's webhooks (so no later create waits on a controller that
+    is gone) and stop its controller; its CRDs stay."""
+    for plural in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
+        status, listed = plane.get(f"/apis/admissionregistration.k8s.io/v1/{plural}")
+        for item in listed.get("items", []) if status == 200 else []:
+            if item["metadata"]["name"].startswith(f"{name}-"):
+                plane.send(
+                    "DELETE",
+                    f"/apis/admissionregistration.k8s.io/v1/{plural}/{item['metadata']['name']}",
+                    {},
+                )
+    component = plane.components.pop(name, None)
+    if component is not None:
+        component.stop()
 
 
 def main() -> int:

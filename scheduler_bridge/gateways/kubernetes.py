@@ -582,7 +582,13 @@ class KubernetesGateway(ClusterGateway):
 
         what = f"suspend Job {namespace}/{name}"
         self._run(what, stop, namespace=namespace, retry_conflict=True)
-        return self._run(what, restore, namespace=namespace, retry_conflict=True)
+        try:
+            return self._run(what, restore, namespace=namespace, retry_conflict=True)
+        except JobStillStopping as error:
+            # Suspended all the same: its pods go, and the next admission writes its
+            # placement from the original kept in the annotation, whatever is there now.
+            logger.warning("%s: the placement stays until it is admitted again (%s)", what, error)
+            return job_info(self._read_job(namespace, name))
 
     def record_job_event(
         self, job: JobRef, reason: str, message: str, *, warning: bool = False
@@ -649,9 +655,9 @@ class KubernetesGateway(ClusterGateway):
         if _active_pods(job):
             raise JobStillStopping(
                 f"Job {namespace}/{name} still has {_active_pods(job)} active pods "
-                f"{self._settle_timeout_s:.0f} s after it was suspended; its placement is "
-                "restored once the Job controller has stopped them (is kube-controller-manager "
-                "running?)"
+                f"{self._settle_timeout_s:.0f} s after it was suspended, and Kubernetes keeps "
+                "its pod template fixed until the Job controller has stopped them (is "
+                "kube-controller-manager running?)"
             )
         return job
 

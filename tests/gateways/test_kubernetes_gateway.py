@@ -346,3 +346,35 @@ def test_objects_written_by_the_gateway_are_schema_valid(kube_api, gateway) -> N
     for kind in ("ResourceQuota", "ConfigMap", "Node", "Job", "Namespace", "Pod"):
         for obj in kube_api.objects(kind):
             assert_valid_kubernetes(obj)
+
+
+def test_a_job_whose_pods_do_not_stop_is_suspended_and_keeps_its_placement(
+    kube_api, tmp_path
+) -> None:
+    """Kubernetes keeps a suspended Job's template fixed while its controller still counts
+    active pods: suspension holds all the same (pods go), the placement stays until the
+    next admission writes one from the original."""
+    kube_api.add_namespace("team-a")
+    kube_api.add_node("gpu-1", labels={"pool": "h100"})
+    _make_job(kube_api)
+    gateway = kubernetes_gateway(kube_api, tmp_path, job_settle_timeout_s=0.3)
+    with gateway:
+        gateway.admit_job("team-a", "train", {"pool": "h100"}, [])
+        kube_api.run_job("team-a", "train")
+        original_react = kube_api.store._react
+
+        def lagging(resource, old, obj):  # the controller has not counted the pods yet
+            original_react(resource, old, obj)
+            if resource.kind == "Job" and obj["spec"].get("suspend"):
+                obj["status"]["active"] = 1
+
+        kube_api.store._react = lagging  # type: ignore[method-assign]
+        job = gateway.suspend_job("team-a", "train")
+        kube_api.store._react = original_react  # type: ignore[method-assign]
+
+        assert job.suspended
+        live = kube_api.get_object("Job", "team-a", "train")
+        assert live["spec"]["template"]["spec"]["nodeSelector"] == {"pool": "h100"}
+        kube_api.edit_object("Job", "team-a", "train", lambda j: j["status"].update(active=0))
+        again = gateway.admit_job("team-a", "train", {"pool": "a100"}, [])
+        assert again.node_selector == {"pool": "a100"}

@@ -640,6 +640,17 @@ class FakeKubeApi:
                 whole = merge(self.store.get(resource, ns, name), body)
             if resource.custom is not None:
                 _refuse_unknown_custom_fields(self.store, resource, ns, name, whole)
+            elif route.verb == "patch":
+                # a patch with an unknown field is a 422 on the patch itself (the real
+                # server's patcher), where a create or an update is a 400
+                try:
+                    refuse_unknown_fields(resource, whole)
+                except ApiError as error:
+                    message = f'{resource.kind} "{name}" is invalid: patch: {error.message}'
+                    cause = {"reason": "FieldValueInvalid", "message": error.message}
+                    raise ApiError(
+                        422, "Invalid", message, {"causes": [cause | {"field": "patch"}]}
+                    ) from error
             else:
                 refuse_unknown_fields(resource, whole)
         if route.verb == "create":

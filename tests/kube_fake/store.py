@@ -289,6 +289,16 @@ class Store:
     def _validate(
         self, resource: Resource, obj: dict[str, Any], old: dict[str, Any] | None
     ) -> None:
+        undecodable = validation.undecodable_quantity(resource.kind, obj)
+        if undecodable:
+            # the body cannot be decoded into the typed object at all: 400, not 422
+            raise ApiError(
+                400,
+                "BadRequest",
+                f'{resource.kind} in version "v1" cannot be handled as a {resource.kind}: '
+                f"{undecodable}",
+                {},
+            )
         found = validation.problems(
             resource.kind, obj, old, suspended_jobs_mutable=self.suspended_jobs_mutable
         )
@@ -593,11 +603,15 @@ class Store:
             for field in ("uid", "creationTimestamp"):
                 meta[field] = old["metadata"][field]
             spec_changed = _spec(obj) != _spec(old)
-            meta["generation"] = old["metadata"].get("generation", 1) + int(spec_changed)
+            if _has_generation(resource):
+                meta["generation"] = old["metadata"].get("generation", 1) + int(spec_changed)
+            else:
+                meta.pop("generation", None)
         else:
             meta["uid"] = str(uuid.uuid4())
             meta["creationTimestamp"] = now_stamp()
-            meta["generation"] = 1
+            if _has_generation(resource):
+                meta["generation"] = 1
             self._defaults(resource, obj)
         if resource.custom is not None:
             obj, _, found = crds.prepare(resource.custom, obj, old, strict=False)
@@ -641,7 +655,8 @@ class Store:
             meta.setdefault(
                 "creationTimestamp", old["metadata"]["creationTimestamp"] if old else now_stamp()
             )
-            meta.setdefault("generation", 1)
+            if _has_generation(resource):
+                meta.setdefault("generation", 1)
             self._put(key, obj)
             if resource.kind in ("Pod", "ResourceQuota"):
                 self.refresh_quota_status(meta.get("namespace", ""))
@@ -822,3 +837,13 @@ def _content(obj: dict[str, Any]) -> Any:
         k: v for k, v in obj["metadata"].items() if k not in ("managedFields", "resourceVersion")
     }
     return ({**obj, "metadata": meta}, obj["metadata"].get("managedFields"))
+
+
+# Kinds whose registry strategy keeps metadata.generation (PrepareForCreate sets it to 1:
+# pkg/registry/core/pod, pkg/registry/batch/job, pkg/registry/apps/*; every custom
+# resource). ResourceQuotas, ConfigMaps, Namespaces and Nodes have none.
+GENERATION_KINDS = frozenset({"Pod", "Job", "Deployment", "StatefulSet", "ReplicaSet"})
+
+
+def _has_generation(resource: Resource) -> bool:
+    return resource.custom is not None or resource.kind in GENERATION_KINDS

@@ -63,6 +63,33 @@ def _without_mutable(template: dict[str, Any]) -> dict[str, Any]:
     return stripped
 
 
+_QUANTITY_SYNTAX = r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
+
+
+def undecodable_quantity(kind: str, obj: dict[str, Any]) -> str | None:
+    """Why ``obj`` cannot be decoded: a quota limit that is no quantity at all is refused
+    while the body is read (apimachinery's Quantity UnmarshalJSON), before validation."""
+    if kind != "ResourceQuota":
+        return None
+    for value in ((obj.get("spec") or {}).get("hard") or {}).values():
+        if not re.match(_QUANTITY_SYNTAX, str(value)):
+            return f"quantities must match the regular expression '{_QUANTITY_SYNTAX}'"
+    return None
+
+
+def canonical_quantity(value: str) -> str:
+    """A whole decimal quantity as Kubernetes prints it back (``2000`` -> ``2k``); other
+    forms as given."""
+    if not re.fullmatch(r"[0-9]+", value) or value == "0":
+        return value
+    number, suffixes = int(value), ["", "k", "M", "G", "T", "P", "E"]
+    step = 0
+    while number % 1000 == 0 and step < len(suffixes) - 1:
+        number //= 1000
+        step += 1
+    return f"{number}{suffixes[step]}"
+
+
 def problems(
     kind: str,
     obj: dict[str, Any],
@@ -117,7 +144,7 @@ def problems(
         # ValidateConfigMap (pkg/apis/core/validation/validation.go): keys and values of
         # data and binaryData together at most MaxSecretSize, 1 MiB.
         data = {**(obj.get("data") or {}), **(obj.get("binaryData") or {})}
-        total = sum(len(k) + len(str(v).encode()) for k, v in data.items())
+        total = sum(len(str(v).encode()) for v in data.values())  # values only
         if total > 1024 * 1024:
             found.append(("", "Too long: may not be more than 1048576 bytes"))
         for key, value in (obj.get("data") or {}).items():
@@ -196,7 +223,7 @@ def _resource_problems(pod_spec: dict[str, Any], path: str) -> list[tuple[str, s
                     found.append(
                         (
                             f"{where}.requests[{name}]",
-                            f'Invalid value: "{value}": must be equal to {name} limit of {limits[name]}',
+                            f'Invalid value: "{canonical_quantity(str(value))}": must be equal to {name} limit of {canonical_quantity(str(limits[name]))}',
                         )
                     )
     return found

@@ -215,18 +215,32 @@ class RealCluster:
 
     def remove_test_objects(self, namespaces: Sequence[str]) -> None:
         """Empty ``namespaces`` of what tests create and delete the nodes they added, so
-        the next test starts from a clean cluster without waiting for namespace deletion."""
-        for namespace in namespaces:
-            custom = [k for k in self.kinds if k not in KINDS]
-            for kind in (*custom, "Job", "Deployment", "StatefulSet", "ResourceQuota", "ConfigMap"):
-                for obj in self.objects(kind, namespace):
-                    if kind == "ConfigMap" and obj["metadata"]["name"] == "kube-root-ca.crt":
-                        continue
-                    self.delete_object(kind, namespace, obj["metadata"]["name"])
-            self.force_delete_pods(namespace)
-        for name in sorted(self.created_nodes):
-            self.delete_object("Node", None, name)
-        self.created_nodes.clear()
+        the next test starts from a clean cluster without waiting for namespace deletion.
+        Waits until no pod, ReplicaSet or Job is left (a controller would otherwise make
+        pods again, and they would land on the next test's nodes)."""
+        try:
+            owners = ("Job", "Deployment", "StatefulSet", "ReplicaSet")
+            for namespace in namespaces:
+                custom = [k for k in self.kinds if k not in KINDS]
+                for kind in (*custom, *owners, "ResourceQuota", "ConfigMap"):
+                    for obj in self.objects(kind, namespace):
+                        if kind == "ConfigMap" and obj["metadata"]["name"] == "kube-root-ca.crt":
+                            continue
+                        self.delete_object(kind, namespace, obj["metadata"]["name"])
+
+            def emptied() -> bool:
+                left = 0
+                for namespace in namespaces:
+                    self.force_delete_pods(namespace)
+                    left += len(self.objects("Pod", namespace))
+                    left += sum(len(self.objects(k, namespace)) for k in owners)
+                return left == 0
+
+            self.wait_for(emptied, f"namespaces {', '.join(namespaces)} to be emptied")
+        finally:
+            for name in sorted(self.created_nodes):
+                self.delete_object("Node", None, name)
+            self.created_nodes.clear()
 
     def delete_pod_now(self, namespace: str, name: str) -> None:
         """Delete a pod without a grace period, as ``kubectl delete --force`` does."""

@@ -6,6 +6,7 @@ pods), and the work is admitted again afterwards."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,20 +20,29 @@ from tests.conftest import Cast
 from tests.integrations import objects as manifests
 from tests.kube_real.cluster import RUNS_UNTIL_FINISHED, RealCluster
 from toolchain.control_plane import ControlPlane
-from toolchain.frameworks import STARTERS
+from toolchain.frameworks import STARTERS, stop_framework
 
 from .conftest import RealGpuCluster
 
 pytestmark = pytest.mark.django_db
-_started: set[str] = set()
 H100 = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
 
 
-def framework(plane: ControlPlane, name: str) -> None:
+@pytest.fixture(scope="module")
+def frameworks(control_plane: ControlPlane) -> Iterator[set[str]]:
+    """The frameworks started for this module's tests, stopped (and their webhooks
+    unregistered) after them, so later tests meet a plain cluster."""
+    started: set[str] = set()
+    yield started
+    for name in started:
+        stop_framework(control_plane, name)
+
+
+def framework(plane: ControlPlane, started: set[str], name: str) -> None:
     """Start the framework's controller on this process's control plane, once."""
-    if name not in _started:
+    if name not in started:
         STARTERS[name](plane)
-        _started.add(name)
+        started.add(name)
 
 
 def _run_until_finished(template: dict[str, Any]) -> None:
@@ -59,10 +69,10 @@ def _bound(pods: list[dict[str, Any]], count: int) -> list[dict[str, Any]] | Non
 
 
 def test_a_jobset_is_admitted_run_by_its_controller_suspended_and_admitted_again(
-    gpu_cluster: RealGpuCluster, cast: Cast, priorities: Any
+    gpu_cluster: RealGpuCluster, cast: Cast, priorities: Any, frameworks: set[str]
 ) -> None:
     real = gpu_cluster.real
-    framework(real.plane, "jobset")
+    framework(real.plane, frameworks, "jobset")
     real.register_kind("JobSet", "jobset.x-k8s.io/v1alpha2", "jobsets", True)
     manifest = manifests.jobset("vision-train", "ranks", "vision", replicas=2, gpus=4)
     _run_until_finished(manifest["spec"]["replicatedJobs"][0]["template"]["spec"]["template"])
@@ -96,10 +106,10 @@ def test_a_jobset_is_admitted_run_by_its_controller_suspended_and_admitted_again
 
 
 def test_a_ray_cluster_is_admitted_run_by_kuberay_suspended_and_admitted_again(
-    gpu_cluster: RealGpuCluster, cast: Cast, priorities: Any
+    gpu_cluster: RealGpuCluster, cast: Cast, priorities: Any, frameworks: set[str]
 ) -> None:
     real = gpu_cluster.real
-    framework(real.plane, "kuberay")
+    framework(real.plane, frameworks, "kuberay")
     real.register_kind("RayCluster", "ray.io/v1", "rayclusters", True)
     real.create_object(manifests.raycluster("vision-train", "ray", "vision", workers=2, gpus=2))
 
