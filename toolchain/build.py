@@ -90,9 +90,9 @@ def modules() -> list[GoModule]:
             tools = tuple(line.strip() for line in block.group(1).splitlines() if line.strip())
         else:
             tools = tuple(re.findall(r"^tool (\S+)$", text, re.M))
-        if not tools:
-            continue
         folder = go_mod.parent
+        if not tools and folder.name not in MODULE_FILES:
+            continue
         found.append(GoModule(folder.name, folder, tools, _main_version(folder.name, text)))
     return found
 
@@ -138,6 +138,15 @@ MODULE_FILES: dict[str, tuple[str, tuple[str, ...]]] = {
     "kuberay": (
         "github.com/ray-project/kuberay/ray-operator",
         ("config/crd/bases/ray.io_rayclusters.yaml", "config/crd/bases/ray.io_rayjobs.yaml"),
+    ),
+    # CRDs alone (no controller is built for these)
+    "lws": (
+        "sigs.k8s.io/lws",
+        ("config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml",),
+    ),
+    "kubeflow": (
+        "github.com/kubeflow/training-operator",
+        ("manifests/base/crds/kubeflow.org_pytorchjobs.yaml",),
     ),
 }
 
@@ -293,7 +302,7 @@ def build_all(names: list[str] | None = None, *, quiet: bool = False) -> dict[st
                 build(module, log=log)
                 progress.console.print(
                     f"built {module.name} {module.main_version} "
-                    f"({', '.join(module.binary_name(t) for t in module.tools)}) "
+                    f"({', '.join(module.binary_name(t) for t in module.tools) or 'files only'}) "
                     f"in {time.monotonic() - started:.0f} s"
                 )
                 progress.advance(task)

@@ -35,6 +35,8 @@ from toolchain.control_plane import (
 SERVED = {
     "jobset": [("jobset.x-k8s.io", "jobsets")],
     "kuberay": [("ray.io", "rayclusters"), ("ray.io", "rayjobs")],
+    "lws": [("leaderworkerset.x-k8s.io", "leaderworkersets")],
+    "kubeflow": [("kubeflow.org", "pytorchjobs")],
 }
 
 
@@ -46,7 +48,7 @@ def _module(name: str) -> Any:
 
 def _files(name: str) -> list[Path]:
     module = _module(name)
-    return [files_folder(module) / f for f in MODULE_FILES[name][1] if "/crd/" in f]
+    return [files_folder(module) / f for f in MODULE_FILES[name][1] if "webhook" not in f]
 
 
 def _binary(name: str) -> str:

@@ -20,7 +20,7 @@ from tests.conftest import Cast
 from tests.integrations import objects as manifests
 from tests.kube_real.cluster import RUNS_UNTIL_FINISHED, RealCluster
 from toolchain.control_plane import ControlPlane
-from toolchain.frameworks import STARTERS, stop_framework
+from toolchain.frameworks import STARTERS, install_crds, stop_framework
 
 from .conftest import RealGpuCluster
 
@@ -135,4 +135,33 @@ def test_a_ray_cluster_is_admitted_run_by_kuberay_suspended_and_admitted_again(
     real.wait_for(
         lambda: _bound(_pods(real, "vision-train", label, "ray"), 3),
         "the Ray cluster to run again",
+    )
+
+
+def test_a_pytorchjob_is_admitted_and_suspended_as_the_real_crd_allows(
+    gpu_cluster: RealGpuCluster, cast: Cast, priorities: Any
+) -> None:
+    """The Kubeflow training operator's own PyTorchJob CRD (its schema judges every write
+    Tidegate makes: strict field validation, no pruned field): admitted with its flavour's
+    node selector in each replica's template, then suspended again, an elastic one scaled."""
+    real = gpu_cluster.real
+    install_crds(real.plane, "kubeflow")
+    real.register_kind("PyTorchJob", "kubeflow.org/v1", "pytorchjobs", True)
+    real.create_object(manifests.pytorchjob("vision-train", "torch", "vision", workers=2))
+
+    _cycle(gpu_cluster)
+
+    workload = Workload.objects.get(job_name="torch")
+    assert workload.state == Workload.State.RUNNING, workload.reason
+    live = real.read("PyTorchJob", "vision-train", "torch")
+    assert live["spec"]["runPolicy"]["suspend"] is False
+    for replica in live["spec"]["pytorchReplicaSpecs"].values():
+        selector = replica["template"]["spec"]["nodeSelector"]
+        assert selector["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+
+    objects.stop(gpu_cluster.gateway, BY_KIND["PyTorchJob"], "vision-train", "torch")
+    stopped = real.read("PyTorchJob", "vision-train", "torch")
+    assert stopped["spec"]["runPolicy"]["suspend"] is True
+    assert (
+        "nodeSelector" not in stopped["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
     )
