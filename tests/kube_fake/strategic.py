@@ -114,12 +114,16 @@ def _merge_list(target: Any, patch: list[Any], merge_key: str | None, element: s
     current = list(target) if isinstance(target, list) else []
     if any(isinstance(item, dict) and item.get("$patch") == "replace" for item in patch):
         return [_without_directives(i) for i in patch if not _is_directive(i)]
-    if merge_key is None:  # a set of strings: add what is missing
-        return current + [v for v in patch if v not in current]
+    if merge_key is None:  # a set of strings: the patch's first, then the others kept
+        return list(dict.fromkeys([*patch, *current]))
     for item in patch:
         if not isinstance(item, dict) or merge_key not in item:
+            # a real API server answers this with a 500 (the patcher's error is not
+            # classified as the client's)
             raise ApiError(
-                400, "BadRequest", f"map: {item!r} does not contain declared merge key: {merge_key}"
+                500,
+                "InternalError",
+                f"map: {item!r} does not contain declared merge key: {merge_key}",
             )
         at = next(
             (

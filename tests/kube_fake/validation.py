@@ -350,7 +350,9 @@ def _pod_problems(pod: dict[str, Any], old: dict[str, Any] | None) -> list[tuple
         ]
         return kept
 
-    if rest(spec) != rest(old_spec):
+    if len(spec.get("containers") or []) != len(old_spec.get("containers") or []):
+        found.append(("spec.containers", "Forbidden: pod updates may not add or remove containers"))
+    elif rest(spec) != rest(old_spec):
         found.append(
             (
                 "spec",
