@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client as k8s
+from kubernetes import config as k8s_config
 from kubernetes import watch as k8s_watch
 
 from scheduler_bridge.gateways.kubernetes import KubernetesGateway
@@ -242,49 +243,106 @@ def _version(core: k8s.CoreV1Api, namespace: str) -> str:
     return listed.metadata.resource_version
 
 
-def test_the_official_watch_reads_events_from_a_resource_version(
-    kube_api: FakeKubeApi, tmp_path: Path
-) -> None:
-    kube_api.add_namespace("a")
-    core = _core(kube_api, tmp_path)
-    version = _version(core, "a")
-    kube_api.add_pod("a", "p1", requests=GPU)
-    kube_api.edit_object("Pod", "a", "p1", lambda p: p["status"].update(phase="Running"))
-    kube_api.delete_object("Pod", "a", "p1")
+class WatchedServer:
+    """The fake API server or the real control plane, seen through the official client,
+    with the few writes the watch tests make (pods bound to a node nobody runs, so no
+    controller writes in between; deleted at once, as with ``--force``)."""
+
+    def __init__(
+        self,
+        core: k8s.CoreV1Api,
+        add_pod: Callable[[str, str], None],
+        relabel: Callable[[str, str, dict[str, str | None]], None],
+    ) -> None:
+        self.core, self.add_pod, self.relabel = core, add_pod, relabel
+
+    def set_phase(self, namespace: str, name: str, phase: str) -> None:
+        self.core.patch_namespaced_pod_status(name, namespace, {"status": {"phase": phase}})
+
+    def delete(self, namespace: str, name: str) -> None:
+        self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+
+
+def _pod_body(namespace: str, name: str) -> dict[str, Any]:
+    gpu = {"nvidia.com/gpu": "1"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": {}},
+        "spec": {
+            "nodeName": "nowhere",
+            "restartPolicy": "Never",
+            "containers": [
+                {"name": "main", "image": "busybox", "resources": {"requests": gpu, "limits": gpu}}
+            ],
+        },
+    }
+
+
+@pytest.fixture(params=["fake", "real"])
+def watched(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[WatchedServer]:
+    if request.param == "fake":
+        api: FakeKubeApi = request.getfixturevalue("kube_api")
+        api.add_namespace("a")
+        core = _core(api, tmp_path)
+    else:
+        real = request.getfixturevalue("real_cluster")
+        real.add_namespace("a")
+        configuration = k8s.Configuration()
+        k8s_config.load_kube_config(
+            str(real.plane.admin_kubeconfig), "admin", client_configuration=configuration
+        )
+        core = k8s.CoreV1Api(k8s.ApiClient(configuration))
+
+    def add_pod(namespace: str, name: str) -> None:
+        core.create_namespaced_pod(namespace, _pod_body(namespace, name))  # type: ignore[arg-type]
+
+    def relabel(namespace: str, name: str, labels: dict[str, str | None]) -> None:
+        core.patch_namespaced_pod(name, namespace, {"metadata": {"labels": labels}})
+
+    yield WatchedServer(core, add_pod, relabel)
+
+
+def test_the_official_watch_reads_events_from_a_resource_version(watched: WatchedServer) -> None:
+    version = _version(watched.core, "a")
+    watched.add_pod("a", "p1")
+    watched.set_phase("a", "p1", "Running")
+    watched.delete("a", "p1")
     events = list(
         k8s_watch.Watch().stream(
-            core.list_namespaced_pod, "a", resource_version=version, timeout_seconds=1
+            watched.core.list_namespaced_pod, "a", resource_version=version, timeout_seconds=1
         )
     )
+    # a pod bound to a node is marked for deletion first, even without a grace period
     assert [(e["type"], e["object"].metadata.name) for e in events] == [
         ("ADDED", "p1"),
         ("MODIFIED", "p1"),
+        ("MODIFIED", "p1"),
         ("DELETED", "p1"),
     ]
+    assert events[2]["object"].metadata.deletion_timestamp is not None
 
 
 def test_a_watch_without_a_resource_version_starts_with_the_current_state(
-    kube_api: FakeKubeApi, tmp_path: Path
+    watched: WatchedServer,
 ) -> None:
-    kube_api.add_namespace("a")
-    kube_api.add_pod("a", "p1", requests=GPU)
-    core = _core(kube_api, tmp_path)
-    events = list(k8s_watch.Watch().stream(core.list_namespaced_pod, "a", timeout_seconds=1))
+    watched.add_pod("a", "p1")
+    events = list(
+        k8s_watch.Watch().stream(watched.core.list_namespaced_pod, "a", timeout_seconds=1)
+    )
     assert [(e["type"], e["object"].metadata.name) for e in events] == [("ADDED", "p1")]
 
 
 def test_a_label_selected_watch_sees_objects_start_and_stop_matching(
-    kube_api: FakeKubeApi, tmp_path: Path
+    watched: WatchedServer,
 ) -> None:
-    kube_api.add_namespace("a")
-    kube_api.add_pod("a", "p1", requests=GPU)
-    core = _core(kube_api, tmp_path)
-    version = _version(core, "a")
-    kube_api.edit_object("Pod", "a", "p1", lambda p: p["metadata"]["labels"].update(q="1"))
-    kube_api.edit_object("Pod", "a", "p1", lambda p: p["metadata"]["labels"].pop("q"))
+    watched.add_pod("a", "p1")
+    version = _version(watched.core, "a")
+    watched.relabel("a", "p1", {"q": "1"})
+    watched.relabel("a", "p1", {"q": None})
     events = list(
         k8s_watch.Watch().stream(
-            core.list_namespaced_pod,
+            watched.core.list_namespaced_pod,
             "a",
             label_selector="q=1",
             resource_version=version,

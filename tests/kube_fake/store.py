@@ -556,7 +556,16 @@ class Store:
     ) -> dict[str, Any]:
         with self.lock:
             obj = self.get(resource, namespace, name)
-            self._pop(self.key(resource, namespace, name))
+            key = self.key(resource, namespace, name)
+            if resource.plural == "pods" and (obj.get("spec") or {}).get("nodeName"):
+                # a pod bound to a node is deleted gracefully: marked first (even with a
+                # grace of 0), then removed (pkg/registry/core/pod/strategy.go
+                # CheckGracefulDelete): watches see MODIFIED, then DELETED
+                marked = clone(obj)
+                marked["metadata"]["deletionTimestamp"] = now_stamp()
+                marked["metadata"]["deletionGracePeriodSeconds"] = 0
+                obj = self._put(key, marked)
+            self._pop(key)
             if resource.plural == "namespaces":
                 for key in [k for k in self.objects if k[1] == name]:
                     self._pop(key)
