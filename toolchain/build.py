@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import fcntl
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -201,17 +202,23 @@ def _copy_module_files(module: GoModule, env: dict[str, str]) -> None:
     if module.name not in MODULE_FILES:
         return
     source_module, files = MODULE_FILES[module.name]
+    # `go mod download` fetches the pinned version (checked against go.sum) when the
+    # module cache does not hold it yet, and says where it is
     listed = subprocess.run(
-        [go_command(), "list", "-m", "-f", "{{.Dir}}", source_module],
+        [go_command(), "mod", "download", "-json", source_module],
         cwd=module.folder,
         env=env,
         capture_output=True,
         text=True,
         check=False,
     )
-    if listed.returncode != 0:
-        raise ToolchainError(f"finding {source_module} for its files failed: {listed.stderr}")
-    source = Path(listed.stdout.strip())
+    found = json.loads(listed.stdout or "{}") if listed.returncode == 0 else {}
+    if not found.get("Dir"):
+        raise ToolchainError(
+            f"downloading {source_module} for its files failed: "
+            f"{found.get('Error') or listed.stderr.strip()}"
+        )
+    source = Path(found["Dir"])
     target = files_folder(module)
     for relative in files:
         (target / relative).parent.mkdir(parents=True, exist_ok=True)
