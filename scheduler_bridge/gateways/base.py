@@ -109,6 +109,9 @@ def changed(
 
 JOB_KIND = KindRef("batch", "v1", "Job", "jobs")
 POD_KIND = KindRef("", "v1", "Pod", "pods")
+# the controllers of gated pods whose replicas Tidegate reads (never writes)
+REPLICA_SET_KIND = KindRef("apps", "v1", "ReplicaSet", "replicasets")
+STATEFUL_SET_KIND = KindRef("apps", "v1", "StatefulSet", "statefulsets")
 
 
 @dataclass(frozen=True)

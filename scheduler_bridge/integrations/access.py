@@ -13,9 +13,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from scheduler_bridge.gateways import ClusterGateway, ObjectMissing, Toleration
+from scheduler_bridge.gateways.base import POD_KIND, REPLICA_SET_KIND, STATEFUL_SET_KIND
 
 from .base import PREEMPT_AT_ANNOTATION, Integration, ObjectRead
 from .job import JobIntegration
+from .pods import PodGroup, pod_groups
 
 
 def list_queued(
@@ -30,6 +32,19 @@ def list_queued(
     except ObjectMissing:
         return None
     return [integration.read(obj) for obj in objects]
+
+
+def queued_pod_groups(gateway: ClusterGateway, label_selector: str) -> list[PodGroup]:
+    """The groups of gated pods carrying ``label_selector``, each asking for the
+    replicas its ReplicaSets and StatefulSets want (where the cluster serves them)."""
+    controllers: list[dict[str, Any]] = []
+    for kind in (REPLICA_SET_KIND, STATEFUL_SET_KIND):
+        if gateway.serves(kind):
+            try:
+                controllers += gateway.list_objects(kind, label_selector)
+            except ObjectMissing:
+                continue
+    return pod_groups(gateway.list_objects(POD_KIND, label_selector), controllers)
 
 
 def start(

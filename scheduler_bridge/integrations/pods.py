@@ -16,6 +16,14 @@ set counts the group's pods that have not ended; ``tidegate.io/min-pods`` on the
 makes the first ones its core (a serving workload's minimum replicas) and the rest
 elastic, growing into lent GPUs when the autoscaler asks for more and given back first.
 
+A group asks for as many pods as its controller's ``spec.replicas`` says, not only for
+the pods that exist: Kubernetes' quota admission counts gated pods, so a ReplicaSet
+scaling out beyond its namespace's ``tidegate-gpu`` limit is refused at pod creation
+(403, FailedCreate) and the pods it wants never appear. Reading the replicas of the
+queue-labelled ReplicaSets (a Deployment's carry its template's labels) and
+StatefulSets lets the queue lend the GPUs first; the limit then rises by what was lent
+and the controller's next attempt creates the pods, gated, to be released at once.
+
 Admitting a pod removes the gate and adds the flavour's node selector and tolerations,
 the changes Kubernetes allows on a gated pod (``ValidatePodUpdate``,
 pkg/apis/core/validation/validation.go); taking GPUs back deletes running pods (their
@@ -31,9 +39,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler_bridge.admission.wording import gettext_noop, wording
-from scheduler_bridge.gateways.admission_webhook import GATE, SUSPENDED_AS_A_WHOLE
+from scheduler_bridge.gateways.admission_webhook import GATE, QUEUE_LABEL, SUSPENDED_AS_A_WHOLE
 from scheduler_bridge.gateways.base import Toleration
-from scheduler_bridge.gateways.parsing import workload_name
+from scheduler_bridge.gateways.parsing import gpu_requests, workload_name
 
 from .base import IntegrationError, ObjectRead, PodSetRead, gpu_request, min_pods
 
@@ -87,9 +95,16 @@ def _gated(pod: Mapping[str, Any]) -> bool:
     return any(isinstance(g, Mapping) and g.get("name") == GATE for g in gates)
 
 
-def pod_groups(pods: Sequence[Mapping[str, Any]]) -> list[PodGroup]:
+def pod_groups(
+    pods: Sequence[Mapping[str, Any]], controllers: Sequence[Mapping[str, Any]] = ()
+) -> list[PodGroup]:
     """The groups of the queue-labelled pods listed (ended and terminating pods left
-    out, and pods a suspendable kind owns), sorted by namespace and name."""
+    out, and pods a suspendable kind owns), sorted by namespace and name.
+
+    ``controllers`` are queue-labelled ReplicaSets and StatefulSets: a group asks for
+    at least the replicas its controllers want, and a controller whose pods could not
+    be created yet (refused by its namespace's quota) is a group of its own."""
+    wanted = _wanted_by_controllers(controllers)
     grouped: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for pod in pods:
         meta = pod.get("metadata") or {}
@@ -101,15 +116,60 @@ def pod_groups(pods: Sequence[Mapping[str, Any]]) -> list[PodGroup]:
         key = (str(meta.get("namespace") or ""), _group_name(pod))
         grouped.setdefault(key, []).append(pod)
     found = []
-    for (namespace, name), members in sorted(grouped.items()):
+    for key in sorted(set(grouped) | {k for k, (replicas, _) in wanted.items() if replicas}):
+        members = grouped.get(key, [])
         members.sort(
             key=lambda p: (p["metadata"].get("creationTimestamp") or "", p["metadata"]["name"])
         )
-        found.append(_group(namespace, name, members))
+        replicas, template = wanted.get(key, (0, None))
+        found.append(_group(*key, members, replicas, template))
     return found
 
 
-def _group(namespace: str, name: str, members: list[Mapping[str, Any]]) -> PodGroup:
+def _wanted_by_controllers(
+    controllers: Sequence[Mapping[str, Any]],
+) -> dict[tuple[str, str], tuple[int, Mapping[str, Any]]]:
+    """(namespace, group name) -> (replicas its controllers want, a pod as their
+    template would make it)."""
+    wanted: dict[tuple[str, str], tuple[int, Mapping[str, Any]]] = {}
+    for controller in controllers:
+        meta = controller.get("metadata") or {}
+        spec = controller.get("spec") or {}
+        if meta.get("deletionTimestamp"):
+            continue
+        template = spec.get("template") or {}
+        template_meta = template.get("metadata") or {}
+        labels = dict(template_meta.get("labels") or {})
+        pod_spec = template.get("spec") or {}
+        if QUEUE_LABEL not in labels or not gpu_requests(pod_spec):
+            continue  # its pods are not queued: nothing to ask for
+        pod: dict[str, Any] = {
+            "metadata": {
+                "name": meta.get("name"),
+                "namespace": meta.get("namespace"),
+                "labels": labels,
+                "annotations": dict(template_meta.get("annotations") or {}),
+                "ownerReferences": [
+                    {"kind": controller.get("kind"), "name": meta.get("name"), "controller": True}
+                ],
+            },
+            "spec": pod_spec,
+        }
+        asked = spec.get("replicas", 1)
+        replicas = asked if isinstance(asked, int) and asked > 0 else 0
+        key = (str(meta.get("namespace") or ""), _group_name(pod))
+        before = wanted[key][0] if key in wanted else 0
+        wanted[key] = (before + replicas, pod)
+    return wanted
+
+
+def _group(
+    namespace: str,
+    name: str,
+    members: list[Mapping[str, Any]],
+    replicas: int = 0,
+    template: Mapping[str, Any] | None = None,
+) -> PodGroup:
     pods = tuple(
         GroupPod(
             name=str(p["metadata"]["name"]),
@@ -119,11 +179,12 @@ def _group(namespace: str, name: str, members: list[Mapping[str, Any]]) -> PodGr
         )
         for p in members
     )
-    first = members[0]["metadata"]
+    shape = members or [template or {}]  # a group of no pod yet: its controller's template
+    first = shape[0]["metadata"]
     problem = None
     pod_sets: tuple[PodSetRead, ...] = ()
     try:
-        pod_sets = (_pod_set(members),)
+        pod_sets = (_pod_set(shape, max(len(members), replicas)),)
     except IntegrationError as error:
         problem = error.message
     read = ObjectRead(
@@ -139,12 +200,12 @@ def _group(namespace: str, name: str, members: list[Mapping[str, Any]]) -> PodGr
         admitted=any(not p.gated for p in pods),
         pod_sets=pod_sets,
         problem=problem,
-        priority_class_name=(members[0].get("spec") or {}).get("priorityClassName"),
+        priority_class_name=(shape[0].get("spec") or {}).get("priorityClassName"),
     )
     return PodGroup(namespace, name, pods, read)
 
 
-def _pod_set(members: list[Mapping[str, Any]]) -> PodSetRead:
+def _pod_set(members: list[Mapping[str, Any]], count: int) -> PodSetRead:
     requests = set()
     for pod in members:
         found = gpu_request({"spec": pod.get("spec") or {}}, f"pod {pod['metadata']['name']}")
@@ -171,7 +232,6 @@ def _pod_set(members: list[Mapping[str, Any]]) -> PodSetRead:
             )
         )
     ((resource, amount),) = requests
-    count = len(members)
     minimum = min_pods(members[0]["metadata"].get("annotations") or {})
     selector = (members[0].get("spec") or {}).get("nodeSelector") or {}
     return PodSetRead(

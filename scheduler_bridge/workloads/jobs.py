@@ -24,9 +24,8 @@ from scheduler_bridge.gateways import ClusterGateway
 from scheduler_bridge.gateways.admission_webhook import QUEUE_LABEL
 from scheduler_bridge.gateways.base import POD_KIND, PodInfo
 from scheduler_bridge.integrations import INTEGRATIONS, ObjectRead, PodSetRead
-from scheduler_bridge.integrations.access import list_queued
+from scheduler_bridge.integrations.access import list_queued, queued_pod_groups
 from scheduler_bridge.integrations.pods import KIND as POD_GROUP
-from scheduler_bridge.integrations.pods import pod_groups
 from scheduler_bridge.inventory.connection import cluster_gateway
 from scheduler_bridge.inventory.models import Cluster
 from scheduler_bridge.workloads import lifecycle
@@ -145,7 +144,7 @@ def jobs_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> JobSyn
                 cluster, integration.kind, integration.pins_nodes, objects, completed_on, result
             )
         if reader.serves(POD_KIND):
-            groups = pod_groups(reader.list_objects(POD_KIND, QUEUE_LABEL))
+            groups = queued_pod_groups(reader, QUEUE_LABEL)
             result.kinds[POD_GROUP] = QUEUED
             reads = [g.read for g in groups]
             _sync_objects(cluster, POD_GROUP, False, reads, completed_on, result)

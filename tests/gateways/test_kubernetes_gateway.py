@@ -314,7 +314,7 @@ def test_an_expired_continue_token_lists_again_from_the_start(kube_api, gateway)
 
     def meanwhile_and_compact(api) -> None:  # type: ignore[no-untyped-def]
         _meanwhile(api)
-        api.store.compact()
+        api.store.forget_history()
 
     kube_api.after_request(meanwhile_and_compact, r"/pods")
 

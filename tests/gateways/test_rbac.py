@@ -104,6 +104,7 @@ def test_every_gateway_call_is_allowed_and_every_grant_is_used(kube_api, gateway
     }
     kube_api.create_object(gated)
     assert gateway.list_objects(POD_KIND, "tidegate.io/queue")
+    assert objects.queued_pod_groups(gateway, "tidegate.io/queue")  # and their controllers
     gateway.update_object(POD_KIND, "team-a", "serve-1", lambda p: released(p, H100, []))
     assert gateway.delete_pod("team-a", "serve-1", 30)
     # what the workers do: read pods, nodes and Tidegate's quotas from watched caches

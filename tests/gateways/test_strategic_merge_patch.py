@@ -97,9 +97,45 @@ def test_a_list_without_a_merge_key_is_replaced_whole(core: k8s.CoreV1Api) -> No
     # pod may only add tolerations, so the old one is sent again
     b, a = {"key": "b", "operator": "Exists"}, {"key": "a", "operator": "Exists"}
     pod = patch(core, {"spec": {"tolerations": [b, a]}})
-    # (a real server adds back the not-ready and unreachable tolerations its
-    # DefaultTolerationSeconds admission gives every pod)
-    assert [t for t in pod["spec"]["tolerations"] if t["key"] in ("a", "b")] == [b, a]
+    # the DefaultTolerationSeconds admission adds back the two it gives every pod
+    assert pod["spec"]["tolerations"] == [b, a, *DEFAULT_TOLERATIONS]
+
+
+DEFAULT_TOLERATIONS = [
+    {
+        "key": "node.kubernetes.io/not-ready",
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "tolerationSeconds": 300,
+    },
+    {
+        "key": "node.kubernetes.io/unreachable",
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "tolerationSeconds": 300,
+    },
+]
+
+
+def test_every_pod_tolerates_node_trouble_for_300_seconds_unless_it_says_otherwise(
+    core: k8s.CoreV1Api,
+) -> None:
+    """DefaultTolerationSeconds: a pod tolerating neither taint gets both; one that
+    tolerates every key with NoExecute (or every taint) gets none."""
+    assert stored_pod(core)["spec"]["tolerations"] == [
+        {"key": "a", "operator": "Exists"},
+        *DEFAULT_TOLERATIONS,
+    ]
+    for tolerations in (
+        [{"operator": "Exists", "effect": "NoExecute"}],  # every key
+        [{"operator": "Exists"}],  # every taint
+        [{"key": "node.kubernetes.io/not-ready", "operator": "Exists"}, DEFAULT_TOLERATIONS[1]],
+    ):
+        body: Any = copy.deepcopy(POD)  # the client sends a dict as it is
+        body["metadata"] = {"name": f"t{len(str(tolerations))}", "namespace": "a"}
+        body["spec"]["tolerations"] = tolerations
+        created = core.api_client.sanitize_for_serialization(core.create_namespaced_pod("a", body))
+        assert created["spec"]["tolerations"] == tolerations
 
 
 def test_a_pod_update_the_api_server_forbids_is_a_422(core: k8s.CoreV1Api) -> None:

@@ -93,7 +93,7 @@ def test_a_quiet_watch_is_moved_on_by_bookmarks_and_resumes_without_listing(
     for i in range(5):
         kube_api.add_namespace(f"quiet-{i}")
     eventually(lambda: health.bookmarks >= 2)
-    kube_api.drop_watches(lambda api: api.store.compact())
+    kube_api.drop_watches(lambda api: api.store.forget_history())
     kube_api.add_pod("vision-train", "train-1", requests=GPU, node_name="h100-1")
     eventually(lambda: pod_names(cached) == ["train-0", "train-1"])
     assert (health.lists, health.expired) == (1, 0)
@@ -108,7 +108,7 @@ def test_a_watch_too_old_for_the_servers_history_lists_again(
     def change_and_compact(api: FakeKubeApi) -> None:
         api.add_pod("vision-train", "train-1", requests=GPU, node_name="h100-1")
         api.delete_object("Pod", "vision-train", "train-0")
-        api.store.compact()
+        api.store.forget_history()
 
     kube_api.drop_watches(change_and_compact)
     eventually(lambda: pod_names(cached) == ["train-1"])
@@ -357,7 +357,7 @@ def test_a_watch_from_before_the_history_is_410_gone(kube_api: FakeKubeApi, tmp_
     core = _core(kube_api, tmp_path)
     version = _version(core, "a")
     kube_api.add_pod("a", "p1", requests=GPU)
-    kube_api.store.compact()
+    kube_api.store.forget_history()
     with pytest.raises(k8s.ApiException) as gone:
         list(
             k8s_watch.Watch().stream(

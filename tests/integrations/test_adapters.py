@@ -279,3 +279,77 @@ def test_a_pod_group_mixing_gpu_requests_is_refused() -> None:
     mixed = [gated_pod("a", owner="rs"), gated_pod("b", owner="rs", gpus=2)]
     (group,) = pod_groups(mixed)
     assert group.read.problem is not None and "different GPUs" in group.read.problem
+
+
+def controller(
+    kind: str, name: str, replicas: int, *, labels: dict[str, str] | None = None, gpus: int = 1
+) -> dict[str, Any]:
+    """A ReplicaSet or StatefulSet whose template makes pods like gated_pod's."""
+    template_labels = {"tidegate.io/queue": "a", **(labels or {})}
+    resources = {"limits": {"nvidia.com/gpu": gpus}} if gpus else {}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": kind,
+        "metadata": {"name": name, "namespace": "ml", "labels": template_labels},
+        "spec": {
+            "replicas": replicas,
+            "template": {
+                "metadata": {
+                    "labels": template_labels,
+                    "annotations": {"tidegate.io/min-pods": "1"},
+                },
+                "spec": {"containers": [{"name": "c", "image": "i", "resources": resources}]},
+            },
+        },
+    }
+
+
+def test_a_pod_group_asks_for_the_replicas_its_controller_wants() -> None:
+    """The quota admission refuses a controller's pods beyond its namespace's limit, so
+    the group asks for its controller's replicas, not only for the pods that exist."""
+    from scheduler_bridge.integrations.pods import pod_groups
+
+    pods = [gated_pod("db-0", owner="db"), gated_pod("db-1", owner="db")]
+    for pod in pods:  # as the template makes them
+        pod["metadata"]["annotations"] = {"tidegate.io/min-pods": "1"}
+    (group,) = pod_groups(pods, [controller("StatefulSet", "db", 5)])
+    (main,) = group.read.pod_sets
+    assert (len(group.pods), main.count, main.min_count) == (2, 5, 1)
+
+    # scaled in: the pods still there count until their controller deletes them
+    (group,) = pod_groups(pods, [controller("StatefulSet", "db", 1)])
+    assert group.read.pod_sets[0].count == 2
+
+
+def test_a_controller_none_of_whose_pods_could_be_created_is_a_group_of_its_own() -> None:
+    from scheduler_bridge.integrations.pods import group_uid, pod_groups
+
+    (group,) = pod_groups([], [controller("ReplicaSet", "web-7f", 3, gpus=2)])
+    assert (group.name, group.pods, group.read.uid) == ("web-7f", (), group_uid("ml", "web-7f"))
+    assert group.read.suspended and not group.read.admitted
+    (main,) = group.read.pod_sets
+    assert (main.count, main.gpus_per_pod, main.resource) == (3, 2, "nvidia.com/gpu")
+
+
+def test_controllers_of_pods_the_queue_does_not_hold_ask_for_nothing() -> None:
+    from scheduler_bridge.integrations.pods import pod_groups
+
+    unlabelled = controller("ReplicaSet", "api-1", 3)
+    for place in (unlabelled["metadata"], unlabelled["spec"]["template"]["metadata"]):
+        place["labels"] = {"app": "api"}
+    no_gpu = controller("ReplicaSet", "web-2", 3, gpus=0)
+    scaled_to_zero = controller("StatefulSet", "db", 0)
+    assert pod_groups([], [unlabelled, no_gpu, scaled_to_zero]) == []
+
+
+def test_controllers_sharing_a_group_label_add_up() -> None:
+    from scheduler_bridge.integrations.pods import pod_groups
+
+    group_label = {"tidegate.io/pod-group": "web"}
+    pods = [gated_pod("web-a", owner="web-7f", labels=group_label)]
+    controllers = [
+        controller("ReplicaSet", "web-7f", 2, labels=group_label),
+        controller("ReplicaSet", "web-8c", 3, labels=group_label),
+    ]
+    (group,) = pod_groups(pods, controllers)
+    assert (group.name, group.read.pod_sets[0].count) == ("web", 5)

@@ -105,11 +105,8 @@ def _resource_list(
     }
 
 
-_BATCH = {
-    "name": "batch",
-    "versions": [{"groupVersion": "batch/v1", "version": "v1"}],
-    "preferredVersion": {"groupVersion": "batch/v1", "version": "v1"},
-}
+# the built-in API groups the fake serves (batch/v1, apps/v1), beside the core v1
+BUILT_IN_GROUPS = sorted({r.group_version for r in RESOURCES.values() if "/" in r.group_version})
 
 
 def _group(group_version: str) -> dict[str, Any]:
@@ -130,9 +127,9 @@ def _group_discovery(path: str, resources: Mapping[str, Resource]) -> Callable[[
     resources (the built-in answers are in _DISCOVERY)."""
     custom = sorted({r.group_version for r in resources.values() if r.custom is not None})
     if path == "/apis":
-        groups = [_BATCH] + [_group(gv) for gv in custom]
+        groups = [_group(gv) for gv in BUILT_IN_GROUPS + custom]
         return _answer({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
-    for group_version in custom:
+    for group_version in BUILT_IN_GROUPS + custom:
         if path == f"/apis/{group_version.split('/')[0]}":
             return _answer({"kind": "APIGroup", "apiVersion": "v1", **_group(group_version)})
         if path == f"/apis/{group_version}":
@@ -157,7 +154,5 @@ _DISCOVERY: dict[str, Callable[[str], Any]] = {
         "versions": ["v1"],
         "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": address}],
     },
-    "/apis/batch": lambda address: {"kind": "APIGroup", "apiVersion": "v1", **_BATCH},
     "/api/v1": lambda address: _resource_list("v1"),
-    "/apis/batch/v1": lambda address: _resource_list("batch/v1"),
 }

@@ -48,6 +48,9 @@ RESOURCES = {
         Resource("configmaps", "ConfigMap", "v1", True, has_status=False),
         Resource("resourcequotas", "ResourceQuota", "v1", True),
         Resource("jobs", "Job", "batch/v1", True),
+        # stored only: no ReplicaSet or StatefulSet controller runs here
+        Resource("replicasets", "ReplicaSet", "apps/v1", True),
+        Resource("statefulsets", "StatefulSet", "apps/v1", True),
         Resource("events", "Event", "v1", True, has_status=False),
     )
 }
@@ -168,7 +171,7 @@ class Store:
         self.oldest_version = 0  # watches may start from here on
         # namespace -> requests of its pending and running pods (dropped when one changes)
         self.pod_totals: dict[str, dict[str, Any]] = {}
-        # paged lists in progress: snapshot id -> (items, resourceVersion); see compact()
+        # paged lists in progress: snapshot id -> (items, resourceVersion); see forget_history()
         self.snapshots: dict[str, tuple[list[dict[str, Any]], str]] = {}
         # what this server serves: the built-in kinds and the installed CRDs
         self.resources: dict[str, Resource] = dict(RESOURCES)
@@ -325,10 +328,16 @@ class Store:
             self.pod_totals.clear()
             self.oldest_version = self.version
 
-    def compact(self) -> None:
-        """Forget every list snapshot and the watch history, as etcd compaction does:
-        continue tokens given out so far answer 410 Gone, and so do watches from an
-        older resourceVersion."""
+    def forget_history(self) -> None:
+        """Forget every list snapshot and the watch history: continue tokens given out
+        so far answer 410 Gone, and so do watches from an older resourceVersion.
+
+        A fault injected on demand, not etcd's compaction: a 1.37 API server lists pages
+        and serves watches from its watch cache, which keeps about 75 s of snapshots and
+        events, so a compaction alone changes nothing a client sees
+        (tests/real_cluster/test_watches.py). The 410s come once that window has
+        passed, after an API server restart that follows a compaction, or from servers
+        that page straight from etcd."""
         with self.lock:
             self.snapshots.clear()
             self.history.clear()
@@ -358,7 +367,7 @@ class Store:
         # the first page's resourceVersion (etcd reads at that revision), and once that
         # revision is compacted the token is refused with 410 Gone ("The provided
         # continue parameter is too old ..."; staging/src/k8s.io/apiserver/pkg/storage/
-        # etcd3/store.go). ``compact()`` plays etcd's compaction.
+        # etcd3/store.go). ``forget_history()`` plays that.
         start = 0
         if token:
             try:
@@ -622,6 +631,8 @@ class Store:
             if _has_generation(resource):
                 meta["generation"] = 1
             self._defaults(resource, obj)
+        if resource.kind == "Pod" and subresource != "status":
+            _default_toleration_seconds(obj.setdefault("spec", {}))
         if resource.custom is not None:
             obj, _, found = crds.prepare(resource.custom, obj, old, strict=False)
             meta = obj["metadata"]
@@ -856,3 +867,25 @@ GENERATION_KINDS = frozenset({"Pod", "Job", "Deployment", "StatefulSet", "Replic
 
 def _has_generation(resource: Resource) -> bool:
     return resource.custom is not None or resource.kind in GENERATION_KINDS
+
+
+# The DefaultTolerationSeconds admission plugin, on every pod create and update
+# (plugin/pkg/admission/defaulttolerationseconds/admission.go): a pod that tolerates
+# neither taint (by key, or by an empty key; by NoExecute, or by an empty effect) is
+# given 300 s for it.
+_NODE_TROUBLE_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+
+
+def _default_toleration_seconds(spec: dict[str, Any]) -> None:
+    tolerations = spec.get("tolerations") or []
+    for key in _NODE_TROUBLE_TAINTS:
+        if not any(
+            isinstance(t, dict)
+            and t.get("key", "") in (key, "")
+            and t.get("effect", "") in ("NoExecute", "")
+            for t in tolerations
+        ):
+            tolerations.append(
+                {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+            )
+    spec["tolerations"] = tolerations

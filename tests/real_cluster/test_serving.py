@@ -4,9 +4,10 @@ keeps them pending, the queue releases them onto its flavour; scaled out, the ex
 created gated and grow into the tenant's idle GPUs; scaled in, the workload follows.
 
 Kubernetes' quota admission counts gated pods: pods a ReplicaSet creates beyond the
-namespace's `tidegate-gpu` limit are refused (403, FailedCreate), so growth into GPUs other
-tenants would lend needs room in that limit first (docs/kubernetes.md, "Where the local test
-server and the real one disagreed")."""
+namespace's `tidegate-gpu` limit are refused (403, FailedCreate). Tidegate therefore reads
+the replicas the controller wants, lends first and raises the limit, and the controller's
+next attempt creates the pods (docs/kubernetes.md, "Where the local test server and the
+real one disagreed")."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from typing import Any
 import pytest
 
 from scheduler_bridge.integrations.pods import group_uid
+from scheduler_bridge.quotas.resource_quota import QUOTA_NAME
+from scheduler_bridge.quotas.sync import quota_sync
 from scheduler_bridge.workloads.cycle import admission_cycle
 from scheduler_bridge.workloads.jobs import jobs_sync
 from scheduler_bridge.workloads.models import Workload
@@ -145,3 +148,46 @@ def test_a_statefulsets_pods_are_gated_then_released_together(
     real.wait_for(lambda: counts(real, "infer") == (2, 0), "both pods released and bound")
     names = sorted(p["metadata"]["name"] for p in pods_of(real, "infer"))
     assert names == ["infer-0", "infer-1"]
+
+
+def test_a_deployment_grows_past_its_guarantee_into_lent_gpus_under_its_namespaces_quota(
+    gpu_cluster: RealGpuCluster, cast: Cast, tidegate_webhook: str, priorities: Any
+) -> None:
+    """speech owns 4 H100s and its namespace is held to them by `tidegate-gpu`; its
+    Deployment asks for 6. Kubernetes refuses the ReplicaSet's 5th and 6th pods at
+    creation (quota admission counts gated pods), Tidegate reads the 6 replicas wanted,
+    lends 2 idle H100s, raises the limit by them, and the ReplicaSet's next attempt
+    creates the pods, gated, to be released onto the lent GPUs."""
+    real = gpu_cluster.real
+    quota_sync(gpu_cluster.cluster, gpu_cluster.gateway)
+    hard = real.read("ResourceQuota", NAMESPACE, QUOTA_NAME)["spec"]["hard"]
+    assert hard["requests.nvidia.com/gpu"] == "4"
+
+    real.create_object(serving("Deployment", "serve", replicas=6, min_pods=2))
+    real.wait_for(lambda: counts(real, "serve") == (0, 4), "four pods, gated")
+    refusal = real.wait_for(
+        lambda: next(
+            (
+                e["message"]
+                for e in real.objects("Event", NAMESPACE)
+                if e["reason"] == "FailedCreate" and "exceeded quota" in e["message"]
+            ),
+            None,
+        ),
+        "the quota admission to refuse the ReplicaSet's fifth pod",
+    )
+    assert QUOTA_NAME in refusal
+
+    def grown() -> bool:
+        cycle(gpu_cluster)
+        quota_sync(gpu_cluster.cluster, gpu_cluster.gateway)
+        return counts(real, "serve") == (6, 0)
+
+    real.wait_for(grown, "six pods bound, two of them on lent GPUs")
+    workload = Workload.objects.get(kind="PodGroup", namespace=NAMESPACE)
+    assert workload.gpus == 6
+    assert workload.borrowed_gpus == {"nvidia.com/gpu": 2}
+    hard = real.read("ResourceQuota", NAMESPACE, QUOTA_NAME)["spec"]["hard"]
+    assert hard["requests.nvidia.com/gpu"] == "6"
+    for pod in pods_of(real, "serve"):
+        assert pod["spec"]["nodeName"] in {"h100-1", "h100-2"}
