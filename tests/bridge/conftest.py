@@ -51,6 +51,23 @@ def seed_gpu_nodes(api: FakeKubeApi) -> None:
     )
 
 
+def guarantees(flavours: Any, cast: Cast) -> list[tuple[Any, Flavour, int]]:
+    """The guarantees handed down the tree: vision 6 H100s and 14 1g.5gb slices,
+    speech 2 H100s, globex 4."""
+    h100 = flavours.get(name="h100-80gb")
+    mig = flavours.get(name="a100-sxm4-40gb-mig-1g.5gb")
+    return [
+        (cast.org, h100, 12),
+        (cast.dept, h100, 10),
+        (cast.team_a, h100, 6),
+        (cast.team_b, h100, 2),
+        (cast.other_org, h100, 4),
+        (cast.org, mig, 28),
+        (cast.dept, mig, 28),
+        (cast.team_a, mig, 14),
+    ]
+
+
 @dataclass
 class FakeCluster:
     api: FakeKubeApi
@@ -81,17 +98,6 @@ def fake_cluster(cast: Cast, kube_api: FakeKubeApi, kubeconfig: tuple[Path, str]
     h100 = Flavour.objects.get(cluster=cluster, name="h100-80gb")
     mig = Flavour.objects.get(cluster=cluster, name="a100-sxm4-40gb-mig-1g.5gb")
     bind_team_namespaces(cast)
-    hand_down(
-        [
-            (cast.org, h100, 12),
-            (cast.dept, h100, 10),
-            (cast.team_a, h100, 6),
-            (cast.team_b, h100, 2),
-            (cast.other_org, h100, 4),
-            (cast.org, mig, 28),
-            (cast.dept, mig, 28),
-            (cast.team_a, mig, 14),
-        ]
-    )
+    hand_down(guarantees(Flavour.objects.filter(cluster=cluster), cast))
     yield FakeCluster(kube_api, cluster, gateway, h100, mig)
     gateway.close()

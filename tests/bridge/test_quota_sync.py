@@ -1,17 +1,114 @@
-"""ResourceQuota sync: the rule, idempotency, drift repair, missing namespaces, faults."""
+"""ResourceQuota sync: the rule, idempotency, drift repair, missing namespaces, faults.
+
+The behaviour tests run on the local test server and on the real control plane (the
+same nodes, namespaces and guarantees); the faults (500s, an API server that stops
+answering) are injected into the local one."""
 
 from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
 from scheduler_bridge.gateways import ClusterUnreachable
+from scheduler_bridge.gateways.kubernetes import KubernetesGateway
+from scheduler_bridge.inventory.models import Cluster, Flavour
+from scheduler_bridge.inventory.services import inventory_sync
 from scheduler_bridge.quotas.resource_quota import TenantNamespaces, desired_hard_limits
 from scheduler_bridge.quotas.sync import quota_sync
 from tenants.models import AuditEvent, NamespaceBinding
-from tests.bridge.conftest import FakeCluster
+from tests.bridge.conftest import FakeCluster, guarantees
+from tests.clusters import bind_team_namespaces, hand_down
+from tests.conftest import Cast
 from tests.kube_fake.schema import assert_valid_kubernetes
+from tests.kube_real.cluster import GATEWAY_USER, RUNS_UNTIL_FINISHED, RealCluster
+from tests.kube_real.fixtures import control_plane, real_cluster
 
+__all__ = ["control_plane", "real_cluster"]
 pytestmark = pytest.mark.django_db
+
+
+@dataclass
+class Synced:
+    """A cluster Tidegate syncs quotas on, and what the tests do to it by hand."""
+
+    cluster: Cluster
+    gateway: KubernetesGateway
+    api: Any  # FakeKubeApi or RealCluster: get_object, edit_object, delete_object
+    run_pod: Callable[[str, str], None]  # (namespace, name): a 1-GPU pod on h100-1
+    put_object: Callable[[dict[str, Any]], None]
+    writes: Callable[[], int]  # write requests Tidegate has made so far
+
+
+@pytest.fixture(params=["fake", "real"])
+def synced(request: pytest.FixtureRequest, cast: Cast) -> Iterator[Synced]:
+    if request.param == "fake":
+        fake: FakeCluster = request.getfixturevalue("fake_cluster")
+
+        def run_fake_pod(namespace: str, name: str) -> None:
+            fake.api.add_pod(namespace, name, requests={"nvidia.com/gpu": 1}, node_name="h100-1")
+
+        yield Synced(
+            fake.cluster,
+            fake.gateway,
+            fake.api,
+            run_fake_pod,
+            fake.api.put_object,
+            fake.api.write_count,
+        )
+        return
+    from tests.real_cluster.conftest import NAMESPACES, seed_gpu_nodes, tidegate_gateway
+
+    real: RealCluster = request.getfixturevalue("real_cluster")
+    seed_gpu_nodes(real)
+    for namespace in NAMESPACES:
+        real.add_namespace(namespace)
+    cluster = Cluster.objects.create(
+        name="gpu-east",
+        gateway="kubernetes",
+        kubeconfig_path=str(real.plane.gateway_kubeconfig),
+        kube_context="tidegate",
+    )
+    gateway = tidegate_gateway(real)
+    inventory_sync(cluster, gateway)
+    bind_team_namespaces(cast)
+    hand_down(guarantees(Flavour.objects.filter(cluster=cluster), cast))
+    before = real.writes_by(GATEWAY_USER)
+
+    def run_real_pod(namespace: str, name: str) -> None:
+        gpu = {"nvidia.com/gpu": "1"}
+        real.create_object(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": name,
+                    "namespace": namespace,
+                    "annotations": dict(RUNS_UNTIL_FINISHED),
+                },
+                "spec": {
+                    "nodeName": "h100-1",
+                    "containers": [
+                        {"name": "c", "image": "i", "resources": {"requests": gpu, "limits": gpu}}
+                    ],
+                },
+            }
+        )
+
+    def put_real_object(obj: dict[str, Any]) -> None:
+        real.create_object({"apiVersion": "v1", **obj})
+
+    yield Synced(
+        cluster,
+        gateway,
+        real,
+        run_real_pod,
+        put_real_object,
+        lambda: real.writes_by(GATEWAY_USER) - before,
+    )
+    gateway.close()
 
 
 def hard(api: object, namespace: str) -> dict[str, str]:
@@ -20,12 +117,10 @@ def hard(api: object, namespace: str) -> dict[str, str]:
     return dict(quota["spec"]["hard"])
 
 
-def test_a_tenants_namespaces_share_its_guarantee_and_add_up_to_it(
-    fake_cluster: FakeCluster,
-) -> None:
-    result = quota_sync(fake_cluster.cluster, fake_cluster.gateway)
+def test_a_tenants_namespaces_share_its_guarantee_and_add_up_to_it(synced: Synced) -> None:
+    result = quota_sync(synced.cluster, synced.gateway)
     assert (result.created, result.namespaces) == (4, 4)
-    api = fake_cluster.api
+    api = synced.api
     # vision: 6 H100 and 14 1g.5gb over two namespaces, first in name order takes the rest
     assert hard(api, "vision-dev") == {
         "requests.nvidia.com/gpu": "3",
@@ -116,45 +211,44 @@ def test_limits_are_split_anew_once_a_bound_breaks() -> None:
     assert _gpus(desired_hard_limits(cut, busy, resources, now)) == {"a": 9, "b": 6, "c": 0}
 
 
-def test_pods_coming_and_going_inside_the_limits_cost_no_quota_write(
-    fake_cluster: FakeCluster,
-) -> None:
-    quota_sync(fake_cluster.cluster, fake_cluster.gateway)
-    api = fake_cluster.api
+def test_pods_coming_and_going_inside_the_limits_cost_no_quota_write(synced: Synced) -> None:
+    quota_sync(synced.cluster, synced.gateway)
+    api = synced.api
     before = {ns: hard(api, ns) for ns in ("vision-dev", "vision-train")}
-    api.add_pod("vision-dev", "notebook", requests={"nvidia.com/gpu": 1}, node_name="h100-1")
-    api.reset_counts()
-    result = quota_sync(fake_cluster.cluster, fake_cluster.gateway)
+    synced.run_pod("vision-dev", "notebook")
+    writes = synced.writes()
+    result = quota_sync(synced.cluster, synced.gateway)
     assert (result.writes, result.unchanged) == (0, 4)
-    assert api.write_count() == 0
+    assert synced.writes() == writes
     assert {ns: hard(api, ns) for ns in ("vision-dev", "vision-train")} == before
     # vision-dev's last GPU is taken: the tenant's headroom is split anew
     for name in ("notebook-2", "notebook-3"):
-        api.add_pod("vision-dev", name, requests={"nvidia.com/gpu": 1}, node_name="h100-1")
-    result = quota_sync(fake_cluster.cluster, fake_cluster.gateway)
+        synced.run_pod("vision-dev", name)
+    result = quota_sync(synced.cluster, synced.gateway)
     assert result.updated == 2
     assert hard(api, "vision-dev")["requests.nvidia.com/gpu"] == "5"
     assert hard(api, "vision-train")["requests.nvidia.com/gpu"] == "1"
 
 
-def test_a_second_sync_with_nothing_changed_writes_nothing(fake_cluster: FakeCluster) -> None:
-    quota_sync(fake_cluster.cluster, fake_cluster.gateway)
-    fake_cluster.api.reset_counts()
-    result = quota_sync(fake_cluster.cluster, fake_cluster.gateway)
+def test_a_second_sync_with_nothing_changed_writes_nothing(synced: Synced) -> None:
+    quota_sync(synced.cluster, synced.gateway)
+    writes = synced.writes()
+    assert writes >= 4  # the quotas created (the count can fail)
+    result = quota_sync(synced.cluster, synced.gateway)
     assert (result.writes, result.unchanged) == (0, 4)
-    assert fake_cluster.api.write_count() == 0
+    assert synced.writes() == writes
 
 
-def test_hand_edits_and_deletions_are_restored_and_recorded(fake_cluster: FakeCluster) -> None:
-    quota_sync(fake_cluster.cluster, fake_cluster.gateway)
-    api = fake_cluster.api
+def test_hand_edits_and_deletions_are_restored_and_recorded(synced: Synced) -> None:
+    quota_sync(synced.cluster, synced.gateway)
+    api = synced.api
 
     def raise_limit(obj: dict) -> None:
         obj["spec"]["hard"]["requests.nvidia.com/gpu"] = "64"
 
     api.edit_object("ResourceQuota", "vision-dev", "tidegate-gpu", raise_limit)
     api.delete_object("ResourceQuota", "speech-train", "tidegate-gpu")
-    result = quota_sync(fake_cluster.cluster, fake_cluster.gateway)
+    result = quota_sync(synced.cluster, synced.gateway)
     assert result.drift_repaired == 2
     assert hard(api, "vision-dev")["requests.nvidia.com/gpu"] == "3"
     assert hard(api, "speech-train")["requests.nvidia.com/gpu"] == "2"
@@ -193,13 +287,13 @@ def test_an_unreachable_cluster_fails_the_run_for_a_later_retry(fake_cluster: Fa
 
 
 def test_unbinding_a_namespace_deletes_tidegates_quota_there(
-    fake_cluster: FakeCluster, cast: object, django_capture_on_commit_callbacks: object
+    synced: Synced, cast: object, django_capture_on_commit_callbacks: object
 ) -> None:
     from tenants.services import binding_delete
 
-    quota_sync(fake_cluster.cluster, fake_cluster.gateway)
+    quota_sync(synced.cluster, synced.gateway)
     # someone else's quota in the namespace is not Tidegate's to delete
-    fake_cluster.api.put_object(
+    synced.put_object(
         {
             "kind": "ResourceQuota",
             "metadata": {"name": "team-cpu", "namespace": "speech-train"},
@@ -211,27 +305,27 @@ def test_unbinding_a_namespace_deletes_tidegates_quota_there(
         binding_delete(actor=cast.platform_admin, binding=binding)  # type: ignore[attr-defined]
     assert queued, "unbinding queues a quota sync of the cluster"
 
-    result = quota_sync(fake_cluster.cluster, fake_cluster.gateway)
+    result = quota_sync(synced.cluster, synced.gateway)
 
     assert result.removed == ["speech-train"]
-    api = fake_cluster.api
+    api = synced.api
     assert api.get_object("ResourceQuota", "speech-train", "tidegate-gpu") is None
     assert api.get_object("ResourceQuota", "speech-train", "team-cpu") is not None
     assert api.get_object("ResourceQuota", "vision-dev", "tidegate-gpu") is not None
     assert AuditEvent.objects.filter(message__contains="no longer bound").count() == 1
-    assert quota_sync(fake_cluster.cluster, fake_cluster.gateway).removed == []
+    assert quota_sync(synced.cluster, synced.gateway).removed == []
 
 
 def test_every_bindings_outcome_is_written_with_one_statement_per_outcome(
-    fake_cluster: FakeCluster,
+    synced: Synced,
 ) -> None:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    quota_sync(fake_cluster.cluster, fake_cluster.gateway)
+    quota_sync(synced.cluster, synced.gateway)
     table = NamespaceBinding._meta.db_table
     with CaptureQueriesContext(connection) as queries:
-        result = quota_sync(fake_cluster.cluster, fake_cluster.gateway)
+        result = quota_sync(synced.cluster, synced.gateway)
     assert result.unchanged == 4
     updates = [q for q in queries if q["sql"].startswith(f'UPDATE "{table}"')]
     assert len(updates) == 1
