@@ -38,7 +38,7 @@ class Synced:
     gateway: KubernetesGateway
     api: Any  # FakeKubeApi or RealCluster: get_object, edit_object, delete_object
     run_pod: Callable[[str, str], None]  # (namespace, name): a 1-GPU pod on h100-1
-    put_object: Callable[[dict[str, Any]], None]
+    put_object: Callable[[dict[str, Any]], object]
     writes: Callable[[], int]  # write requests Tidegate has made so far
 
 
