@@ -10,16 +10,16 @@ from scheduler_bridge.gateways import GatewayConfigError
 from scheduler_bridge.inventory.models import Cluster, Flavour, Node
 from scheduler_bridge.inventory.services import inventory_sync
 from scheduler_bridge.tasks import inventory_sync as inventory_sync_task
-from tests.bridge.conftest import FakeCluster, fast_gateway, seed_gpu_nodes
+from tests.bridge.conftest import FakeCluster, Synced, fast_gateway, seed_gpu_nodes
 from tests.kube_fake.server import FakeKubeApi
 
 pytestmark = pytest.mark.django_db
 
 
-def test_nodes_and_flavours_come_from_labels_and_allocatable(fake_cluster: FakeCluster) -> None:
+def test_nodes_and_flavours_come_from_labels_and_allocatable(synced: Synced) -> None:
     flavours = {
         f.name: (f.resource_name, f.capacity, str(f.gpu_equivalent))
-        for f in Flavour.objects.filter(cluster=fake_cluster.cluster)
+        for f in Flavour.objects.filter(cluster=synced.cluster)
     }
     assert flavours == {
         "h100-80gb": ("nvidia.com/gpu", 16, "1.0000"),
@@ -30,30 +30,21 @@ def test_nodes_and_flavours_come_from_labels_and_allocatable(fake_cluster: FakeC
     assert a100.gpu_layouts[0] == [["1g.5gb", i] for i in range(7)]
     h100 = Node.objects.get(name="h100-1")
     assert h100.topology_domain == "fabric.1" and h100.gpu_layouts == [None] * 8
-    assert fake_cluster.cluster.status == "ok"
+    assert synced.cluster.status == "ok"
 
 
-def test_running_pods_mark_what_is_busy(fake_cluster: FakeCluster) -> None:
-    fake_cluster.api.add_pod(
-        "vision-train", "trainer", requests={"nvidia.com/gpu": 4}, node_name="h100-1"
-    )
-    fake_cluster.api.add_pod(
-        "vision-train",
-        "done",
-        requests={"nvidia.com/gpu": 4},
-        node_name="h100-2",
-        phase="Succeeded",
-    )
-    inventory_sync(fake_cluster.cluster, fake_cluster.gateway)
+def test_running_pods_mark_what_is_busy(synced: Synced) -> None:
+    synced.run_pod("vision-train", "trainer", "h100-1", gpus=4)
+    synced.run_pod("vision-train", "done", "h100-2", gpus=4)
+    synced.end_pod("vision-train", "done")
+    inventory_sync(synced.cluster, synced.gateway)
     assert Node.objects.get(name="h100-1").busy == {"nvidia.com/gpu": 4}
     assert Node.objects.get(name="h100-2").busy == {}
 
 
-def test_a_node_that_disappears_is_marked_absent_and_capacity_drops(
-    fake_cluster: FakeCluster,
-) -> None:
-    fake_cluster.api.delete_object("Node", None, "h100-2")
-    inventory_sync(fake_cluster.cluster, fake_cluster.gateway)
+def test_a_node_that_disappears_is_marked_absent_and_capacity_drops(synced: Synced) -> None:
+    synced.api.delete_object("Node", None, "h100-2")
+    inventory_sync(synced.cluster, synced.gateway)
     assert not Node.objects.get(name="h100-2").present
     assert Flavour.objects.get(name="h100-80gb").capacity == 8
 
@@ -103,17 +94,15 @@ def test_a_broken_kubeconfig_marks_its_cluster_and_spares_the_others(
 
 
 def test_a_steady_sync_writes_only_the_node_whose_state_changed(
-    fake_cluster: FakeCluster,
+    synced: Synced,
 ) -> None:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    fake_cluster.api.add_pod(
-        "vision-train", "trainer", requests={"nvidia.com/gpu": 2}, node_name="h100-2"
-    )
+    synced.run_pod("vision-train", "trainer", "h100-2", gpus=2)
     table = Node._meta.db_table
     with CaptureQueriesContext(connection) as queries:
-        inventory_sync(fake_cluster.cluster, fake_cluster.gateway)
+        inventory_sync(synced.cluster, synced.gateway)
     updates = [q["sql"] for q in queries if q["sql"].startswith(f'UPDATE "{table}"')]
     # one statement, for the node that got busy; the others are not rewritten
     assert len(updates) == 1, updates
@@ -121,12 +110,12 @@ def test_a_steady_sync_writes_only_the_node_whose_state_changed(
     assert Node.objects.get(name="h100-2").busy == {"nvidia.com/gpu": 2}
 
 
-def test_a_node_that_leaves_keeps_the_time_it_was_last_seen(fake_cluster: FakeCluster) -> None:
-    cluster = Cluster.objects.get(pk=fake_cluster.cluster.pk)
+def test_a_node_that_leaves_keeps_the_time_it_was_last_seen(synced: Synced) -> None:
+    cluster = Cluster.objects.get(pk=synced.cluster.pk)
     seen_at = cluster.last_synced_at
     assert Node.objects.get(name="h100-2").last_seen_for_api() == seen_at  # present: last sync
-    fake_cluster.api.delete_object("Node", None, "h100-2")
-    inventory_sync(cluster, fake_cluster.gateway)
+    synced.api.delete_object("Node", None, "h100-2")
+    inventory_sync(cluster, synced.gateway)
     gone = Node.objects.select_related("cluster").get(name="h100-2")
     assert not gone.present and gone.last_seen_for_api() == seen_at
     later = Cluster.objects.get(pk=cluster.pk).last_synced_at

@@ -6,109 +6,16 @@ answering) are injected into the local one."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any
-
 import pytest
 
 from scheduler_bridge.gateways import ClusterUnreachable
-from scheduler_bridge.gateways.kubernetes import KubernetesGateway
-from scheduler_bridge.inventory.models import Cluster, Flavour
-from scheduler_bridge.inventory.services import inventory_sync
 from scheduler_bridge.quotas.resource_quota import TenantNamespaces, desired_hard_limits
 from scheduler_bridge.quotas.sync import quota_sync
 from tenants.models import AuditEvent, NamespaceBinding
-from tests.bridge.conftest import FakeCluster, guarantees
-from tests.clusters import bind_team_namespaces, hand_down
-from tests.conftest import Cast
+from tests.bridge.conftest import FakeCluster, Synced
 from tests.kube_fake.schema import assert_valid_kubernetes
-from tests.kube_real.cluster import GATEWAY_USER, RUNS_UNTIL_FINISHED, RealCluster
-from tests.kube_real.fixtures import control_plane, real_cluster
 
-__all__ = ["control_plane", "real_cluster"]
 pytestmark = pytest.mark.django_db
-
-
-@dataclass
-class Synced:
-    """A cluster Tidegate syncs quotas on, and what the tests do to it by hand."""
-
-    cluster: Cluster
-    gateway: KubernetesGateway
-    api: Any  # FakeKubeApi or RealCluster: get_object, edit_object, delete_object
-    run_pod: Callable[[str, str], None]  # (namespace, name): a 1-GPU pod on h100-1
-    put_object: Callable[[dict[str, Any]], object]
-    writes: Callable[[], int]  # write requests Tidegate has made so far
-
-
-@pytest.fixture(params=["fake", "real"])
-def synced(request: pytest.FixtureRequest, cast: Cast) -> Iterator[Synced]:
-    if request.param == "fake":
-        fake: FakeCluster = request.getfixturevalue("fake_cluster")
-
-        def run_fake_pod(namespace: str, name: str) -> None:
-            fake.api.add_pod(namespace, name, requests={"nvidia.com/gpu": 1}, node_name="h100-1")
-
-        yield Synced(
-            fake.cluster,
-            fake.gateway,
-            fake.api,
-            run_fake_pod,
-            fake.api.put_object,
-            fake.api.write_count,
-        )
-        return
-    from tests.real_cluster.conftest import NAMESPACES, seed_gpu_nodes, tidegate_gateway
-
-    real: RealCluster = request.getfixturevalue("real_cluster")
-    seed_gpu_nodes(real)
-    for namespace in NAMESPACES:
-        real.add_namespace(namespace)
-    cluster = Cluster.objects.create(
-        name="gpu-east",
-        gateway="kubernetes",
-        kubeconfig_path=str(real.plane.gateway_kubeconfig),
-        kube_context="tidegate",
-    )
-    gateway = tidegate_gateway(real)
-    inventory_sync(cluster, gateway)
-    bind_team_namespaces(cast)
-    hand_down(guarantees(Flavour.objects.filter(cluster=cluster), cast))
-    before = real.writes_by(GATEWAY_USER)
-
-    def run_real_pod(namespace: str, name: str) -> None:
-        gpu = {"nvidia.com/gpu": "1"}
-        real.create_object(
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {
-                    "name": name,
-                    "namespace": namespace,
-                    "annotations": dict(RUNS_UNTIL_FINISHED),
-                },
-                "spec": {
-                    "nodeName": "h100-1",
-                    "containers": [
-                        {"name": "c", "image": "i", "resources": {"requests": gpu, "limits": gpu}}
-                    ],
-                },
-            }
-        )
-
-    def put_real_object(obj: dict[str, Any]) -> None:
-        real.create_object({"apiVersion": "v1", **obj})
-
-    yield Synced(
-        cluster,
-        gateway,
-        real,
-        run_real_pod,
-        put_real_object,
-        lambda: real.writes_by(GATEWAY_USER) - before,
-    )
-    gateway.close()
 
 
 def hard(api: object, namespace: str) -> dict[str, str]:
@@ -215,7 +122,7 @@ def test_pods_coming_and_going_inside_the_limits_cost_no_quota_write(synced: Syn
     quota_sync(synced.cluster, synced.gateway)
     api = synced.api
     before = {ns: hard(api, ns) for ns in ("vision-dev", "vision-train")}
-    synced.run_pod("vision-dev", "notebook")
+    synced.run_pod("vision-dev", "notebook", "h100-1")
     writes = synced.writes()
     result = quota_sync(synced.cluster, synced.gateway)
     assert (result.writes, result.unchanged) == (0, 4)
@@ -223,7 +130,7 @@ def test_pods_coming_and_going_inside_the_limits_cost_no_quota_write(synced: Syn
     assert {ns: hard(api, ns) for ns in ("vision-dev", "vision-train")} == before
     # vision-dev's last GPU is taken: the tenant's headroom is split anew
     for name in ("notebook-2", "notebook-3"):
-        synced.run_pod("vision-dev", name)
+        synced.run_pod("vision-dev", name, "h100-1")
     result = quota_sync(synced.cluster, synced.gateway)
     assert result.updated == 2
     assert hard(api, "vision-dev")["requests.nvidia.com/gpu"] == "5"
@@ -293,7 +200,7 @@ def test_unbinding_a_namespace_deletes_tidegates_quota_there(
 
     quota_sync(synced.cluster, synced.gateway)
     # someone else's quota in the namespace is not Tidegate's to delete
-    synced.put_object(
+    synced.create(
         {
             "kind": "ResourceQuota",
             "metadata": {"name": "team-cpu", "namespace": "speech-train"},
