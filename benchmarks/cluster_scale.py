@@ -543,39 +543,21 @@ def _as_created(obj: dict[str, Any]) -> dict[str, Any]:
     return created
 
 
-class _Client:
-    """Administrator requests to the control plane from many threads."""
+def _send(admin: Any, method: str, path: str, body: Any = None, *, patch: bool = False) -> Any:
+    """One administrator request (toolchain.admin.AdminClient, a session per thread),
+    asked again while the API server is throttling or busy."""
+    from toolchain.admin import RETRIED_STATUSES
 
-    def __init__(self, plane: Any) -> None:
-        import threading
-
-        import requests
-
-        self.plane, self._local, self._requests = plane, threading.local(), requests
-
-    def session(self) -> Any:
-        session = getattr(self._local, "session", None)
-        if session is None:
-            session = self._requests.Session()
-            session.trust_env = False
-            session.verify = str(self.plane.ca_file)
-            session.headers["Authorization"] = f"Bearer {self.plane.admin_token}"
-            self._local.session = session
-        return session
-
-    def send(self, method: str, path: str, body: Any = None, *, patch: bool = False) -> Any:
-        headers = {"Content-Type": "application/merge-patch+json"} if patch else {}
-        for _ in range(20):
-            answer = self.session().request(
-                method, f"{self.plane.url}{path}", json=body, headers=headers, timeout=60
-            )
-            if answer.status_code in (429, 500, 503, 504):
-                time.sleep(0.5)
-                continue
-            if answer.status_code >= 400 and answer.status_code != 409:
-                raise RuntimeError(f"{method} {path}: {answer.status_code} {answer.text[:300]}")
-            return answer
-        raise RuntimeError(f"{method} {path}: the API server kept refusing")
+    headers = {"Content-Type": "application/merge-patch+json"} if patch else {}
+    for _ in range(20):
+        answer = admin.request(method, path, json=body, headers=headers, timeout_s=60)
+        if answer.status_code in RETRIED_STATUSES:
+            time.sleep(0.5)
+            continue
+        if answer.status_code >= 400 and answer.status_code != 409:
+            raise RuntimeError(f"{method} {path}: {answer.status_code} {answer.text[:300]}")
+        return answer
+    raise RuntimeError(f"{method} {path}: the API server kept refusing")
 
 
 def _path(obj: dict[str, Any]) -> str:
@@ -584,14 +566,14 @@ def _path(obj: dict[str, Any]) -> str:
     return f"/api/v1/namespaces/{namespace}/{plural}" if namespace else f"/api/v1/{plural}"
 
 
-def _create_all(client: _Client, objects: list[dict[str, Any]], what: str) -> None:
+def _create_all(admin: Any, objects: list[dict[str, Any]], what: str) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     from rich.console import Console
     from rich.progress import track
 
     with ThreadPoolExecutor(12) as pool:
-        done = pool.map(lambda o: client.send("POST", _path(o), _as_created(o)), objects)
+        done = pool.map(lambda o: _send(admin, "POST", _path(o), _as_created(o)), objects)
         for _ in track(done, total=len(objects), description=what, console=Console(stderr=True)):
             pass
 
@@ -639,23 +621,23 @@ def _run_real(plane: Any) -> None:
     from scheduler_bridge.quotas.sync import quota_sync
     from tenants.models import NamespaceBinding
 
-    client = _Client(plane)
+    admin = plane.admin
     objects = _cluster_objects()
     namespaces = [
         o for o in objects if o["kind"] == "Namespace" and o["metadata"]["name"] != "kube-system"
     ]
     nodes = [o for o in objects if o["kind"] == "Node"]
     pods = [o for o in objects if o["kind"] == "Pod"]
-    _create_all(client, namespaces, "namespaces")
+    _create_all(admin, namespaces, "namespaces")
     for namespace in [n["metadata"]["name"] for n in namespaces] + ["kube-system"]:
         plane.wait_for_default_service_account(namespace)
-    _create_all(client, nodes, "KWOK nodes")
-    _create_all(client, pods, "pods, bound to their nodes")
+    _create_all(admin, nodes, "KWOK nodes")
+    _create_all(admin, pods, "pods, bound to their nodes")
     progress("waiting for KWOK to run the pods ...")
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
-        listed = client.send(
-            "GET", "/api/v1/pods?fieldSelector=status.phase%3DPending&limit=1"
+        listed = _send(
+            admin, "GET", "/api/v1/pods?fieldSelector=status.phase%3DPending&limit=1"
         ).json()
         remaining = listed["metadata"].get("remainingItemCount", 0) + len(listed["items"])
         if remaining == 0:
@@ -694,7 +676,8 @@ def _run_real(plane: Any) -> None:
     picked = rng.sample(trained, changed // 2)
     for pod in picked[: changed // 4]:  # finished, as a kubelet reports it
         meta = pod["metadata"]
-        client.send(
+        _send(
+            admin,
             "PATCH",
             f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status",
             {"status": {"phase": "Succeeded"}},
@@ -702,7 +685,8 @@ def _run_real(plane: Any) -> None:
         )
     for pod in picked[changed // 4 :]:  # deleted
         meta = pod["metadata"]
-        client.send(
+        _send(
+            admin,
             "DELETE",
             f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
             {"gracePeriodSeconds": 0},
@@ -717,7 +701,7 @@ def _run_real(plane: Any) -> None:
         )
         for k in range(changed - changed // 2)
     ]
-    _create_all(client, new, "new pods")
+    _create_all(admin, new, "new pods")
     expected = gpu_pods - (changed // 2 - changed // 4) + len(new)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:

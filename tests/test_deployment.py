@@ -4,14 +4,13 @@ HTTPS redirect, and a chart whose pods run locked down with the least access."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from django.test import Client
 
-CHART = Path(__file__).resolve().parents[1] / "platform" / "helm" / "tidegate"
+from tests.kube_real.chart import CHART
 
 
 @pytest.mark.django_db

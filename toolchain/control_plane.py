@@ -22,7 +22,6 @@ import secrets
 import shutil
 import signal
 import socket
-import ssl
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from toolchain.admin import AdminClient, WaitTimedOut, wait_until
 from toolchain.build import (
     MODULE_FILES,
     ToolchainError,
@@ -156,12 +156,20 @@ class ControlPlane:
     gateway_token: str = ""
     components: dict[str, Component] = field(default_factory=dict)
     binaries: dict[str, Path] = field(default_factory=dict)
+    _admin: AdminClient | None = field(default=None, repr=False, compare=False)
 
     # --- where things are ------------------------------------------------------------------
 
     @property
     def url(self) -> str:
         return f"https://127.0.0.1:{self.apiserver_port}"
+
+    @property
+    def admin(self) -> AdminClient:
+        """Requests to the API server as its administrator."""
+        if self._admin is None:
+            self._admin = AdminClient(self.url, self.ca_file, self.admin_token)
+        return self._admin
 
     @property
     def etcd_url(self) -> str:
@@ -519,24 +527,28 @@ class ControlPlane:
     # --- readiness -------------------------------------------------------------------------
 
     def _wait(self, component: Component, ready: Any, settle_s: float = 0.0) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
         time.sleep(settle_s)
-        while time.monotonic() < deadline:
+
+        def started() -> bool:
             if not component.running():
                 raise ControlPlaneError(
                     f"{component.name} exited during start (log {component.log}):\n"
                     f"{component.log_tail()}"
                 )
-            try:
-                if ready():
-                    return
-            except OSError:
-                pass
-            time.sleep(0.2)
-        raise ControlPlaneError(
-            f"{component.name} was not ready within {START_TIMEOUT_S:.0f} s "
-            f"(log {component.log}):\n{component.log_tail()}"
-        )
+            return bool(ready())
+
+        try:
+            wait_until(
+                started,
+                f"{component.name} to be ready",
+                START_TIMEOUT_S,
+                interval_s=0.2,
+                tolerated=(OSError,),
+            )
+        except WaitTimedOut as timed_out:
+            raise ControlPlaneError(
+                f"{timed_out} (log {component.log}):\n{component.log_tail()}"
+            ) from None
 
     def _etcd_healthy(self) -> bool:
         with urllib.request.urlopen(f"{self.etcd_url}/health", timeout=2) as answer:  # noqa: S310
@@ -552,68 +564,25 @@ class ControlPlane:
             result: dict[str, Any] = json.load(answer)
             return result
 
-    def ssl_context(self) -> ssl.SSLContext:
-        return ssl.create_default_context(cafile=str(self.ca_file))
-
-    def get(self, path: str) -> tuple[int, dict[str, Any]]:
-        """A GET as the cluster administrator: (status, JSON body)."""
-        request = urllib.request.Request(  # noqa: S310
-            f"{self.url}{path}", headers={"Authorization": f"Bearer {self.admin_token}"}
-        )
-        try:
-            with urllib.request.urlopen(  # noqa: S310
-                request, timeout=5, context=self.ssl_context()
-            ) as answer:
-                body = answer.read()
-                status = answer.status
-        except urllib.error.HTTPError as error:
-            body = error.read()
-            status = error.code
-        try:
-            return status, json.loads(body)
-        except ValueError:
-            return status, {"text": body.decode(errors="replace")}
-
-    def send(self, method: str, path: str, body: Any) -> tuple[int, dict[str, Any]]:
-        """A write as the cluster administrator: (status, JSON body)."""
-        request = urllib.request.Request(  # noqa: S310
-            f"{self.url}{path}",
-            data=json.dumps(body).encode(),
-            method=method,
-            headers={
-                "Authorization": f"Bearer {self.admin_token}",
-                "Content-Type": "application/json",
-            },
-        )
-        try:
-            with urllib.request.urlopen(  # noqa: S310
-                request, timeout=30, context=self.ssl_context()
-            ) as answer:
-                return answer.status, json.loads(answer.read())
-        except urllib.error.HTTPError as error:
-            return error.code, json.loads(error.read() or b"{}")
-
     def _apiserver_ready(self) -> bool:
-        try:
-            status, _ = self.get("/readyz")
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            return False
+        status, _ = self.admin.call("GET", "/readyz", timeout_s=5)
         return status == 200
 
     def wait_for_default_service_account(self, namespace: str, timeout_s: float = 60) -> None:
         """Pods cannot be created in a namespace before the service-account controller made
         its ``default`` ServiceAccount (the ServiceAccount admission plugin refuses them)."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            status, _ = self.get(f"/api/v1/namespaces/{namespace}/serviceaccounts/default")
-            if status == 200:
-                return
-            time.sleep(0.1)
-        raise ControlPlaneError(
-            f"the ServiceAccount {namespace}/default did not appear within {timeout_s:.0f} s: "
-            "is kube-controller-manager running? "
-            f"(log {self.components.get('kube-controller-manager', Component('', [], Path())).log})"
-        )
+        path = f"/api/v1/namespaces/{namespace}/serviceaccounts/default"
+        try:
+            wait_until(
+                lambda: self.admin.call("GET", path, timeout_s=5)[0] == 200,
+                f"the ServiceAccount {namespace}/default",
+                timeout_s,
+            )
+        except WaitTimedOut as timed_out:
+            log = self.components.get("kube-controller-manager", Component("", [], Path())).log
+            raise ControlPlaneError(
+                f"{timed_out}: is kube-controller-manager running? (log {log})"
+            ) from None
 
 
 @contextmanager

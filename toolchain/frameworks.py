@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import json
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Callable
 from functools import partial
@@ -22,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from toolchain.admin import WaitTimedOut, wait_until
 from toolchain.build import MODULE_FILES, build_all, files_folder, modules
 from toolchain.control_plane import (
     Component,
@@ -62,7 +62,7 @@ def install_crds(plane: ControlPlane, name: str) -> None:
     for path in _files(name):
         for document in yaml.safe_load_all(path.read_text()):
             if document and document.get("kind") == "CustomResourceDefinition":
-                status, body = plane.send("POST", _CRD_PATH, document)
+                status, body = plane.admin.call("POST", _CRD_PATH, document)
                 if status not in (201, 409):
                     raise ControlPlaneError(f"installing {path.name} failed: {status} {body}")
     for group, plural in SERVED[name]:
@@ -74,21 +74,16 @@ _CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
 
 def _established(plane: ControlPlane, crd: str) -> bool:
-    status, body = plane.get(f"{_CRD_PATH}/{crd}")
+    status, body = plane.admin.call("GET", f"{_CRD_PATH}/{crd}")
     conditions = body.get("status", {}).get("conditions") or [] if status == 200 else []
     return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
 
 def _wait(check: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if check():
-                return
-        except (OSError, urllib.error.URLError):
-            pass
-        time.sleep(0.2)
-    raise ControlPlaneError(f"timed out waiting for {what}")
+    try:
+        wait_until(check, what, timeout_s, interval_s=0.2, tolerated=(OSError,))
+    except WaitTimedOut as timed_out:
+        raise ControlPlaneError(str(timed_out)) from None
 
 
 def start_jobset(plane: ControlPlane) -> Component:
@@ -167,8 +162,8 @@ def _register_webhooks(plane: ControlPlane, manifests: Path, base_url: str, pref
             "ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
         }[document["kind"]]
         path = f"/apis/admissionregistration.k8s.io/v1/{plural}"
-        plane.send("DELETE", f"{path}/{document['metadata']['name']}", {})  # an older one
-        status, body = plane.send("POST", path, document)
+        plane.admin.call("DELETE", f"{path}/{document['metadata']['name']}", {})  # an older one
+        status, body = plane.admin.call("POST", path, document)
         if status != 201:
             raise ControlPlaneError(f"registering {document['metadata']['name']}: {body}")
 
@@ -180,10 +175,10 @@ def stop_framework(plane: ControlPlane, name: str) -> None:
     """Unregister the framework's webhooks (so no later create waits on a controller that
     is gone) and stop its controller; its CRDs stay."""
     for plural in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
-        status, listed = plane.get(f"/apis/admissionregistration.k8s.io/v1/{plural}")
+        status, listed = plane.admin.call("GET", f"/apis/admissionregistration.k8s.io/v1/{plural}")
         for item in listed.get("items", []) if status == 200 else []:
             if item["metadata"]["name"].startswith(f"{name}-"):
-                plane.send(
+                plane.admin.call(
                     "DELETE",
                     f"/apis/admissionregistration.k8s.io/v1/{plural}/{item['metadata']['name']}",
                     {},

@@ -13,6 +13,7 @@ from typing import Any
 
 import requests
 
+from toolchain.admin import wait_until
 from toolchain.control_plane import KWOK_NODE_LABEL, ControlPlane
 
 # Kind -> (API path prefix, plural, namespaced).
@@ -61,10 +62,6 @@ class RealCluster:
 
     def __init__(self, plane: ControlPlane) -> None:
         self.plane = plane
-        self.session = requests.Session()
-        self.session.headers["Authorization"] = f"Bearer {plane.admin_token}"
-        self.session.verify = str(plane.ca_file)
-        self.session.trust_env = False  # REQUESTS_CA_BUNDLE would replace the CA above
         self.created_nodes: set[str] = set()
         self.touched_namespaces: set[str] = set()
         self.kinds = dict(KINDS)
@@ -82,7 +79,7 @@ class RealCluster:
         return path
 
     def request(self, method: str, path: str, **kwargs: Any) -> requests.Response:
-        return self.session.request(method, f"{self.plane.url}{path}", timeout=30, **kwargs)
+        return self.plane.admin.request(method, path, **kwargs)
 
     def register_kind(self, kind: str, group_version: str, plural: str, namespaced: bool) -> None:
         self.kinds[kind] = (f"/apis/{group_version}", plural, namespaced)
@@ -349,14 +346,7 @@ class RealCluster:
 
     @staticmethod
     def wait_for(check: Callable[[], Any], what: str, timeout_s: float = WAIT_S) -> Any:
-        deadline = time.monotonic() + timeout_s
-        last: Any = None
-        while time.monotonic() < deadline:
-            last = check()
-            if last:
-                return last
-            time.sleep(0.1)
-        raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        return wait_until(check, what, timeout_s)
 
     # --- the audit log -----------------------------------------------------------------------
 
