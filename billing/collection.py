@@ -25,6 +25,7 @@ from django.utils import timezone
 
 from billing import metering
 from billing.conf import billing_setting
+from billing.hourly_borrowing import with_borrowed
 from billing.ledger import LedgerRow, ledger_append
 from billing.models import CollectorWatermark, UsageRecord
 from billing.prometheus import (
@@ -119,9 +120,7 @@ def _workloads(cluster: Cluster, start: datetime, end: datetime) -> list[meterin
     for workload in rows:
         for run in past_runs(workload.past_runs, workload.pk):
             if run.admitted_at < end and run.ended_at > start:  # overlaps [start, end)
-                refs.append(
-                    _ref(workload, run.admitted_at, run.ended_at, run.placements, run.borrowed)
-                )
+                refs.append(_ref(workload, run.admitted_at, run.ended_at, run.placements))
         if workload.admitted_at is None or workload.admitted_at >= end:
             continue
         still_holding = workload.state in Workload.ACTIVE_STATES
@@ -134,7 +133,6 @@ def _workloads(cluster: Cluster, start: datetime, end: datetime) -> list[meterin
                 workload.admitted_at,
                 end_at,
                 workload.placement_records,
-                workload.borrowed_gpus,
             )
         )
     return refs
@@ -145,7 +143,6 @@ def _ref(
     admitted_at: datetime,
     end: datetime | None,
     placements: list[Placement],
-    borrowed: dict[str, int],
 ) -> metering.WorkloadRef:
     return metering.WorkloadRef(
         id=workload.pk,
@@ -156,7 +153,6 @@ def _ref(
         admitted_at=admitted_at,
         end=end,
         placements=tuple((p.node, p.flavour, p.gpus) for p in placements),
-        borrowed=dict(borrowed),
     )
 
 
@@ -287,7 +283,11 @@ def usage_collect(
             )
             result.rows = 0
             return result
-        result.inserted = ledger_append(rows)
+        run_admitted = {w.run_key: w.admitted_at for w in workloads}
+        admitted = {
+            a.key: run_admitted[a.run_key] for a in allocations if a.run_key in run_admitted
+        }
+        result.inserted = ledger_append(with_borrowed(rows, admitted))
         CollectorWatermark.objects.update_or_create(
             cluster=cluster,
             defaults={
@@ -387,7 +387,6 @@ def _ledger_rows(
                 devices=allocation.devices,
                 gpu_seconds_allocated=allocation.device_seconds,
                 gpu_seconds_busy=allocation.busy_seconds,
-                gpu_seconds_borrowed=allocation.borrowed_seconds,
                 busy_partial=allocation.busy_partial,
                 busy_estimated=allocation.busy_estimated,
             )

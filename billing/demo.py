@@ -15,6 +15,7 @@ from django.utils import timezone
 from django.utils.translation import gettext, gettext_noop
 
 from billing.budgets import budgets_evaluate
+from billing.hourly_borrowing import with_borrowed
 from billing.ledger import LedgerRow, ledger_append, period_create
 from billing.metering import floor_hour
 from billing.models import (
@@ -115,10 +116,9 @@ def _usage(cluster: Cluster, start: datetime, end: datetime) -> int:
                     gpu_seconds_busy=(ratio * int(seconds) * run.devices).quantize(
                         Decimal("0.001")
                     ),
-                    gpu_seconds_borrowed=int(seconds) * run.borrowed,
                 )
             )
-    return ledger_append(rows)
+    return ledger_append(with_borrowed(rows))
 
 
 def forgotten_runs(runs: Sequence[HeldRun], lo: float, hi: float) -> set[str]:
@@ -216,12 +216,11 @@ def demo_usage_meter(usage: Sequence[DemoUsage]) -> int:
             gpu_seconds_busy=(Decimal(str(round(u.busy_ratio, 3))) * u.gpu_seconds).quantize(
                 Decimal("0.001")
             ),
-            gpu_seconds_borrowed=u.borrowed_seconds,
         )
         for u in usage
         if u.flavour_id in cluster_ids
     ]
-    written = ledger_append(rows)
+    written = ledger_append(with_borrowed(rows))
     if written:
         budgets_evaluate(now=now)
         BudgetAlert.objects.filter(emailed_at__isnull=True).update(emailed_at=now)

@@ -17,7 +17,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from fractions import Fraction
 
 from billing.prometheus import HourlyBusy, Reading, RunBusyMap, RunWindow
 from scheduler_bridge.gateways.base import PodInfo, is_gpu_resource
@@ -108,11 +107,11 @@ class FlavourMap:
 
 @dataclass(frozen=True, slots=True)
 class WorkloadRef:
-    """An admitted workload: who owns it, where admission put it, what it borrowed.
+    """An admitted workload run: who owns it, where admission put it, when it ran.
 
-    ``placements`` are (node, flavour name, devices); ``borrowed`` maps a flavour name or
-    resource name to the devices it borrows (each admission cycle keeps it up to date);
-    ``end`` is None while it runs.
+    ``placements`` are (node, flavour name, devices); ``end`` is None while it runs.
+    What of it was borrowed is decided per hour once the ledger rows are known
+    (:mod:`billing.borrowing`), not here.
     """
 
     id: int
@@ -123,15 +122,6 @@ class WorkloadRef:
     admitted_at: datetime
     end: datetime | None
     placements: tuple[tuple[str, str, int], ...] = ()
-    borrowed: Mapping[str, int] = field(default_factory=dict)
-
-    def borrowed_fraction(self, flavour: FlavourRef, placed: Mapping[str, int]) -> Fraction:
-        """Share of this workload's devices of ``flavour`` that were borrowed (0..1)."""
-        total = placed.get(flavour.name, 0)
-        borrowed = self.borrowed.get(flavour.name, self.borrowed.get(flavour.resource_name, 0))
-        if total <= 0 or borrowed <= 0:
-            return Fraction(0)
-        return min(Fraction(1), Fraction(int(borrowed), total))
 
     @property
     def run_key(self) -> str:
@@ -156,7 +146,6 @@ class Allocation:
     interval_start: datetime
     devices: int
     seconds: int
-    borrowed_seconds: int = 0
     workload_id: int | None = None
     job_name: str = ""
     priority_class: str = ""
@@ -229,8 +218,7 @@ def pod_allocations(
     ``workloads`` maps (namespace, Job name) to the runs of the admitted workload the
     pod belongs to (see :func:`runs_by_job`); the pod's Job name comes from its owner
     references and workload labels (``PodInfo.job_name``), never from its own name. A
-    pod of a workload counts for the run it started in and inherits its priority class
-    and borrowed share.
+    pod of a workload counts for the run it started in and inherits its priority class.
     """
     result = MeteringResult()
     for pod in pods:
@@ -239,7 +227,6 @@ def pod_allocations(
             continue
         runs = workloads.get((pod.namespace, pod.job_name or ""), ()) if pod.job_name else ()
         workload = _run_of(pod, window[0], runs)
-        placed = workload.devices_by_flavour() if workload else {}
         for resource, devices in sorted(pod.gpu_requests.items()):
             if devices <= 0 or not is_gpu_resource(resource):
                 continue
@@ -256,7 +243,6 @@ def pod_allocations(
             billed = not (flavour.shared and workload is not None)
             if flavour.shared:
                 devices *= flavour.milli_per_unit
-            share = workload.borrowed_fraction(flavour, placed) if workload else Fraction(0)
             for hour in hours:
                 seconds = overlap_seconds(window[0], window[1], hour)
                 if seconds <= 0:
@@ -271,7 +257,6 @@ def pod_allocations(
                         interval_start=hour,
                         devices=int(devices),
                         seconds=seconds,
-                        borrowed_seconds=int(share * devices * seconds),
                         workload_id=workload.id if workload else None,
                         job_name=pod.job_name or "",
                         priority_class=workload.priority_class if workload else "",
@@ -313,7 +298,6 @@ def workload_allocations(
                     f"workload {workload.id}: unknown flavour {flavour_name}; not metered"
                 )
                 continue
-            share = workload.borrowed_fraction(flavour, placed)
             for hour in hours:
                 if (key, hour) in covered or (workload.id, hour) in already:
                     continue
@@ -329,7 +313,6 @@ def workload_allocations(
                         interval_start=hour,
                         devices=devices,
                         seconds=seconds,
-                        borrowed_seconds=int(share * devices * seconds),
                         workload_id=workload.id,
                         job_name=workload.job_name,
                         priority_class=workload.priority_class,

@@ -127,34 +127,49 @@ class AdmissionEngine:
         self, snapshot: ClusterSnapshot, result: CycleResult
     ) -> dict[str, dict[str, int]]:
         """GPUs each workload running after ``result`` borrows, per flavour name (flavours
-        it does not borrow are left out). What a tenant holds above its guarantee is
-        its newest preemptible work, as at admission (work that cannot be preempted sits
-        inside the guarantee): when older work ends or is preempted, newer work moves
-        inside the guarantee. Admission records only what was borrowed at
+        it does not borrow are left out). What a tenant holds above its guarantee is the
+        work a reclaim would take back first (billing.borrowing, the same order): work
+        that cannot be preempted sits inside the guarantee, then higher priority before
+        lower, older before newer; when older work ends or is preempted, newer work
+        moves inside the guarantee. Admission records only what was borrowed at
         admission; billing and the ResourceQuota ceilings need what is borrowed now."""
         static = self._static_for(snapshot)
         tree = static.tree
         index = static.flavour_index
         stopped = {p.victim_id for p in result.preemptions}
-        # (preemptible, admitted at, order within its cycle, id, tenant, GPUs by flavour):
-        # work admitted in this cycle goes in the order the cycle admitted it
-        held: list[tuple[bool, float, int, str, str, dict[str, int]]] = []
+        # (preemptible, -priority, admitted at, order within its cycle, id, tenant, GPUs by
+        # flavour): work admitted in this cycle goes in the order the cycle admitted it
+        held: list[tuple[bool, int, float, int, str, str, dict[str, int]]] = []
         for run in snapshot.running:
             if run.id not in stopped:
                 gpus: dict[str, int] = {}
                 for p in run.placements:
                     gpus[p.flavour] = gpus.get(p.flavour, 0) + p.gpus
-                held.append((run.preemptible, run.admitted_at, -1, run.id, run.tenant_id, gpus))
-        preemptible = {wl.id: wl.preemptible for wl in snapshot.pending}
+                held.append(
+                    (
+                        run.preemptible,
+                        -_reclaim_priority(run.priority, run.fills_idle),
+                        run.admitted_at,
+                        -1,
+                        run.id,
+                        run.tenant_id,
+                        gpus,
+                    )
+                )
+        pending = {wl.id: wl for wl in snapshot.pending}
         for seq, admission in enumerate(result.admissions):
             gpus = {}
             for p in admission.placements:
                 gpus[p.flavour] = gpus.get(p.flavour, 0) + p.gpus
-            flag = preemptible.get(admission.workload_id, True)
-            held.append((flag, snapshot.now, seq, admission.workload_id, admission.tenant_id, gpus))
+            wl = pending.get(admission.workload_id)
+            flag = wl.preemptible if wl is not None else True
+            rank = _reclaim_priority(wl.priority, wl.fills_idle) if wl is not None else 0
+            held.append(
+                (flag, -rank, snapshot.now, seq, admission.workload_id, admission.tenant_id, gpus)
+            )
         used: dict[tuple[int, int], int] = {}
         out: dict[str, dict[str, int]] = {}
-        for _, _, _, workload_id, tenant_id, gpus in sorted(held, key=_held_order):
+        for *_, workload_id, tenant_id, gpus in sorted(held, key=_held_order):
             tenant = tree.tenant_index.get(tenant_id)
             if tenant is None:
                 continue
@@ -211,9 +226,14 @@ class AdmissionEngine:
 
 
 def _held_order(
-    entry: tuple[bool, float, int, str, str, dict[str, int]],
-) -> tuple[bool, float, int, str]:
-    return entry[0], entry[1], entry[2], entry[3]
+    entry: tuple[bool, int, float, int, str, str, dict[str, int]],
+) -> tuple[bool, int, float, int, str]:
+    return entry[0], entry[1], entry[2], entry[3], entry[4]
+
+
+def _reclaim_priority(priority: int, fills_idle: bool) -> int:
+    """Work that only fills idle GPUs is taken back before any other."""
+    return -(2**62) if fills_idle else priority
 
 
 @contextmanager

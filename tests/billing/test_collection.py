@@ -309,9 +309,11 @@ def test_a_pod_collected_while_gone_is_metered_from_its_admitted_workload(
     CollectorWatermark.objects.create(cluster=gpu.cluster, collected_until=H10)
     usage_collect(cluster=gpu.cluster, gateway=FakeGateway([]), now=NOW)
     rows = list(UsageRecord.objects.order_by("interval_start"))
+    # admitted borrowing 1, but alone in its hours the job is inside vision's guarantee
+    # of 4 H100s: nothing borrowed (billing.borrowing)
     assert [(r.interval_start, r.gpu_seconds_allocated, r.gpu_seconds_borrowed) for r in rows] == [
-        (H10, 4 * 3600, 3600),
-        (H11, 4 * 2700, 2700),
+        (H10, 4 * 3600, 0),
+        (H11, 4 * 2700, 0),
     ]
     assert all(r.workload_id == workload.pk and r.priority_class == "spot" for r in rows)
     assert all(r.source == "workload" for r in rows)
@@ -379,7 +381,7 @@ def test_a_run_ended_by_preemption_is_billed_as_well_as_the_run_after_it(
     assert [
         (r.interval_start, r.workload_id, r.gpu_seconds_allocated, r.gpu_seconds_borrowed)
         for r in rows
-    ] == [(H10, workload.pk, 2 * 1800, 2 * 1800), (H11, workload.pk, 4 * 2700, 0)]
+    ] == [(H10, workload.pk, 2 * 1800, 0), (H11, workload.pk, 4 * 2700, 0)]
 
 
 def test_pods_of_a_workload_take_precedence_over_its_admission_record(
@@ -655,3 +657,56 @@ def test_a_pod_deleted_between_collections_is_billed_from_kube_state_metrics(
     train = [rows[("uid-train-0", h)].gpu_seconds_allocated for h in (H10, H11, H12)]
     assert train == [7200, 7200, 3600]
     assert result.problems == [] or all("kube-state" not in p for p in result.problems)
+
+
+@pytest.mark.django_db
+def test_only_what_a_team_holds_beyond_its_guarantee_in_an_hour_is_borrowed(
+    cast: Cast, gpu: GpuCluster
+) -> None:
+    """Vision is guaranteed 4 H100s. A 4-GPU job admitted at 10:00 while vision's 2-GPU
+    spot job still ran was admitted borrowing 2; the spot job ended at 10:30. In hour
+    10 vision held 4 x 3600 + 2 x 1800 GPU-seconds: 1 GPU-hour over its guarantee,
+    charged to the spot job (reclaimed first); hour 11 is all inside the guarantee."""
+    spot = PriorityClass.objects.create(name="spot", value=0)
+    prod = PriorityClass.objects.create(name="prod", value=100, preemptible=False)
+    common: dict[str, Any] = {
+        "cluster": gpu.cluster,
+        "tenant": cast.team_a,
+        "namespace": "vision-train",
+        "pod_sets": [],
+        "submitted_at": H10 - timedelta(hours=2),
+        "flavour": gpu.h100,
+        "state": Workload.State.FINISHED,
+    }
+    early = Workload.objects.create(
+        **common,
+        name="sweep",
+        job_name="sweep",
+        admitted_at=H10 - timedelta(hours=1),
+        finished_at=H10 + timedelta(minutes=30),
+        placements=[{"node": "h100-1", "flavour": "h100-80gb", "gpus": 2}],
+        gpus=2,
+        priority_class=spot,
+    )
+    big = Workload.objects.create(
+        **common,
+        name="train",
+        job_name="train",
+        admitted_at=H10,
+        finished_at=H12,
+        placements=[{"node": "h100-1", "flavour": "h100-80gb", "gpus": 4}],
+        borrowed={"nvidia.com/gpu": 2},  # as admitted
+        gpus=4,
+        priority_class=prod,
+    )
+    CollectorWatermark.objects.create(cluster=gpu.cluster, collected_until=H10)
+    usage_collect(cluster=gpu.cluster, gateway=FakeGateway([]), now=NOW)
+    rows = {
+        (r.workload_id, r.interval_start): (r.gpu_seconds_allocated, r.gpu_seconds_borrowed)
+        for r in UsageRecord.objects.all()
+    }
+    assert rows == {
+        (early.pk, H10): (2 * 1800, 3600),
+        (big.pk, H10): (4 * 3600, 0),
+        (big.pk, H11): (4 * 3600, 0),
+    }

@@ -64,7 +64,7 @@ def test_an_unknown_resource_is_reported_not_guessed() -> None:
     assert not result.allocations and "no flavour" in result.problems[0]
 
 
-def test_pods_inherit_their_workloads_class_and_borrowed_share() -> None:
+def test_pods_inherit_their_workloads_class_and_run() -> None:
     workload = WorkloadRef(
         id=7,
         tenant_id=1,
@@ -74,15 +74,15 @@ def test_pods_inherit_their_workloads_class_and_borrowed_share() -> None:
         admitted_at=T0,
         end=None,
         placements=(("h1", "h100-80gb", 4),),
-        borrowed={"nvidia.com/gpu": 1},
     )
     result = metering.pod_allocations(
         [pod(job_name="train", started_at=T0)], HOURS[:1], FLAVOURS, {("ns", "train"): [workload]}
     )
     (allocation,) = result.allocations
-    # A quarter of the workload's GPUs were borrowed: a quarter of this pod's seconds.
+    # what of it was borrowed is decided per hour with the tenant's other rows
+    # (billing.borrowing), not from the run
     assert (allocation.workload_id, allocation.priority_class) == (7, "spot")
-    assert allocation.borrowed_seconds == 1800
+    assert allocation.run_key == workload.run_key
 
 
 def test_busy_seconds_come_from_activity_times_time_held_and_never_exceed_it() -> None:
@@ -178,7 +178,6 @@ def test_a_share_is_metered_from_its_admission_in_thousandths_not_from_its_repli
         admitted_at=T0,
         end=T0 + timedelta(minutes=90),
         placements=(("t1", "t4-shared", 470),),
-        borrowed={},
     )
     queued = pod(
         job_name="notebook", node_name="t1", started_at=T0, gpu_requests={"nvidia.com/gpu": 1}
@@ -234,7 +233,6 @@ def test_an_admitted_share_is_busy_by_its_pods_readings_over_what_it_holds() -> 
         admitted_at=T0,
         end=T0 + timedelta(hours=1),
         placements=(("t1", "t4-shared", 470),),
-        borrowed={},
     )
     queued = pod(
         name="notebook-0",
