@@ -41,7 +41,7 @@ from typing import Any
 from django.utils.translation import get_language, gettext_lazy
 from django.utils.translation import gettext as _
 
-from billing.pricing import IDLE_TENANT
+from billing.pricing import IDLE_TENANT, PLATFORM_COST, charge_class
 from billing.reports import PeriodReport, ReportRow
 
 CSV_COLUMNS = (
@@ -130,7 +130,10 @@ COLUMN_HELP = {
     "multiplier": gettext_lazy("Priority multiplier included in the rate"),
     "amount": gettext_lazy("Amount charged (or shown, in showback)"),
     "currency": gettext_lazy("ISO 4217 currency code"),
-    "mode": gettext_lazy("chargeback (charged to the cost centre) or showback (shown only)"),
+    "mode": gettext_lazy(
+        "chargeback (charged to the cost centre), showback (shown only) or platform (idle "
+        "capacity: the platform's unrecovered cost, charged to nobody)"
+    ),
 }
 HOURS_FORMAT = "0.0000"
 RATE_FORMAT = "0.000000"
@@ -321,7 +324,7 @@ def _summary_sheet(sheet: Any, report: PeriodReport, by_centre: dict[str, list[R
     sheet.append([title])
     sheet["A1"].font = Font(bold=True, size=13)
     sheet.append([])
-    heading = [_("Chargeback"), _("Showback"), _("Total")]
+    heading = [_("Chargeback"), _("Showback"), _("Platform cost (idle, not charged)"), _("Total")]
     _summary_table(
         sheet,
         [_("Cost centre"), _("Currency"), *heading],
@@ -357,27 +360,35 @@ def _summary_sheet(sheet: Any, report: PeriodReport, by_centre: dict[str, list[R
         sheet.column_dimensions[column].width = width
 
 
-def _split_totals(rows: Iterable[ReportRow]) -> list[tuple[str, Decimal, Decimal]]:
-    """(currency, chargeback, showback) per currency of ``rows``: never one mixed sum."""
-    sums: dict[str, list[Decimal]] = defaultdict(lambda: [Decimal("0.00"), Decimal("0.00")])
+Totals = tuple[str, Decimal, Decimal, Decimal]
+"""(currency, chargeback, showback, platform cost): what is charged, what is only shown
+and the platform's unrecovered cost (idle capacity), never one mixed sum."""
+_CLASSES = ("chargeback", "showback", PLATFORM_COST)
+
+
+def _split_totals(rows: Iterable[ReportRow]) -> list[Totals]:
+    """The three totals per currency of ``rows``."""
+    sums: dict[str, list[Decimal]] = defaultdict(lambda: [Decimal("0.00")] * 3)
     for row in rows:
-        sums[row.currency][1 if row.mode == "showback" else 0] += row.amount
-    return [(currency, c, s) for currency, (c, s) in sorted(sums.items())]
+        sums[row.currency][_CLASSES.index(charge_class(row.mode))] += row.amount
+    return [(currency, c, s, p) for currency, (c, s, p) in sorted(sums.items())]
 
 
 def _summary_table(
     sheet: Any,
     header: list[str],
-    body: Iterable[tuple[list[str], tuple[str, Decimal, Decimal]]],
+    body: Iterable[tuple[list[str], Totals]],
     bold: Any,
 ) -> None:
     sheet.append(header)
     for cell in sheet[sheet.max_row]:
         cell.font = bold
-    for labels, (currency, chargeback, showback) in body:
-        total = chargeback + showback
-        sheet.append([*(safe_text(x) for x in labels), currency, chargeback, showback, total])
-        for cell in sheet[sheet.max_row][-3:]:
+    for labels, (currency, chargeback, showback, platform) in body:
+        total = chargeback + showback + platform
+        sheet.append(
+            [*(safe_text(x) for x in labels), currency, chargeback, showback, platform, total]
+        )
+        for cell in sheet[sheet.max_row][-4:]:
             cell.number_format = amount_format(currency)
     sheet.append([])
 
@@ -385,11 +396,14 @@ def _summary_table(
 def _about_sheet(about: Any, report: PeriodReport) -> None:
     about.append([_("Period"), report.period.name])
     about.append([_("State"), _("provisional") if report.provisional else _("closed")])
-    for currency, chargeback, showback in _split_totals(report.rows):
-        about.append([_("Chargeback"), chargeback, currency])
-        about.cell(about.max_row, 2).number_format = amount_format(currency)
-        about.append([_("Showback"), showback, currency])
-        about.cell(about.max_row, 2).number_format = amount_format(currency)
+    for currency, chargeback, showback, platform in _split_totals(report.rows):
+        for label, amount in (
+            (_("Chargeback"), chargeback),
+            (_("Showback"), showback),
+            (_("Platform cost (idle, not charged)"), platform),
+        ):
+            about.append([label, amount, currency])
+            about.cell(about.max_row, 2).number_format = amount_format(currency)
     if report.provisional:
         about.append([_("Provisional: the period is still open; amounts will change.")])
     about.append([_("Sheets: Summary (totals), one per cost centre (its lines), about.")])
@@ -432,11 +446,14 @@ def to_pdf(report: PeriodReport) -> bytes:
                 styles["Heading2"],
             )
         )
-    for currency, chargeback, showback in _split_totals(report.rows) or [
-        (report.currency, Decimal("0.00"), Decimal("0.00"))
+    for currency, chargeback, showback, platform in _split_totals(report.rows) or [
+        (report.currency, Decimal("0.00"), Decimal("0.00"), Decimal("0.00"))
     ]:
         story.append(
-            Paragraph(pdf_escape(_totals_text(currency, chargeback, showback)), styles["Normal"])
+            Paragraph(
+                pdf_escape(_totals_text(currency, chargeback, showback, platform)),
+                styles["Normal"],
+            )
         )
     rates_used = sorted({row.exchange for row in report.rows if row.exchange})
     if rates_used:
@@ -472,14 +489,29 @@ def to_pdf(report: PeriodReport) -> bytes:
     return buffer.getvalue()
 
 
-def _totals_text(currency: str, chargeback: Decimal, showback: Decimal) -> str:
-    """Chargeback and showback apart: a showback amount is never part of what is charged."""
-    if not showback:
+def _totals_text(
+    currency: str, chargeback: Decimal, showback: Decimal, platform: Decimal = Decimal(0)
+) -> str:
+    """Chargeback, showback and the platform's idle cost apart: neither a showback amount
+    nor idle capacity is ever part of what is charged."""
+    if not showback and not platform:
         return _("Total: %(total)s %(currency)s") % {"total": chargeback, "currency": currency}
-    return _(
-        "Total charged: %(chargeback)s %(currency)s; shown only (showback): "
-        "%(showback)s %(currency)s"
-    ) % {"chargeback": chargeback, "showback": showback, "currency": currency}
+    parts = [
+        _("Total charged: %(amount)s %(currency)s") % {"amount": chargeback, "currency": currency}
+    ]
+    if showback:
+        parts.append(
+            _("shown only (showback): %(amount)s %(currency)s")
+            % {"amount": showback, "currency": currency}
+        )
+    if platform:
+        parts.append(
+            _(
+                "unrecovered platform cost (idle capacity, charged to nobody): %(amount)s %(currency)s"
+            )
+            % {"amount": platform, "currency": currency}
+        )
+    return "; ".join(parts)
 
 
 def pdf_fonts() -> tuple[str, str]:

@@ -40,7 +40,7 @@ from billing.exports import (
 )
 from billing.models import BillingPeriod, Statement
 from billing.permissions import can_manage_platform_billing
-from billing.pricing import IDLE_TENANT
+from billing.pricing import IDLE_TENANT, PLATFORM_COST, charge_class
 from billing.reports import PeriodReport, ReportRow, statement_rows
 from billing.selectors import billing_tenants
 from tenants.models import Membership, Role, Tenant
@@ -310,6 +310,9 @@ def _parties(invoice: Invoice, styles: Any) -> Any:
 
 def _mode_text(rows: list[ReportRow]) -> str:
     modes = {row.mode for row in rows} or {"chargeback"}
+    if modes == {PLATFORM_COST}:
+        return _("platform cost (idle capacity, not charged to anyone)")
+    modes.discard(PLATFORM_COST)
     if modes == {"showback"}:
         return _("showback (shown only, not charged)")
     if modes == {"chargeback"}:
@@ -383,29 +386,42 @@ def _sum_row(label: str, amount: Decimal, currency: str, width: int) -> list[str
 def _sums(rows: Iterable[ReportRow], mode: str | None = None) -> dict[str, Decimal]:
     sums: dict[str, Decimal] = defaultdict(lambda: ZERO)
     for row in rows:
-        if mode is None or (row.mode == "showback") == (mode == "showback"):
+        if mode is None or charge_class(row.mode) == mode:
             sums[row.currency] += row.amount
     return dict(sorted(sums.items()))
 
 
 def _totals(rows: list[ReportRow]) -> list[tuple[str, Decimal, str]]:
-    """The total per currency; with showback lines, what is charged and what is only
-    shown are two totals, never one sum."""
-    showback = any(row.mode == "showback" for row in rows)
-    chargeback = any(row.mode != "showback" for row in rows)
+    """The total per currency; what is charged, what is only shown (showback) and the
+    platform's unrecovered cost (idle capacity) are separate totals, never one sum."""
     if not rows:
         return [(_("Total"), ZERO, "")]
-    if not (showback and chargeback):
-        label = _("Total (showback, not charged)") if showback else _("Total")
-        return [(label, amount, currency) for currency, amount in _sums(rows).items()]
-    out = [(_("Total charged"), a, c) for c, a in _sums(rows, "chargeback").items()]
-    out += [(_("Total shown (showback)"), a, c) for c, a in _sums(rows, "showback").items()]
-    return out
+    classes = {charge_class(row.mode) for row in rows}
+    labels = {
+        "chargeback": _("Total charged") if len(classes) > 1 else _("Total"),
+        "showback": _("Total shown (showback)")
+        if len(classes) > 1
+        else _("Total (showback, not charged)"),
+        PLATFORM_COST: _("Unrecovered platform cost (idle capacity, not charged)"),
+    }
+    return [
+        (labels[kind], amount, currency)
+        for kind in ("chargeback", "showback", PLATFORM_COST)
+        if kind in classes
+        for currency, amount in _sums(rows, kind).items()
+    ]
 
 
 def _terms(invoice: Invoice) -> list[str]:
     terms = str(billing_setting("PAYMENT_TERMS") or "")
     lines = [line for line in terms.splitlines() if line.strip()]
+    if invoice.rows and all(row.mode == PLATFORM_COST for row in invoice.rows):
+        return [
+            _(
+                "Idle capacity: GPUs no tenant held. It is the platform's unrecovered cost "
+                "and is charged to nobody."
+            )
+        ]
     if all(row.mode == "showback" for row in invoice.rows) and invoice.rows:
         lines.insert(0, _("Showback: for information only; nothing is charged."))
     if not lines:

@@ -265,7 +265,7 @@ def _insert_statements(
         mode = (
             settings.attribution_at(tenant_id, period.end - timedelta(seconds=1)).mode
             if tenant_id is not None
-            else "chargeback"
+            else pricing.PLATFORM_COST
         )
         # the tenant's billing currency (one for the whole period); idle: the platform's
         own_currency = (

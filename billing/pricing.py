@@ -49,6 +49,17 @@ from scheduler_bridge.admission.devices import MILLI as SHARE_MILLI
 HOUR_S = 3600
 MIG_COMPUTE_SLICES = 7
 IDLE_TENANT = "__idle__"
+# The mode of idle capacity shown as a line: the platform's unrecovered cost, charged to
+# nobody (never part of what is charged, never a bill without a payer).
+PLATFORM_COST = "platform"
+
+
+def charge_class(mode: str) -> str:
+    """Which total an amount of a statement or line of ``mode`` belongs to: "chargeback"
+    (charged to the cost centre), "showback" (shown only) or PLATFORM_COST."""
+    return mode if mode in ("showback", PLATFORM_COST) else "chargeback"
+
+
 HOURS_PLACES = 4
 RATE_PLACES = 6
 
@@ -729,7 +740,15 @@ class _Pricing:
                     continue
                 per_second, per_gpu_hour = _unit_price(card, flavour, card.reserved_price)
                 idle.add(
-                    (None, Kind.IDLE, flavour.id, "", card.id, None, Attribution()),
+                    (
+                        None,
+                        Kind.IDLE,
+                        flavour.id,
+                        "",
+                        card.id,
+                        None,
+                        Attribution(mode=PLATFORM_COST),
+                    ),
                     card.currency,
                     per_gpu_hour,
                     Fraction(1),

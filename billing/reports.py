@@ -81,6 +81,16 @@ class PeriodReport:
             totals[row.currency] = totals.get(row.currency, ZERO) + row.amount
         return totals
 
+    def totals_by_class(self) -> dict[str, dict[str, Decimal]]:
+        """Per charge class (``pricing.charge_class``: chargeback, showback, platform
+        cost) the total per currency: what is charged, what is only shown and the
+        platform's unrecovered idle cost are never one sum."""
+        totals: dict[str, dict[str, Decimal]] = {}
+        for row in self.rows:
+            by_currency = totals.setdefault(pricing.charge_class(row.mode), {})
+            by_currency[row.currency] = by_currency.get(row.currency, ZERO) + row.amount
+        return totals
+
     @property
     def several_currencies(self) -> bool:
         return len({row.currency for row in self.rows}) > 1
@@ -101,12 +111,13 @@ class PeriodReport:
                     "amount": ZERO,
                     "chargeback": ZERO,
                     "showback": ZERO,
+                    pricing.PLATFORM_COST: ZERO,
                 },
             )
             group["gpu_hours_allocated"] += row.gpu_hours_allocated
             group["gpu_hours_busy"] += row.gpu_hours_busy or 0
             group["amount"] += row.amount
-            group["showback" if row.mode == "showback" else "chargeback"] += row.amount
+            group[pricing.charge_class(row.mode)] += row.amount
         return sorted(
             groups.values(), key=lambda g: (g["currency"] != self.currency, -g["amount"], g["key"])
         )

@@ -81,6 +81,8 @@ class Statement(WriteOnceModel):
     class Mode(models.TextChoices):
         CHARGEBACK = "chargeback", _("Chargeback")
         SHOWBACK = "showback", _("Showback")
+        # idle capacity: the platform's unrecovered cost, charged to nobody
+        PLATFORM = "platform", _("Platform cost (not charged)")
 
     write_once_error = StatementFrozen
 

@@ -126,3 +126,26 @@ def test_a_chinese_pdf_uses_a_chinese_font_for_its_chinese_headers(
     assert "成本分摊账单 2026-02" in text  # the title
     assert "金额" in text and "租户" in text and "GPU 小时" in text  # the column headers
     assert "Amount" not in pdf_text(data)
+
+
+def test_idle_capacity_is_the_platforms_cost_and_never_part_of_what_is_charged(
+    closed: BillingPeriod, cast: Cast
+) -> None:
+    """November's idle capacity was a "chargeback" statement with no cost centre whose
+    terms said "charged to the cost centre", inside the PDF's "Total charged"."""
+    from billing.models import Statement
+
+    idle = Statement.objects.get(tenant_slug="__idle__")
+    assert (idle.mode, idle.get_mode_display()) == ("platform", "Platform cost (not charged)")
+    assert idle.total > 0
+    charged = sum(s.total for s in Statement.objects.filter(mode="chargeback"))
+    reader = logged_in(cast.platform_admin)  # who sees idle capacity and every tenant
+    period_pdf = pdf_text(reader.get("/billing/periods/2026-02/export/pdf/").content)
+    assert f"Total charged: {charged} USD" in period_pdf
+    assert f"charged to nobody\\): {idle.total} USD" in period_pdf  # ( ) escaped in the PDF
+    statement_pdf = pdf_text(reader.get(f"/billing/statements/{idle.pk}/pdf/").content)
+    assert "charged to nobody" in statement_pdf
+    assert "Charged to the cost centre" not in statement_pdf
+    assert "Total charged" not in statement_pdf
+    home = reader.get("/billing/?period=2026-02").content.decode()
+    assert "Idle capacity: platform cost, charged to nobody" in home

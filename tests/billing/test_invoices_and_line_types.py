@@ -179,9 +179,11 @@ def test_the_xlsx_has_a_summary_a_sheet_per_cost_centre_and_formats_per_column(
     # Summary: speech's showback never lands in the chargeback column.
     summary = [[c.value for c in r] for r in book["Summary"].iter_rows()]
     cc200 = next(r for r in summary if r[0] == "CC-200")
-    assert cc200[1] == "USD" and cc200[2] == 0 and cc200[3] > 0 and cc200[4] == cc200[3]
+    # columns: chargeback, showback, platform cost (idle), total
+    assert cc200[1] == "USD" and cc200[2] == 0 and cc200[3] > 0 and cc200[4] == 0
+    assert cc200[5] == cc200[3]
     vision = next(r for r in summary if r[0] == "vision")
-    assert vision[2:7] == ["CC-100", "USD", 12, 0, 12]
+    assert vision[2:8] == ["CC-100", "USD", 12, 0, 0, 12]
     about = [[c.value for c in r] for r in book["about"].iter_rows()]
     assert ["late_borrowed", "late borrowed usage"] in [r[:2] for r in about]
 
