@@ -24,6 +24,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from billing import metering
+from billing.capacity_check import hours_over_capacity
 from billing.conf import billing_setting
 from billing.hourly_borrowing import with_borrowed
 from billing.ledger import LedgerRow, ledger_append
@@ -306,6 +307,9 @@ def usage_collect(
     result.hours = len(hours)
     result.rows = len(rows)
     result.collected_until = window_end
+    for breach in hours_over_capacity(hours[0], window_end, {cluster.pk}):
+        logger.error("%s: %s", cluster.name, breach)
+        result.problems.append(str(breach))
     return result
 
 

@@ -189,14 +189,10 @@ def seed_demo_billing(result: DemoResult) -> None:
 
 
 def demo_usage_meter(usage: Sequence[DemoUsage]) -> int:
-    """Ledger rows for the virtual hours the living demo's clock finished, written as the
-    collector writes an admitted workload's hours, then budgets evaluated again.
-
-    Virtual time never dates a row: every virtual hour is stored in the real hour it
-    ended in (so an hour of real time can hold many virtual hours of one workload, keyed
-    apart by their virtual hour)."""
+    """Ledger rows for the slices of real time the living demo's clock finished, written
+    as the collector writes an admitted workload's hours (one row per workload and
+    slice, dated in the real hour the slice falls in), then budgets evaluated again."""
     now = timezone.now()
-    hour = floor_hour(now)
     cluster_ids = dict(Flavour.objects.values_list("pk", "cluster_id"))
     rows = [
         LedgerRow(
@@ -204,13 +200,13 @@ def demo_usage_meter(usage: Sequence[DemoUsage]) -> int:
             cluster_id=cluster_ids[u.flavour_id],
             flavour_id=u.flavour_id,
             namespace="",
-            pod_uid=f"demo-w{u.workload_id}-v{u.virtual_hour}",
+            pod_uid=f"demo-w{u.workload_id}-t{u.slice_start}",
             pod_name=u.name,
             workload_id=u.workload_id,
             job_name=u.name,
             priority_class=u.priority_class,
             source=UsageRecord.Source.DEMO,
-            interval_start=hour,
+            interval_start=floor_hour(datetime.fromtimestamp(u.slice_start, UTC)),
             devices=u.devices,
             gpu_seconds_allocated=u.gpu_seconds,
             gpu_seconds_busy=(Decimal(str(round(u.busy_ratio, 3))) * u.gpu_seconds).quantize(

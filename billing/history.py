@@ -339,7 +339,7 @@ def resolve_period_settings(start: datetime, end: datetime) -> PeriodSettings:
     ]
     return PeriodSettings(
         spans=dict(spans),
-        capacity=_capacity_pieces(start, end),
+        capacity=capacity_pieces(start, end),
         guarantees=guarantees,
         reservations=reservations,
         # how idle is shown is decided when the period is closed (and then frozen)
@@ -356,7 +356,7 @@ class _Row:
         self.cost_center = row["cost_center"]
 
 
-def _capacity_pieces(start: datetime, end: datetime) -> list[pricing.Piece]:
+def capacity_pieces(start: datetime, end: datetime) -> list[pricing.Piece]:
     history = settings_history("capacity", until=end)
     out = []
     for pk, capacity in Flavour.objects.values_list("pk", "capacity"):

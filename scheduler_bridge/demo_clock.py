@@ -10,9 +10,12 @@ handed to the registered meters (billing writes them to the ledger) once that ho
 over.
 
 Virtual time only decides *what happens*; everything stored carries the real time it
-was written at (workload transitions, audit events, ledger rows), so nothing is ever
-dated in the future. A minute of real time at the default speed carries an hour of
-virtual work, so the demo's ledger holds many virtual hours in each real hour.
+happened at (workload transitions, audit events, ledger rows), so nothing is ever dated
+in the future and the ledger only ever holds what the demo cluster could hold. A
+workload's GPUs are metered for the real time it held them, in slices of
+``METER_SLICE_S`` real seconds, each written once it is over: at the default speed a
+trace job of ten virtual hours finishes in ten real minutes and is charged for ten
+minutes, exactly what its admission and finish times on the workload page say.
 
 The clock lives in the process that serves the demo (as the simulated cluster does). It
 resumes after the latest trace job submitted (every demo workload records its virtual
@@ -43,8 +46,8 @@ from scheduler_bridge.demo_trace import (
     VirtualClock,
     busy_ratio,
     due_finishes,
-    hour_pieces,
     map_trace,
+    slice_pieces,
 )
 from scheduler_bridge.inventory.models import Cluster, Flavour
 from scheduler_bridge.quotas.models import Quota
@@ -74,19 +77,22 @@ def virtual(moment: datetime) -> float:
     return (moment - ANCHOR).total_seconds()
 
 
+METER_SLICE_S = 120  # real seconds metered per ledger row: spend moves every two minutes
+
+
 @dataclass(frozen=True, slots=True)
 class DemoUsage:
-    """GPUs of one flavour one workload held during one virtual hour."""
+    """GPUs of one flavour one workload held during one slice of real time
+    (``METER_SLICE_S`` seconds from ``slice_start``, a real epoch instant)."""
 
     workload_id: int
     tenant_id: int
     flavour_id: int
     name: str
     priority_class: str
-    virtual_hour: int
+    slice_start: int
     devices: int
     gpu_seconds: int
-    borrowed_seconds: int
     busy_ratio: float
 
 
@@ -194,20 +200,22 @@ _REPLAYED: dict[str, ReplayResult] = {}
 class _Held:
     devices: int
     seconds: float = 0.0
-    borrowed_seconds: float = 0.0
 
 
 @dataclass
 class DemoClock:
     """The live clock of one cluster and what it remembers between steps: when each run
-    began in virtual time, and the GPU-seconds of virtual hours not over yet."""
+    began in virtual time, the real instant the clock stands at, and the GPU-seconds of
+    slices of real time not over yet."""
 
     cluster: Cluster
     trace: DemoTrace
     clock: VirtualClock
+    real: datetime = field(default_factory=timezone.now)
     # workload id -> (real admission instant identifying the run, the run in virtual time)
     runs: dict[int, tuple[datetime | None, Run]] = field(default_factory=dict)
-    hours: dict[int, dict[tuple[int, int], _Held]] = field(default_factory=dict)
+    # slice index (real epoch // METER_SLICE_S) -> (workload id, flavour id) -> held
+    slices: dict[int, dict[tuple[int, int], _Held]] = field(default_factory=dict)
 
     @property
     def now(self) -> float:
@@ -238,8 +246,9 @@ def demo_clock_start(
             cluster=cluster, annotations__has_key=VIRTUAL_SUBMIT_ANNOTATION
         ).values_list("annotations", flat=True)
     ]
-    start = max(submitted, default=virtual(at or timezone.now()))
-    clock = DemoClock(cluster, demo_trace(cluster), VirtualClock(start, speed))
+    real = at or timezone.now()
+    start = max(submitted, default=virtual(real))
+    clock = DemoClock(cluster, demo_trace(cluster), VirtualClock(start, speed), real)
     _observe(clock)
     return clock
 
@@ -257,7 +266,7 @@ def demo_clock_step(clock: DemoClock, seconds: float) -> ClockStep:
         _hold_until(clock, start, end)
         step.finished = _finish_due(clock, end)
         step.submitted = _submit_due(clock, start, end, step.refused)
-    step.metered = _meter_ended_hours(clock, end)
+    step.metered = _meter_ended_slices(clock)
     tasks.jobs_sync(clock.cluster.pk)  # Job sync, then an admission cycle
     _observe(clock)
     return step
@@ -295,18 +304,26 @@ def _observe(clock: DemoClock) -> None:
 
 
 def _hold_until(clock: DemoClock, start: float, end: float) -> None:
-    """Count the GPU-seconds each running demo workload held in (start, end]."""
+    """Count the GPU-seconds each running demo workload held in the virtual interval
+    (start, end], in the real time it took (the step moves the clock's real instant on
+    by its length over the speed)."""
+    speed = clock.clock.speed
+    real_start = clock.real.timestamp()
+    clock.real = datetime.fromtimestamp(real_start + (end - start) / speed, UTC)
     for workload in _active(clock.cluster):
         known = clock.runs.get(workload.pk)
         if known is None or known[0] != workload.admitted_at or workload.flavour is None:
             continue
         run = known[1]
-        borrowed = sum(workload.borrowed_gpus.values())
-        for hour, seconds in hour_pieces(max(start, run.started), min(end, run.ends)):
-            key = (workload.pk, workload.flavour.pk)
-            held = clock.hours.setdefault(hour, {}).setdefault(key, _Held(workload.gpus))
+        lo, hi = max(start, run.started), min(end, run.ends)
+        if hi <= lo:
+            continue
+        real_lo = real_start + (lo - start) / speed
+        real_hi = real_start + (hi - start) / speed
+        key = (workload.pk, workload.flavour.pk)
+        for index, seconds in slice_pieces(real_lo, real_hi, METER_SLICE_S):
+            held = clock.slices.setdefault(index, {}).setdefault(key, _Held(workload.gpus))
             held.seconds += seconds * workload.gpus
-            held.borrowed_seconds += seconds * borrowed
 
 
 def _finish_due(clock: DemoClock, end: float) -> list[int]:
@@ -359,22 +376,23 @@ def demo_annotations(at: float, run_time_s: float, trace_job: str = "") -> dict[
     return notes
 
 
-def _meter_ended_hours(clock: DemoClock, end: float) -> int:
-    """Hand the virtual hours that are over to the meters; returns rows written."""
-    over = sorted(hour for hour in clock.hours if (hour + 1) * 3600 <= end)
+def _meter_ended_slices(clock: DemoClock) -> int:
+    """Hand the slices of real time that are over to the meters; returns rows written."""
+    now = clock.real.timestamp()
+    over = sorted(index for index in clock.slices if (index + 1) * METER_SLICE_S <= now)
     if not over:
         return 0
     details = {
         w.pk: w
         for w in Workload.objects.filter(
-            pk__in={wid for hour in over for wid, _f in clock.hours[hour]}
+            pk__in={wid for index in over for wid, _f in clock.slices[index]}
         ).select_related("priority_class")
     }
     usage: list[DemoUsage] = []
-    for hour in over:
-        for (workload_id, flavour_id), held in sorted(clock.hours.pop(hour).items()):
+    for index in over:
+        for (workload_id, flavour_id), held in sorted(clock.slices.pop(index).items()):
             workload = details.get(workload_id)
-            if workload is None or held.seconds <= 0:
+            if workload is None or round(held.seconds) <= 0:
                 continue
             usage.append(
                 DemoUsage(
@@ -383,10 +401,9 @@ def _meter_ended_hours(clock: DemoClock, end: float) -> int:
                     flavour_id=flavour_id,
                     name=workload.name,
                     priority_class=workload.priority_class.name if workload.priority_class else "",
-                    virtual_hour=hour,
+                    slice_start=index * METER_SLICE_S,
                     devices=held.devices,
                     gpu_seconds=round(held.seconds),
-                    borrowed_seconds=round(held.borrowed_seconds),
                     busy_ratio=busy_ratio(workload.name),
                 )
             )

@@ -215,13 +215,19 @@ def due_finishes(runs: Sequence[Run], end: float) -> list[Run]:
 
 
 def hour_pieces(start: float, end: float) -> list[tuple[int, float]]:
-    """(virtual hour index, seconds) of the interval [start, end) in each hour it touches."""
+    """(hour index, seconds) of the interval [start, end) in each hour it touches."""
+    return slice_pieces(start, end, HOUR_S)
+
+
+def slice_pieces(start: float, end: float, size_s: float) -> list[tuple[int, float]]:
+    """(slice index, seconds) of [start, end) in each slice of ``size_s`` seconds (from
+    instant 0) it touches."""
     pieces = []
     moment = start
     while moment < end:
-        hour = math.floor(moment / HOUR_S)
-        upto = min(end, (hour + 1) * HOUR_S)
-        pieces.append((hour, upto - moment))
+        index = math.floor(moment / size_s)
+        upto = min(end, (index + 1) * size_s)
+        pieces.append((index, upto - moment))
         moment = upto
     return pieces
 

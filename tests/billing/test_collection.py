@@ -710,3 +710,32 @@ def test_only_what_a_team_holds_beyond_its_guarantee_in_an_hour_is_borrowed(
         (big.pk, H10): (4 * 3600, 0),
         (big.pk, H11): (4 * 3600, 0),
     }
+
+
+@pytest.mark.django_db
+def test_a_collection_that_would_hold_more_than_the_flavour_has_says_so(
+    cast: Cast, gpu: GpuCluster
+) -> None:
+    """Per cluster, flavour and hour the ledger never holds more than capacity x 3600:
+    the collector checks what it wrote and names an hour that breaks it."""
+    from tests.billing.factories import record_usage
+
+    # 8 H100s held all of hour 10 already (rows from another source, e.g. an import)
+    record_usage(cast.team_b, gpu.h100, H10, devices=8, pod="imported")
+    notebook = PodInfo(
+        uid="uid-nb",
+        name="nb",
+        namespace="vision-dev",
+        node_name="h100-1",
+        phase="Succeeded",
+        gpu_requests={"nvidia.com/gpu": 1},
+        started_at=H10,
+        finished_at=H11,
+    )
+    CollectorWatermark.objects.create(cluster=gpu.cluster, collected_until=H10)
+    result = usage_collect(cluster=gpu.cluster, gateway=FakeGateway([notebook]), now=NOW)
+    breaches = [p for p in result.problems if "more than its capacity allows" in p]
+    assert breaches == [
+        "h100-80gb at 2026-03-10 10:00 UTC: the ledger holds 32400 device-seconds, more "
+        "than its capacity allows (28800)"
+    ]

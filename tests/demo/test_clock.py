@@ -5,6 +5,7 @@ reclaim, and every virtual hour's GPUs reach the ledger dated in the real presen
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -13,8 +14,10 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.utils import timezone
 
+from billing.capacity_check import hours_over_capacity
 from billing.models import UsageRecord
 from scheduler_bridge.demo_clock import (
+    METER_SLICE_S,
     DemoClock,
     demo_clock_start,
     demo_clock_step,
@@ -129,19 +132,35 @@ def test_borrowed_work_is_reclaimed_when_the_owners_trace_work_arrives(cluster: 
     assert all(w.state in ("pending", "admitted", "running") for w in reclaimed)
 
 
-def test_every_simulated_hour_is_metered_in_the_real_present(cluster: Cluster) -> None:
-    clock = demo_clock_start(cluster)
+def test_work_is_metered_for_the_real_time_it_held_its_gpus(cluster: Cluster) -> None:
+    """At the default speed an hour of virtual work takes a real minute: the ledger gets
+    the real minute, in the real hour it fell in, never more than the cluster holds."""
+    # the seeded history ends where this hour began: the clock goes on from there, so
+    # the few real minutes it runs here are already past
+    started = timezone.now().replace(minute=0, second=0, microsecond=0)
+    clock = demo_clock_start(cluster, at=started)
     before = UsageRecord.objects.filter(workload__isnull=False).count()
-    run_hours(clock, 3)
+    run_hours(clock, 5)
     rows = UsageRecord.objects.filter(workload__isnull=False)
     assert rows.count() > before
     now = timezone.now()
     for row in rows:
         assert row.interval_start <= now  # never dated in the future
-        assert 0 < row.gpu_seconds_allocated <= row.devices * 3600
+        assert 0 < row.gpu_seconds_allocated <= row.devices * METER_SLICE_S
     resnet = rows.filter(job_name="resnet-sweep")
-    # 4 H100s for the 3 simulated hours it ran, however many real minutes that took
-    assert sum(r.gpu_seconds_allocated for r in resnet) == 4 * 3 * 3600
+    # 4 H100s for the 3 simulated hours it ran: 3 real minutes at 60 virtual s a second
+    assert sum(r.gpu_seconds_allocated for r in resnet) == 4 * 3 * 60
+    assert hours_over_capacity(started - timedelta(days=40), now + timedelta(hours=1)) == []
+
+
+def test_the_demos_ledger_never_holds_more_than_its_cluster_has(cluster: Cluster) -> None:
+    """Per flavour and hour, the seeded month and the living clock's hours together."""
+    this_hour = timezone.now().replace(minute=0, second=0, microsecond=0)
+    clock = demo_clock_start(cluster, at=this_hour)  # where the seeded history ends
+    run_hours(clock, 60)  # an hour of real time at the default speed
+    first = UsageRecord.objects.order_by("interval_start").first()
+    assert first is not None
+    assert hours_over_capacity(first.interval_start, timezone.now() + timedelta(hours=1)) == []
 
 
 def test_a_restarted_clock_resumes_after_the_last_submitted_work(cluster: Cluster) -> None:
