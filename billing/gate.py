@@ -201,6 +201,13 @@ class BillingBudgetGate:
             )
         return cost
 
+    def blocked(self, tenant_id: str) -> str | None:
+        chain = self.chains.get(tenant_id, [])
+        for budget in (b for pk in chain for b in self.budgets.get(pk, [])):
+            if budget.left <= 0:
+                return budget.reason_exhausted()
+        return None
+
     def may_start(self, tenant_id: str, workload: PendingWorkload) -> tuple[bool, str | None]:
         chain = self.chains.get(tenant_id, [])
         applicable = [b for pk in chain for b in self.budgets.get(pk, [])]

@@ -27,9 +27,18 @@ class BudgetGate(Protocol):
         """Whether ``workload`` of ``tenant_id`` may start."""
         ...
 
+    def blocked(self, tenant_id: str) -> str | None:
+        """Why no work of ``tenant_id`` may start whatever it costs (a hard budget of it
+        or an ancestor is spent), else None. A waiting workload shows this reason before
+        any about GPUs: freeing GPUs would not start it."""
+        ...
+
 
 class AllowAllBudgetGate:
     """The default gate: budgets never stop admission."""
 
     def may_start(self, tenant_id: str, workload: PendingWorkload) -> tuple[bool, str | None]:
         return True, None
+
+    def blocked(self, tenant_id: str) -> str | None:
+        return None

@@ -319,8 +319,14 @@ class _Cycle:
         self.failures_out = record_failures(st, self.groups, self.failed_priority)
         pending: tuple = ()
         if explain:
+            blocked = getattr(self.gate, "blocked", None)  # gates from before it existed
             explainer = Explainer(
-                st, start_caps, self.admitted, self.admitted_priority, self.outcomes
+                st,
+                start_caps,
+                self.admitted,
+                self.admitted_priority,
+                self.outcomes,
+                budget_blocked=blocked,
             )
             pending = explainer.decisions(self.group_lists, self.unqueued)
             if self.holds:

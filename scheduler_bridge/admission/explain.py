@@ -10,7 +10,7 @@ reservation) are recorded by the engine and passed in. Everything is cached per
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from . import reasons
 from .model import PendingDecision, ReasonCode, Topology
@@ -40,8 +40,11 @@ class Explainer:
         admitted: set[str],
         admitted_priority: Mapping[int, int],
         outcomes: Mapping[str, Outcome],
+        budget_blocked: Callable[[str], str | None] | None = None,
     ) -> None:
         self.state = state
+        self.budget_blocked = budget_blocked
+        self._blocked: dict[str, str | None] = {}  # per tenant, asked once a cycle
         self.start_caps = start_caps
         self.admitted = admitted
         self.admitted_priority = admitted_priority
@@ -53,6 +56,13 @@ class Explainer:
         self._room: dict[tuple[int, int], int] = {}  # quota still available, at cycle end
         # per (tree, flavour): earliest end of reclaim protection among borrowed work
         self._protection: dict[tuple[int, int], float | None] = {}
+
+    def _budget_spent(self, tenant: str) -> str | None:
+        if self.budget_blocked is None:
+            return None
+        if tenant not in self._blocked:
+            self._blocked[tenant] = self.budget_blocked(tenant)
+        return self._blocked[tenant]
 
     # ------------------------------------------------------------------ queue
     def decisions(
@@ -95,6 +105,10 @@ class Explainer:
                     if worded is None:
                         worded = waiting_priority[f] = reasons.waiting_priority(names[f])
                     message = worded
+            if code not in INADMISSIBLE and code is not ReasonCode.BUDGET:
+                spent = self._budget_spent(tenant)
+                if spent is not None:  # freeing GPUs would not start it: say so first
+                    code, message = ReasonCode.BUDGET, reasons.budget(spent)
             if wl.fills_idle and code not in INADMISSIBLE:
                 message = reasons.fills_idle(message)
             if code in INADMISSIBLE:

@@ -26,6 +26,13 @@ class HardBudget:
             return False, f"{tenant_id} budget for 2026-11 is exhausted (hard)"
         return True, None
 
+    def blocked(self, tenant_id: str) -> str | None:
+        return (
+            f"{tenant_id} budget for 2026-11 is exhausted (hard)"
+            if tenant_id == self.broke
+            else None
+        )
+
 
 def test_default_gate_allows_everything_and_satisfies_the_protocol():
     assert isinstance(AllowAllBudgetGate(), BudgetGate)
@@ -41,6 +48,22 @@ def test_budget_refusal_keeps_the_workload_pending_with_the_gates_reason():
     (why,) = result.pending
     assert why.code is ReasonCode.BUDGET
     assert why.message == "budget: a budget for 2026-11 is exhausted (hard)"
+
+
+def test_a_spent_hard_budget_is_the_reason_shown_before_any_about_gpus():
+    """Vision's budget is spent and its guarantee in use: its new job waits because of the
+    budget (freeing GPUs would not start it), not because nothing can be lent."""
+    tree, quotas = two_teams(a=4, b=4, a_limit=0)
+    busy = [running("a-all", "a", {"n000": 4}), running("b-all", "b", {"n000": 4})]
+    snap = snapshot(tree, quotas, nodes(1), [workload("a1", "a", 1)], busy)
+    result = AdmissionEngine(budget_gate=HardBudget("a")).run_cycle(snap)
+    (why,) = result.pending
+    assert why.code is ReasonCode.BUDGET
+    assert why.message == "budget: a budget for 2026-11 is exhausted (hard)"
+    assert why.position == 1  # still in line: it starts once the budget allows
+    # with money left, the same job waits for GPUs
+    (why,) = AdmissionEngine(budget_gate=HardBudget("nobody")).run_cycle(snap).pending
+    assert why.code is not ReasonCode.BUDGET
 
 
 def test_budget_refusal_frees_the_capacity_for_the_next_in_line():
@@ -73,6 +96,9 @@ class Recording:
     def may_start(self, tenant_id: str, workload: PendingWorkload) -> tuple[bool, str | None]:
         self.flavours[workload.id] = [ps.flavours for ps in workload.pod_sets]
         return True, None
+
+    def blocked(self, tenant_id: str) -> str | None:
+        return None
 
 
 def test_gate_is_asked_about_the_flavour_the_workload_would_run_on():

@@ -135,8 +135,11 @@ def test_idle_capacity_is_the_platforms_cost_and_never_part_of_what_is_charged(
     terms said "charged to the cost centre", inside the PDF's "Total charged"."""
     from billing.models import Statement
 
+    from django.utils import translation
+
     idle = Statement.objects.get(tenant_slug="__idle__")
-    assert (idle.mode, idle.get_mode_display()) == ("platform", "Platform cost (not charged)")
+    with translation.override("en"):
+        assert (idle.mode, idle.get_mode_display()) == ("platform", "Platform cost (not charged)")
     assert idle.total > 0
     charged = sum(s.total for s in Statement.objects.filter(mode="chargeback"))
     reader = logged_in(cast.platform_admin)  # who sees idle capacity and every tenant
