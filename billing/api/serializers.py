@@ -109,8 +109,8 @@ class BillingPolicySerializer(RejectUnknownFields, serializers.ModelSerializer[B
 
 
 class ExchangeRateSerializer(RejectUnknownFields, serializers.ModelSerializer[ExchangeRate]):
-    """1 ``from_currency`` = ``rate`` ``to_currency`` in ``month``; the service checks the
-    rules (billing.exchange_rates) and answers 400 with field errors."""
+    """An exchange rate for one month: 1 `from_currency` = `rate` `to_currency` in `month`.
+    A rate that breaks the rules is refused with a 400 naming the field."""
 
     created_by = serializers.CharField(source="created_by.username", read_only=True, default="")
 

@@ -163,6 +163,7 @@ SPECTACULAR_SETTINGS = {
         "drf_spectacular.hooks.postprocess_schema_enums",
         "tenants.api.schema.add_error_responses",
         "tenants.api.schema.document_idempotency_keys",
+        "tenants.api.schema.drop_developer_descriptions",
     ],
 }
 

@@ -2,7 +2,9 @@
 
 from config.settings.base import *  # noqa: F403
 
-DEBUG = env.bool("DJANGO_DEBUG", default=True)
+# The demo looks like the product: its own 404 and 500 pages, never Django's debug
+# pages listing every URL pattern (DJANGO_DEBUG=1 for those, when developing)
+DEBUG = env.bool("DJANGO_DEBUG", default=False)
 # a terminal reads plain lines; production ships JSON ones (LOG_FORMAT)
 LOGGING["handlers"]["console"]["formatter"] = env("LOG_FORMAT", default="plain")  # type: ignore[index]
 SECRET_KEY = env("SECRET_KEY", default="demo-only-insecure-key-do-not-use-in-production")

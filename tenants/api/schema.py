@@ -100,3 +100,20 @@ def document_idempotency_keys(result: dict[str, Any], **_: Any) -> dict[str, Any
             },
         )
     return result
+
+
+def drop_developer_descriptions(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """Component schemas are described from their serializers' docstrings, and a
+    serializer without one inherits its base class's: text about Tidegate's own code
+    (the input-checking mixin every serializer shares), not about the data. Such
+    inherited descriptions are dropped; a serializer's own description stays."""
+    import inspect
+
+    from tenants.api.serializers import RejectUnknownFields
+
+    inherited = {inspect.cleandoc(RejectUnknownFields.__doc__ or "")}
+    for component in (result.get("components") or {}).get("schemas", {}).values():
+        description = component.get("description")
+        if description is not None and inspect.cleandoc(description) in inherited:
+            del component["description"]
+    return result

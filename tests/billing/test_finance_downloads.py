@@ -133,9 +133,9 @@ def test_idle_capacity_is_the_platforms_cost_and_never_part_of_what_is_charged(
 ) -> None:
     """November's idle capacity was a "chargeback" statement with no cost centre whose
     terms said "charged to the cost centre", inside the PDF's "Total charged"."""
-    from billing.models import Statement
-
     from django.utils import translation
+
+    from billing.models import Statement
 
     idle = Statement.objects.get(tenant_slug="__idle__")
     with translation.override("en"):
