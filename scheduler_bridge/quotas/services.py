@@ -543,3 +543,68 @@ def quota_request_cancel(*, actor: Any, request: QuotaRequest, source: str = "ap
         raise PermissionDenied(_("Only the requester or an approver may cancel a quota request."))
     with transaction.atomic():
         return _decide(actor, request, QuotaRequest.State.CANCELLED, "", source)
+
+
+@dataclass(frozen=True)
+class QuotaOffer:
+    """What the reader of a workload that cannot run may do about its tenant's quota.
+
+    ``ask`` is the guarantee the reader can ask for now (the workload's need, or less
+    when the parent cannot give that much; None when nothing more can be asked or the
+    reader may not ask); ``short`` what the workload still lacks beyond it; ``approvers``
+    the admins above the tenant who can raise the parent's quota; ``askers`` the leads
+    and admins of the tenant, named to a reader who may not ask."""
+
+    flavour: Flavour
+    need: int
+    may_ask: bool
+    ask: int | None
+    short: int
+    parent: Tenant | None
+    approvers: list[str]
+    askers: list[str]
+
+    @property
+    def approver_names(self) -> str:
+        return ", ".join(self.approvers) or "—"
+
+    @property
+    def asker_names(self) -> str:
+        return ", ".join(self.askers) or "—"
+
+
+def quota_offer(user: Any, tenant: Tenant, flavour: Flavour, need: int) -> QuotaOffer:
+    """The quota request ``user`` can make for ``tenant`` so that work needing ``need``
+    GPUs of ``flavour`` runs (see QuotaOffer)."""
+    may_ask = access.has_role(user, tenant, [Role.LEAD, Role.ADMIN])
+    current = Quota.objects.filter(tenant=tenant, flavour=flavour).first()
+    now = current.guaranteed if current else 0
+    largest = largest_ask(tenant, flavour)
+    reachable = need if largest is None else min(need, largest)
+    ask = reachable if may_ask and reachable > now else None
+    chain = [int(pk) for pk in tenant.path.strip("/").split("/") if pk]
+    parent = Tenant.objects.filter(pk=chain[-2]).first() if len(chain) > 1 else None
+    return QuotaOffer(
+        flavour=flavour,
+        need=need,
+        may_ask=may_ask,
+        ask=ask,
+        short=max(0, need - max(reachable, now)),
+        parent=parent,
+        approvers=_names_with_role(chain[:-1], [Role.ADMIN]),
+        askers=_names_with_role(chain, [Role.LEAD, Role.ADMIN]),
+    )
+
+
+def _names_with_role(tenant_ids: list[int], roles: list[str]) -> list[str]:
+    """Who holds one of ``roles`` on one of ``tenant_ids`` (a role covers the subtree),
+    by full name where one is set."""
+    from tenants.models import Membership
+
+    users = {
+        m.user.get_full_name() or m.user.get_username()
+        for m in Membership.objects.filter(tenant_id__in=tenant_ids, role__in=roles)
+        .select_related("user")
+        .order_by("user__username")
+    }
+    return sorted(users)

@@ -26,7 +26,9 @@ from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from scheduler_bridge import selectors
+from scheduler_bridge.inventory.models import Flavour
 from scheduler_bridge.quotas.models import Quota
+from scheduler_bridge.quotas.services import quota_offer
 from scheduler_bridge.workloads import services
 from scheduler_bridge.workloads.models import Workload
 from scheduler_bridge.workloads.records import parse_borrowed
@@ -299,7 +301,13 @@ def _standing(request: HttpRequest, workload: Workload) -> dict[str, Any]:
     """Where the workload stands: its state, why it waits or where it runs, its pods and
     the cancel button; open work's page polls it (closed work changes no more)."""
     is_open = workload.state in Workload.OPEN_STATES
+    offer = None
+    ask = workload.quota_ask() if workload.state == "pending" and workload.inadmissible else None
+    if ask is not None:
+        flavour = Flavour.objects.get(pk=ask["flavour"])
+        offer = quota_offer(request.user, workload.tenant, flavour, ask["guaranteed"])
     return {
+        "offer": offer,
         "workload": workload,
         "may_cancel": is_open and services.may_manage(request.user, workload),
         "pods": workload.pods_report(),

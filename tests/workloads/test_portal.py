@@ -272,3 +272,41 @@ def test_the_queue_page_reads_a_constant_number_of_queries_whatever_the_queue(
     admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
     assert Workload.objects.filter(state__in=Workload.ACTIVE_STATES).count() > 1
     assert queries() == before
+
+
+def test_what_to_change_offers_only_what_the_reader_can_ask_and_names_who_can_do_the_rest(
+    fake_cluster: FakeCluster, cast: Cast, priorities: dict
+) -> None:
+    """vision (6 H100s of research's 10; speech holds 2) needs 12 for work that cannot be
+    preempted. Its lead can ask for 8 (6 plus research's 2 unassigned), not 12: the page
+    offers 8 and names research's admins for the other 4. A member cannot ask at all:
+    the page names who can. (It offered a quota of 12, which the request refused.)"""
+    stuck = submit(cast.lead, "vision", 6, count=2, name="huge", priority_class="prod").json()["id"]
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    assert Workload.objects.get(pk=stuck).inadmissible
+
+    lead_page = logged_in(cast.lead).get(f"/workloads/{stuck}/").content.decode()
+    offer = lead_page[lead_page.index('id="quota-offer"') :]
+    offer = offer[: offer.index("</span>")]
+    link = re.search(r'href="([^"]+)"', offer)
+    assert link is not None and "guaranteed=8#" in link.group(1)
+    assert "Ask for a quota of 8 GPUs</a> (the most vision can ask for now)" in offer
+    assert "For 4 more GPUs, the quota of research must grow first: ask its admins" in offer
+    assert "dept-admin" in offer
+    # what is offered can be asked (the 12 it offered before was refused: at most 8)
+    from scheduler_bridge.quotas.services import quota_request_create
+
+    request = quota_request_create(
+        actor=cast.lead,
+        tenant=cast.team_a,
+        flavour=fake_cluster.h100,
+        guaranteed=8,
+        justification="huge",
+    )
+    assert request.guaranteed == 8
+
+    member_page = logged_in(cast.member).get(f"/workloads/{stuck}/").content.decode()
+    offer = member_page[member_page.index('id="quota-offer"') :]
+    offer = offer[: offer.index("</span>")]
+    assert "href=" not in offer
+    assert "only a lead or admin of vision can ask for it (dept-admin, vision-lead)" in offer
