@@ -515,6 +515,7 @@ def idle_findings(
             busy=Sum("gpu_seconds_busy"),
             first=Min("interval_start"),
             last=Max("interval_end"),
+            run_of=Max("workload_id"),
         )
         .order_by("-hours", "tenant__slug", "namespace", "pod_name")[:limit]
     )
@@ -530,6 +531,7 @@ def idle_findings(
             "activity": _ratio(Fraction(g["busy"] or 0), Fraction(int(g["allocated"] or 0))),
             "first": g["first"],
             "last": g["last"],
+            "workload_id": g["run_of"],
         }
         for g in grouped
     ]

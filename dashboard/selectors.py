@@ -18,6 +18,7 @@ from django.core.cache import cache
 from django.db.models import Case, Count, DateTimeField, Max, Q, QuerySet, Sum, When
 from django.db.models.functions import TruncDay, TruncHour
 from django.shortcuts import get_object_or_404
+from django.utils import timezone
 
 from billing.ledger_cache import ledger_cached as billing_ledger_cached
 from billing.ledger_cache import ledger_mark
@@ -257,28 +258,40 @@ def subtree_running(user: Any, tenant: Tenant, limit: int = RUNNING_LIMIT) -> di
     }
 
 
-def idle_workloads(user: Any, tenant: Tenant, findings: list[dict[str, Any]]) -> list[Any]:
-    """billing's idle-GPU findings with the workload to stop (its open workload of the
-    same namespace and Job, or of the pod's name), found in one query."""
-    query = Q(pk__in=[])
+# A pod outside the queue is worth stopping only while it still holds its GPUs idle: its
+# last idle hour must be among the latest the collector wrote.
+RECENTLY_IDLE = timedelta(hours=3)
+
+
+def idle_workloads(
+    user: Any, tenant: Tenant, findings: list[dict[str, Any]], now: datetime | None = None
+) -> list[Any]:
+    """billing's idle-GPU findings that can be acted on now, with the workload to stop:
+    queued work still holding its GPUs (found by the ledger's workload id, else by
+    namespace and Job), and pods outside the queue idle in the latest hours. Work that
+    ended, or waits again, has nothing to stop and is left out. One query."""
+    now = now or timezone.now()
+    ids = {f["workload_id"] for f in findings if f.get("workload_id") is not None}
+    query = Q(pk__in=ids)
     for finding in findings:
-        if finding["job_name"]:
+        if finding.get("workload_id") is None and finding["job_name"]:
             query |= Q(namespace=finding["namespace"], job_name=finding["job_name"])
-        elif finding["pod"]:
-            query |= Q(namespace=finding["namespace"], name=finding["pod"])
-    found: dict[tuple[str, str], Workload] = {}
+    by_id: dict[int, Workload] = {}
+    by_job: dict[tuple[str, str], Workload] = {}
     if findings:
-        for workload in (
-            _subtree_work(user, tenant)
-            .filter(query, state__in=Workload.OPEN_STATES)
-            .order_by("-submitted_at")
-        ):
-            found.setdefault((workload.namespace, workload.job_name), workload)
-            found.setdefault((workload.namespace, workload.name), workload)
+        for found in _subtree_work(user, tenant).filter(query).order_by("-submitted_at"):
+            by_id[found.pk] = found
+            by_job.setdefault((found.namespace, found.job_name), found)
     out = []
     for finding in findings:
-        key = (finding["namespace"], finding["job_name"] or finding["pod"])
-        out.append({**finding, "workload": found.get(key)})
+        workload: Workload | None = by_id.get(finding.get("workload_id") or 0) or by_job.get(
+            (finding["namespace"], finding["job_name"])
+        )
+        if workload is not None:
+            if workload.state in Workload.ACTIVE_STATES:
+                out.append({**finding, "workload": workload})
+        elif finding["last"] is not None and finding["last"] >= now - RECENTLY_IDLE:
+            out.append({**finding, "workload": None})
     return out
 
 

@@ -230,7 +230,12 @@ def test_partials_are_fragments_for_htmx_and_send_a_plain_visit_to_the_page(
 
 def test_idle_gpus_name_the_workload_to_stop(fake_cluster: FakeCluster, cast: Cast) -> None:
     workload = submit(cast.lead, "vision", 2, name="sleepy").json()["id"]
-    Workload.objects.filter(pk=workload).update(namespace="vision-train", job_name="sleepy")
+    Workload.objects.filter(pk=workload).update(
+        namespace="vision-train",
+        job_name="sleepy",
+        state=Workload.State.RUNNING,
+        admitted_at=timezone.now() - timedelta(hours=6),
+    )
     start = timezone.now().replace(minute=0, second=0, microsecond=0) - timedelta(hours=5)
     record_usage(
         cast.team_a,
@@ -249,6 +254,55 @@ def test_idle_gpus_name_the_workload_to_stop(fake_cluster: FakeCluster, cast: Ca
     # members read no money: no budget panel, no warnings
     member = logged_in(cast.member).get("/dashboard/vision/").content.decode()
     assert 'id="budget-panel"' not in member
+
+
+def test_idle_gpus_lists_only_what_can_be_stopped_now(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    """Work that ended (or waits again) has nothing to stop, and a pod outside the queue
+    last seen idle days ago is gone: neither is listed. A pod outside the queue idle in
+    the latest hours is, with its namespace. (The panel listed about twenty such red
+    items, some days old, and called queued work "not a queued workload".)"""
+    this_hour = timezone.now().replace(minute=0, second=0, microsecond=0)
+    ended = submit(cast.lead, "vision", 2, name="ended").json()["id"]
+    Workload.objects.filter(pk=ended).update(state=Workload.State.FINISHED)
+    common: dict[str, Any] = {"devices": 2, "busy_ratio": Decimal("0.01")}
+    # queued work, billed through its workload (no namespace: submitted through the API)
+    record_usage(
+        cast.team_a,
+        fake_cluster.h100,
+        this_hour - timedelta(hours=4),
+        hours=2,
+        job="ended",
+        pod="ended",
+        namespace="",
+        workload_id=ended,
+        **common,
+    )
+    record_usage(
+        cast.team_a,
+        fake_cluster.h100,
+        this_hour - timedelta(days=3),
+        hours=2,
+        pod="old-notebook",
+        namespace="vision-dev",
+        **common,
+    )
+    record_usage(
+        cast.team_a,
+        fake_cluster.h100,
+        this_hour - timedelta(hours=3),
+        hours=2,
+        pod="notebook",
+        namespace="vision-dev",
+        **common,
+    )
+    page = logged_in(cast.lead).get("/dashboard/vision/").content.decode()
+    warnings = page[page.index('id="idle-warnings"') :]
+    warnings = warnings[: warnings.index("</section>")]
+    assert warnings.count("<li") == 1
+    assert "pod notebook in vision-dev" in warnings
+    assert "old-notebook" not in warnings and "ended" not in warnings
 
 
 def test_the_query_count_does_not_grow_with_the_data(fake_cluster: FakeCluster, cast: Cast) -> None:
