@@ -212,6 +212,8 @@ class DemoClock:
     trace: DemoTrace
     clock: VirtualClock
     real: datetime = field(default_factory=timezone.now)
+    # virtual instant the opening act counts from (when the demo was seeded); None: none
+    opening_at: float | None = None
     # workload id -> (real admission instant identifying the run, the run in virtual time)
     runs: dict[int, tuple[datetime | None, Run]] = field(default_factory=dict)
     # slice index (real epoch // METER_SLICE_S) -> (workload id, flavour id) -> held
@@ -249,6 +251,7 @@ def demo_clock_start(
     real = at or timezone.now()
     start = max(submitted, default=virtual(real))
     clock = DemoClock(cluster, demo_trace(cluster), VirtualClock(start, speed), real)
+    clock.opening_at = min(submitted, default=start)
     _observe(clock)
     return clock
 
@@ -277,16 +280,27 @@ def demo_clock_advance(clock: DemoClock, real_seconds: float) -> ClockStep:
     return demo_clock_step(clock, max(0.0, real_seconds) * clock.clock.speed)
 
 
+# Work a visitor submits to the demo cluster (through the API or the portal) declares no
+# trace run time: it runs its time limit if it has one, else this long, then finishes and
+# is charged like the trace's work.
+SUBMITTED_RUN_S = 2 * 3600.0
+
+
 def _active(cluster: Cluster) -> list[Workload]:
+    """Admitted and running work of the demo cluster, the trace's and anybody's."""
     return list(
-        Workload.objects.filter(
-            cluster=cluster,
-            state__in=Workload.ACTIVE_STATES,
-            annotations__has_key=RUN_TIME_ANNOTATION,
-        )
+        Workload.objects.filter(cluster=cluster, state__in=Workload.ACTIVE_STATES)
         .select_related("flavour", "priority_class")
         .order_by("pk")
     )
+
+
+def run_time_of(workload: Workload) -> float:
+    """Virtual seconds a demo workload runs once admitted (see SUBMITTED_RUN_S)."""
+    declared = workload.annotations.get(RUN_TIME_ANNOTATION)
+    if declared is not None:
+        return float(declared)
+    return float(workload.max_run_time_s or SUBMITTED_RUN_S)
 
 
 def _observe(clock: DemoClock) -> None:
@@ -298,8 +312,10 @@ def _observe(clock: DemoClock) -> None:
         if known is not None and known[0] == workload.admitted_at:
             seen[workload.pk] = known
             continue
-        run_time = float(workload.annotations.get(RUN_TIME_ANNOTATION, 0))
-        seen[workload.pk] = (workload.admitted_at, Run(workload.pk, clock.now, run_time))
+        seen[workload.pk] = (
+            workload.admitted_at,
+            Run(workload.pk, clock.now, run_time_of(workload)),
+        )
     clock.runs = seen
 
 
@@ -323,6 +339,7 @@ def _hold_until(clock: DemoClock, start: float, end: float) -> None:
         key = (workload.pk, workload.flavour.pk)
         for index, seconds in slice_pieces(real_lo, real_hi, METER_SLICE_S):
             held = clock.slices.setdefault(index, {}).setdefault(key, _Held(workload.gpus))
+            held.devices = max(held.devices, workload.gpus)  # elastic work grows
             held.seconds += seconds * workload.gpus
 
 
@@ -343,7 +360,7 @@ def _finish_due(clock: DemoClock, end: float) -> list[int]:
 
 
 def _submit_due(clock: DemoClock, start: float, end: float, refused: list[str]) -> list[int]:
-    submitted = []
+    submitted = _play_opening(clock, start, end, refused)
     due = clock.trace.arrivals(start, end)
     tenants = {t.slug: t for t in Tenant.objects.filter(slug__in={a.job.team for a in due})}
     for arrival in due:
@@ -408,3 +425,103 @@ def _meter_ended_slices(clock: DemoClock) -> int:
                 )
             )
     return sum(meter(usage) for meter in DEMO_METERS) if usage else 0
+
+
+# --- the opening act ---------------------------------------------------------------------
+# The trace's work arrives as it did at Microsoft, so a visitor might wait a long time for
+# a reclaim or an elastic job. The opening act stages, in the first virtual hours after
+# the demo was seeded (the first real minutes at the default speed), what Tidegate is for:
+# an owner taking back the guarantee another team borrows (a reclaim, its reason on the
+# borrower's page), work waiting in line with a position, an elastic job growing into
+# idle GPUs and shrinking when their owner wants them. Each scene plays once: it is not
+# submitted again when a workload of its name exists.
+
+OWNER_WITH_ROOM = "(a team whose unused guarantee is lent now)"
+
+
+@dataclass(frozen=True)
+class Scene:
+    at_s: float  # virtual seconds after the demo was seeded
+    team: str  # a team slug, or OWNER_WITH_ROOM
+    name: str
+    flavour: str
+    count: int
+    gpus_per_pod: int
+    run_s: float
+    min_count: int | None = None
+
+
+OPENING = (
+    # an owner's work inside its guarantee, while vision borrows its H100s: a reclaim
+    Scene(10 * 60, OWNER_WITH_ROOM, "owner-takes-back", "h100-80gb", 1, 2, 3 * 3600),
+    # more than the free H100s: waits in line with a position until work ends
+    Scene(15 * 60, "search", "waits-its-turn", "h100-80gb", 2, 2, 2 * 3600),
+    # elastic: 2 pods guaranteed, up to 12 growing into idle A100s
+    Scene(30 * 60, "nlp", "elastic-pretrain", "a100-sxm4-80gb", 12, 1, 8 * 3600, 2),
+    # an owner of those A100s wants them back: the elastic job shrinks, nothing is killed
+    Scene(3 * 3600, OWNER_WITH_ROOM, "owner-wants-a100s", "a100-sxm4-80gb", 1, 4, 2 * 3600),
+)
+
+
+def _play_opening(clock: DemoClock, start: float, end: float, refused: list[str]) -> list[int]:
+    if clock.opening_at is None:
+        return []
+    due = [s for s in OPENING if start < clock.opening_at + s.at_s <= end]
+    played = set(
+        Workload.objects.filter(cluster=clock.cluster, name__in=[s.name for s in due]).values_list(
+            "name", flat=True
+        )
+    )
+    submitted = []
+    for scene in due:
+        if scene.name in played:
+            continue
+        tenant = _team_for(clock.cluster, scene)
+        if tenant is None:
+            refused.append(f"{scene.name}: no team has {scene.gpus_per_pod * scene.count} unused")
+            continue
+        try:
+            workload = workload_submit(
+                actor=None,
+                cluster=clock.cluster,
+                tenant=tenant,
+                name=scene.name,
+                pod_sets=[
+                    PodSetSpec(
+                        count=scene.count,
+                        gpus_per_pod=scene.gpus_per_pod,
+                        flavour=scene.flavour,
+                        min_count=scene.min_count,
+                    )
+                ],
+                priority_class=TRACE_PRIORITY,
+                audit_source="system",
+                annotations=demo_annotations(clock.opening_at + scene.at_s, scene.run_s),
+            )
+        except (TidegateError, KeyError) as error:
+            refused.append(f"{scene.name}: {error}")
+            continue
+        submitted.append(workload.pk)
+    return submitted
+
+
+def _team_for(cluster: Cluster, scene: Scene) -> Tenant | None:
+    """The scene's team; for OWNER_WITH_ROOM the first team (by slug) whose guarantee of
+    the flavour minus what it holds covers the scene's GPUs while others borrow: its
+    work starts inside its guarantee, taking back what was lent."""
+    if scene.team != OWNER_WITH_ROOM:
+        return Tenant.objects.filter(slug=scene.team).first()
+    held: dict[int, int] = {}
+    for workload in Workload.objects.filter(
+        cluster=cluster, state__in=Workload.ACTIVE_STATES, flavour__name=scene.flavour
+    ):
+        held[workload.tenant_id] = held.get(workload.tenant_id, 0) + workload.gpus
+    need = scene.count * scene.gpus_per_pod
+    quotas = Quota.objects.filter(
+        flavour__cluster=cluster, flavour__name=scene.flavour, tenant__children__isnull=True
+    ).select_related("tenant")
+    candidates = sorted(
+        (q.tenant for q in quotas if q.guaranteed - held.get(q.tenant_id, 0) >= need),
+        key=lambda t: t.slug,
+    )
+    return candidates[0] if candidates else None

@@ -140,6 +140,7 @@ def test_work_is_metered_for_the_real_time_it_held_its_gpus(cluster: Cluster) ->
     started = timezone.now().replace(minute=0, second=0, microsecond=0)
     clock = demo_clock_start(cluster, at=started)
     before = UsageRecord.objects.filter(workload__isnull=False).count()
+    running_at_start = list(Workload.objects.filter(state="running").values_list("pk", flat=True))
     run_hours(clock, 5)
     rows = UsageRecord.objects.filter(workload__isnull=False)
     assert rows.count() > before
@@ -147,9 +148,18 @@ def test_work_is_metered_for_the_real_time_it_held_its_gpus(cluster: Cluster) ->
     for row in rows:
         assert row.interval_start <= now  # never dated in the future
         assert 0 < row.gpu_seconds_allocated <= row.devices * METER_SLICE_S
-    resnet = rows.filter(job_name="resnet-sweep")
-    # 4 H100s for the 3 simulated hours it ran: 3 real minutes at 60 virtual s a second
-    assert sum(r.gpu_seconds_allocated for r in resnet) == 4 * 3 * 60
+    # work that ran all along: 5 simulated hours are 5 real minutes at 60 virtual s a
+    # second, of which the slices over so far are metered
+    metered_s = (5 * 60) // METER_SLICE_S * METER_SLICE_S
+    steady = [
+        w
+        for w in Workload.objects.filter(pk__in=running_at_start, state="running", preemptions=0)
+        if not w.elastic
+    ]
+    assert steady
+    for workload in steady:
+        held = sum(r.gpu_seconds_allocated for r in rows.filter(workload=workload))
+        assert held == workload.gpus * metered_s, workload.name
     assert hours_over_capacity(started - timedelta(days=40), now + timedelta(hours=1)) == []
 
 
@@ -192,3 +202,73 @@ def test_the_ticker_drives_the_demo_cluster_on_its_clock(cluster: Cluster) -> No
 def test_a_speed_that_is_not_positive_is_refused_with_what_to_give() -> None:
     with pytest.raises(CommandError, match=r"--speed is 0; give a positive number"):
         call_command("serve_demo", "--speed", "0")
+
+
+def test_work_a_visitor_submits_finishes_and_is_charged(cluster: Cluster) -> None:
+    """Work submitted through the API declares no trace run time: on the demo cluster it
+    runs SUBMITTED_RUN_S (virtual), then finishes and has its GPUs charged."""
+    from scheduler_bridge.demo_clock import SUBMITTED_RUN_S
+
+    this_hour = timezone.now().replace(minute=0, second=0, microsecond=0)
+    clock = demo_clock_start(cluster, at=this_hour)
+    lead = get_user_model().objects.get(username="vision-lead")
+    response = client_for(lead).post(
+        "/api/v1/workloads/",
+        {
+            "cluster": "demo",
+            "tenant": "vision",
+            "name": "visitor-job",
+            "pod_sets": [{"count": 1, "gpus_per_pod": 1, "flavour": "h100-80gb"}],
+        },
+        format="json",
+    )
+    assert response.status_code == 201, response.content
+    job = Workload.objects.get(pk=response.json()["id"])
+    hours = 0
+    while job.state != "finished" and hours < 24:
+        run_hours(clock, 1)
+        job.refresh_from_db()
+        hours += 1
+    assert job.state == "finished", job.reason
+    assert job.admitted_at is not None and job.finished_at is not None
+    assert hours * 3600 >= SUBMITTED_RUN_S
+    rows = UsageRecord.objects.filter(workload=job)
+    held = (job.finished_at - job.admitted_at).total_seconds()
+    assert rows.exists()
+    # charged for the real time it held its GPU (the last slice may still be open)
+    assert 0 < sum(r.gpu_seconds_allocated for r in rows) <= held + METER_SLICE_S
+
+
+def test_within_the_first_minutes_the_queue_visibly_lends_reclaims_and_grows(
+    cluster: Cluster,
+) -> None:
+    """The opening act: five virtual hours (five real minutes at the default speed)
+    after seeding, a visitor has seen a reclaim with its reason, work waiting with a
+    position, an elastic job grow into idle GPUs and shrink, and spend move."""
+    this_hour = timezone.now().replace(minute=0, second=0, microsecond=0)
+    clock = demo_clock_start(cluster, at=this_hour)
+    rows_before = UsageRecord.objects.count()
+    seen: dict[str, Any] = {"positions": set(), "elastic": []}
+
+    def watch() -> None:
+        seen["positions"] |= set(
+            Workload.objects.filter(state="pending", queue_position__isnull=False).values_list(
+                "name", flat=True
+            )
+        )
+        elastic = Workload.objects.filter(name="elastic-pretrain").first()
+        if elastic is not None and elastic.state == "running":
+            seen["elastic"].append(elastic.gpus)
+
+    run_hours(clock, 5, watch)
+    reclaimed = Workload.objects.filter(preemptions__gt=0)
+    assert reclaimed.exists()
+    assert "waits-its-turn" in seen["positions"]
+    grew = seen["elastic"]
+    assert grew and max(grew) > 2, grew
+    # it shrank (to no less than its 2 guaranteed pods) when an owner came for its A100s
+    assert any(later < grew[i] for i in range(len(grew)) for later in grew[i + 1 :]), grew
+    assert min(grew) >= 2
+    owner = Workload.objects.get(name="owner-wants-a100s")
+    assert owner.started_at is not None and owner.borrowed == {}
+    assert UsageRecord.objects.count() > rows_before
