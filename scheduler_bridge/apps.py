@@ -11,9 +11,11 @@ class SchedulerBridgeConfig(AppConfig):
         from django.db.models.signals import post_delete, post_save
 
         from scheduler_bridge import bindings, demo, history, metrics, portal
+        from scheduler_bridge.demo_clock import demo_history_jobs
         from scheduler_bridge.inventory.models import Flavour
         from scheduler_bridge.quotas.models import Quota
         from scheduler_bridge.workloads import portal as queue_portal
+        from scheduler_bridge.workloads.history_trace import register_history_source
         from tenants.binding_rules import register_binding_check, register_binding_listener
         from tenants.context_processors import register_nav_entry
         from tenants.deletion import register_deletion_blocker
@@ -22,6 +24,7 @@ class SchedulerBridgeConfig(AppConfig):
         from tenants.portal.views import register_tenant_panel
 
         metrics.register_gauges()
+        register_history_source(demo_history_jobs)
         register_deletion_blocker(portal.quota_deletion_blocker)
         register_demo_seeder(demo.seed_demo_cluster)
         register_tenant_panel(portal.quota_panel)

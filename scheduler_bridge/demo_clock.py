@@ -29,13 +29,13 @@ import functools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from django.db import transaction
 from django.utils import timezone
 
 from scheduler_bridge import admission as engine
-from scheduler_bridge.demo_replay import ReplayResult, replay
+from scheduler_bridge.demo_replay import HeldRun, ReplayResult, replay
 from scheduler_bridge.demo_trace import (
     RUN_TIME_ANNOTATION,
     TRACE_JOB_ANNOTATION,
@@ -51,14 +51,15 @@ from scheduler_bridge.demo_trace import (
 )
 from scheduler_bridge.inventory.models import Cluster, Flavour
 from scheduler_bridge.quotas.models import Quota
-from scheduler_bridge.replay.trace import PHILLY_JOBS, read_jobs
+from scheduler_bridge.replay.trace import PHILLY_JOBS, TraceJob, read_jobs
 from scheduler_bridge.workloads import lifecycle
 from scheduler_bridge.workloads import wording as worded
 from scheduler_bridge.workloads.cycle import engine_config
+from scheduler_bridge.workloads.history_trace import RecordedJob
 from scheduler_bridge.workloads.models import Workload
 from scheduler_bridge.workloads.services import PodSetSpec, workload_submit
 from scheduler_bridge.workloads.snapshot import build_snapshot
-from tenants.demo import DEPARTMENTS
+from tenants.demo import DEMO_CLUSTER, DEPARTMENTS
 from tenants.errors import Conflict, TidegateError
 from tenants.models import Tenant
 
@@ -525,3 +526,66 @@ def _team_for(cluster: Cluster, scene: Scene) -> Tenant | None:
         key=lambda t: t.slug,
     )
     return candidates[0] if candidates else None
+
+
+# --- the demo's recorded history, for the what-if ------------------------------------
+
+
+def demo_history_jobs(
+    cluster: Cluster, since: datetime, until: datetime
+) -> list[RecordedJob] | None:
+    """The seeded history of a cluster on the demo clock as the jobs it ran: the trace's
+    arrivals of [since, until) as the history replay ran them (the same replay that wrote
+    the seeded ledger), each with its submit instant, its last run's length and its first
+    start. None for any other cluster. Hours are whole, so a page that asks twice within
+    an hour replays once."""
+    if cluster.name != DEMO_CLUSTER or cluster.gateway != Cluster.Gateway.SIMULATED:
+        return None
+    seeded_until = _seeded_until(cluster)
+    hi = min(until, seeded_until).replace(minute=0, second=0, microsecond=0)
+    lo = since.replace(minute=0, second=0, microsecond=0)
+    if hi <= lo:
+        return []
+    result = history_replay(cluster, lo, hi)
+    anchor = ANCHOR.timestamp()
+    submitted = {
+        arrival.name: anchor + arrival.at
+        for arrival in demo_trace(cluster).arrivals(virtual(lo) - 86_400.0, virtual(hi))
+    }
+    runs: dict[str, list[HeldRun]] = {}
+    for run in result.runs:
+        runs.setdefault(run.name, []).append(run)
+    jobs = []
+    for name, held in sorted(runs.items()):
+        held.sort(key=lambda r: (r.run, r.start))
+        last = held[-1]
+        at = submitted.get(name)
+        if at is None or not lo.timestamp() <= at < hi.timestamp() or last.end >= hi.timestamp():
+            continue  # submitted outside the window, or still running at its end
+        jobs.append(
+            RecordedJob(
+                TraceJob(
+                    id=name,
+                    tenant=last.team,
+                    submitted_at=at,
+                    run_time_s=last.end - last.start,
+                    gpus=last.devices,
+                    flavor=last.flavour,
+                    priority=0,
+                ),
+                first_start=held[0].start,
+            )
+        )
+    return jobs
+
+
+def _seeded_until(cluster: Cluster) -> datetime:
+    """Where the seeded history ends: the virtual instant the demo's own work was
+    submitted at (the hour seed_demo ran), as a real instant."""
+    submitted = [
+        float(notes[VIRTUAL_SUBMIT_ANNOTATION])
+        for notes in Workload.objects.filter(
+            cluster=cluster, annotations__has_key=VIRTUAL_SUBMIT_ANNOTATION
+        ).values_list("annotations", flat=True)
+    ]
+    return ANCHOR + timedelta(seconds=min(submitted)) if submitted else timezone.now()

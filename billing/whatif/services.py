@@ -32,7 +32,12 @@ from billing.whatif.records import (
 from scheduler_bridge.inventory.models import Cluster, Flavour
 from scheduler_bridge.quotas.models import Quota
 from scheduler_bridge.replay.policies import POLICIES, ReplayInputError, ReplayOptions
-from scheduler_bridge.workloads.history_trace import RAN_STATES, HistoryTrace, history_trace
+from scheduler_bridge.workloads.history_trace import (
+    HISTORY_SOURCES,
+    RAN_STATES,
+    HistoryTrace,
+    history_trace,
+)
 from scheduler_bridge.workloads.models import Workload
 from scheduler_bridge.workloads.snapshot import DEFAULT_HALF_LIFE_S
 from tenants import access
@@ -63,17 +68,19 @@ def history_tenants(*, cluster: Cluster, days: int, now: datetime | None = None)
     """Slugs of the tenants with finished work on ``cluster`` submitted in the last
     ``days`` (the tenants a replay of that history knows)."""
     until = now or timezone.now()
-    return sorted(
-        set(
-            Workload.objects.filter(
-                cluster=cluster,
-                state__in=RAN_STATES,
-                submitted_at__gte=until - timedelta(days=days),
-                submitted_at__lt=until,
-                finished_at__isnull=False,
-            ).values_list("tenant__slug", flat=True)
-        )
+    since = until - timedelta(days=days)
+    found = set(
+        Workload.objects.filter(
+            cluster=cluster,
+            state__in=RAN_STATES,
+            submitted_at__gte=since,
+            submitted_at__lt=until,
+            finished_at__isnull=False,
+        ).values_list("tenant__slug", flat=True)
     )
+    for source in HISTORY_SOURCES:  # history kept beyond the workload table (the demo's)
+        found |= {recorded.job.tenant for recorded in source(cluster, since, until) or ()}
+    return sorted(found)
 
 
 def today_guarantees(*, cluster: Cluster, tenants: list[str]) -> dict[tuple[str, str], int]:
@@ -319,7 +326,7 @@ def _window(trace: HistoryTrace) -> HistoryWindow:
         until=trace.until.isoformat(),
         jobs=len(trace.jobs),
         tenants=len({job.tenant for job in trace.jobs}),
-        capacity_gpus=trace.cluster.capacity,
+        capacity_gpus=trace.cluster.whole_gpus,
     )
 
 

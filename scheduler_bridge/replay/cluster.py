@@ -58,6 +58,11 @@ class ReplayCluster:
         return sum(p.gpus for p in self.products)
 
     @property
+    def whole_gpus(self) -> int:
+        """Capacity in whole GPUs: MIG instances and shares at their GPU equivalent."""
+        return round(sum(p.gpus * p.gpu_equivalent for p in self.products))
+
+    @property
     def default_flavor(self) -> str:
         return self.products[0].flavor
 

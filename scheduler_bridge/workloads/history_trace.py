@@ -9,6 +9,7 @@ work, every tenant above them and their quotas (guarantees, borrow and lend limi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -23,6 +24,27 @@ from scheduler_bridge.workloads.models import Workload
 from tenants.models import Tenant
 
 RAN_STATES = (Workload.State.FINISHED, Workload.State.FAILED, Workload.State.TIMED_OUT)
+
+
+@dataclass(frozen=True)
+class RecordedJob:
+    """A job a cluster ran that the database keeps no workload of (a simulated cluster's
+    seeded history): as TraceJob, plus when it first started."""
+
+    job: TraceJob
+    first_start: float
+
+
+# Sources of recorded history beyond the workload table (the demo cluster's seeded month,
+# registered by scheduler_bridge.demo_clock): (cluster, since, until) -> its jobs, or
+# None for a cluster the source does not know.
+HistorySource = Callable[[Cluster, datetime, datetime], list[RecordedJob] | None]
+HISTORY_SOURCES: list[HistorySource] = []
+
+
+def register_history_source(source: HistorySource) -> None:
+    if source not in HISTORY_SOURCES:
+        HISTORY_SOURCES.append(source)
 
 
 @dataclass(frozen=True)
@@ -83,6 +105,11 @@ def history_trace(*, cluster: Cluster, days: int = 30, now: datetime | None = No
                 checkpoint_s=workload.checkpoint_interval_s or None,
             )
         )
+    for source in HISTORY_SOURCES:
+        for recorded in source(cluster, since, until) or ():
+            jobs.append(recorded.job)
+            waits[recorded.job.id] = recorded.first_start - recorded.job.submitted_at
+    jobs.sort(key=lambda job: (job.submitted_at, job.id))
     parents: dict[str, str | None] = {}
     pending = {job.tenant for job in jobs}
     while pending:
