@@ -74,6 +74,15 @@ class Window:
         return Window(_range_label(self.start - span, self.start), self.start - span, self.start)
 
 
+def _span(elapsed: timedelta) -> str:
+    days, hours = elapsed.days, elapsed.seconds // 3600
+    if days and hours:
+        return _("%(days)s days %(hours)s h") % {"days": days, "hours": hours}
+    if days:
+        return _("%(days)s days") % {"days": days}
+    return _("%(hours)s h") % {"hours": hours}
+
+
 def _range_label(start: datetime, end: datetime) -> str:
     return f"{start.isoformat()}..{end.isoformat()}"
 
@@ -237,6 +246,17 @@ def allocation_report(
 
     current, currency, provisional = rows_of(window)
     previous_window = window.previous()
+    if window.month and window.start <= now < window.end:
+        # a month under way is compared with as many days of the month before, never
+        # with all of it: like with like
+        elapsed = now.replace(minute=0, second=0, microsecond=0) - window.start
+        start = previous_window.start
+        previous_window = Window(
+            _("%(month)s, its first %(span)s (as far as %(now)s has come)")
+            % {"month": previous_window.label, "span": _span(elapsed), "now": window.label},
+            start,
+            start + elapsed,
+        )
     previous, _currency, _provisional = rows_of(previous_window)
     return AllocationReport(
         window=window,

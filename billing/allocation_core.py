@@ -9,7 +9,8 @@ How a cent finds its group:
   rate card and priority class are fixed, so that is the line's own arithmetic), with
   :func:`billing.money.split_exactly`: the parts add up to the line to the cent;
 * a line no usage makes up (an adjustment, a reservation nobody used) stays with its tenant
-  under ``__unallocated__`` for the other keys;
+  under ``__unallocated__`` for the other keys; usage whose workload has no value for a
+  key (no namespace, no such label) is grouped under ``__none__``, apart from it;
 * idle capacity (the ``idle`` and ``idle_share`` lines of a flavour, pooled) is shared over
   the groups evenly, by guarantee or by usage, again to the cent, and shown apart
   (``idle_cost``); when no group can take it, it stays on an ``__idle__`` row.
@@ -32,6 +33,9 @@ HOUR_S = 3600
 HOURS_PLACES = 4
 ZERO = Decimal("0.00")
 UNALLOCATED = "__unallocated__"
+# usage whose workload has no value for the dimension (no namespace: submitted through
+# the API; no such label): not unallocated money, which is a line no usage makes up
+NO_VALUE = "__none__"
 IDLE = "__idle__"
 
 # Dimensions a view groups by; label:<key> and annotation:<key> name the workload's own.
@@ -261,7 +265,9 @@ def _value(share: _Share, dimension: str, data: AllocationInput) -> str:
         return LINE_TYPES.get(share.kind, share.kind)
     if share.tenant_id is None:
         return IDLE
-    return share.values.get(dimension) or UNALLOCATED
+    if not share.values:  # a line no usage makes up
+        return UNALLOCATED
+    return share.values.get(dimension) or NO_VALUE
 
 
 def _group_key(share: _Share, data: AllocationInput) -> tuple[str, ...]:

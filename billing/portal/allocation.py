@@ -14,7 +14,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from billing import allocation, charts, selectors
-from billing.allocation_core import IDLE, UNALLOCATED, ZERO, IdlePolicy
+from billing.allocation_core import IDLE, NO_VALUE, UNALLOCATED, ZERO, IdlePolicy
 from billing.months import month_name
 from billing.permissions import can_manage_platform_billing
 from billing.portal.common import require_billing_reader, subtree_from_query
@@ -55,6 +55,12 @@ def _key_name(key: str) -> str:
 def _value_name(key: str, value: str) -> str:
     if value == UNALLOCATED:
         return _("(unallocated)")
+    if value == NO_VALUE:
+        if key == "namespace":
+            return _("(no namespace: submitted through the API)")
+        if key == "workload":
+            return _("(no workload: pods outside the queue)")
+        return _("(none)")
     if value == IDLE:
         return _("(idle capacity)")
     if key == "line_type" and value in LINE_TYPE_NAMES:

@@ -128,12 +128,15 @@ def test_any_grouping_of_a_closed_period_adds_up_to_its_statements(
 def test_rows_carry_the_keys_they_are_grouped_by(closed: BillingPeriod, cast: Cast) -> None:
     body = get(cast.platform_admin, window="2026-02", aggregate="namespace,label:team").json()
     keys = set(rows_by(body, "namespace", "label:team"))
+    # usage of workloads without a team label is "__none__", never "__unallocated__"
+    # (money no usage makes up: adjustments, reservations nobody used)
     assert {
         ("vision-train", "cv"),
-        ("vision-dev", "__unallocated__"),
-        ("speech-train", "__unallocated__"),
-        ("globex-train", "__unallocated__"),
+        ("vision-dev", "__none__"),
+        ("speech-train", "__none__"),
+        ("globex-train", "__none__"),
     } <= keys
+    assert not any(value == "__unallocated__" for _ns, value in keys)
     by_type = rows_by(
         get(cast.platform_admin, window="2026-02", aggregate="line_type").json(), "line_type"
     )
@@ -400,3 +403,39 @@ def test_platform_billing_sets_the_allocation_idle_policy_through_the_api(
     assert get(cast.platform_admin, window="2026-02", aggregate="tenant").json()["idle"] == "even"
     bad = admin.post("/api/v1/billing/policy/", {"allocation_idle": "fair"}, format="json")
     assert bad.status_code == 400 and "allocation_idle" in str(bad.json())
+
+
+def test_a_month_under_way_is_compared_with_as_many_days_of_the_month_before(
+    cast: Cast, gpu: GpuCluster
+) -> None:
+    """Five days into March the change column compares with February's first five days,
+    not with all of February (it compared five days with a whole month)."""
+    from datetime import timedelta
+
+    record_usage(cast.team_a, gpu.h100, FEB + timedelta(days=1), hours=2, pod="early")
+    record_usage(cast.team_a, gpu.h100, FEB + timedelta(days=20), hours=5, pod="late")
+    record_usage(cast.team_a, gpu.h100, MAR + timedelta(days=1), hours=3, pod="now")
+    report = allocation.allocation_report(
+        cast.platform_admin,
+        allocation.month_window("2026-03"),
+        aggregate=["tenant"],
+        now=MAR + timedelta(days=5, hours=7, minutes=30),
+    )
+    assert (report.previous.start, report.previous.end) == (FEB, FEB + timedelta(days=5, hours=7))
+    assert "2026-02, its first 5 days 7 h" in str(report.previous.label)
+    vision = next(r for r in report.rows if r.keys == ("vision",))
+    same_days = allocation.allocation_report(
+        cast.platform_admin,
+        allocation.range_window("2026-02-01", "2026-02-06T07:00:00"),
+        aggregate=["tenant"],
+        now=MAR + timedelta(days=5, hours=7, minutes=30),
+    )
+    whole = allocation.allocation_report(
+        cast.platform_admin,
+        allocation.month_window("2026-02"),
+        aggregate=["tenant"],
+        now=MAR + timedelta(days=5, hours=7, minutes=30),
+    )
+    in_same_days = next(r for r in same_days.rows if r.keys == ("vision",)).total
+    in_whole_month = next(r for r in whole.rows if r.keys == ("vision",)).total
+    assert vision.previous_total == in_same_days < in_whole_month
