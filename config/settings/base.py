@@ -159,6 +159,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # a statement's mode may also be "platform" (idle capacity), a tenant's setting not
+    "ENUM_NAME_OVERRIDES": {
+        "StatementModeEnum": "billing.models.periods.Statement.Mode",
+        "BillingModeEnum": "billing.models.rates.TenantBillingSettings.Mode",
+    },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "tenants.api.schema.add_error_responses",
