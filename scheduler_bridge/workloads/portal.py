@@ -220,11 +220,12 @@ def cluster_queue(request: HttpRequest, name: str) -> HttpResponse:
         "running_count": sum(counts.get(s, 0) for s in Workload.ACTIVE_STATES),
         "every_s": LIVE_EVERY_S,
     }
-    if request.htmx:  # type: ignore[attr-defined]
-        # the page polls its queue: the table alone, with the same filters and page
-        return render(request, "scheduler_bridge/cluster_queue_live.html", context)
     visible = set(access.tenants_visible_to(request.user).values_list("slug", flat=True))
     context["chart"] = holdings_chart(cluster, visible)
+    if request.htmx:  # type: ignore[attr-defined]
+        # the page polls its live part: chart, counts and table together, with the same
+        # filters and page, so no part of the page says something another part does not
+        return render(request, "scheduler_bridge/cluster_queue_live.html", context)
     return render(request, "scheduler_bridge/cluster_queue.html", context)
 
 

@@ -100,3 +100,44 @@ def test_a_cancel_by_one_user_shows_on_anothers_open_pages_without_reload(
     assert detail.evaluate("window.notReloaded") is True
     canceller.context.close()
     watcher.context.close()
+
+
+def test_the_queue_pages_chart_counts_and_table_refresh_together(
+    demo: None, live_server: Any, browser: Any
+) -> None:
+    """The queue page's chart, its counts and its table are one live part: when a running
+    workload is cancelled, the chart stops showing its GPUs in the same refresh that takes
+    it off the table (the chart stayed as it was when the page opened)."""
+    job = Workload.objects.filter(state="running", tenant__slug="vision").order_by("-gpus").first()
+    assert job is not None
+    watcher = signed_in(browser, live_server.url, "research-admin")
+    watcher.goto(f"{live_server.url}/clusters/demo/queue/")
+    watcher.wait_for_selector("#queue-chart .main-svg")
+    watcher.evaluate("window.notReloaded = true")
+    chart_before = watcher.evaluate(
+        "() => JSON.stringify(document.querySelector('#queue-chart .js-plotly-plot').data"
+        ".map(t => t.y))"
+    )
+    counts_before = watcher.locator("#queue-counts").inner_text()
+
+    lead = signed_in(browser, live_server.url, "vision-lead")
+    lead.goto(f"{live_server.url}/workloads/{job.pk}/")
+    lead.on("dialog", lambda dialog: dialog.accept())
+    lead.click("#standing button[type=submit]")
+    lead.wait_for_load_state("networkidle")
+
+    watcher.wait_for_function(
+        "(before) => document.querySelector('#queue-counts').innerText !== before",
+        arg=counts_before,
+        timeout=LIVE_TIMEOUT_MS,
+    )
+    watcher.wait_for_selector("#queue-chart .main-svg")
+    chart_after = watcher.evaluate(
+        "() => JSON.stringify(document.querySelector('#queue-chart .js-plotly-plot').data"
+        ".map(t => t.y))"
+    )
+    assert chart_after != chart_before
+    assert job.name not in watcher.locator("#queue-live table").inner_text()
+    assert watcher.evaluate("window.notReloaded") is True
+    lead.context.close()
+    watcher.context.close()
