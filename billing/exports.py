@@ -190,6 +190,30 @@ def line_type_label(kind_or_type: str) -> str:
     return str(label) if label is not None else key
 
 
+MODE_LABELS = {
+    "chargeback": gettext_lazy("Chargeback"),
+    "showback": gettext_lazy("Showback"),
+    PLATFORM_COST: gettext_lazy("Platform cost (not charged)"),
+}
+
+
+def mode_label(mode: str) -> str:
+    """A statement's mode in the reader's language."""
+    label = MODE_LABELS.get(mode)
+    return str(label) if label is not None else mode
+
+
+def _readable_cells(row: ReportRow) -> dict[str, str | Decimal | None]:
+    """One row by column name, codes as the reader's words (PDF and XLSX; the CSV keeps
+    its machine codes in every language)."""
+    named = dict(zip(CSV_COLUMNS, _cells(row), strict=True))
+    named["line_type"] = line_type_label(row.kind)
+    named["mode"] = mode_label(row.mode)
+    if row.tenant == IDLE_TENANT:
+        named["tenant"] = _("Idle capacity")
+    return named
+
+
 def _cells(row: ReportRow) -> list[str | Decimal | None]:
     """One row in ``CSV_COLUMNS`` order."""
     return [
@@ -295,13 +319,16 @@ def to_xlsx(report: PeriodReport) -> bytes:
 def _data_sheet(sheet: Any, rows: list[ReportRow]) -> None:
     from openpyxl.styles import Font
 
-    sheet.append(list(CSV_COLUMNS))
+    # headers and codes in the reader's language (the about sheet names each column's
+    # machine name, which the CSV keeps)
+    sheet.append([str(COLUMN_LABELS[name]) for name in CSV_COLUMNS])
     for cell in sheet[1]:
         cell.font = Font(bold=True)
     index = {name: i for i, name in enumerate(CSV_COLUMNS)}
     for row in rows:
         # Decimals go in as numbers (exact to the cent in the file's text form).
-        values: list[Any] = ["" if cell is None else cell for cell in _cells(row)]
+        named = _readable_cells(row)
+        values: list[Any] = ["" if named[n] is None else named[n] for n in CSV_COLUMNS]
         if str(values[1]).isdigit():
             values[1] = int(values[1])
         sheet.append(values)
@@ -466,10 +493,7 @@ def to_pdf(report: PeriodReport) -> bytes:
     story.append(Spacer(1, 12))
     data: list[list[str]] = [[str(COLUMN_LABELS[name]) for name in PDF_COLUMNS]]
     for row in report.rows:
-        named = dict(zip(CSV_COLUMNS, _cells(row), strict=True))
-        named["line_type"] = line_type_label(row.kind)
-        if row.tenant == IDLE_TENANT:
-            named["tenant"] = _("Idle capacity")
+        named = _readable_cells(row)
         data.append(["" if named[name] is None else str(named[name]) for name in PDF_COLUMNS])
     table = Table(data, repeatRows=1)
     table.setStyle(

@@ -94,12 +94,16 @@ def test_the_xlsx_has_numbers_with_number_formats_and_explains_its_columns(
     )
     book = load_workbook(io.BytesIO(response.content))
     sheet = book["（无成本中心）"]
-    assert [c.value for c in sheet[1]] == list(CSV_COLUMNS)
+    # headers and codes in the reader's language; the about sheet names the columns
+    assert "金额" in [c.value for c in sheet[1]]
+    assert "amount" not in [c.value for c in sheet[1]]
     row = next(r for r in sheet.iter_rows(min_row=2) if r[3].value == "vision")
     assert row[12].value == 12 and row[12].number_format == '#,##0.00 "USD"'  # amount
     assert row[8].value == 6 and row[8].number_format == "0.0000"  # GPU-hours
     assert row[10].number_format == "0.000000"  # rate
     assert row[11].value == 1 and row[11].number_format == "0.000"  # multiplier
+    assert row[CSV_COLUMNS.index("mode")].value == "成本分摊"  # not "chargeback"
+    assert row[CSV_COLUMNS.index("line_type")].value != "in_quota"
     about = [[c.value for c in r] for r in book["about"].iter_rows()]
     assert ["amount", "金额", "收取的金额（展示模式下仅展示）"] in about
 

@@ -19,7 +19,7 @@ import pytest
 from django.utils import translation
 from openpyxl import load_workbook
 
-from billing.exports import CSV_COLUMNS, LINE_TYPES, line_type, sheet_name
+from billing.exports import COLUMN_LABELS, CSV_COLUMNS, LINE_TYPES, line_type, sheet_name
 from billing.models import Adjustment, BillingPeriod, Statement, TenantBillingSettings
 from billing.periods import period_close
 from billing.pricing import Kind
@@ -166,7 +166,7 @@ def test_the_xlsx_has_a_summary_a_sheet_per_cost_centre_and_formats_per_column(
     assert book.sheetnames[0] == "Summary" and book.sheetnames[-1] == "about"
     assert {"CC-100", "CC-200", "Idle capacity"} <= set(book.sheetnames)
     sheet = book["CC-100"]
-    assert [c.value for c in sheet[1]] == list(CSV_COLUMNS)
+    assert [c.value for c in sheet[1]] == [str(COLUMN_LABELS[n]) for n in CSV_COLUMNS]
     row = {name: cell for name, cell in zip(CSV_COLUMNS, sheet[2], strict=True)}
     assert (row["tenant"].value, row["revision"].value) == ("vision", 1)
     assert row["gpu_hours_allocated"].value == 6
@@ -175,6 +175,7 @@ def test_the_xlsx_has_a_summary_a_sheet_per_cost_centre_and_formats_per_column(
     assert row["rate"].number_format == "0.000000"
     assert row["multiplier"].number_format == "0.000"
     assert row["amount"].value == 12 and row["amount"].number_format == '#,##0.00 "USD"'
+    assert (row["line_type"].value, row["mode"].value) == ("in quota", "Chargeback")
     assert {r[3].value for r in book["CC-200"].iter_rows(min_row=2)} == {"speech"}
     # Summary: speech's showback never lands in the chargeback column.
     summary = [[c.value for c in r] for r in book["Summary"].iter_rows()]

@@ -3,6 +3,7 @@ and what one user does shows on another user's open page without a reload."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -57,6 +58,10 @@ def test_the_dashboard_draws_its_charts_in_both_languages(
     )
     heading = page.locator("#holdings h2").inner_text()
     assert heading == ("GPUs held now" if language == "en" else "当前持有的 GPU")
+    ticks = " ".join(page.locator("#usage-chart .xtick text").all_text_contents())
+    months = re.compile(r"\b(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)\b")
+    # plotly.js names months in English: Chinese pages get numeric dates (2026-11-29)
+    assert bool(months.search(ticks)) == (language == "en"), ticks
     page.context.close()
 
 
