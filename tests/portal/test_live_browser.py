@@ -146,3 +146,20 @@ def test_the_queue_pages_chart_counts_and_table_refresh_together(
     assert watcher.evaluate("window.notReloaded") is True
     lead.context.close()
     watcher.context.close()
+
+
+def test_the_audit_trails_short_columns_keep_their_words_on_one_line_in_chinese(
+    demo: None, live_server: Any, browser: Any
+) -> None:
+    """Its "操作" (what) header was squeezed to one character per line by the message
+    column beside it."""
+    page = signed_in(browser, live_server.url, "admin", "zh-hans")
+    page.goto(f"{live_server.url}/audit/")
+    header = page.locator("#audit thead th").nth(3)
+    assert header.inner_text() == "操作"
+    box = header.bounding_box()
+    line = page.evaluate(
+        "el => parseFloat(getComputedStyle(el).lineHeight) || 20", header.element_handle()
+    )
+    assert box is not None and box["height"] < 2 * line  # one line, not two
+    page.context.close()
