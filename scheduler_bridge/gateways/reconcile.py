@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..admission.wording import Wording, gettext_noop, wording
 from .base import LAST_APPLIED_ANNOTATION
 
 
@@ -80,7 +81,15 @@ def plan_apply(
     body["metadata"].setdefault("annotations", {})[LAST_APPLIED_ANNOTATION] = record
 
     if live is None:
-        gone = (f"{where} was deleted outside Tidegate; recreated",) if expect_existing else ()
+        gone = (
+            (
+                wording(
+                    gettext_noop("%(object)s was deleted outside Tidegate; recreated"), object=where
+                ),
+            )
+            if expect_existing
+            else ()
+        )
         return ApplyPlan(True, True, body, gone, ())
 
     have_labels = get_path(live, ("metadata", "labels"))
@@ -129,20 +138,68 @@ def _describe_drift(
         if was_ours:
             continue  # unchanged since Tidegate wrote it: this is Tidegate's own update
         label = f"{where}: {field}[{key}]"
-        shown = f" to {have!r}" if show_values else ""
-        if have is None:
-            findings.append(f"{label} was removed outside Tidegate; restored")
-        elif key not in last_content:
-            action = "removed" if want is None else "overwritten"
-            findings.append(f"{label} was added outside Tidegate{shown}; {action}")
-        else:
-            action = "removed" if want is None else "restored"
-            findings.append(f"{label} was changed outside Tidegate{shown}; {action}")
+        findings.append(_content_drift(label, have, want, key in last_content, show_values))
 
     for key in sorted(set(want_labels) | set(last_labels)):
         have, want = have_labels.get(key), want_labels.get(key)
         if want is None or have == want or have == last_labels.get(key):
             continue
-        state = "removed" if have is None else f"changed to {have!r}"
-        findings.append(f"{where}: label {key} was {state} outside Tidegate; restored")
+        if have is None:
+            findings.append(
+                wording(
+                    gettext_noop(
+                        "%(object)s: label %(key)s was removed outside Tidegate; restored"
+                    ),
+                    object=where,
+                    key=key,
+                )
+            )
+        else:
+            findings.append(
+                wording(
+                    gettext_noop(
+                        "%(object)s: label %(key)s was changed to %(value)s outside Tidegate; "
+                        "restored"
+                    ),
+                    object=where,
+                    key=key,
+                    value=repr(have),
+                )
+            )
     return tuple(findings)
+
+
+def _content_drift(label: str, have: Any, want: Any, was_ours: bool, show_values: bool) -> Wording:
+    """What somebody did to one key of the content outside Tidegate, and what Tidegate did
+    about it, worded for the audit trail (said again in the reader's language)."""
+    if have is None:
+        return wording(
+            gettext_noop("%(field)s was removed outside Tidegate; restored"), field=label
+        )
+    if show_values:
+        if not was_ours:
+            template = (
+                gettext_noop("%(field)s was added outside Tidegate to %(value)s; removed")
+                if want is None
+                else gettext_noop("%(field)s was added outside Tidegate to %(value)s; overwritten")
+            )
+        else:
+            template = (
+                gettext_noop("%(field)s was changed outside Tidegate to %(value)s; removed")
+                if want is None
+                else gettext_noop("%(field)s was changed outside Tidegate to %(value)s; restored")
+            )
+        return wording(template, field=label, value=repr(have))
+    if not was_ours:
+        template = (
+            gettext_noop("%(field)s was added outside Tidegate; removed")
+            if want is None
+            else gettext_noop("%(field)s was added outside Tidegate; overwritten")
+        )
+    else:
+        template = (
+            gettext_noop("%(field)s was changed outside Tidegate; removed")
+            if want is None
+            else gettext_noop("%(field)s was changed outside Tidegate; restored")
+        )
+    return wording(template, field=label)

@@ -466,6 +466,14 @@ def _available_flavours(flavour: Flavour) -> list[str]:
     return list(names.values_list("name", flat=True)) or [_("(none: sync the inventory first)")]
 
 
+# the state a decision leaves a request in, worded for the audit trail
+DECIDED = {
+    QuotaRequest.State.APPROVED.value: wording(gettext_noop("approved")),
+    QuotaRequest.State.REJECTED.value: wording(gettext_noop("rejected")),
+    QuotaRequest.State.CANCELLED.value: wording(gettext_noop("cancelled")),
+}
+
+
 def _decide(
     actor: Any, request: QuotaRequest, state: str, comment: str, source: str
 ) -> QuotaRequest:
@@ -488,7 +496,7 @@ def _decide(
         before=before,
         after=snapshot(locked),
         source=source,
-        message=wording(gettext_noop("quota request %(state)s"), state=state),
+        message=wording(gettext_noop("quota request %(state)s"), state=DECIDED[state]),
     )
     return locked
 

@@ -18,7 +18,7 @@ from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
-from scheduler_bridge.admission.wording import gettext_noop, wording
+from scheduler_bridge.admission.wording import chain, gettext_noop, wording
 from scheduler_bridge.gateways import (
     ApplyResult,
     ClusterGateway,
@@ -197,7 +197,7 @@ def _quota_sync(cluster: Cluster, gateway: ClusterGateway) -> QuotaSyncResult:
                     namespace=binding.namespace,
                     name=QUOTA_NAME,
                     cluster=cluster.name,
-                    drift="; ".join(applied.drift),
+                    drift=chain(gettext_noop("%(first)s; %(rest)s"), list(applied.drift)),
                 ),
             )
         _mark(binding, NamespaceBinding.SyncState.OK, f"quota {applied.action}")

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import re
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any
 
@@ -93,3 +94,34 @@ def audit_message(event: Any) -> str:
     if wording is None or wording != text:
         return text
     return say(wording)
+
+
+# How the models name themselves in the audit trail's Object column (their __str__,
+# stored in English when the event was written), read back and said in the reader's
+# language; a name in another shape is shown as stored.
+_QUOTA_REQUEST = re.compile(
+    r"^(?P<tenant>\S+) asks (?P<n>\d+) (?P<flavour>\S+) \((?P<state>\w+)\)$"
+)
+_WORKLOAD = re.compile(r"^(?P<name>\S+/\S+) \((?P<state>\w+)\)$")
+
+
+@register.filter
+def audit_object(event: Any) -> str:
+    """An audit event's object as its model names itself, in the reader's language
+    (``{{ event|audit_object }}``)."""
+    from scheduler_bridge.quotas.models import QuotaRequest
+    from scheduler_bridge.workloads.models import Workload
+
+    text = str(getattr(event, "object_repr", "") or "")
+    kind = str(getattr(event, "object_type", "") or "")
+    if kind.endswith("quotarequest") and (found := _QUOTA_REQUEST.match(text)):
+        states = dict(QuotaRequest.State.choices)
+        return gettext("%(tenant)s asks %(n)s %(flavour)s (%(state)s)") % {
+            **found.groupdict(),
+            "state": str(states.get(found["state"], found["state"])).lower(),
+        }
+    if kind.endswith("workload") and (found := _WORKLOAD.match(text)):
+        states = dict(Workload.State.choices)
+        state = str(states.get(found["state"], found["state"])).lower()
+        return f"{found['name']} ({state})"
+    return text

@@ -253,3 +253,34 @@ def test_a_cluster_that_stops_answering_mid_sync_leaves_only_true_outcomes(
         # a binding says "ok" exactly when its quota is in the cluster
         assert (binding.sync_state == "ok") == applied, binding.namespace
     assert NamespaceBinding.objects.filter(sync_state="ok").count() >= 1
+
+
+def test_the_audit_trail_says_quota_events_in_the_readers_language(
+    fake_cluster: FakeCluster, cast: object
+) -> None:
+    """Chinese readers read "vision asks 6 h100-80gb (approved)", "quota request:
+    approved" and "ResourceQuota ... was deleted outside Tidegate" in English before."""
+    from scheduler_bridge.quotas.services import quota_request_approve, quota_request_create
+    from tests.tenants.test_portal import logged_in
+
+    request = quota_request_create(
+        actor=cast.lead,  # type: ignore[attr-defined]
+        tenant=cast.team_a,  # type: ignore[attr-defined]
+        flavour=fake_cluster.h100,
+        guaranteed=7,
+        justification="more",
+    )
+    quota_request_approve(actor=cast.dept_admin, request=request)  # type: ignore[attr-defined]
+    quota_sync(fake_cluster.cluster, fake_cluster.gateway)
+    fake_cluster.api.delete_object("ResourceQuota", "speech-train", "tidegate-gpu")
+    quota_sync(fake_cluster.cluster, fake_cluster.gateway)
+
+    page = logged_in(cast.platform_admin).get(  # type: ignore[attr-defined]
+        "/audit/", HTTP_ACCEPT_LANGUAGE="zh-hans"
+    )
+    text = page.content.decode()
+    assert "vision 申请 7 个 h100-80gb（已批准）" in text
+    assert "配额申请：已批准" in text
+    assert "在 Tidegate 之外被删除；已重新创建" in text
+    for english in (" asks ", "quota request approved", "was deleted outside Tidegate"):
+        assert english not in text, english
