@@ -1,5 +1,6 @@
 /* The portal's small behaviours, without inline handlers (the Content-Security-Policy
-   forbids them): a form marked data-confirm asks before it is sent; a select marked
+   forbids them): a form marked data-confirm asks before it is sent (once, however often
+   it is clicked); a select marked
    data-autosubmit sends its form when changed. */
 (function () {
   "use strict";
@@ -7,7 +8,10 @@
   document.addEventListener("submit", function (event) {
     var form = event.target;
     if (form instanceof HTMLFormElement && form.dataset.confirm !== undefined) {
-      if (!window.confirm(form.dataset.confirm)) { event.preventDefault(); }
+      // a double click sends once and asks once: the second submit is dropped
+      if (form.dataset.sending !== undefined) { event.preventDefault(); return; }
+      if (!window.confirm(form.dataset.confirm)) { event.preventDefault(); return; }
+      form.dataset.sending = "";
     }
   }, true);
 

@@ -11,8 +11,18 @@ from tenants.portal.audit_trail import OBJECT_LABELS, AuditFilters
 
 
 class AddMemberForm(forms.Form):
+    """A membership to add; ``roles`` are the ones the reader may hand out (a lead is never
+    offered admin or finance, which would be refused)."""
+
     username = forms.CharField(label=_("User name"), max_length=150)
     role = forms.ChoiceField(label=_("Role"), choices=Role.choices, initial=Role.MEMBER)
+
+    def __init__(self, *args: Any, roles: set[str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if roles is not None:
+            field = self.fields["role"]
+            assert isinstance(field, forms.ChoiceField)
+            field.choices = [(value, label) for value, label in Role.choices if value in roles]
 
 
 class AddBindingForm(forms.Form):

@@ -23,7 +23,7 @@ from django.views.decorators.http import require_POST
 
 from tenants import access, services
 from tenants.errors import TidegateError
-from tenants.models import Tenant
+from tenants.models import Role, Tenant
 from tenants.portal import audit_trail
 from tenants.portal.audit_trail import AuditFilters
 from tenants.portal.forms import AddBindingForm, AddMemberForm, AuditFilterForm
@@ -45,6 +45,12 @@ def visible_tenant_or_404(request: HttpRequest, slug: str) -> Tenant:
 
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
+    """The tenants the user sees; a finance user (and nothing else) lands on the billing
+    home instead, which is what finance comes for."""
+    if access.roles_held(request.user) == {Role.FINANCE} and not access.is_platform_admin(
+        request.user
+    ):
+        return redirect("billing-home")
     tenants = access.tenants_visible_to(request.user).select_related("parent")
     rows = [{"tenant": t, "role": access.role_on(request.user, t)} for t in tenants]
     return render(request, "tenants/home.html", {"rows": rows})
@@ -66,7 +72,8 @@ def _detail_context(request: HttpRequest, tenant: Tenant, **forms_: forms.Form) 
         "bindings": tenant.bindings.order_by("cluster_name", "namespace"),
         "can_manage_members": access.can_manage_members(user, tenant),
         "can_manage_bindings": access.can_manage_bindings(user, tenant),
-        "member_form": forms_.get("member_form") or AddMemberForm(),
+        "member_form": forms_.get("member_form")
+        or AddMemberForm(roles=access.grantable_roles(user, tenant)),
         "binding_form": forms_.get("binding_form") or AddBindingForm(),
         "panels": [panel for build in TENANT_PANELS if (panel := build(request, tenant))],
     }
@@ -91,7 +98,7 @@ def member_add(request: HttpRequest, slug: str) -> HttpResponse:
     tenant = visible_tenant_or_404(request, slug)
     if not access.can_manage_members(request.user, tenant):
         raise PermissionDenied
-    form = AddMemberForm(request.POST)
+    form = AddMemberForm(request.POST, roles=access.grantable_roles(request.user, tenant))
     if form.is_valid():
         try:
             user = services.user_by_username(form.cleaned_data["username"])

@@ -163,3 +163,56 @@ def test_the_audit_trails_short_columns_keep_their_words_on_one_line_in_chinese(
     )
     assert box is not None and box["height"] < 2 * line  # one line, not two
     page.context.close()
+
+
+def test_double_clicking_cancel_asks_once_and_cancels_once(
+    demo: None, live_server: Any, browser: Any
+) -> None:
+    from django.contrib.auth import get_user_model
+
+    from tests.conftest import client_for
+
+    lead = get_user_model().objects.get(username="vision-lead")
+    submitted = client_for(lead).post(
+        "/api/v1/workloads/",
+        {
+            "cluster": "demo",
+            "tenant": "vision",
+            "name": "to-cancel",
+            "pod_sets": [{"count": 4, "gpus_per_pod": 8, "flavour": "h100-80gb"}],
+        },
+        format="json",
+    )
+    assert submitted.status_code == 201, submitted.content
+    job = Workload.objects.get(pk=submitted.json()["id"])
+    page = signed_in(browser, live_server.url, "vision-lead")
+    page.goto(f"{live_server.url}/workloads/{job.pk}/")
+    asked: list[str] = []
+
+    def accept(dialog: Any) -> None:
+        asked.append(dialog.message)
+        dialog.accept()
+
+    page.on("dialog", accept)
+    page.dblclick("#standing button[type=submit]")
+    page.wait_for_load_state("networkidle")
+    assert len(asked) == 1, asked
+    job.refresh_from_db()
+    assert job.state == "cancelled"
+    page.context.close()
+
+
+def test_the_admins_navigation_fits_one_line_at_1366_pixels(
+    demo: None, live_server: Any, browser: Any
+) -> None:
+    for language in ("en", "zh-hans"):
+        page = signed_in(browser, live_server.url, "admin", language)
+        page.goto(f"{live_server.url}/")
+        links = page.locator("header nav a")
+        tops = {
+            round(box["y"])
+            for box in (links.nth(i).bounding_box() for i in range(links.count()))
+            if box
+        }
+        assert len(tops) == 1, (language, tops)
+        page.context.close()

@@ -44,6 +44,8 @@ def test_tenant_page_is_scoped_and_shows_members_namespaces_and_sub_teams(
 
 @pytest.mark.parametrize("role", ROLE_NAMES)
 def test_home_lists_only_the_users_tenants(cast: Cast, role: str) -> None:
+    if role == "finance":  # lands on the billing home (tested below)
+        return
     page = logged_in(cast.user(role)).get("/").content.decode()
     assert ("Globex" in page) == (role in ("platform_admin", "outsider"))
     assert ("/tenants/vision/" in page) == (role != "outsider")
@@ -136,3 +138,26 @@ def test_destructive_actions_ask_first(cast: Cast) -> None:
     for form in forms:
         assert 'class="confirm"' in form and 'data-confirm="' in form  # portal.js asks
     assert "They lose access" in page and "Its ResourceQuota is removed" in page
+
+
+def test_finance_lands_on_the_billing_home_and_others_on_their_tenants(cast: Any) -> None:
+    response = logged_in(cast.finance).get("/")
+    assert response.status_code == 302 and response["Location"] == "/billing/"
+    for user in (cast.lead, cast.platform_admin, cast.dept_admin):
+        assert logged_in(user).get("/").status_code == 200
+
+
+def test_a_lead_is_offered_only_the_roles_it_may_hand_out(cast: Any) -> None:
+    """A lead was offered Admin and Finance, then refused."""
+    page = logged_in(cast.lead).get("/tenants/vision/").content.decode()
+    select = page[page.index('name="role"') :]
+    select = select[: select.index("</select>")]
+    assert 'value="member"' in select and 'value="lead"' in select
+    assert 'value="admin"' not in select and 'value="finance"' not in select
+    admin_page = logged_in(cast.dept_admin).get("/tenants/vision/").content.decode()
+    assert 'value="finance"' in admin_page[admin_page.index('name="role"') :]
+    refused = logged_in(cast.lead).post(
+        "/tenants/vision/members/add/", {"username": cast.member.username, "role": "admin"}
+    )
+    assert refused.status_code == 400
+    assert not cast.team_a.memberships.filter(user=cast.member, role="admin").exists()
