@@ -15,6 +15,7 @@ from django.urls import path
 from billing.portal.allocation import allocation_page
 from billing.portal.budgets import (
     budget_edit,
+    budget_new,
     budget_overview,
     budget_panel,
     budget_panel_partial,
@@ -60,6 +61,7 @@ urlpatterns = [
     path("billing/exchange-rates/", exchange_rate_list, name="billing-exchange-rates"),
     path("billing/budgets/", budget_overview, name="billing-budgets"),
     path("billing/budgets/<int:pk>/edit/", budget_edit, name="billing-budget-edit"),
+    path("billing/budgets/new/", budget_new, name="billing-budget-new"),
     path(
         "billing/budgets/panel/<slug:slug>/",
         budget_panel_partial,

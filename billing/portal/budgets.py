@@ -19,7 +19,14 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from billing import charts, reports, selectors
-from billing.budgets import BurnRate, budget_update, budget_window, status_burn_rate
+from billing.budgets import (
+    BurnRate,
+    budget_create,
+    budget_update,
+    budget_window,
+    status_burn_rate,
+)
+from billing.charges import PricingContext
 from billing.conf import billing_setting
 from billing.models import Budget, BudgetAlert, BudgetStatus
 from billing.permissions import can_write_billing
@@ -140,7 +147,8 @@ def budget_overview(request: HttpRequest) -> HttpResponse:
             }
         )
     chart = _heatmap(budgets, now) if budgets else ""
-    return render(request, "billing/budgets.html", {"rows": rows, "chart": chart})
+    context = {"rows": rows, "chart": chart, "may_create": may_create_budgets(request.user)}
+    return render(request, "billing/budgets.html", context)
 
 
 class BudgetForm(forms.Form):
@@ -191,6 +199,63 @@ def budget_edit(request: HttpRequest, pk: int) -> HttpResponse:
     return render(
         request, "billing/budget_edit.html", {"budget": budget, "form": form}, status=status
     )
+
+
+class NewBudgetForm(BudgetForm):
+    """A budget to create: its tenant (one the reader may set budgets of), cadence and
+    currency, then what BudgetForm changes."""
+
+    field_order = ["tenant", "cadence", "amount", "currency", "enforcement", "on_exhausted"]
+
+    tenant = forms.ModelChoiceField(
+        label=gettext_lazy("Tenant"), queryset=Tenant.objects.none(), to_field_name="slug"
+    )
+    cadence = forms.ChoiceField(label=gettext_lazy("Period"), choices=Budget.Cadence.choices)
+    currency = forms.CharField(
+        label=gettext_lazy("Currency"),
+        max_length=3,
+        help_text=gettext_lazy("Three capital letters (ISO 4217), e.g. USD."),
+    )
+
+    def __init__(self, *args: Any, user: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        del self.fields["is_active"]
+        writable = [t.pk for t in access.tenants_visible_to(user) if can_write_billing(user, t)]
+        field = self.fields["tenant"]
+        assert isinstance(field, forms.ModelChoiceField)
+        field.queryset = Tenant.objects.filter(pk__in=writable).order_by("path")
+
+
+def may_create_budgets(user: Any) -> bool:
+    return any(can_write_billing(user, t) for t in access.tenants_visible_to(user))
+
+
+@login_required
+def budget_new(request: HttpRequest) -> HttpResponse:
+    """Create a budget (finance or admin of a tenant; 404 to anybody else). A refused value
+    is a field error, 400, and nothing is written."""
+    if not may_create_budgets(request.user):
+        raise Http404
+    initial = {"currency": PricingContext.load().currency, "cadence": Budget.Cadence.MONTH}
+    form = NewBudgetForm(user=request.user, initial=initial)
+    status = 200
+    if request.method == "POST":
+        form = NewBudgetForm(request.POST, user=request.user)
+        if form.is_valid():
+            fields = dict(form.cleaned_data)
+            tenant = fields.pop("tenant")
+            try:
+                budget_create(actor=request.user, tenant=tenant, source="portal", **fields)
+            except TidegateError as error:
+                field = error.field if error.field in form.fields else None
+                form.add_error(field, error.message)
+            else:
+                messages.success(
+                    request, _("Budget of %(tenant)s created.") % {"tenant": tenant.slug}
+                )
+                return redirect("billing-budgets")
+        status = 400
+    return render(request, "billing/budget_new.html", {"form": form}, status=status)
 
 
 def _heatmap(budgets: list[Budget], now: datetime) -> str:

@@ -330,3 +330,55 @@ def test_an_alert_reaches_each_reader_in_the_language_they_chose(
     chinese = by_reader[("vision-lead@example.com",)]
     assert "budget" not in chinese.subject and "预算" in chinese.subject
     assert "has used 50 %" in by_reader[("dept-admin@example.com", "money@example.com")].subject
+
+
+def test_finance_creates_a_budget_in_the_portal_and_others_cannot(cast: Any) -> None:
+    """Finance could read budgets in the portal but not create one."""
+    from tests.tenants.test_portal import logged_in
+
+    finance = logged_in(cast.finance)
+    overview = finance.get("/billing/budgets/").content.decode()
+    assert 'id="budget-new"' in overview
+    form = finance.get("/billing/budgets/new/")
+    assert form.status_code == 200 and 'value="vision"' in form.content.decode()
+    created = finance.post(
+        "/billing/budgets/new/",
+        {
+            "tenant": "vision",
+            "cadence": "month",
+            "amount": "5000.00",
+            "currency": "USD",
+            "enforcement": "hard",
+            "on_exhausted": "hold",
+        },
+    )
+    assert created.status_code == 302 and created["Location"] == "/billing/budgets/"
+    budget = Budget.objects.get(tenant=cast.team_a)
+    assert (budget.amount, budget.enforcement, budget.currency) == (
+        Decimal("5000.00"),
+        "hard",
+        "USD",
+    )
+    # the same cadence again: a field error, nothing written
+    again = finance.post(
+        "/billing/budgets/new/",
+        {
+            "tenant": "vision",
+            "cadence": "month",
+            "amount": "1.00",
+            "currency": "USD",
+            "enforcement": "soft",
+            "on_exhausted": "hold",
+        },
+    )
+    assert again.status_code == 400 and "already has a monthly budget" in again.content.decode()
+    assert Budget.objects.filter(tenant=cast.team_a).count() == 1
+    # a lead reads budgets but sets none; an outsider cannot name vision at all
+    assert logged_in(cast.lead).get("/billing/budgets/new/").status_code == 404
+    outsider = logged_in(cast.outsider)
+    refused = outsider.post(
+        "/billing/budgets/new/",
+        {"tenant": "vision", "cadence": "quarter", "amount": "1.00", "currency": "USD"},
+    )
+    assert refused.status_code in (400, 404)
+    assert Budget.objects.filter(tenant=cast.team_a).count() == 1
