@@ -197,7 +197,15 @@ def cost_centre_detail(request: HttpRequest, name: str) -> HttpResponse:
         kinds[(str(line_kind(row.kind)), row.currency)] += row.amount
         totals[row.currency] += row.amount
     title = str(IDLE_COST_CENTRE) if code == IDLE_TENANT else code
+    # a reader who does not read every tenant of the cost centre sees its share only,
+    # and is told so (the total is not the cost centre's)
+    readable = set(selectors.billing_tenants(request.user).values_list("pk", flat=True))
+    partial = (
+        code not in ("", IDLE_TENANT)
+        and Tenant.objects.filter(cost_center=code).exclude(pk__in=readable).exists()
+    )
     context = {
+        "partial": partial,
         "period": period,
         "code": code,
         "title": title,

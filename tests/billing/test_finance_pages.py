@@ -331,3 +331,17 @@ def test_a_quarterly_budget_in_the_heat_map_counts_its_quarter_so_far(
     html = _heatmap([budget], datetime(2026, 3, 2, 12, tzinfo=UTC))
     # 4.00 of 40.00 spent before March: every March day so far starts at 10 %.
     assert '"z":[[10.0,10.0,null' in html
+
+
+def test_a_lead_reading_part_of_a_cost_centre_is_told_its_total_is_a_share(
+    closed: BillingPeriod, cast: Cast
+) -> None:
+    """Speech shares vision's cost centre; the vision lead reads vision's statement only:
+    its "Total" was vision's share, said as the cost centre's."""
+    cast.team_b.cost_center = "CC-VISION"
+    cast.team_b.save()
+    lead = logged_in(cast.lead).get("/billing/periods/2026-02/cost-centre/?code=CC-VISION")
+    text = lead.content.decode()
+    assert 'id="cost-centre-partial"' in text and "Your tenants' share" in text
+    finance = logged_in(cast.finance).get("/billing/periods/2026-02/cost-centre/?code=CC-VISION")
+    assert 'id="cost-centre-partial"' not in finance.content.decode()
