@@ -272,3 +272,27 @@ def test_within_the_first_minutes_the_queue_visibly_lends_reclaims_and_grows(
     owner = Workload.objects.get(name="owner-wants-a100s")
     assert owner.started_at is not None and owner.borrowed == {}
     assert UsageRecord.objects.count() > rows_before
+
+
+def test_a_teams_borrowed_gpus_are_the_same_on_its_workloads_and_its_dashboard(
+    cluster: Cluster,
+) -> None:
+    """One rule for "borrowed now": what a team's running workloads say they borrow adds
+    up to what its dashboard says it holds beyond its guarantee ("borrows 15" on a
+    workload page beside "Borrowed 12" on the dashboard)."""
+    from dashboard.selectors import subtree_holdings
+    from tenants.models import Tenant
+
+    clock = demo_clock_start(cluster)
+    for _ in range(6):
+        run_hours(clock, 1)
+        for team in Tenant.objects.filter(children__isnull=True):
+            for group in subtree_holdings(team):
+                (row,) = [r for r in group.rows if r.is_subtree]
+                said = sum(
+                    int(w.borrowed_gpus.get(group.flavour.resource_name, 0))
+                    for w in Workload.objects.filter(
+                        tenant=team, flavour=group.flavour, state__in=Workload.ACTIVE_STATES
+                    )
+                )
+                assert said == row.holding.borrowed, (team.slug, group.flavour.name)
