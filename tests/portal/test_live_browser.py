@@ -216,3 +216,56 @@ def test_the_admins_navigation_fits_one_line_at_1366_pixels(
         }
         assert len(tops) == 1, (language, tops)
         page.context.close()
+
+
+def test_a_newcomer_sees_what_they_can_do_about_work_that_cannot_run(
+    demo: None, live_server: Any, browser: Any
+) -> None:
+    """In the demo, vision's lead submits work that cannot be preempted and needs more
+    H100s than vision is guaranteed. The lead's page offers only what vision can ask for;
+    a member's page says who can ask; the idle-GPU panel lists only what can be stopped."""
+    from django.contrib.auth import get_user_model
+
+    from scheduler_bridge.inventory.models import Cluster
+    from scheduler_bridge.workloads.cycle import admission_cycle
+    from tests.conftest import client_for
+
+    lead = get_user_model().objects.get(username="vision-lead")
+    submitted = client_for(lead).post(
+        "/api/v1/workloads/",
+        {
+            "cluster": "demo",
+            "tenant": "vision",
+            "name": "too-big-for-vision",
+            "priority_class": "prod",
+            "pod_sets": [{"count": 4, "gpus_per_pod": 8, "flavour": "h100-80gb"}],
+        },
+        format="json",
+    )
+    assert submitted.status_code == 201, submitted.content
+    admission_cycle(Cluster.objects.get(name="demo"))
+    job = Workload.objects.get(pk=submitted.json()["id"])
+    assert job.inadmissible, job.reason
+
+    page = signed_in(browser, live_server.url, "vision-lead")
+    page.goto(f"{live_server.url}/workloads/{job.pk}/")
+    from scheduler_bridge.inventory.models import Flavour
+    from scheduler_bridge.quotas.services import largest_ask
+    from tenants.models import Tenant
+
+    h100 = Flavour.objects.get(cluster__name="demo", name="h100-80gb")
+    most = largest_ask(Tenant.objects.get(slug="vision"), h100)
+    assert most is not None and most < 32
+    offer = page.locator("#quota-offer").inner_text()
+    href = page.locator("#quota-offer a").get_attribute("href") or ""
+    assert f"guaranteed={most}#" in href, href  # what the request would accept, not 32
+    assert f"Ask for a quota of {most} GPUs" in offer
+    assert "must grow first" in offer  # the rest is research's to give
+    page.context.close()
+
+    member = signed_in(browser, live_server.url, "vision-member")
+    member.goto(f"{live_server.url}/workloads/{job.pk}/")
+    text = member.locator("#quota-offer").inner_text()
+    assert "only a lead or admin of vision can ask for it" in text and "vision-lead" in text
+    assert member.locator("#quota-offer a").count() == 0
+    member.context.close()
