@@ -142,6 +142,8 @@ EXPECTATIONS: dict[str, Expect] = {
     "billing-exchange-rates": NONE,
     "billing-budgets": NONE,
     "billing-budget-edit": Expect(_pk("budget"), scoped=True),
+    "billing-budget-new": NONE,  # the tenants offered are the reader's own
+    "portal-landing": NONE,
     "billing-budget-panel": TEAM,
     "billing-idle": NONE,
     "billing-trend": NONE,

@@ -113,7 +113,7 @@ STORAGES = {
 }
 
 LOGIN_URL = "login"
-LOGIN_REDIRECT_URL = "portal-home"
+LOGIN_REDIRECT_URL = "portal-landing"  # finance lands on the billing home
 LOGOUT_REDIRECT_URL = "login"
 
 EMAIL_BACKEND = env("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")

@@ -4,6 +4,7 @@ from tenants.portal import views
 
 urlpatterns = [
     path("", views.home, name="portal-home"),
+    path("start/", views.landing, name="portal-landing"),
     path("tenants/<slug:slug>/", views.tenant_detail, name="portal-tenant"),
     path("tenants/<slug:slug>/members/add/", views.member_add, name="portal-member-add"),
     path(

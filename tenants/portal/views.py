@@ -44,13 +44,18 @@ def visible_tenant_or_404(request: HttpRequest, slug: str) -> Tenant:
 
 
 @login_required
-def home(request: HttpRequest) -> HttpResponse:
-    """The tenants the user sees; a finance user (and nothing else) lands on the billing
-    home instead, which is what finance comes for."""
+def landing(request: HttpRequest) -> HttpResponse:
+    """Where a login lands: the billing home for a finance user (and nothing else: what
+    finance comes for), the user's tenants for everybody else."""
     if access.roles_held(request.user) == {Role.FINANCE} and not access.is_platform_admin(
         request.user
     ):
         return redirect("billing-home")
+    return redirect("portal-home")
+
+
+@login_required
+def home(request: HttpRequest) -> HttpResponse:
     tenants = access.tenants_visible_to(request.user).select_related("parent")
     rows = [{"tenant": t, "role": access.role_on(request.user, t)} for t in tenants]
     return render(request, "tenants/home.html", {"rows": rows})

@@ -270,7 +270,7 @@ def test_pages_without_data_say_what_to_do(cast: Cast, url: str, words: str) -> 
 
 def test_finance_navigation_shows_only_what_each_role_reads(cast: Cast) -> None:
     MembershipFactory(user=cast.finance, tenant=cast.other_org, role="finance")
-    finance = logged_in(cast.finance).get("/", follow=True).content.decode()  # billing home
+    finance = logged_in(cast.finance).get("/").content.decode()
     nav = finance[finance.index("<nav") : finance.index("</nav>")]
     for href in ("/billing/periods/", "/billing/budgets/", "/billing/rate-cards/"):
         assert f'href="{href}"' in nav

@@ -35,6 +35,9 @@ def test_each_role_sees_only_its_tenants(
     demo: None, live_server: Any, browser: Any, username: str, tmp_path: Path
 ) -> None:
     page = log_in(browser, live_server.url, username, DEMO_PASSWORD)
+    if username == "finance":  # finance lands on the billing home; its tenants are listed
+        assert page.url.endswith("/billing/"), page.url
+        page.goto(f"{live_server.url}/")
     listed = {code.inner_text() for code in page.query_selector_all("#tenant-list code")}
     must, must_not = EXPECTED[username]
     assert must <= listed, listed

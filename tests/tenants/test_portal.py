@@ -44,8 +44,6 @@ def test_tenant_page_is_scoped_and_shows_members_namespaces_and_sub_teams(
 
 @pytest.mark.parametrize("role", ROLE_NAMES)
 def test_home_lists_only_the_users_tenants(cast: Cast, role: str) -> None:
-    if role == "finance":  # lands on the billing home (tested below)
-        return
     page = logged_in(cast.user(role)).get("/").content.decode()
     assert ("Globex" in page) == (role in ("platform_admin", "outsider"))
     assert ("/tenants/vision/" in page) == (role != "outsider")
@@ -141,10 +139,13 @@ def test_destructive_actions_ask_first(cast: Cast) -> None:
 
 
 def test_finance_lands_on_the_billing_home_and_others_on_their_tenants(cast: Any) -> None:
-    response = logged_in(cast.finance).get("/")
+    """Where a login goes (LOGIN_REDIRECT_URL): finance to the billing home, what it comes
+    for; its tenants stay one click away ("/")."""
+    response = logged_in(cast.finance).get("/start/")
     assert response.status_code == 302 and response["Location"] == "/billing/"
+    assert logged_in(cast.finance).get("/").status_code == 200
     for user in (cast.lead, cast.platform_admin, cast.dept_admin):
-        assert logged_in(user).get("/").status_code == 200
+        assert logged_in(user).get("/start/")["Location"] == "/"
 
 
 def test_a_lead_is_offered_only_the_roles_it_may_hand_out(cast: Any) -> None:
