@@ -88,12 +88,7 @@ def with_borrowed(
             held=Sum("gpu_seconds_allocated"), borrowed=Sum("gpu_seconds_borrowed")
         )
     }
-    classes = {
-        name: (FIRST_TAKEN_BACK if fills_idle else value, preemptible)
-        for name, value, fills_idle, preemptible in PriorityClass.objects.values_list(
-            "name", "value", "fills_idle", "preemptible"
-        )
-    }
+    classes = _reclaim_classes()
     fresh = [
         index
         for index, row in enumerate(rows)
@@ -107,22 +102,59 @@ def with_borrowed(
     return out
 
 
+def _reclaim_classes() -> dict[str, tuple[int, bool]]:
+    """Priority class name -> (its place in the reclaim order, preemptible)."""
+    return {
+        name: (FIRST_TAKEN_BACK if fills_idle else value, preemptible)
+        for name, value, fills_idle, preemptible in PriorityClass.objects.values_list(
+            "name", "value", "fills_idle", "preemptible"
+        )
+    }
+
+
+def _held_row(
+    *,
+    tenant_id: int,
+    flavour_id: int,
+    hour: datetime,
+    device_seconds: int,
+    workload_id: int | None,
+    priority_class: str,
+    key: str,
+    admitted_epoch: float,
+    classes: Mapping[str, tuple[int, bool]],
+) -> Held:
+    """A ledger row as the rule sees it (queued work by its class; a row of neither a
+    workload nor a class ran outside the queue and is never reclaimed)."""
+    priority, preemptible = classes.get(priority_class, (0, True))
+    if workload_id is None and not priority_class:
+        priority, preemptible = OUTSIDE_THE_QUEUE, False
+    return Held(
+        tenant_id=tenant_id,
+        flavour_id=flavour_id,
+        hour=hour,
+        device_seconds=device_seconds,
+        priority=priority,
+        admitted_epoch=admitted_epoch,
+        key=key,
+        preemptible=preemptible,
+    )
+
+
 def _held(
     row: LedgerRow, classes: Mapping[str, tuple[int, bool]], admitted: Mapping[str, datetime]
 ) -> Held:
     moment = admitted.get(row.pod_uid)
-    priority, preemptible = classes.get(row.priority_class, (0, True))
-    if row.workload_id is None and not row.priority_class:  # outside the queue: never reclaimed
-        priority, preemptible = OUTSIDE_THE_QUEUE, False
-    return Held(
+    return _held_row(
         tenant_id=row.tenant_id,
         flavour_id=row.flavour_id,
         hour=row.interval_start,
         device_seconds=row.gpu_seconds_allocated,
-        priority=priority,
-        admitted_epoch=moment.timestamp() if moment is not None else 0.0,
+        workload_id=row.workload_id,
+        priority_class=row.priority_class,
         key=row.pod_uid,
-        preemptible=preemptible,
+        admitted_epoch=moment.timestamp() if moment is not None else 0.0,
+        classes=classes,
     )
 
 
@@ -159,29 +191,21 @@ def rederive_borrowed(start: datetime, end: datetime) -> int:
                 pk__in={r[6] for r in records if r[6] is not None}, admitted_at__isnull=False
             ).values_list("pk", "admitted_at")
         )
-        classes = {
-            name: (FIRST_TAKEN_BACK if fills_idle else value, preemptible)
-            for name, value, fills_idle, preemptible in PriorityClass.objects.values_list(
-                "name", "value", "fills_idle", "preemptible"
+        classes = _reclaim_classes()
+        held = [
+            _held_row(
+                tenant_id=tenant,
+                flavour_id=flavour,
+                hour=hour,
+                device_seconds=seconds,
+                workload_id=workload,
+                priority_class=priority_class,
+                key=key,
+                admitted_epoch=_admitted_epoch(key, admitted_now.get(workload)),
+                classes=classes,
             )
-        }
-        held = []
-        for _id, tenant, flavour, hour, seconds, _old, workload, priority_class, key in records:
-            priority, preemptible = classes.get(priority_class, (0, True))
-            if workload is None and not priority_class:
-                priority, preemptible = OUTSIDE_THE_QUEUE, False
-            held.append(
-                Held(
-                    tenant_id=tenant,
-                    flavour_id=flavour,
-                    hour=hour,
-                    device_seconds=seconds,
-                    priority=priority,
-                    admitted_epoch=_admitted_epoch(key, admitted_now.get(workload)),
-                    key=key,
-                    preemptible=preemptible,
-                )
-            )
+            for _id, tenant, flavour, hour, seconds, _old, workload, priority_class, key in records
+        ]
         split = borrowed_seconds(held, GuaranteeSeconds(start, end))
         changed = [
             (record[0], borrowed)

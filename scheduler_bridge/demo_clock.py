@@ -243,12 +243,7 @@ def demo_clock_start(
 ) -> DemoClock:
     """A clock for ``cluster``, resuming after the latest demo work submitted, else at
     the real instant ``at`` (now) - where the seeded history ends."""
-    submitted = [
-        float(notes[VIRTUAL_SUBMIT_ANNOTATION])
-        for notes in Workload.objects.filter(
-            cluster=cluster, annotations__has_key=VIRTUAL_SUBMIT_ANNOTATION
-        ).values_list("annotations", flat=True)
-    ]
+    submitted = _virtual_submits(cluster)
     real = at or timezone.now()
     start = max(submitted, default=virtual(real))
     clock = DemoClock(cluster, demo_trace(cluster), VirtualClock(start, speed), real)
@@ -582,10 +577,15 @@ def demo_history_jobs(
 def _seeded_until(cluster: Cluster) -> datetime:
     """Where the seeded history ends: the virtual instant the demo's own work was
     submitted at (the hour seed_demo ran), as a real instant."""
-    submitted = [
+    submitted = _virtual_submits(cluster)
+    return ANCHOR + timedelta(seconds=min(submitted)) if submitted else timezone.now()
+
+
+def _virtual_submits(cluster: Cluster) -> list[float]:
+    """The virtual instants the cluster's demo work was submitted at."""
+    return [
         float(notes[VIRTUAL_SUBMIT_ANNOTATION])
         for notes in Workload.objects.filter(
             cluster=cluster, annotations__has_key=VIRTUAL_SUBMIT_ANNOTATION
         ).values_list("annotations", flat=True)
     ]
-    return ANCHOR + timedelta(seconds=min(submitted)) if submitted else timezone.now()
