@@ -319,7 +319,12 @@ class _Cycle:
         self.failures_out = record_failures(st, self.groups, self.failed_priority)
         pending: tuple = ()
         if explain:
-            blocked = getattr(self.gate, "blocked", None)  # gates from before it existed
+            # no budgets, nothing to ask per workload (older gates may lack the method)
+            blocked = (
+                None
+                if isinstance(self.gate, AllowAllBudgetGate)
+                else getattr(self.gate, "blocked", None)
+            )
             explainer = Explainer(
                 st,
                 start_caps,
