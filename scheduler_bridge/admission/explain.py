@@ -190,7 +190,7 @@ class Explainer:
             # Whether it could ever fit the nodes comes first: work no node layout can
             # hold has no place in line, whatever its quota says (a shortage would give
             # it one and promise a start that never comes)
-            never = self._never_fits(shape, option)
+            never = self._never_fits(shape, option) or self._never_by_quota(node, shape, option)
             if never is not None:
                 parts.append(never)
                 continue
@@ -297,6 +297,32 @@ class Explainer:
                 code = ReasonCode.NEVER_FITS if need > guaranteed else ReasonCode.QUOTA_LIMIT
                 return code, message, f
         return self._quota(node, option)
+
+    def _never_by_quota(
+        self, node: int, shape: Shape, option: Option
+    ) -> tuple[ReasonCode, str, int] | None:
+        """NO_QUOTA or NEVER_FITS when some flavour of the option is out of the tenant's
+        reach with its whole tree idle: checked over every flavour before any shortage,
+        so a flavour short for now cannot hide one the option could never have."""
+        tree = self.state.tree
+        for f, need in option.totals:
+            if not tree.access[f][node]:
+                code, message = tree.explain(f, node, need, tree.zero_usage)
+                return code, message, f
+            if not shape.may_borrow:
+                if need > tree.guaranteed[f][node]:
+                    message = reasons.guarantee_only(
+                        self.names[f],
+                        tree.label[node],
+                        self.state.pinned[f][node],
+                        tree.guaranteed[f][node],
+                        need,
+                    )
+                    return ReasonCode.NEVER_FITS, message, f
+            elif need > tree.ceiling(f, node):
+                code, message = tree.explain(f, node, need, tree.zero_usage)
+                return code, message, f
+        return None
 
     def _never_fits(self, shape: Shape, option: Option) -> tuple[ReasonCode, str, int] | None:
         """NEVER_FITS when no layout of the nodes, all GPUs free, holds the option."""

@@ -9,13 +9,16 @@ both agree on thousands of random trees the accounting is right.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
 from scheduler_bridge.admission import (
     ClusterSnapshot,
     CycleResult,
+    PendingWorkload,
     ReasonCode,
     RunningWorkload,
     fits_when_idle,
+    run_cycle,
 )
 from scheduler_bridge.admission.simulator import apply_result
 
@@ -155,6 +158,56 @@ def position_violations(snapshot: ClusterSnapshot, result: CycleResult) -> list[
             snapshot.nodes, requests[d.workload_id].pod_sets, requests[d.workload_id].topology
         )
     ]
+
+
+class IdleWorld:
+    """Whether a workload could ever run: a cycle on its world with nothing running and
+    nothing else pending admits it (quota and nodes at their most generous). It asks
+    the engine, but an engine whose explanations disagree with its own admissions is
+    exactly what this catches. Answers are kept per request shape."""
+
+    def __init__(self) -> None:
+        self._answers: dict[tuple[object, ...], bool] = {}
+
+    def runs(self, snapshot: ClusterSnapshot, wl: PendingWorkload) -> bool:
+        key = (
+            id(snapshot.quotas),
+            wl.tenant_id,
+            wl.pod_sets,
+            wl.topology,
+            wl.preemptible,
+            wl.gang,
+        )
+        answer = self._answers.get(key)
+        if answer is None:
+            idle = replace(
+                snapshot,
+                nodes=tuple(replace(n, free=None, device_used={}) for n in snapshot.nodes),
+                running=(),
+                pending=(replace(wl, held=(), elastic_of=None, fills_idle=False),),
+                usage_history={},
+            )
+            answer = self._answers[key] = bool(run_cycle(idle).admissions)
+        return answer
+
+
+def never_runs_violations(
+    snapshot: ClusterSnapshot, result: CycleResult, idle: IdleWorld
+) -> list[str]:
+    """Work has a place in line exactly when it could run in its world left idle: the
+    rule of model.PendingDecision (docs/admission.md#invariants)."""
+    requests = {wl.id: wl for wl in snapshot.pending}
+    out = []
+    for d in result.pending:
+        wl = requests[d.workload_id]
+        if wl.fills_idle or wl.elastic_of is not None:
+            continue
+        runs = idle.runs(snapshot, wl)
+        if d.position is not None and not runs:
+            out.append(f"{d.workload_id} is at {d.position} but could never run: {d.message}")
+        if d.position is None and runs:
+            out.append(f"{d.workload_id} has no position but could run: {d.message}")
+    return out
 
 
 def check_cycle(snapshot: ClusterSnapshot, result: CycleResult) -> None:

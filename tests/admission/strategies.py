@@ -19,6 +19,8 @@ from scheduler_bridge.admission import (
 from scheduler_bridge.admission.simulator import SimJob
 
 FLAVOURS = (Flavour("H100", 1.0), Flavour("A100", 0.5))
+# with a MIG slice weighted as NVIDIA's 1g profile is (one seventh of an A100)
+THREE_FLAVOURS = (*FLAVOURS, Flavour("MIG-1g", 1 / 7))
 
 
 @dataclass(frozen=True)
@@ -52,12 +54,17 @@ def _optional(limit: int) -> st.SearchStrategy[int | None]:
 
 
 @st.composite
-def worlds(draw: st.DrawFn, max_tenants: int = 9, backed: bool = False) -> World:
+def worlds(
+    draw: st.DrawFn,
+    max_tenants: int = 9,
+    backed: bool = False,
+    flavour_choices: tuple[Flavour, ...] = FLAVOURS,
+) -> World:
     """A tree with quotas and nodes. ``backed``: node capacity covers every tree's
     guarantee (the condition under which reclaim can always succeed) and topologies
     stay simple."""
     tenant_list = draw(trees(max_tenants))
-    flavours = FLAVOURS[: draw(st.integers(1, 2))]
+    flavours = flavour_choices[: draw(st.integers(1, len(flavour_choices)))]
     quotas: list[Quota] = []
     for tenant in tenant_list:
         for flavour in flavours:
@@ -141,14 +148,49 @@ def workloads(
 
 
 @st.composite
+def multi_pod_set_workloads(draw: st.DrawFn, world: World, wid: str, at: float) -> PendingWorkload:
+    """Two or three pod sets, each accepting its own ordered choice of flavours (a
+    launcher on anything, workers on two kinds of GPU), some large enough that only
+    borrowing, or nothing, could hold them."""
+    names = [f.name for f in world.flavours]
+    pod_sets = tuple(
+        PodSet(
+            draw(st.integers(1, 8)),
+            draw(st.sampled_from([1, 2, 4])),
+            tuple(draw(st.permutations(names))[: draw(st.integers(1, len(names)))]),
+            f"set{i}",
+        )
+        for i in range(draw(st.integers(2, 3)))
+    )
+    return PendingWorkload(
+        id=wid,
+        tenant_id=draw(st.sampled_from([t.id for t in world.tenants])),
+        pod_sets=pod_sets,
+        priority=draw(st.integers(0, 2)),
+        submitted_at=at,
+        topology=draw(st.sampled_from([Topology.NONE, Topology.NONE, Topology.ONE_DOMAIN])),
+        gang=True,
+        max_run_time_s=draw(st.one_of(st.none(), st.sampled_from([300.0, 3000.0]))),
+        preemptible=draw(st.integers(0, 5)) > 0,
+    )
+
+
+@st.composite
 def job_lists(
-    draw: st.DrawFn, world: World, max_jobs: int = 25, elastic: bool = False
+    draw: st.DrawFn,
+    world: World,
+    max_jobs: int = 25,
+    elastic: bool = False,
+    multi_pod_sets: bool = False,
 ) -> list[SimJob]:
     count = draw(st.integers(1, max_jobs))
     jobs = []
     for i in range(count):
         at = float(draw(st.integers(0, 600)))
-        wl = draw(workloads(world, f"w{i:02d}", at, elastic=elastic))
+        if multi_pod_sets and draw(st.booleans()):
+            wl = draw(multi_pod_set_workloads(world, f"w{i:02d}", at))
+        else:
+            wl = draw(workloads(world, f"w{i:02d}", at, elastic=elastic))
         checkpoint = draw(st.one_of(st.none(), st.sampled_from([60.0, 300.0]))) if elastic else None
         jobs.append(
             SimJob(
