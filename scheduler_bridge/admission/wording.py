@@ -31,10 +31,6 @@ def gettext_noop(message: str) -> str:
     return message
 
 
-def _english(message: str) -> str:
-    return message
-
-
 def _english_plural(singular: str, plural: str, count: int) -> str:
     return singular if count == 1 else plural
 
@@ -52,7 +48,10 @@ class Wording(str):
         cls, template: str, params: Mapping[str, Param] | None = None, plural: str = ""
     ) -> Wording:
         values = dict(params or {})
-        english = _render(template, values, plural, _english, _english_plural)
+        # a nested Wording is a str of its English text already: no need to render it
+        # again (a reason composed of reasons would otherwise render each level twice)
+        text = _english_plural(template, plural, int(values["count"])) if plural else template
+        english = text % values if values else text
         self = super().__new__(cls, english)
         self.template = template
         self.params = values
