@@ -119,10 +119,16 @@ def reclaim_violations(snapshot: ClusterSnapshot, result: CycleResult) -> list[s
     for decision in result.pending:
         if decision.code is ReasonCode.PREEMPTING and decision.flavour:
             wl = requests[decision.workload_id]
-            key = (wl.tenant_id, decision.flavour)
-            need = sum(ps.count * ps.gpus_per_pod for ps in wl.pod_sets)
-            claimed[key] = claimed.get(key, 0) + need
-            preemptors.setdefault(key, []).append(wl.id)
+            # per flavour where its victims' GPUs are held for it (pod sets may differ)
+            needs: dict[str, int] = {}
+            for p in decision.held:
+                needs[p.flavour] = needs.get(p.flavour, 0) + p.gpus
+            if not needs:
+                needs = {decision.flavour: sum(ps.count * ps.gpus_per_pod for ps in wl.pod_sets)}
+            for flavour, need in needs.items():
+                key = (wl.tenant_id, flavour)
+                claimed[key] = claimed.get(key, 0) + need
+                preemptors.setdefault(key, []).append(wl.id)
     for run in snapshot.running:
         if run.id in victims:
             continue
