@@ -396,10 +396,11 @@ class _Cycle:
           queued."""
         st = self.state
         may_preempt_borrowing = st.config.priority_preemption
+        headroom: dict[tuple[int, int, bool, bool], int] = {}  # a tenant's groups share it
         for node, queue in queues.items():
             for group in queue.groups:
                 shape = group.shape
-                if own_limits_only(st, node, shape) or st.never_fits(shape):
+                if own_limits_only(st, node, shape, headroom) or st.never_fits(shape):
                     self._fail_before_pass(group, [])
                 elif (
                     not may_preempt_borrowing
@@ -419,7 +420,8 @@ class _Cycle:
         )
 
     def _fail_before_pass(self, group: Group, keep: list[Item]) -> None:
-        self.failed_priority[id(group)] = group.max_priority
+        # (no failure is recorded for it: record_failures leaves such groups to be
+        # checked again at the next start)
         self.groups_failed_at_start += 1
         group.failed = True
         group.failed_at_start = True

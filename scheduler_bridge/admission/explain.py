@@ -21,6 +21,8 @@ Outcome = tuple[ReasonCode, str, str | None]
 # Shape-level verdict "lost the GPUs to work ahead"; refined per workload to
 # WAITING_PRIORITY when higher-priority work got that flavour this cycle.
 WAITING = ReasonCode.WAITING_FAIR_SHARE
+# composed reasons of several flavour options kept between cycles before starting over
+WORDED_KEPT = 100_000
 # Not in line for anything until quotas, the cluster or the request change: no position.
 INADMISSIBLE = frozenset(
     {
@@ -79,20 +81,25 @@ class Explainer:
         append = out.append
         outcomes = self.outcomes
         held = self.state.reservation_of
+        # most workloads have neither a recorded outcome nor a reservation: one test
+        special = outcomes.keys() | held.keys()
         verdicts: list[tuple[ReasonCode, str, str | None, int] | None] = [None] * len(groups)
         admitted_priority = self.admitted_priority
         names = self.names
+        budgets = self.budget_blocked is not None
         waiting_priority: dict[int, str] = {}  # one wording per flavour, not per workload
         position = 0
         for entry in keyed:
             item = entry[-1]
             wl = item.wl
             tenant = wl.tenant_id
-            recorded = outcomes.get(wl.id)
-            if recorded is not None:
-                code, message, flavour = recorded
-            elif wl.id in held:
-                code, message, flavour = self._held(item, held[wl.id].option)
+            wid = wl.id
+            if wid in special:
+                recorded = outcomes.get(wid)
+                if recorded is not None:
+                    code, message, flavour = recorded
+                else:
+                    code, message, flavour = self._held(item, held[wid].option)
             else:
                 g = entry[-2]
                 cached = verdicts[g]
@@ -105,16 +112,10 @@ class Explainer:
                     if worded is None:
                         worded = waiting_priority[f] = reasons.waiting_priority(names[f])
                     message = worded
-            if code not in INADMISSIBLE and code is not ReasonCode.BUDGET:
-                spent = self._budget_spent(tenant)
-                if spent is not None:  # freeing GPUs would not start it: say so first
-                    code, message = ReasonCode.BUDGET, reasons.budget(spent)
-            if wl.fills_idle and code not in INADMISSIBLE:
-                message = reasons.fills_idle(message)
             if code in INADMISSIBLE:
                 aside.append(
                     PendingDecision(
-                        workload_id=wl.id,
+                        workload_id=wid,
                         tenant_id=tenant,
                         position=None,
                         tenant_position=None,
@@ -124,11 +125,17 @@ class Explainer:
                     )
                 )
                 continue
+            if budgets and code is not ReasonCode.BUDGET:
+                spent = self._budget_spent(tenant)
+                if spent is not None:  # freeing GPUs would not start it: say so first
+                    code, message = ReasonCode.BUDGET, reasons.budget(spent)
+            if wl.fills_idle:
+                message = reasons.fills_idle(message)
             position += 1
             mine = tenant_positions[tenant] = tenant_positions.get(tenant, 0) + 1
             append(
                 PendingDecision(
-                    workload_id=wl.id,
+                    workload_id=wid,
                     tenant_id=tenant,
                     position=position,
                     tenant_position=mine,
@@ -207,9 +214,15 @@ class Explainer:
         # workload has a place in line); the message covers every option
         code, message, f = next((p for p in parts if p[0] not in INADMISSIBLE), parts[0])
         if len(parts) > 1:
-            message = reasons.options(
+            labelled = tuple(
                 [(self._label(option), part[1]) for option, part in zip(shape.options, parts)]  # noqa: B905
             )
+            worded = self.state.static.worded_options
+            message = worded.get(labelled)  # type: ignore[assignment]
+            if message is None:
+                if len(worded) >= WORDED_KEPT:
+                    worded.clear()
+                message = worded[labelled] = reasons.options(labelled)
         if protecting and cls == 0:
             until = self._protected_until(node, shape)
             if until is not None:
@@ -304,6 +317,10 @@ class Explainer:
         """NO_QUOTA or NEVER_FITS when some flavour of the option is out of the tenant's
         reach with its whole tree idle: checked over every flavour before any shortage,
         so a flavour short for now cannot hide one the option could never have."""
+        reachable = self.state.static.reachable
+        key = (node, shape.id, option.index)
+        if key in reachable:
+            return None
         tree = self.state.tree
         for f, need in option.totals:
             if not tree.access[f][node]:
@@ -322,6 +339,7 @@ class Explainer:
             elif need > tree.ceiling(f, node):
                 code, message = tree.explain(f, node, need, tree.zero_usage)
                 return code, message, f
+        reachable.add(key)  # quotas are part of the static state: true until they change
         return None
 
     def _never_fits(self, shape: Shape, option: Option) -> tuple[ReasonCode, str, int] | None:

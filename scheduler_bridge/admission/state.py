@@ -46,6 +46,12 @@ class Static:
             raise ValueError("duplicate node names")
         self.shapes: dict[RawShape, Shape] = {}
         self.never_fits: dict[int, bool] = {}  # by shape id, per node layout
+        # (workload node, shape id, option index) whose every flavour is within the
+        # tenant's reach by its quotas (explain.Explainer._never_by_quota)
+        self.reachable: set[tuple[int, int, int]] = set()
+        # the reason of a workload with several flavour options, by its options' reasons
+        # (explain.Explainer._explain_shape): most do not change between cycles
+        self.worded_options: dict[tuple[tuple[str, str], ...], str] = {}
 
     def shape(self, raw: RawShape) -> Shape:
         shape = self.shapes.get(raw)
