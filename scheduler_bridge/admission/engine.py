@@ -316,6 +316,8 @@ class _Cycle:
         mark_skips(st, queues, self.failures_in)
         start_caps = st.pool.caps(range(len(self.names))) if explain else {}
         self._main_pass(queues)
+        for workload_id in list(st.quota_held):  # reclaimers that did not start
+            st.release_quota_held(workload_id)
         self.failures_out = record_failures(st, self.groups, self.failed_priority)
         pending: tuple = ()
         if explain:
@@ -506,7 +508,19 @@ class _Cycle:
             self._fail_group(group, item, skipped=True)
         else:
             self.groups_evaluated += 1
+            held = self.state.quota_held.get(item.wl.id)
+            if held is not None:  # its own quota, held since the start: tried with it
+                self.state.release_quota_held(item.wl.id)
+                # refusals remembered while the quota was held do not hold for it now
+                self.quota_memo.clear()
+                self.preempt_memo.discard((item.node, item.shape.id))
             verdict = self._evaluate(queue, group, item)
+            wid = item.wl.id
+            if held is not None and wid not in self.admitted and wid not in self.holds:
+                # not started: the quota stays held to the end of the main pass, so
+                # that capacity only shrinks within a cycle
+                self.state.add_usage(held[0], held[1])
+                self.state.quota_held[wid] = held
             if verdict is _DECIDED:
                 group.pos += 1
             elif verdict is _FAILED:

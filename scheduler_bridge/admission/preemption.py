@@ -121,6 +121,12 @@ class Preemptor:
                     index.smallest[run.node] = min((r.totals[f] for r in runs), default=0)
 
     def plan(self, item: Item, option: Option) -> PreemptionPlan | None:
+        if not self.state.taken_from:
+            return self._plan(item, option)
+        with self.state.victims_gone():
+            return self._plan(item, option)
+
+    def _plan(self, item: Item, option: Option) -> PreemptionPlan | None:
         st = self.state
         node = item.node
         tree = st.tree

@@ -194,19 +194,47 @@ class QuotaTree:
             if delta == 0:
                 return
 
-    def add_below(self, f: int, node: int, delta: int, usage: list[int], stop: int) -> None:
-        """``add``, carried up the path only as far as the level below ``stop``."""
+    def add_below(self, f: int, node: int, delta: int, usage: list[int], stop: int) -> int:
+        """``add``, carried up the path only as far as the level below ``stop``; returns
+        the change that would have reached ``stop``."""
         private = self.private[f]
         for n in self.paths[node]:
             if n == stop:
-                return
+                return delta
             old = usage[n]
             new = old + delta
             usage[n] = new
             priv = private[n]
             delta = (new - priv if new > priv else 0) - (old - priv if old > priv else 0)
             if delta == 0:
-                return
+                return 0
+        return delta
+
+    def carried_up(self, f: int, node: int, delta: int, usage: list[int]) -> int:
+        """What adding ``delta`` to ``node`` would add to its parent's usage."""
+        priv = self.private[f][node]
+        old = usage[node]
+        new = old + delta
+        return (new - priv if new > priv else 0) - (old - priv if old > priv else 0)
+
+    def carried(
+        self, f: int, node: int, delta: int, usage: list[int], stop: int, gone: dict[int, int]
+    ) -> int:
+        """The change that taking ``delta`` off ``node`` would carry to ``stop``, with
+        ``gone`` (by tree node, changed here) already taken off each level below it:
+        usage that falls back inside a level's private part stops there."""
+        private = self.private[f]
+        for n in self.paths[node]:
+            if n == stop:
+                return delta
+            old = usage[n] - gone.get(n, 0)
+            new = old - delta
+            gone[n] = gone.get(n, 0) + delta
+            priv = private[n]
+            delta = (old - priv if old > priv else 0) - (new - priv if new > priv else 0)
+            if delta == 0:
+                return 0
+        return delta
 
     def lowest_common(self, a: int, b: int) -> int:
         """The lowest node on both paths (``a`` itself when ``b`` is ``a``)."""

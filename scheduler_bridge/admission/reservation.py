@@ -103,6 +103,7 @@ def hold_for_preemptors(state: CycleState, items: Sequence[Item]) -> None:
         option = next((o for o in item.shape.options if set(o.flavours) == flavours), None)
         if option is None:
             continue
+        _hold_quota(state, item, option)
         entry = ReservationEntry(
             item.wl.id, item.wl.tenant_id, option.index, plan, None, 0, hold=True
         )
@@ -115,6 +116,30 @@ def hold_for_preemptors(state: CycleState, items: Sequence[Item]) -> None:
         state.reservations.append(entry)
         state.reservation_of[item.wl.id] = entry
         item.holder = True
+
+
+def _hold_quota(state: CycleState, item: Item, option: Option) -> None:
+    """A reclaimer whose victims stopped has its quota charged before anyone is tried,
+    as its GPUs are held: other tenants' work inside their guarantees would otherwise
+    spend the quota its victims gave back (the victims' own requeued work among them)
+    and leave it waiting for another reclaim. The charge is released when its turn
+    comes (engine._Cycle._evaluate), or at the end of the main pass."""
+    node = item.node
+    tree = state.tree
+    parent = tree.parent[node]
+    if parent < 0:
+        return  # a tree of one tenant: nobody else draws on its quota
+    for f, need in option.totals:
+        if state.rigid_usage(f, node) + need > tree.guaranteed[f][node]:
+            return  # not a reclaimer (it borrows): no claim on anyone's quota
+        if not tree.access[f][node] or tree.available(f, node, state.usage[f]) < need:
+            return
+    # charged above the tenant only: its own guarantee still shows the room it is owed,
+    # so it keeps its place in line as work inside its guarantee
+    charges = tuple((f, tree.carried_up(f, node, need, state.usage[f])) for f, need in option.totals)
+    for f, gpus in charges:
+        tree.add(f, parent, gpus, state.usage[f])
+    state.quota_held[item.wl.id] = (parent, charges)
 
 
 def _earliest(

@@ -11,7 +11,8 @@ and skip it in the next cycle if nothing it depends on changed (incremental.py).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from .fairshare import ShareCalculator
@@ -134,6 +135,12 @@ class CycleState:
         self.reclaiming: list[list[int]] = [[0] * self.tree.size for _ in range(nflavours)]
         self.reclaimers: dict[tuple[int, int], list[str]] = {}
         self.reclaiming_nodes: set[int] = set()  # tenants with a reclaim in this cycle
+        # per flavour and tree node: usage the victims of this cycle will take off it
+        # when they stop (take_over)
+        self.taken_from: dict[int, dict[int, int]] = {}
+        # quota charged at the start for reclaimers whose victims stopped, by workload id
+        # (reservation.hold_for_preemptors): (workload node, (flavour, GPUs) totals)
+        self.quota_held: dict[str, tuple[int, tuple[tuple[int, int], ...]]] = {}
         nodes = sorted(snapshot.nodes, key=lambda n: n.name)
         held = self._compile_running(snapshot.running, static)
         self.pool = NodePool(nodes, static.flavour_names, held)
@@ -298,11 +305,49 @@ class CycleState:
         two share. Its tenant's guarantee then counts the preemptor's whole need, so a
         second reclaimer of the tenant cannot claim the same unused guarantee, while no
         shared level counts the GPUs twice (and capacity still only shrinks)."""
-        shared = self.tree.lowest_common(node, victim.node)
-        self.tree.add_below(f, node, gpus, self.usage[f], shared)
+        tree = self.tree
+        usage = self.usage[f]
+        shared = tree.lowest_common(node, victim.node)
+        arriving = tree.add_below(f, node, gpus, usage, shared)
+        # What the victim's stop frees at the shared level can be less than its GPUs:
+        # the part that falls back inside its tenant's private (unlendable) guarantee
+        # stays there. The preemptor is charged that part on the shared level now, or
+        # work admitted later in this cycle would take quota the preemptor needs then.
+        if shared != victim.node:
+            gone = self.taken_from.setdefault(f, {})
+            freed = tree.carried(f, victim.node, gpus, usage, shared, gone)
+            if arriving > freed:
+                tree.add(f, shared, arriving - freed, usage)
         self.reclaiming[f][node] += gpus
         self.reclaimers.setdefault((f, node), []).append(workload_id)
         self.reclaiming_nodes.add(node)
+
+    @contextmanager
+    def victims_gone(self) -> Iterator[None]:
+        """Usage as it will be below the shared levels once this cycle's victims have
+        stopped, for the length of a victim search: a second preemptor taking from a
+        tenant that already gave up work must see what that tenant still holds, or a
+        victim's stop looks like it frees more of the cohort than it will (the part
+        falling back into its tenant's private guarantee is counted once). Levels at
+        and above where victims and preemptors meet keep both: there the view only
+        errs on the safe side."""
+        taken = self.taken_from
+        for f, levels in taken.items():
+            usage = self.usage[f]
+            for n, gpus in levels.items():
+                usage[n] -= gpus
+        try:
+            yield
+        finally:
+            for f, levels in taken.items():
+                usage = self.usage[f]
+                for n, gpus in levels.items():
+                    usage[n] += gpus
+
+    def release_quota_held(self, workload_id: str) -> None:
+        """Give back the quota held for a returning reclaimer (see quota_held)."""
+        node, totals = self.quota_held.pop(workload_id)
+        self.add_usage(node, totals, -1)
 
     def add_usage(self, node: int, totals: Sequence[tuple[int, int]], sign: int = 1) -> None:
         """Charge (or, with sign -1, release) quota usage of a workload node."""

@@ -148,6 +148,32 @@ def workloads(
 
 
 @st.composite
+def tight_cohorts(draw: st.DrawFn) -> World:
+    """One cohort of three to five teams on one flavour, guarantees of one to five GPUs
+    with lend limits often at or below them, and nodes that hold the guarantees plus up
+    to three spare GPUs: reclaims there often take work straddling its tenant's
+    guarantee, and what comes back to the cohort is tight."""
+    teams = draw(st.integers(3, 5))
+    tenant_list = (Tenant("c"), *(Tenant(f"t{i}", "c") for i in range(teams)))
+    quotas = []
+    for i in range(teams):
+        guaranteed = draw(st.integers(1, 5))
+        quotas.append(
+            Quota(
+                f"t{i}",
+                "H100",
+                guaranteed,
+                draw(st.one_of(st.none(), st.none(), st.integers(0, 4))),
+                draw(st.one_of(st.none(), st.none(), st.just(0), st.integers(0, guaranteed))),
+            )
+        )
+    size = draw(st.sampled_from([1, 2, 3]))
+    gpus = sum(q.guaranteed for q in quotas) + draw(st.integers(0, 3))
+    nodes = tuple(Node(f"n{i}", {"H100": size}) for i in range(-(-gpus // size)))
+    return World(tenant_list, tuple(quotas), nodes, FLAVOURS[:1])
+
+
+@st.composite
 def multi_pod_set_workloads(draw: st.DrawFn, world: World, wid: str, at: float) -> PendingWorkload:
     """Two or three pod sets, each accepting its own ordered choice of flavours (a
     launcher on anything, workers on two kinds of GPU), some large enough that only

@@ -452,3 +452,89 @@ def test_a_tenants_earlier_work_does_not_take_the_guarantee_its_reclaimers_freed
     check_cycle(after, second)
     admitted = {a.workload_id for a in second.admissions}
     assert {"c0", "c2"} <= admitted and "c1" not in admitted
+
+
+def _cycles(snap, count: int = 3):
+    """``count`` cycles, victims stopping and admissions starting between them:
+    [(admitted ids, [(victim, preemptor)])] per cycle."""
+    out = []
+    for cycle in range(count):
+        result = run_cycle(replace(snap, now=snap.now + 30 * cycle))
+        check_cycle(snap, result)
+        out.append(
+            (
+                sorted(a.workload_id for a in result.admissions),
+                sorted((p.victim_id, p.preemptor_id) for p in result.preemptions),
+            )
+        )
+        snap = apply_result(snap, result)
+    return out
+
+
+def test_a_reclaimer_whose_victims_fall_back_into_a_guarantee_nobody_may_borrow_still_starts():
+    """v's guarantee of 4 is not lendable (lend limit 0); it runs 6, borrowing 2. o (owed
+    4) reclaims 3 from v's newest job of 3: only 2 of those come back to the cohort, the
+    third falls back into v's own guarantee. o is charged that GPU when it reclaims, so
+    its own later job does not take the cohort's last GPU in the same cycle (it did, and
+    the reclaimer waited for good). Both of o's jobs start once the victims stopped."""
+    tree = tenants({"c": None, "o": "c", "v": "c", "w": "c"})
+    quotas = (quota("o", 4), quota("v", 4, lend_limit=0), quota("w", 0))
+    busy = [
+        running("v1", "v", {"n000": 3}, admitted=1.0),
+        running("v2", "v", {"n001": 3}, admitted=2.0),
+        running("w1", "w", {"n002": 1}, admitted=3.0),
+    ]
+    pending = [workload("R", "o", 1, 3, submitted=99.0), workload("s1", "o", 1, submitted=100.0)]
+    snap = snapshot(tree, quotas, nodes(3, gpus=3), pending, busy, now=200.0)
+    first, second, third = _cycles(snap)
+    assert first == ([], [("v2", "R"), ("w1", "s1")])
+    assert second == (["R", "s1"], [])
+    assert third == ([], [])
+
+
+def _started_at_100(wid: str, tenant: str, node: str, gpus: int, submitted: float):
+    """Running since 100 s, ``gpus`` pods of one GPU submitted at ``submitted``."""
+    run = running(wid, tenant, {node: gpus}, admitted=100.0)
+    return replace(run, request=workload(wid, tenant, 1, gpus, submitted=submitted))
+
+
+def test_a_reclaimer_keeps_the_quota_its_victims_gave_back_when_they_stop():
+    """a (owed 4) reclaims 3 GPUs, all from b, whose smaller job is inside b's guarantee
+    of 1; c still borrows 1. When the victims have stopped, b's job inside its guarantee
+    comes back too and would take the quota a reclaimed, leaving a to preempt again a
+    cycle later. a's quota is held for it from the start of the cycle: a starts first,
+    and b reclaims its own guarantee from c, the tenant that still borrows."""
+    tree = tenants({"t0": None, "a": "t0", "b": "t0", "c": "t0"})
+    quotas = (quota("a", 4), quota("b", 1), quota("c", 1))
+    busy = [
+        _started_at_100("b1", "b", "n000", 1, submitted=1.0),
+        _started_at_100("c1", "c", "n001", 2, submitted=3.0),
+        _started_at_100("b2", "b", "n002", 2, submitted=5.0),
+    ]
+    pending = [workload("A", "a", 1, 4, submitted=99.0)]  # four pods of one GPU
+    snap = snapshot(tree, quotas, nodes(4, gpus=2), pending, busy, now=200.0)
+    first, second, third = _cycles(snap)
+    assert first == ([], [("b1", "A"), ("b2", "A")])
+    assert second == (["A"], [("c1", "b1")])
+    assert third == (["b1"], [])
+
+
+def test_two_reclaimers_of_one_tenant_price_what_the_second_victim_really_gives_back():
+    """o (owed 5) reclaims for A (2 GPUs) and B (3) in one cycle, both from v, whose
+    guarantee of 1 is not lendable. A's victim takes v from 4 to 2; B's search must see
+    v at 2, where stopping v's other job gives the cohort 1 GPU, not 2 (it saw v at 4,
+    and B waited a cycle after its victims stopped, then preempted again). B takes the
+    cohort's own borrower too, and both start as soon as their victims stopped."""
+    tree = tenants({"c": None, "o": "c", "v": "c"})
+    quotas = (quota("c", 0), quota("o", 5), quota("v", 1, lend_limit=0))
+    busy = [
+        _started_at_100("r1", "c", "n000", 1, submitted=0.0),
+        _started_at_100("v1", "v", "n001", 2, submitted=4.0),
+        _started_at_100("v2", "v", "n002", 2, submitted=6.0),
+    ]
+    pending = [workload("A", "o", 1, 2, submitted=99.0), workload("B", "o", 1, 3, submitted=100.0)]
+    snap = snapshot(tree, quotas, nodes(3, gpus=2), pending, busy, now=200.0)
+    first, second, third = _cycles(snap)
+    assert first == ([], [("r1", "B"), ("v1", "A"), ("v2", "B")])
+    assert second == (["A", "B"], [])
+    assert third == ([], [])
