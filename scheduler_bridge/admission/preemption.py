@@ -121,12 +121,6 @@ class Preemptor:
                     index.smallest[run.node] = min((r.totals[f] for r in runs), default=0)
 
     def plan(self, item: Item, option: Option) -> PreemptionPlan | None:
-        if not self.state.taken_from:
-            return self._plan(item, option)
-        with self.state.victims_gone():
-            return self._plan(item, option)
-
-    def _plan(self, item: Item, option: Option) -> PreemptionPlan | None:
         st = self.state
         node = item.node
         tree = st.tree
@@ -261,9 +255,32 @@ class _Search:
         # preemption for it would stop work for nothing (and the victim, back in the
         # queue, would backfill there again: a loop)
         self.closed = _closed_to(state, item)
+        self.seen_gone: dict[tuple[int, int], int] = {}
+        if state.taken_from:
+            self._see_gone(item.node)
+
+    def _see_gone(self, node: int) -> None:
+        """Usage on ``node``'s path as it will be once this cycle's earlier victims have
+        stopped (CycleState.taken_from), for the length of this search: a preemptor
+        taking from a tenant that already gave up work must see what that tenant still
+        holds, or a victim's stop looks like it frees more of the cohort than it will
+        (the part falling back into its tenant's private guarantee counted twice).
+        Levels where victims and their preemptors meet keep both: there the view only
+        errs on the safe side. ``undo`` puts the usage back."""
+        st = self.st
+        path = st.tree.paths[node]
+        for f, levels in st.taken_from.items():
+            usage = st.usage[f]
+            for n in path:
+                gpus = levels.get(n)
+                if gpus and (f, n) not in self.seen_gone:
+                    usage[n] -= gpus
+                    self.seen_gone[(f, n)] = gpus
 
     def _remove(self, run: Run) -> None:
         if run.node >= 0:
+            if self.st.taken_from:
+                self._see_gone(run.node)
             for f, gpus in run.totals.items():
                 self.st.tree.add(f, run.node, -gpus, self.st.usage[f])
                 self.st.add_victim_view(run.node, f, -gpus)
@@ -459,3 +476,5 @@ class _Search:
         for run in self.removed:
             if run.wl.id in self.out:
                 self._restore(run)
+        for (f, n), gpus in self.seen_gone.items():
+            self.st.usage[f][n] += gpus

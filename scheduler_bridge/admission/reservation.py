@@ -136,7 +136,9 @@ def _hold_quota(state: CycleState, item: Item, option: Option) -> None:
             return
     # charged above the tenant only: its own guarantee still shows the room it is owed,
     # so it keeps its place in line as work inside its guarantee
-    charges = tuple((f, tree.carried_up(f, node, need, state.usage[f])) for f, need in option.totals)
+    charges = tuple(
+        (f, tree.carried_up(f, node, need, state.usage[f])) for f, need in option.totals
+    )
     for f, gpus in charges:
         tree.add(f, parent, gpus, state.usage[f])
     state.quota_held[item.wl.id] = (parent, charges)

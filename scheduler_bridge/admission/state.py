@@ -11,8 +11,7 @@ and skip it in the next cycle if nothing it depends on changed (incremental.py).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .fairshare import ShareCalculator
@@ -321,28 +320,6 @@ class CycleState:
         self.reclaiming[f][node] += gpus
         self.reclaimers.setdefault((f, node), []).append(workload_id)
         self.reclaiming_nodes.add(node)
-
-    @contextmanager
-    def victims_gone(self) -> Iterator[None]:
-        """Usage as it will be below the shared levels once this cycle's victims have
-        stopped, for the length of a victim search: a second preemptor taking from a
-        tenant that already gave up work must see what that tenant still holds, or a
-        victim's stop looks like it frees more of the cohort than it will (the part
-        falling back into its tenant's private guarantee is counted once). Levels at
-        and above where victims and preemptors meet keep both: there the view only
-        errs on the safe side."""
-        taken = self.taken_from
-        for f, levels in taken.items():
-            usage = self.usage[f]
-            for n, gpus in levels.items():
-                usage[n] -= gpus
-        try:
-            yield
-        finally:
-            for f, levels in taken.items():
-                usage = self.usage[f]
-                for n, gpus in levels.items():
-                    usage[n] += gpus
 
     def release_quota_held(self, workload_id: str) -> None:
         """Give back the quota held for a returning reclaimer (see quota_held)."""
