@@ -23,6 +23,8 @@ Outcome = tuple[ReasonCode, str, str | None]
 WAITING = ReasonCode.WAITING_FAIR_SHARE
 # composed reasons of several flavour options kept between cycles before starting over
 WORDED_KEPT = 100_000
+# group verdicts kept between cycles before starting over
+EXPLAINED_GROUPS_KEPT = 200_000
 # Not in line for anything until quotas, the cluster or the request change: no position.
 INADMISSIBLE = frozenset(
     {
@@ -189,10 +191,41 @@ class Explainer:
         return ReasonCode.RESERVATION_HELD, message, self.names[f0]
 
     def _explain_shape(self, node: int, shape: Shape) -> tuple[ReasonCode, str, str | None, int]:
+        """The group's verdict, reused from an earlier cycle when it stood on quota alone
+        and nothing it read has changed: the usage along the tenant's path, its reclaims
+        and, for work that cannot be preempted, what such work holds."""
         st = self.state
-        parts: list[tuple[ReasonCode, str, int]] = []
         protecting = st.config.reclaim and st.config.reclaim_min_run_s > 0
         cls = st.guarantee_class(node, shape) if st.reservations or protecting else 1
+        path = st.tree.paths[node]
+        stamp: list[object] = [cls]
+        for f in shape.flavours:
+            used = st.usage[f]
+            stamp.append(tuple([used[n] for n in path]))
+            if st.reclaiming[f][node]:
+                stamp.append(tuple(st.reclaimers[(f, node)]))
+            if not shape.may_borrow:
+                stamp.append(st.pinned[f][node])
+        key = (node, shape.id)
+        explained = st.static.explained_groups
+        found = explained.get(key)
+        if found is not None and found[0] == stamp:
+            return found[1]
+        verdict, on_quota_alone = self._explain_fresh(node, shape, cls, protecting)
+        if on_quota_alone:
+            if len(explained) >= EXPLAINED_GROUPS_KEPT:
+                explained.clear()
+            explained[key] = (stamp, verdict)
+        return verdict
+
+    def _explain_fresh(
+        self, node: int, shape: Shape, cls: int, protecting: bool
+    ) -> tuple[tuple[ReasonCode, str, str | None, int], bool]:
+        """The verdict, and whether it stood on quota alone (no node-side verdict, no
+        protection window, which change with the cluster and the clock)."""
+        st = self.state
+        parts: list[tuple[ReasonCode, str, int]] = []
+        on_quota_alone = True
         for option in shape.options:
             # Whether it could ever fit the nodes comes first: work no node layout can
             # hold has no place in line, whatever its quota says (a shortage would give
@@ -208,6 +241,7 @@ class Explainer:
                 if verdict is None:
                     verdict = self._by_nodes[nodes_key] = self._nodes(shape, option, cls)
                 parts.append(verdict)
+                on_quota_alone = False
             else:
                 parts.append(quota)
         # the first option that could ever run decides the code (and so whether the
@@ -229,7 +263,8 @@ class Explainer:
                 message = reasons.with_protection(
                     message, reasons.reclaim_protected(st.config.reclaim_min_run_s, until - st.now)
                 )
-        return code, message, self.names[f], f
+                on_quota_alone = False
+        return (code, message, self.names[f], f), on_quota_alone
 
     def _protected_until(self, node: int, shape: Shape) -> float | None:
         """When the first borrowed workload the tenant could reclaim (other tenants' work

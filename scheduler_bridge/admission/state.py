@@ -52,6 +52,9 @@ class Static:
         # the reason of a workload with several flavour options, by its options' reasons
         # (explain.Explainer._explain_shape): most do not change between cycles
         self.worded_options: dict[tuple[tuple[str, str], ...], str] = {}
+        # verdicts of (workload node, shape id) groups that stood on quota alone, with
+        # what they read (explain.Explainer._explain_shape)
+        self.explained_groups: dict[tuple[int, int], tuple[list[object], tuple]] = {}
 
     def shape(self, raw: RawShape) -> Shape:
         shape = self.shapes.get(raw)
