@@ -399,6 +399,9 @@ class _Cycle:
         st = self.state
         may_preempt_borrowing = st.config.priority_preemption
         headroom: dict[tuple[int, int, bool, bool], int] = {}  # a tenant's groups share it
+        # without reservations or holds, no member reaches into reserved GPUs
+        reaching = bool(st.reservations or st.reservation_of)
+        guarantee_class = st.guarantee_class
         for node, queue in queues.items():
             for group in queue.groups:
                 shape = group.shape
@@ -406,20 +409,25 @@ class _Cycle:
                     self._fail_before_pass(group, [])
                 elif (
                     not may_preempt_borrowing
-                    and st.guarantee_class(node, shape) >= 1
+                    and guarantee_class(node, shape) >= 1
                     and not self._fits_now(node, shape)
                 ):
-                    kept = [i for i in group.items if i.holder or i.reach > NO_REACH]
+                    kept = (
+                        [i for i in group.items if i.holder or i.reach > NO_REACH]
+                        if reaching
+                        else []
+                    )
                     self._fail_before_pass(group, kept)
 
     def _fits_now(self, node: int, shape: Shape) -> bool:
-        pinned_ok = self.state.pinned_fits
-        return any(
-            (shape.may_borrow or pinned_ok(node, option.totals))
-            and self._quota_ok(node, option)
-            and self._place_free(shape, option) is not None
-            for option in shape.options
-        )
+        for option in shape.options:
+            if (
+                (shape.may_borrow or self.state.pinned_fits(node, option.totals))
+                and self._quota_ok(node, option)
+                and self._place_free(shape, option) is not None
+            ):
+                return True
+        return False
 
     def _fail_before_pass(self, group: Group, keep: list[Item]) -> None:
         # (no failure is recorded for it: record_failures leaves such groups to be
