@@ -191,12 +191,16 @@ class Explainer:
         return ReasonCode.RESERVATION_HELD, message, self.names[f0]
 
     def _explain_shape(self, node: int, shape: Shape) -> tuple[ReasonCode, str, str | None, int]:
-        """The group's verdict, reused from an earlier cycle when it stood on quota alone
-        and nothing it read has changed: the usage along the tenant's path, its reclaims
-        and, for work that cannot be preempted, what such work holds."""
+        """The group's verdict, reused from an earlier cycle when nothing it read has
+        changed: the usage along the tenant's path, its reclaims, what its work that
+        cannot be preempted holds, and the node-side verdicts (the same for every
+        tenant, worked out once a cycle) it used. Work inside its guarantee while
+        reclaim protection is on is always worded afresh: its window moves."""
         st = self.state
         protecting = st.config.reclaim and st.config.reclaim_min_run_s > 0
         cls = st.guarantee_class(node, shape) if st.reservations or protecting else 1
+        if protecting and cls == 0:  # its reason may carry a window that moves with the clock
+            return self._explain_fresh(node, shape, cls, protecting)[0]
         path = st.tree.paths[node]
         stamp: list[object] = [cls]
         for f in shape.flavours:
@@ -209,23 +213,36 @@ class Explainer:
         key = (node, shape.id)
         explained = st.static.explained_groups
         found = explained.get(key)
-        if found is not None and found[0] == stamp:
+        if found is not None and found[0] == stamp and self._same_on_nodes(shape, found[2]):
             return found[1]
-        verdict, on_quota_alone = self._explain_fresh(node, shape, cls, protecting)
-        if on_quota_alone:
-            if len(explained) >= EXPLAINED_GROUPS_KEPT:
-                explained.clear()
-            explained[key] = (stamp, verdict)
+        verdict, on_nodes = self._explain_fresh(node, shape, cls, protecting)
+        if len(explained) >= EXPLAINED_GROUPS_KEPT:
+            explained.clear()
+        explained[key] = (stamp, verdict, on_nodes)
+        return verdict
+
+    def _same_on_nodes(self, shape: Shape, on_nodes: tuple) -> bool:
+        """Whether the node-side verdicts a remembered verdict used still stand (they
+        are the same for every tenant, worked out once a cycle)."""
+        for option_index, cls, verdict in on_nodes:
+            if self._on_nodes(shape, shape.options[option_index], cls) != verdict:
+                return False
+        return True
+
+    def _on_nodes(self, shape: Shape, option: Option, cls: int) -> tuple[ReasonCode, str, int]:
+        nodes_key = (shape.id, option.index, cls)
+        verdict = self._by_nodes.get(nodes_key)
+        if verdict is None:
+            verdict = self._by_nodes[nodes_key] = self._nodes(shape, option, cls)
         return verdict
 
     def _explain_fresh(
         self, node: int, shape: Shape, cls: int, protecting: bool
-    ) -> tuple[tuple[ReasonCode, str, str | None, int], bool]:
-        """The verdict, and whether it stood on quota alone (no node-side verdict, no
-        protection window, which change with the cluster and the clock)."""
+    ) -> tuple[tuple[ReasonCode, str, str | None, int], tuple]:
+        """The verdict and the node-side verdicts it used ((option, class, verdict))."""
         st = self.state
         parts: list[tuple[ReasonCode, str, int]] = []
-        on_quota_alone = True
+        on_nodes: list[tuple[int, int, tuple[ReasonCode, str, int]]] = []
         for option in shape.options:
             # Whether it could ever fit the nodes comes first: work no node layout can
             # hold has no place in line, whatever its quota says (a shortage would give
@@ -236,12 +253,9 @@ class Explainer:
                 continue
             quota = self._quota(node, option) if shape.may_borrow else self._guarantee(node, option)
             if quota is None:
-                nodes_key = (shape.id, option.index, cls)
-                verdict = self._by_nodes.get(nodes_key)
-                if verdict is None:
-                    verdict = self._by_nodes[nodes_key] = self._nodes(shape, option, cls)
+                verdict = self._on_nodes(shape, option, cls)
                 parts.append(verdict)
-                on_quota_alone = False
+                on_nodes.append((option.index, cls, verdict))
             else:
                 parts.append(quota)
         # the first option that could ever run decides the code (and so whether the
@@ -263,8 +277,7 @@ class Explainer:
                 message = reasons.with_protection(
                     message, reasons.reclaim_protected(st.config.reclaim_min_run_s, until - st.now)
                 )
-                on_quota_alone = False
-        return (code, message, self.names[f], f), on_quota_alone
+        return (code, message, self.names[f], f), tuple(on_nodes)
 
     def _protected_until(self, node: int, shape: Shape) -> float | None:
         """When the first borrowed workload the tenant could reclaim (other tenants' work

@@ -54,7 +54,7 @@ class Static:
         self.worded_options: dict[tuple[tuple[str, str], ...], str] = {}
         # verdicts of (workload node, shape id) groups that stood on quota alone, with
         # what they read (explain.Explainer._explain_shape)
-        self.explained_groups: dict[tuple[int, int], tuple[list[object], tuple]] = {}
+        self.explained_groups: dict[tuple[int, int], tuple[list[object], tuple, tuple]] = {}
 
     def shape(self, raw: RawShape) -> Shape:
         shape = self.shapes.get(raw)
