@@ -519,8 +519,10 @@ class _Cycle:
             held = self.state.quota_held.get(item.wl.id)
             if held is not None:  # its own quota, held since the start: tried with it
                 self.state.release_quota_held(item.wl.id)
-                # refusals remembered while the quota was held do not hold for it now
-                self.quota_memo.clear()
+                # its own refusals remembered while its quota was held do not hold now
+                # (others' do: it is charged again whether it starts or not)
+                for f in item.shape.flavours:
+                    self.quota_memo.pop((item.node, f), None)
                 self.preempt_memo.discard((item.node, item.shape.id))
             verdict = self._evaluate(queue, group, item)
             wid = item.wl.id

@@ -202,23 +202,28 @@ class Explainer:
         if protecting and cls == 0:  # its reason may carry a window that moves with the clock
             return self._explain_fresh(node, shape, cls, protecting)[0]
         path = st.tree.paths[node]
-        stamp: list[object] = [cls]
+        # one flat tuple of what it read (kept between cycles: few objects for the
+        # collector to walk)
+        parts: list[object] = [cls]
         for f in shape.flavours:
             used = st.usage[f]
-            stamp.append(tuple([used[n] for n in path]))
+            parts.append(-1)  # separates flavours, whatever the path length
+            for n in path:
+                parts.append(used[n])
             if st.reclaiming[f][node]:
-                stamp.append(tuple(st.reclaimers[(f, node)]))
+                parts.extend(st.reclaimers[(f, node)])
             if not shape.may_borrow:
-                stamp.append(st.pinned[f][node])
-        key = (node, shape.id)
+                parts.append(st.pinned[f][node])
+        stamp = tuple(parts)
+        key = shape.id * st.tree.size + node
         explained = st.static.explained_groups
         found = explained.get(key)
-        if found is not None and found[0] == stamp and self._same_on_nodes(shape, found[2]):
-            return found[1]
+        if found is not None and found[0] == stamp and self._same_on_nodes(shape, found[5]):
+            return found[1], found[2], found[3], found[4]
         verdict, on_nodes = self._explain_fresh(node, shape, cls, protecting)
         if len(explained) >= EXPLAINED_GROUPS_KEPT:
             explained.clear()
-        explained[key] = (stamp, verdict, on_nodes)
+        explained[key] = (stamp, *verdict, on_nodes)
         return verdict
 
     def _same_on_nodes(self, shape: Shape, on_nodes: tuple) -> bool:
@@ -366,7 +371,7 @@ class Explainer:
         reach with its whole tree idle: checked over every flavour before any shortage,
         so a flavour short for now cannot hide one the option could never have."""
         reachable = self.state.static.reachable
-        key = (node, shape.id, option.index)
+        key = ((shape.id * self.state.tree.size + node) << 16) | option.index
         if key in reachable:
             return None
         tree = self.state.tree

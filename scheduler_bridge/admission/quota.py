@@ -30,8 +30,6 @@ from .model import Quota, ReasonCode, Tenant
 from .reasons import QuotaReasons
 
 NO_LIMIT = 1 << 62
-# explanations kept between cycles before the memo starts over (a few per tenant)
-EXPLAINED_KEPT = 200_000
 
 
 class QuotaTree:
@@ -98,9 +96,6 @@ class QuotaTree:
         self.post_order = sorted(range(self.size), key=lambda n: -len(self.paths[n]))
         self.zero_usage = [0] * self.size
         self._ceilings: dict[tuple[int, int], int] = {}
-        # explanations by (flavour, node, need, usage along the path): the tree outlives
-        # a cycle, and in a deep queue most tenants' paths do not change between cycles
-        self._explained: dict[tuple[int, int, int, tuple[int, ...]], tuple[ReasonCode, str]] = {}
 
     def _build_quotas(self, quotas: Sequence[Quota]) -> None:
         findex = {name: i for i, name in enumerate(self.flavours)}
@@ -255,17 +250,7 @@ class QuotaTree:
 
     # ----------------------------------------------------------------- explanation
     def explain(self, f: int, node: int, need: int, usage: list[int]) -> tuple[ReasonCode, str]:
-        """Why ``need`` GPUs of flavour ``f`` do not fit the quota of ``node`` (it depends
-        on the usage along the node's path alone, so it is worded once per such usage)."""
-        key = (f, node, need, tuple([usage[n] for n in self.paths[node]]))
-        found = self._explained.get(key)
-        if found is None:
-            if len(self._explained) >= EXPLAINED_KEPT:
-                self._explained.clear()
-            found = self._explained[key] = self._explain(f, node, need, usage)
-        return found
-
-    def _explain(self, f: int, node: int, need: int, usage: list[int]) -> tuple[ReasonCode, str]:
+        """Why ``need`` GPUs of flavour ``f`` do not fit the quota of ``node``."""
         flavour = self.flavours[f]
         tenant = self.label[node]
         if not self.access[f][node]:

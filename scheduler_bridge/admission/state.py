@@ -46,15 +46,16 @@ class Static:
             raise ValueError("duplicate node names")
         self.shapes: dict[RawShape, Shape] = {}
         self.never_fits: dict[int, bool] = {}  # by shape id, per node layout
-        # (workload node, shape id, option index) whose every flavour is within the
-        # tenant's reach by its quotas (explain.Explainer._never_by_quota)
-        self.reachable: set[tuple[int, int, int]] = set()
+        # options whose every flavour is within the tenant's reach by its quotas, as
+        # (shape id x tree size + workload node) << 16 | option index: plain ints, which
+        # the cyclic collector never walks (explain.Explainer._never_by_quota)
+        self.reachable: set[int] = set()
         # the reason of a workload with several flavour options, by its options' reasons
         # (explain.Explainer._explain_shape): most do not change between cycles
         self.worded_options: dict[tuple[tuple[str, str], ...], str] = {}
-        # verdicts of (workload node, shape id) groups that stood on quota alone, with
-        # what they read (explain.Explainer._explain_shape)
-        self.explained_groups: dict[tuple[int, int], tuple[list[object], tuple, tuple]] = {}
+        # verdicts of (workload node, shape) groups with what they read, by shape id x
+        # tree size + workload node (explain.Explainer._explain_shape)
+        self.explained_groups: dict[int, tuple] = {}  # (stamp, *verdict, node verdicts)
 
     def shape(self, raw: RawShape) -> Shape:
         shape = self.shapes.get(raw)
