@@ -123,7 +123,7 @@ def _hold_quota(state: CycleState, item: Item, option: Option) -> None:
     as its GPUs are held: other tenants' work inside their guarantees would otherwise
     spend the quota its victims gave back (the victims' own requeued work among them)
     and leave it waiting for another reclaim. The charge is released when its turn
-    comes (engine._Cycle._evaluate), or at the end of the main pass."""
+    comes (engine._Cycle._visit), or at the end of the main pass."""
     node = item.node
     tree = state.tree
     parent = tree.parent[node]

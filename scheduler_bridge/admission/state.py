@@ -142,7 +142,8 @@ class CycleState:
         # when they stop (take_over)
         self.taken_from: dict[int, dict[int, int]] = {}
         # quota charged at the start for reclaimers whose victims stopped, by workload id
-        # (reservation.hold_for_preemptors): (workload node, (flavour, GPUs) totals)
+        # (reservation.hold_for_preemptors): (the tenant's parent level, (flavour, GPUs)
+        # charged there)
         self.quota_held: dict[str, tuple[int, tuple[tuple[int, int], ...]]] = {}
         nodes = sorted(snapshot.nodes, key=lambda n: n.name)
         held = self._compile_running(snapshot.running, static)
