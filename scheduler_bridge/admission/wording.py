@@ -40,6 +40,9 @@ class Wording(str):
     itself be a Wording. With ``plural`` set, the template is the singular form and
     ``params["count"]`` picks the form. Equal to (and hashed like) its English text."""
 
+    # no per-instance dict: a deep queue makes tens of thousands of these a cycle
+    __slots__ = ("params", "plural", "template")
+
     template: str
     params: Mapping[str, Param]
     plural: str
