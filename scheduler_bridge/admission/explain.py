@@ -215,7 +215,7 @@ class Explainer:
             if not shape.may_borrow:
                 parts.append(st.pinned[f][node])
         stamp = tuple(parts)
-        key = shape.id * st.tree.size + node
+        key = self._group_key(node, shape)
         explained = st.static.explained_groups
         found = explained.get(key)
         if found is not None and found[0] == stamp and self._same_on_nodes(shape, found[5]):
@@ -225,6 +225,11 @@ class Explainer:
             explained.clear()
         explained[key] = (stamp, *verdict, on_nodes)
         return verdict
+
+    def _group_key(self, node: int, shape: Shape) -> int:
+        """A (workload node, shape) group as one int, stable while the static state
+        stands (ints are never walked by the cyclic collector)."""
+        return shape.id * self.state.tree.size + node
 
     def _same_on_nodes(self, shape: Shape, on_nodes: tuple) -> bool:
         """Whether the node-side verdicts a remembered verdict used still stand (they
@@ -359,9 +364,8 @@ class Explainer:
                 message = reasons.guarantee_only(
                     self.names[f], tree.label[node], used, guaranteed, need
                 )
-                # more than the whole guarantee: not in line until the guarantee grows
-                code = ReasonCode.NEVER_FITS if need > guaranteed else ReasonCode.QUOTA_LIMIT
-                return code, message, f
+                # (more than the whole guarantee was said before: _never_by_quota)
+                return ReasonCode.QUOTA_LIMIT, message, f
         return self._quota(node, option)
 
     def _never_by_quota(
@@ -371,7 +375,7 @@ class Explainer:
         reach with its whole tree idle: checked over every flavour before any shortage,
         so a flavour short for now cannot hide one the option could never have."""
         reachable = self.state.static.reachable
-        key = ((shape.id * self.state.tree.size + node) << 16) | option.index
+        key = (self._group_key(node, shape) << 16) | option.index
         if key in reachable:
             return None
         tree = self.state.tree
