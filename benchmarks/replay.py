@@ -4,7 +4,9 @@ fair share with elastic jobs, one JSON line per policy with the figures of docs/
 (bench, scenario, policy, jobs, wall_s, utilization, goodput, wasted_gpu_hours,
 borrowed_gpu_hours, wait_mean_s, wait_p50_s, wait_p95_s, wait_p99_s, owner_wait_ratio,
 share_fairness, jain_fairness, preemptions, ...). One more line, ``fair-share-min-run-30m``,
-is fair share with borrowed work protected from reclaim for its first 30 minutes.
+is fair share with borrowed work protected from reclaim for its first 30 minutes; two
+more, ``fair-share-reclaim-wait-2m`` and ``fair-share-elastic-reclaim-wait-2m``, let work
+inside its guarantee wait 2 minutes for GPUs to free before it preempts.
 
 Scenario ``synthetic-100k`` (``--synthetic`` runs only it): 100,000 jobs of 50 tenants drawn
 from the slice's job shapes at 80 % offered load on 2,048 GPUs, under fair share; it prints
@@ -43,6 +45,7 @@ from scheduler_bridge.replay.trace import (  # noqa: E402
 
 CAPACITY = 320  # the trace keeps about 262 GPUs busy on average: ~80 % offered load
 MIN_RUN_S = 1800.0
+RECLAIM_WAIT_S = 120.0
 SYNTHETIC_CAPACITY = 2048
 
 
@@ -81,6 +84,22 @@ def philly() -> None:
         reclaim_min_run_s=MIN_RUN_S,
         trace_source=PHILLY_ATTRIBUTION,
     )
+    for policy in ("fair-share", "fair-share-elastic"):
+        say(f"{policy} with a 2-minute reclaim wait", len(runs))
+        waited = replay(
+            policy,
+            jobs,
+            cluster,
+            quotas,
+            ReplayOptions(reclaim_wait_s=RECLAIM_WAIT_S),
+            static_owner_wait_s=static_wait,
+        )
+        emit(
+            f"{policy}-reclaim-wait-2m",
+            waited.figures.as_json(),
+            reclaim_wait_s=RECLAIM_WAIT_S,
+            trace_source=PHILLY_ATTRIBUTION,
+        )
 
 
 def synthetic() -> None:

@@ -289,6 +289,9 @@ TIDEGATE = {
     "MIG_CONFIG_NAMESPACE": env("TIDEGATE_MIG_CONFIG_NAMESPACE", default="gpu-operator"),
     # Seconds borrowed work runs before an owner may reclaim its GPUs (0: at once).
     "RECLAIM_MIN_RUN_S": env.float("TIDEGATE_RECLAIM_MIN_RUN_S", default=0.0),
+    # Seconds work inside its guarantee waits for GPUs to free on their own before it
+    # preempts other tenants' borrowed work (0: at once; docs/admission.md).
+    "RECLAIM_WAIT_S": env.float("TIDEGATE_RECLAIM_WAIT_S", default=0.0),
     # Which GPU a share of a shared flavour takes: "fgd" (where the recent mix of share
     # sizes loses least to fragments) or "best-fit" (the fullest GPU that holds it).
     "SHARE_PACKING": env("TIDEGATE_SHARE_PACKING", default="fgd"),

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import gc
 import heapq
+import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
@@ -291,6 +292,9 @@ class _Cycle:
         self.quota_memo: dict[tuple[int, int], int] = {}
         self.node_memo: dict[tuple[int, object, int], int] = {}
         self.preempt_memo: set[FailureKey] = set()
+        # groups that did not reclaim only because their head was in its reclaim wait:
+        # when that wait ends (a remembered failure does not outlive it)
+        self.retry_at: dict[FailureKey, float] = {}
         self.groups: list[tuple[int, Group]] = []
         self.group_lists: list[tuple[int, Shape, list[Item]]] = []
         self.unqueued: list[Item] = []  # unknown tenant or flavour
@@ -318,7 +322,7 @@ class _Cycle:
         self._main_pass(queues)
         for workload_id in list(st.quota_held):  # reclaimers that did not start
             st.release_quota_held(workload_id)
-        self.failures_out = record_failures(st, self.groups, self.failed_priority)
+        self.failures_out = record_failures(st, self.groups, self.failed_priority, self.retry_at)
         pending: tuple = ()
         if explain:
             # no budgets, nothing to ask per workload (older gates may lack the method)
@@ -514,6 +518,10 @@ class _Cycle:
         item = group.items[group.pos]
         if group.skip and item.reach == NO_REACH and not item.holder:
             self._fail_group(group, item, skipped=True)
+            key = (queue.node, group.shape.id)
+            retry_at = self.failures_in[key].retry_at  # mark_skips found it
+            if retry_at != math.inf:  # the wait it sits out still ends then
+                self.retry_at[key] = retry_at
         else:
             self.groups_evaluated += 1
             held = self.state.quota_held.get(item.wl.id)
@@ -634,6 +642,9 @@ class _Cycle:
                 if self._budget_ok(item, option):
                     self._nominate(queue, item, option, found)
                 return _DECIDED
+            wait_until = self.preemptor.wait_until
+            if wait_until is not None:
+                self.retry_at[key] = min(self.retry_at.get(key, wait_until), wait_until)
         self.preempt_memo.add(key)
         return None
 

@@ -90,6 +90,10 @@ class Explainer:
         names = self.names
         budgets = self.budget_blocked is not None
         waiting_priority: dict[int, str] = {}  # one wording per flavour, not per workload
+        config = self.state.config
+        # work inside its guarantee still in its reclaim wait (EngineConfig.reclaim_wait_s)
+        wait_s = config.reclaim_wait_s if config.reclaim else 0.0
+        now = self.state.now
         position = 0
         for entry in keyed:
             item = entry[-1]
@@ -114,6 +118,10 @@ class Explainer:
                     if worded is None:
                         worded = waiting_priority[f] = reasons.waiting_priority(names[f])
                     message = worded
+                if wait_s and entry[0] == 0 and code not in INADMISSIBLE:
+                    left = wl.submitted_at + wait_s - now
+                    if left > 0:
+                        message = reasons.with_reclaim_wait(message, wait_s, left)
             if code in INADMISSIBLE:
                 aside.append(
                     PendingDecision(

@@ -19,13 +19,17 @@ What a failure depends on:
   admitted during a cycle was no preemption candidate then but is one in the next
   cycle, so for such workloads an admission anywhere in the tree must invalidate.
 
+A failure of a reclaimer still in its reclaim wait (EngineConfig.reclaim_wait_s)
+also stands only until that wait ends: from then on the same state lets it preempt.
+
 Skipping never changes a decision - tests run the warm engine against a fresh one on
 every cycle of random simulations - it only saves the work of trying.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from .pending import Group, Shape, TenantQueue
@@ -40,6 +44,9 @@ FailureKey = tuple[int, int]  # (workload node, shape id)
 class Failure:
     fingerprint: Fingerprint
     max_priority: int  # with priority preemption, a higher-priority newcomer may succeed
+    # a reclaim held back by the head's reclaim wait may happen from then on, whatever
+    # else changed (EngineConfig.reclaim_wait_s)
+    retry_at: float = math.inf
 
 
 def own_limits_only(
@@ -132,18 +139,33 @@ def mark_skips(
                 continue
             if check_priority and group.max_priority > failure.max_priority:
                 continue
+            if failure.retry_at != math.inf and state.now >= _wait_ends(state, group, failure):
+                continue
             if failure.fingerprint == fingerprint(state, node, group.shape, memo):
                 group.skip = True
 
 
+def _wait_ends(state: CycleState, group: Group, failure: Failure) -> float:
+    """When the reclaim wait a failure sat out ends: as recorded, or earlier if a
+    member's submit time now says so (a warm engine trusts the queue, not its memory)."""
+    submitted = min(item.wl.submitted_at for item in group.items)
+    return min(failure.retry_at, submitted + state.config.reclaim_wait_s)
+
+
 def record_failures(
-    state: CycleState, groups: Iterable[tuple[int, Group]], priorities: dict[int, int]
+    state: CycleState,
+    groups: Iterable[tuple[int, Group]],
+    priorities: dict[int, int],
+    retry_at: Mapping[FailureKey, float] | None = None,
 ) -> dict[FailureKey, Failure]:
-    """The failures of this cycle, fingerprinted with the state it ended in."""
+    """The failures of this cycle, fingerprinted with the state it ended in;
+    ``retry_at`` says when a group's reclaim wait ends."""
     memo: dict = {}
     out: dict[FailureKey, Failure] = {}
+    retry_at = retry_at or {}
     for node, group in groups:
         if group.failed and not group.failed_at_start:  # those are re-checked at start
             stamp = fingerprint(state, node, group.shape, memo)
-            out[(node, group.shape.id)] = Failure(stamp, priorities[id(group)])
+            key = (node, group.shape.id)
+            out[key] = Failure(stamp, priorities[id(group)], retry_at.get(key, math.inf))
     return out

@@ -303,6 +303,15 @@ class EngineConfig:
     # for its guarantee. 0 reclaims at once, as Kueue does; KAI's "min runtime" and
     # Slurm's PreemptExemptTime are the same idea.
     reclaim_min_run_s: float = 0.0
+    # Work inside its guarantee waits this long after it was submitted for GPUs to free
+    # on their own before it stops other tenants' borrowed work (elastic pods, whose
+    # loss costs no work, are still taken back at once). On a busy cluster GPUs free
+    # every few minutes and the owner's work queues first for them, so most reclaims
+    # never need a preemption; an owner waits at most this long (plus a cycle). 0
+    # reclaims at once, as Kueue does; YARN's capacity preemption likewise counts on
+    # part of what a queue is owed being freed by containers that finish
+    # (natural_termination_factor).
+    reclaim_wait_s: float = 0.0
     # Which GPU a share of a shared flavour takes: "best-fit" (the fullest that holds it)
     # or "fgd" (the one whose free capacity the recent request mix could least use
     # anyway: fragmentation gradient descent, Weng et al., USENIX ATC 2023).
@@ -318,6 +327,8 @@ class EngineConfig:
             raise ValueError("usage_blend must be within 0..1")
         if self.reclaim_min_run_s < 0:
             raise ValueError("reclaim_min_run_s must not be negative")
+        if self.reclaim_wait_s < 0:
+            raise ValueError("reclaim_wait_s must not be negative")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

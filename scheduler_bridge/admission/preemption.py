@@ -26,7 +26,12 @@ are stopped. Order:
    guarantee. Otherwise a victim whose tenant was pushed below its guarantee returns to
    the queue with a rightful claim and can beat the reclaimer to the GPUs next cycle.
    Work younger than ``EngineConfig.reclaim_min_run_s`` is protected: it counts as the
-   tenant's borrowing first, so the tenant has that much less to give back (state.py);
+   tenant's borrowing first, so the tenant has that much less to give back (state.py).
+   A preemptor submitted less than ``EngineConfig.reclaim_wait_s`` ago takes no whole
+   workload of another tenant: it waits for GPUs to free on their own, which it gets
+   before any borrower (it queues as guaranteed work); only elastic pods and evicting
+   work are taken in that time (``Preemptor.wait_until`` tells the engine when to try
+   again);
 3. priority (EngineConfig.priority_preemption) - the preemptor's own tenant's running
    work of strictly lower priority, if that makes the preemptor fit inside its
    tenant's guarantee.
@@ -85,6 +90,9 @@ class Preemptor:
     def __init__(self, state: CycleState) -> None:
         self.state = state
         self._indexes: dict[tuple[int, int], _Index] = {}
+        # when the last plan left other tenants' borrowed work alone because the
+        # preemptor was still in its reclaim wait: the end of that wait (else None)
+        self.wait_until: float | None = None
 
     def _index(self, root: int, f: int) -> _Index:
         index = self._indexes.get((root, f))
@@ -122,6 +130,7 @@ class Preemptor:
 
     def plan(self, item: Item, option: Option) -> PreemptionPlan | None:
         st = self.state
+        self.wait_until = None
         node = item.node
         tree = st.tree
         within = all(
@@ -145,6 +154,10 @@ class Preemptor:
                 found.update(st.borrowers.get((root, f), ()))
             found.discard(node)
             borrowers = list(found)  # any order: the heap's keys decide
+            wait_ends = item.wl.submitted_at + st.config.reclaim_wait_s
+            if borrowers and st.now < wait_ends:  # GPUs may yet free on their own
+                borrowers = []
+                self.wait_until = wait_ends
         elastic = self._elastic(root, flavours) if reclaim else []
         if not evicting and not elastic and not borrowers and not own:
             return None

@@ -305,6 +305,20 @@ def with_protection(reason: str, protection: Wording) -> Wording:
     return wording(gettext_noop("%(reason)s; %(protection)s"), reason=reason, protection=protection)
 
 
+def with_reclaim_wait(reason: str, wait_s: float, left_s: float) -> Wording:
+    """A reason of work inside its guarantee that waits for GPUs to free before it
+    reclaims (EngineConfig.reclaim_wait_s)."""
+    return wording(
+        gettext_noop(
+            "%(reason)s; inside its guarantee, it waits up to %(wait)s for GPUs to free "
+            "before it preempts borrowed work (~%(left)s left)"
+        ),
+        reason=reason,
+        wait=duration(wait_s),
+        left=duration(left_s),
+    )
+
+
 def released_reservation() -> Wording:
     return wording(
         gettext_noop(

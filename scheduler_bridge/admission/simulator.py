@@ -248,6 +248,10 @@ class _Run:
         self.wasted = 0.0
         self.grows = 0
         self.shrinks = 0
+        # arrivals whose reclaim wait may still end while they wait (in submit order,
+        # so in the order their waits end)
+        self.wait_s = sim.engine.config.reclaim_wait_s
+        self.next_wait = 0
 
     def go(self, until: float) -> SimulationResult:
         start = self.arrivals[0].workload.submitted_at if self.arrivals else 0.0
@@ -255,9 +259,17 @@ class _Run:
         last_cycle = -math.inf
         dirty = False
         while True:
+            # a queued job's reclaim wait ends: the next cycle may let it reclaim, as
+            # the product's periodic cycle would
+            wait_ends = self._next_wait_end(last_cycle)
+            if wait_ends <= now:
+                dirty = True
             upcoming = min(self._next_arrival_time(), self._next_finish_time())
             if dirty:
                 upcoming = min(upcoming, max(now, last_cycle + self.sim.interval))
+            elif wait_ends < upcoming:
+                upcoming = wait_ends
+                dirty = True
             if upcoming == math.inf or upcoming > until:
                 break
             now = upcoming
@@ -283,6 +295,19 @@ class _Run:
             if self.generation.get(wid) == generation and wid in self.running:
                 return at
             heapq.heappop(self.finishes)
+        return math.inf
+
+    def _next_wait_end(self, last_cycle: float) -> float:
+        """When the reclaim wait of the next queued job ends that no cycle has seen
+        ended yet (inf without one, or without a reclaim wait)."""
+        if self.wait_s <= 0:
+            return math.inf
+        while self.next_wait < self.next_arrival:
+            workload = self.arrivals[self.next_wait].workload
+            ends = workload.submitted_at + self.wait_s
+            if ends > last_cycle and workload.id in self.pending:
+                return ends
+            self.next_wait += 1
         return math.inf
 
     def _finish_until(self, now: float) -> bool:

@@ -50,6 +50,7 @@ class ReplayInputError(ValueError):
 class ReplayOptions:
     half_life_h: float = 168.0  # usage history half-life of fair share
     reclaim_min_run_s: float = 0.0  # borrowed work runs this long before reclaim
+    reclaim_wait_s: float = 0.0  # owners wait this long for GPUs to free before reclaim
     cycle_interval_s: float = 60.0
     seed: int = 0  # orders jobs submitted in the same second
     timeline_points: int = 0  # samples kept for plots; 0: none
@@ -196,6 +197,7 @@ def replay(
             EngineConfig(
                 reclaim=policy.startswith("fair-share"),
                 reclaim_min_run_s=options.reclaim_min_run_s,
+                reclaim_wait_s=options.reclaim_wait_s,
                 share_packing=options.share_packing,
             )
         ),

@@ -61,6 +61,7 @@ class CycleOutcome:
 def engine_config() -> engine.EngineConfig:
     return engine.EngineConfig(
         reclaim_min_run_s=settings.TIDEGATE["RECLAIM_MIN_RUN_S"],
+        reclaim_wait_s=settings.TIDEGATE["RECLAIM_WAIT_S"],
         share_packing=settings.TIDEGATE["SHARE_PACKING"],
     )
 

@@ -235,4 +235,5 @@ configs = st.builds(
     reservation_min_gpus=st.integers(1, 8),
     usage_blend=st.sampled_from([0.0, 0.5, 1.0]),
     reclaim_min_run_s=st.sampled_from([0.0, 0.0, 90.0]),
+    reclaim_wait_s=st.sampled_from([0.0, 0.0, 45.0]),
 )

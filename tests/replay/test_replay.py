@@ -388,6 +388,7 @@ def test_the_replay_command_reads_a_csv_with_its_own_quotas(tmp_path: Path) -> N
     [
         (["--trace", "/nonexistent.csv", "--capacity", "8"], "/nonexistent.csv: no such file"),
         (["--reclaim-min-run", "-5", "--capacity", "8"], "--reclaim-min-run must be 0 or more"),
+        (["--reclaim-wait", "-1", "--capacity", "8"], "--reclaim-wait must be 0 or more"),
         (["--limit", "50"], "Give --capacity GPUS"),
         (["--capacity", "0"], "--capacity must be at least 1 GPU"),
         (["--format", "csv", "--capacity", "8"], "--format csv needs --trace PATH"),

@@ -433,6 +433,28 @@ def test_the_reclaim_minimum_run_comes_from_settings(
     assert engine_for(fake_cluster.cluster).config.reclaim_min_run_s == 900.0
 
 
+def test_an_owner_waits_out_the_reclaim_wait_from_settings_then_reclaims(
+    fake_cluster: FakeCluster, cast: Cast, settings: Any
+) -> None:
+    """TIDEGATE_RECLAIM_WAIT_S: the owner's work waits that long for GPUs to free, says
+    so, then preempts the borrower as usual."""
+    settings.TIDEGATE = {**settings.TIDEGATE, "RECLAIM_WAIT_S": 600.0}
+    assert engine_for(fake_cluster.cluster).config.reclaim_wait_s == 600.0
+    borrower = submit(cast.platform_admin, "speech", 8, name="big").json()["id"]
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    owner = submit(cast.lead, "vision", 6, name="owner").json()["id"]
+    outcome = admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    assert outcome.preempted == []
+    waiting = client_for(cast.lead).get(f"/api/v1/workloads/{owner}/").json()
+    assert waiting["state"] == "pending" and waiting["queue_position"] == 1
+    assert "inside its guarantee, it waits up to 10 min for GPUs to free" in waiting["reason"]
+    Workload.objects.filter(pk=owner).update(submitted_at=timezone.now() - timedelta(seconds=601))
+    outcome = admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    assert outcome.preempted == [borrower]
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    assert Workload.objects.get(pk=owner).state == "running"
+
+
 def test_work_past_its_declared_max_run_time_is_stopped_and_its_gpus_reused(
     fake_cluster: FakeCluster, cast: Cast
 ) -> None:

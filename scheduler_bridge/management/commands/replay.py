@@ -106,6 +106,16 @@ class Command(BaseCommand):
             help="fair share: borrowed work runs this long before it may be reclaimed",
         )
         parser.add_argument(
+            "--reclaim-wait",
+            type=float,
+            default=0.0,
+            metavar="SECONDS",
+            help=(
+                "fair share: work inside its guarantee waits this long for GPUs to free "
+                "before it preempts borrowed work"
+            ),
+        )
+        parser.add_argument(
             "--share-packing",
             choices=SHARE_PACKINGS,
             default="fgd",
@@ -129,6 +139,7 @@ class Command(BaseCommand):
         replay_options = ReplayOptions(
             half_life_h=options["half_life"],
             reclaim_min_run_s=options["reclaim_min_run"],
+            reclaim_wait_s=options["reclaim_wait"],
             seed=options["seed"],
             share_packing=options["share_packing"],
             timeline_points=PLOT_POINTS if options["plot"] else 0,
@@ -178,6 +189,8 @@ class Command(BaseCommand):
             raise CommandError("--gpus-per-node must be at least 1.")
         if options["reclaim_min_run"] < 0:
             raise CommandError("--reclaim-min-run must be 0 or more seconds.")
+        if options["reclaim_wait"] < 0:
+            raise CommandError("--reclaim-wait must be 0 or more seconds.")
         if options["half_life"] <= 0:
             raise CommandError("--half-life must be more than 0 hours.")
         if options["days"] < 1:
