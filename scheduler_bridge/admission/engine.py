@@ -243,13 +243,23 @@ def _cyclic_gc_paused() -> Iterator[None]:
     each allocation burst would start a pass of Python's cyclic collector over every
     object of the worker, a third of the cycle's time over 50,000 pending workloads.
     The cycle makes no reference cycles that need collecting while it runs, so the
-    collector waits until it ends (reference counting still frees memory as it goes)."""
+    collector waits until it ends (reference counting still frees memory as it goes).
+
+    What the cycle leaves behind (its result, the engine's memos: hundreds of thousands
+    of objects after a full cycle) would then be walked at once by a young collection,
+    and again when promoted. It is known to hold no garbage cycles, so it goes straight
+    to the oldest generation instead (freeze then unfreeze: two list splices), walked
+    only by the rare full collections, as it would be once promoted anyway. Skipped if
+    anything else keeps objects frozen (e.g. a server that froze them before forking)."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if was_enabled:
+            if gc.get_freeze_count() == 0:
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()
 
 

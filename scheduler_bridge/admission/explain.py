@@ -110,7 +110,8 @@ class Explainer:
                 g = entry[-2]
                 cached = verdicts[g]
                 if cached is None:
-                    cached = verdicts[g] = self._explain_shape(item.node, item.shape)
+                    # (the group's guarantee class leads its sort key)
+                    cached = verdicts[g] = self._explain_shape(item.node, item.shape, entry[0])
                 code, message, flavour, f = cached
                 if code is WAITING and admitted_priority.get(f, wl.priority) > wl.priority:
                     code = ReasonCode.WAITING_PRIORITY
@@ -198,7 +199,9 @@ class Explainer:
         )
         return ReasonCode.RESERVATION_HELD, message, self.names[f0]
 
-    def _explain_shape(self, node: int, shape: Shape) -> tuple[ReasonCode, str, str | None, int]:
+    def _explain_shape(
+        self, node: int, shape: Shape, guarantee_class: int
+    ) -> tuple[ReasonCode, str, str | None, int]:
         """The group's verdict, reused from an earlier cycle when nothing it read has
         changed: the usage along the tenant's path, its reclaims, what its work that
         cannot be preempted holds, and the node-side verdicts (the same for every
@@ -206,7 +209,7 @@ class Explainer:
         reclaim protection is on is always worded afresh: its window moves."""
         st = self.state
         protecting = st.config.reclaim and st.config.reclaim_min_run_s > 0
-        cls = st.guarantee_class(node, shape) if st.reservations or protecting else 1
+        cls = guarantee_class if st.reservations or protecting else 1
         if protecting and cls == 0:  # its reason may carry a window that moves with the clock
             return self._explain_fresh(node, shape, cls, protecting)[0]
         path = st.tree.paths[node]
