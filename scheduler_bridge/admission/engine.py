@@ -109,6 +109,7 @@ class AdmissionEngine:
             groups_evaluated=cycle.groups_evaluated,
             groups_skipped=cycle.groups_skipped,
             groups_failed_at_start=cycle.groups_failed_at_start,
+            groups_failed_with_tenant=cycle.groups_failed_with_tenant,
             workloads_skipped=cycle.workloads_skipped,
             duration_s=perf_counter() - started,
         )
@@ -313,6 +314,7 @@ class _Cycle:
         self.groups_evaluated = 0
         self.groups_skipped = 0
         self.groups_failed_at_start = 0
+        self.groups_failed_with_tenant = 0  # refused with the tenant's, untried
         self.workloads_skipped = 0
 
     # ------------------------------------------------------------------ driver
@@ -553,8 +555,34 @@ class _Cycle:
                 group.pos += 1
             elif verdict is _FAILED:
                 self._fail_group(group, item, skipped=False)
+                if queue.head_class >= 1 and not self.state.config.priority_preemption:
+                    self._fail_beyond_quota(queue, item)
             # _DEFERRED: the group goes back to the heap as borrowing work
         self._requeue(queue, group)
+
+    def _fail_beyond_quota(self, queue: TenantQueue, failed: Item) -> None:
+        """Borrowing work of the tenant just failed on quota: fail at once every other
+        borrowing group of the tenant that no option's quota admits either, instead of
+        taking each through the queue to fail it there. Quota only shrinks within a
+        cycle and borrowing work cannot preempt (priority preemption off), so each would
+        fail the same way when its turn came; a tenant whose cohort is spent has all its
+        borrowing groups refused in one pass."""
+        node = queue.node
+        quota_ok = self._quota_ok
+        if any(quota_ok(node, option) for option in failed.shape.options):
+            return  # it failed on nodes, not on quota: the others may well fit
+        guarantee_class = self.state.guarantee_class
+        for group in queue.groups:
+            if group.pos >= len(group.items) or group.skip:
+                continue
+            shape = group.shape
+            if not group.borrows and guarantee_class(node, shape) == 0:
+                continue  # may still reclaim inside its guarantee
+            if any(quota_ok(node, option) for option in shape.options):
+                continue
+            self.groups_failed_with_tenant += 1
+            self._fail_group(group, group.items[group.pos], skipped=False)
+            self._requeue(queue, group)  # members that reach reserved GPUs stay queued
 
     def _fail_group(self, group: Group, item: Item, skipped: bool) -> None:
         """``item`` failed; so does every later member that cannot use more capacity

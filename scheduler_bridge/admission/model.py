@@ -433,6 +433,8 @@ class CycleStats:
     workloads_skipped: int
     duration_s: float
     groups_failed_at_start: int = 0  # cannot start this cycle whatever happens in it
+    # borrowing groups refused with their tenant's first to fail on quota, untried
+    groups_failed_with_tenant: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -10,6 +10,7 @@ from scheduler_bridge.admission import (
     CycleStats,
     Flavour,
     Node,
+    ReasonCode,
     run_cycle,
 )
 
@@ -58,6 +59,23 @@ def test_borrowing_work_that_fits_neither_quota_nor_gpus_is_refused_before_the_p
     assert result.admissions == ()
     assert stats(result).groups_failed_at_start == 4
     assert stats(result).groups_evaluated == 0
+
+
+def test_a_tenant_whose_cohort_is_spent_has_its_borrowing_groups_refused_together():
+    """b borrows a's idle guarantee: its big job takes all of it, and the first of its
+    other shapes to fail on quota takes the rest down with it, untried (they would all
+    fail the same way: quota only shrinks within a cycle)."""
+    tree = tenants({"org": None, "a": "org", "b": "org"})
+    quotas = (quota("a", 8), quota("b", 0))
+    pending = [workload("big", "b", 8, submitted=0)]
+    pending += [workload(f"b{n}", "b", n, submitted=n) for n in range(1, 6)]
+    snap = snapshot(tree, quotas, nodes(2), pending)
+    result = AdmissionEngine().run_cycle(snap)
+    assert [a.workload_id for a in result.admissions] == ["big"]
+    assert stats(result).groups_evaluated == 2  # big, then b1 fails on quota
+    assert stats(result).groups_failed_with_tenant == 4
+    assert {d.code for d in result.pending} == {ReasonCode.COHORT_EXHAUSTED}
+    assert [d.position for d in result.pending] == [1, 2, 3, 4, 5]
 
 
 def test_after_one_finish_only_groups_the_freed_gpus_could_fit_are_tried():
