@@ -212,7 +212,7 @@ class AdmissionEngine:
                 node = tree.workload_node[tenant] if tenant is not None else -1
                 raw = (
                     wl.topology,
-                    tuple((ps.count, ps.gpus_per_pod, ps.flavours) for ps in wl.pod_sets),
+                    tuple([(ps.count, ps.gpus_per_pod, ps.flavours) for ps in wl.pod_sets]),
                     wl.preemptible,
                     wl.opportunistic,
                 )

@@ -144,17 +144,8 @@ class Explainer:
                 message = reasons.fills_idle(message)
             position += 1
             mine = tenant_positions[tenant] = tenant_positions.get(tenant, 0) + 1
-            append(
-                PendingDecision(
-                    workload_id=wid,
-                    tenant_id=tenant,
-                    position=position,
-                    tenant_position=mine,
-                    code=code,
-                    message=message,
-                    flavour=flavour,
-                )
-            )
+            # (positional: the hot loop of a deep queue; the fields in their order)
+            append(PendingDecision(wid, tenant, position, mine, code, message, flavour))
         return (*out, *aside)
 
     def _ordered(

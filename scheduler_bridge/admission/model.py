@@ -386,7 +386,7 @@ class Preemption:
     message: str
 
 
-@dataclass(slots=True, kw_only=True)
+@dataclass(slots=True)
 class PendingDecision:
     """Why ``workload_id`` waits and where it stands: ``position`` is 1-based in the whole
     queue (the order the next cycle will try), ``tenant_position`` within its tenant.
@@ -394,10 +394,11 @@ class PendingDecision:
     give it, an unknown tenant or flavour) has no position: it is not in line for
     anything until its quota, the cluster or the request changes (Kueue: inadmissible).
 
-    Read-only like the other records, but not frozen: a cycle makes one per pending
-    workload (50,000 over a deep queue), and a frozen dataclass's constructor costs
-    2.5 times as much (one object.__setattr__ call per field). Change it with
-    ``dataclasses.replace``."""
+    Read-only like the other records, but neither frozen nor keyword-only: a cycle
+    makes one per pending workload (50,000 over a deep queue), and a frozen dataclass's
+    constructor costs 2.5 times as much (one object.__setattr__ call per field), a
+    keyword call twice as much again. Change it with ``dataclasses.replace``; outside
+    the explainer's loop, name the fields."""
 
     workload_id: str
     tenant_id: str
