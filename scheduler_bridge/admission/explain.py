@@ -272,8 +272,12 @@ class Explainer:
                 parts.append(quota)
         # the first option that could ever run decides the code (and so whether the
         # workload has a place in line); the message covers every option
-        code, message, f = next((p for p in parts if p[0] not in INADMISSIBLE), parts[0])
+        code, message, f = parts[0]
         if len(parts) > 1:
+            for part in parts:
+                if part[0] not in INADMISSIBLE:
+                    code, message, f = part
+                    break
             labelled = tuple(
                 [(self._label(option), part[1]) for option, part in zip(shape.options, parts)]  # noqa: B905
             )
