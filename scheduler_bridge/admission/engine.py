@@ -544,6 +544,7 @@ class _Cycle:
                 for f in item.shape.flavours:
                     self.quota_memo.pop((item.node, f), None)
                 self.preempt_memo.discard((item.node, item.shape.id))
+                self.preemptor.forget_quota_misses(item.node)
             verdict = self._evaluate(queue, group, item)
             wid = item.wl.id
             if held is not None and wid not in self.admitted and wid not in self.holds:

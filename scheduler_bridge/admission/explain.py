@@ -58,6 +58,7 @@ class Explainer:
         self._by_quota: dict[tuple[int, int, int], tuple[ReasonCode, str]] = {}
         self._labels: dict[tuple[int, ...], str] = {}
         self._room: dict[tuple[int, int], int] = {}  # quota still available, at cycle end
+        self._views: dict[tuple[int, int], tuple[int, int, int, int]] = {}  # _quota_view
         # per (tree, flavour): earliest end of reclaim protection among borrowed work
         self._protection: dict[tuple[int, int], float | None] = {}
 
@@ -203,15 +204,14 @@ class Explainer:
         cls = guarantee_class if st.reservations or protecting else 1
         if protecting and cls == 0:  # its reason may carry a window that moves with the clock
             return self._explain_fresh(node, shape, cls, protecting)[0]
-        path = st.tree.paths[node]
         # one flat tuple of what it read (kept between cycles: few objects for the
-        # collector to walk)
+        # collector to walk): per flavour, what its quota verdict reads of the usage
+        # along the path (the same for all the tenant's groups), not the usage itself,
+        # so that a change at a level that does not bind leaves it standing
         parts: list[object] = [cls]
         for f in shape.flavours:
-            used = st.usage[f]
-            parts.append(-1)  # separates flavours, whatever the path length
-            for n in path:
-                parts.append(used[n])
+            parts.append(-1)  # separates flavours
+            parts.extend(self._quota_view(node, f))
             if st.reclaiming[f][node]:
                 parts.extend(st.reclaimers[(f, node)])
             if not shape.may_borrow:
@@ -227,6 +227,34 @@ class Explainer:
             explained.clear()
         explained[key] = (stamp, *verdict, on_nodes)
         return verdict
+
+    def _quota_view(self, node: int, f: int) -> tuple[int, int, int, int]:
+        """What a quota verdict of ``node`` on flavour ``f`` reads of the usage (its
+        own usage, what it may still take, what its parent may give and the cohort that
+        binds it: QuotaTree.explain), once a cycle per tenant and flavour."""
+        key = (node, f)
+        view = self._views.get(key)
+        if view is None:
+            tree = self.state.tree
+            usage = self.state.usage[f]
+            from_parent, binding = tree.from_parent(f, node, usage)
+            # (a verdict says none is left however far below zero it is)
+            view = self._views[key] = (
+                usage[node],
+                max(0, self._available(node, f)),
+                max(0, from_parent),
+                -1 if binding is None else binding,
+            )
+        return view
+
+    def _available(self, node: int, f: int) -> int:
+        """Quota still available to ``node`` at the cycle's end (-1 without access)."""
+        free = self._room.get((node, f))
+        if free is None:
+            tree = self.state.tree
+            free = tree.available(f, node, self.state.usage[f]) if tree.access[f][node] else -1
+            self._room[(node, f)] = free
+        return free
 
     def _group_key(self, node: int, shape: Shape) -> int:
         """A (workload node, shape) group as one int, stable while the static state
@@ -345,8 +373,7 @@ class Explainer:
                 return ReasonCode.WAITING_RECLAIM, message, f
             free = room.get((node, f))
             if free is None:
-                free = tree.available(f, node, usage[f]) if tree.access[f][node] else -1
-                room[(node, f)] = free
+                free = self._available(node, f)
             if free >= need:
                 continue
             # quota shortages are reported as they stand, with numbers, even when work

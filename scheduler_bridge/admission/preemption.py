@@ -93,6 +93,10 @@ class Preemptor:
         # when the last plan left other tenants' borrowed work alone because the
         # preemptor was still in its reclaim wait: the end of that wait (else None)
         self.wait_until: float | None = None
+        # (workload node, flavour) -> the smallest need a reclaim found out of quota's
+        # reach with every candidate gone; capacity only shrinks within a cycle, so a
+        # need as large fails there again (see forget_quota_misses)
+        self._quota_misses: dict[tuple[int, int], int] = {}
 
     def _index(self, root: int, f: int) -> _Index:
         index = self._indexes.get((root, f))
@@ -158,6 +162,11 @@ class Preemptor:
             if borrowers and st.now < wait_ends:  # GPUs may yet free on their own
                 borrowers = []
                 self.wait_until = wait_ends
+        # a reclaim's candidates depend on the node and flavour alone (without priority
+        # preemption, and out of the reclaim wait): its quota misses can be remembered
+        remember = reclaim and not own and self.wait_until is None
+        if remember and self._quota_missed(node, option):
+            return None
         elastic = self._elastic(root, flavours) if reclaim else []
         if not evicting and not elastic and not borrowers and not own:
             return None
@@ -173,12 +182,37 @@ class Preemptor:
         if not done and own:
             done = search.take_in_order(own)
         if not done:
+            if remember:
+                self._note_quota_misses(search)
             search.undo()
             return None
         plan = search.minimise()
         victims = search.victims()
         search.undo()
         return PreemptionPlan(victims, plan, any(v.node != node for v in victims))
+
+    def _quota_missed(self, node: int, option: Option) -> bool:
+        misses = self._quota_misses
+        for f, need in option.totals:
+            missed_at = misses.get((node, f))
+            if missed_at is not None and need >= missed_at:
+                return True
+        return False
+
+    def _note_quota_misses(self, search: _Search) -> None:
+        """The search failed with every candidate taken: remember each flavour whose
+        quota the preemptor still could not reach."""
+        node = search.item.node
+        for f, need in search.option.totals:
+            if not search.quota_fits(f, need):
+                key = (node, f)
+                self._quota_misses[key] = min(self._quota_misses.get(key, need), need)
+
+    def forget_quota_misses(self, node: int) -> None:
+        """``node``'s quota grew back for a moment (a returning reclaimer's held quota
+        released for its own turn): its remembered misses no longer hold."""
+        for f in range(len(self.state.usage)):
+            self._quota_misses.pop((node, f), None)
 
     def _elastic(self, root: int, flavours: list[int]) -> list[Run]:
         """Elastic pods of the tree on ``flavours``, most-borrowing tenant first (as the
@@ -269,6 +303,7 @@ class _Search:
         # queue, would backfill there again: a loop)
         self.closed = _closed_to(state, item)
         self.seen_gone: dict[tuple[int, int], int] = {}
+        self.seen_nodes: set[int] = set()  # paths _see_gone already adjusted
         if state.taken_from:
             self._see_gone(item.node)
 
@@ -280,6 +315,9 @@ class _Search:
         (the part falling back into its tenant's private guarantee counted twice).
         Levels where victims and their preemptors meet keep both: there the view only
         errs on the safe side. ``undo`` puts the usage back."""
+        if node in self.seen_nodes:  # (taken_from does not change during a search)
+            return
+        self.seen_nodes.add(node)
         st = self.st
         path = st.tree.paths[node]
         for f, levels in st.taken_from.items():
@@ -312,18 +350,20 @@ class _Search:
                 self.extra[(f, j)] -= gpus
         self.out.discard(run.wl.id)
 
-    def fits(self) -> bool:
+    def quota_fits(self, f: int, need: int) -> bool:
+        # every preemptor ends inside its guarantee (Kueue: reclaimWithinCohort and
+        # withinClusterQueue both ask the preemptor to fit its nominal quota); so it
+        # queues as guaranteed work next cycle, ahead of any victim it displaced
         st = self.st
         node = self.item.node
-        usage = st.usage
-        guaranteed = st.tree.guaranteed
+        usage = st.usage[f]
+        if usage[node] + need > st.tree.guaranteed[f][node]:
+            return False
+        return st.tree.available(f, node, usage) >= need
+
+    def fits(self) -> bool:
         for f, need in self.option.totals:
-            # every preemptor ends inside its guarantee (Kueue: reclaimWithinCohort and
-            # withinClusterQueue both ask the preemptor to fit its nominal quota); so it
-            # queues as guaranteed work next cycle, ahead of any victim it displaced
-            if usage[f][node] + need > guaranteed[f][node]:
-                return False
-            if st.tree.available(f, node, usage[f]) < need:
+            if not self.quota_fits(f, need):
                 return False
         shape = self.item.shape
         if shape.simple and shape.topology is not Topology.ONE_DOMAIN:

@@ -263,7 +263,7 @@ class QuotaTree:
         used = usage[node]
         if limit != NO_LIMIT and used + need > g + limit:
             return ReasonCode.QUOTA_LIMIT, QuotaReasons.own_limit(flavour, used, g, limit, need)
-        from_parent, binding = self._from_parent(f, node, usage)
+        from_parent, binding = self.from_parent(f, node, usage)
         unused = max(0, g - used)
         if binding is not None:
             return ReasonCode.COHORT_LIMIT, QuotaReasons.cohort_limit(
@@ -282,7 +282,7 @@ class QuotaTree:
             found = self._ceilings[(f, node)] = self.available(f, node, self.zero_usage)
         return found
 
-    def _from_parent(self, f: int, node: int, usage: list[int]) -> tuple[int, int | None]:
+    def from_parent(self, f: int, node: int, usage: list[int]) -> tuple[int, int | None]:
         """What the node can take from above it, and the inner cohort whose borrow limit
         is the binding constraint (None when the root's pool is)."""
         path = self.paths[node]
