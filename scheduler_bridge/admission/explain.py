@@ -59,6 +59,11 @@ class Explainer:
         self._labels: dict[tuple[int, ...], str] = {}
         self._room: dict[tuple[int, int], int] = {}  # quota still available, at cycle end
         self._views: dict[tuple[int, int], tuple[int, int, int, int]] = {}  # _quota_view
+        self._tree_size = state.tree.size
+        # reclaim protection words a window that moves with the clock into reasons
+        self._protecting = state.config.reclaim and state.config.reclaim_min_run_s > 0
+        # (what the guarantee class changes in a reason: reserved GPUs, protection)
+        self._class_matters = bool(state.reservations) or self._protecting
         # per (tree, flavour): earliest end of reclaim protection among borrowed work
         self._protection: dict[tuple[int, int], float | None] = {}
 
@@ -200,8 +205,8 @@ class Explainer:
         tenant, worked out once a cycle) it used. Work inside its guarantee while
         reclaim protection is on is always worded afresh: its window moves."""
         st = self.state
-        protecting = st.config.reclaim and st.config.reclaim_min_run_s > 0
-        cls = guarantee_class if st.reservations or protecting else 1
+        protecting = self._protecting
+        cls = guarantee_class if self._class_matters else 1
         if protecting and cls == 0:  # its reason may carry a window that moves with the clock
             return self._explain_fresh(node, shape, cls, protecting)[0]
         # one flat tuple of what it read (kept between cycles: few objects for the
@@ -217,7 +222,7 @@ class Explainer:
             if not shape.may_borrow:
                 parts.append(st.pinned[f][node])
         stamp = tuple(parts)
-        key = self._group_key(node, shape)
+        key = shape.id * self._tree_size + node  # (_group_key)
         explained = st.static.explained_groups
         found = explained.get(key)
         if found is not None and found[0] == stamp and self._same_on_nodes(shape, found[5]):
@@ -283,14 +288,25 @@ class Explainer:
         st = self.state
         parts: list[tuple[ReasonCode, str, int]] = []
         on_nodes: list[tuple[int, int, tuple[ReasonCode, str, int]]] = []
+        by_nodes = self._by_nodes
+        reachable = st.static.reachable
+        group = shape.id * self._tree_size + node  # (_group_key)
         for option in shape.options:
             # Whether it could ever fit the nodes comes first: work no node layout can
             # hold has no place in line, whatever its quota says (a shortage would give
-            # it one and promise a start that never comes)
-            never = self._never_fits(shape, option) or self._never_by_quota(node, shape, option)
-            if never is not None:
-                parts.append(never)
-                continue
+            # it one and promise a start that never comes). (Both memos read inline:
+            # the calls are for their first time.)
+            fits_idle = by_nodes.get((shape.id, option.index, -1))
+            if fits_idle is None or fits_idle[2] >= 0:
+                never = self._never_fits(shape, option)
+                if never is not None:
+                    parts.append(never)
+                    continue
+            if (group << 16) | option.index not in reachable:
+                never = self._never_by_quota(node, shape, option)
+                if never is not None:
+                    parts.append(never)
+                    continue
             quota = self._quota(node, option) if shape.may_borrow else self._guarantee(node, option)
             if quota is None:
                 verdict = self._on_nodes(shape, option, cls)
