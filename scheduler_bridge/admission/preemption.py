@@ -94,9 +94,12 @@ class Preemptor:
         # preemptor was still in its reclaim wait: the end of that wait (else None)
         self.wait_until: float | None = None
         # (workload node, flavour) -> the smallest need a reclaim found out of quota's
-        # reach with every candidate gone; capacity only shrinks within a cycle, so a
-        # need as large fails there again (see forget_quota_misses)
+        # reach with every candidate it could take gone; capacity only shrinks within a
+        # cycle, so a need as large fails there again - until a nomination records
+        # usage its victims will take off (CycleState.taken_from, which a search reads
+        # as gone) or a returning reclaimer's held quota is released for its turn
         self._quota_misses: dict[tuple[int, int], int] = {}
+        self._misses_version = 0  # CycleState.taken_version they were found under
 
     def _index(self, root: int, f: int) -> _Index:
         index = self._indexes.get((root, f))
@@ -192,6 +195,9 @@ class Preemptor:
         return PreemptionPlan(victims, plan, any(v.node != node for v in victims))
 
     def _quota_missed(self, node: int, option: Option) -> bool:
+        if self._misses_version != self.state.taken_version:
+            self._quota_misses.clear()
+            self._misses_version = self.state.taken_version
         misses = self._quota_misses
         for f, need in option.totals:
             missed_at = misses.get((node, f))

@@ -141,6 +141,7 @@ class CycleState:
         # per flavour and tree node: usage the victims of this cycle will take off it
         # when they stop (take_over)
         self.taken_from: dict[int, dict[int, int]] = {}
+        self.taken_version = 0  # changes whenever taken_from does
         # quota charged at the start for reclaimers whose victims stopped, by workload id
         # (reservation.hold_for_preemptors): (the tenant's parent level, (flavour, GPUs)
         # charged there)
@@ -319,6 +320,7 @@ class CycleState:
         # work admitted later in this cycle would take quota the preemptor needs then.
         if shared != victim.node:
             gone = self.taken_from.setdefault(f, {})
+            self.taken_version += 1
             freed = tree.carried(f, victim.node, gpus, usage, shared, gone)
             if arriving > freed:
                 tree.add(f, shared, arriving - freed, usage)
