@@ -40,8 +40,12 @@ Fingerprint = tuple[tuple[object, ...], ...]
 FailureKey = tuple[int, int]  # (workload node, shape id)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Failure:
+    """A group's failure and what it depended on. Read-only, but not frozen: a full
+    cycle over a deep queue records 18,000, and a frozen dataclass costs three times as
+    much to make."""
+
     fingerprint: Fingerprint
     max_priority: int  # with priority preemption, a higher-priority newcomer may succeed
     # a reclaim held back by the head's reclaim wait may happen from then on, whatever
