@@ -528,7 +528,12 @@ class _Cycle:
         group = queue.head
         assert group is not None
         item = group.items[group.pos]
-        if group.skip and item.reach == NO_REACH and not item.holder:
+        if (
+            group.skip
+            and item.reach == NO_REACH
+            and not item.holder
+            and not self._spare_for(queue.node, group.shape)
+        ):
             self._fail_group(group, item, skipped=True)
             key = (queue.node, group.shape.id)
             retry_at = self.failures_in[key].retry_at  # mark_skips found it
@@ -560,6 +565,20 @@ class _Cycle:
                     self._fail_beyond_quota(queue, item)
             # _DEFERRED: the group goes back to the heap as borrowing work
         self._requeue(queue, group)
+
+    def _spare_for(self, node: int, shape: Shape) -> bool:
+        """Whether this cycle's victims left GPUs in the tenant's tree that ``shape``
+        could take over (CycleState.spare): something its remembered failure did not
+        have, so it is tried."""
+        spare = self.state.spare
+        if not spare:
+            return False
+        root = self.state.tree.root[node]
+        flavours = shape.flavours
+        return any(
+            run.root == root and any(run.totals.get(f, 0) for f in flavours)
+            for run in spare.values()
+        )
 
     def _fail_beyond_quota(self, queue: TenantQueue, failed: Item) -> None:
         """Borrowing work of the tenant just failed on quota: fail at once every other
@@ -686,6 +705,33 @@ class _Cycle:
                 self.retry_at[key] = min(self.retry_at.get(key, wait_until), wait_until)
         self.preempt_memo.add(key)
         return None
+
+    def _keep_spare(self, found: PreemptionPlan, taken: dict[int, dict[int, int]]) -> None:
+        """What the victims free beyond what the preemptor takes over (quota) and
+        places on (GPUs) stays for the cycle's later reclaimers of the tree
+        (CycleState.spare): a small reclaimer does not make the next one stop another
+        large workload for GPUs this stop frees anyway."""
+        spare = self.state.spare
+        use: dict[tuple[int, int], int] = {}
+        for f, j, gpus in found.plan:
+            use[(f, j)] = use.get((f, j), 0) + gpus
+        for victim in found.victims:
+            if victim.node < 0:
+                continue
+            parts: list[tuple[int, int, int]] = []
+            for f, j, gpus in victim.parts:
+                used = min(gpus, use.get((f, j), 0))
+                if used:
+                    use[(f, j)] -= used
+                if gpus > used:
+                    parts.append((f, j, gpus - used))
+            got = taken.get(id(victim), {})
+            totals = {f: g - got.get(f, 0) for f, g in victim.totals.items() if g > got.get(f, 0)}
+            whole = victim.spare_of or victim
+            if totals and parts:
+                spare[whole.wl.id] = whole.spare_part(totals, parts)
+            else:
+                spare.pop(whole.wl.id, None)
 
     def _borrows(self, node: int, option: Option) -> bool:
         """Whether ``option`` goes past the tenant's guarantee (its elastic pods, which
@@ -857,11 +903,13 @@ class _Cycle:
         # taken over from them (CycleState.take_over: charged where their usage does not
         # already count it). Releasing the victims instead would let capacity grow
         # within a cycle, and the engine relies on it only ever shrinking.
+        taken: dict[int, dict[int, int]] = {}  # per victim (id), per flavour
         for f, need in option.totals:
             for victim in found.victims:
                 gpus = min(need, victim.totals.get(f, 0)) if victim.node >= 0 else 0
                 if gpus:
                     st.take_over(node, f, gpus, victim, item.wl.id)
+                    taken.setdefault(id(victim), {})[f] = gpus
                     need -= gpus
             if need:
                 st.add_usage(node, [(f, need)])
@@ -874,11 +922,15 @@ class _Cycle:
                 covered[(f, j)] = covered.get((f, j), 0) + gpus
         held_by_borrowers = [entry for entry in st.reservations if entry.cls > 0]
         consume(st, found.plan, held_by_borrowers, covered)
+        self._keep_spare(found, taken)
         queue.share = st.share(node)
         queue.version += 1
         f0 = option.totals[0][0]
-        fresh = [v for v in found.victims if not v.wl.evicting]
+        # (a victim's spare part is taken over without stopping anyone more)
+        fresh = [v for v in found.victims if v.spare_of is None and not v.wl.evicting]
         for victim in found.victims:
+            if victim.spare_of is not None:
+                continue
             st.claim(victim)
             if victim.wl.opportunistic and victim.node >= 0:
                 # its GPUs are spoken for: no longer elastic room of its tenant

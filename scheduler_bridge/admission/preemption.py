@@ -5,6 +5,10 @@ candidates, remove them one by one until the preemptor fits, then walk back and 
 every candidate whose return still lets it fit, so that only as few workloads as needed
 are stopped. Order:
 
+0. for a preemptor inside its guarantee: what this cycle's victims in its tree free
+   beyond their own preemptors' needs (CycleState.spare): taking it over stops no one
+   more. Several small reclaimers of one cycle would otherwise each stop a different
+   large workload for GPUs one of them frees anyway;
 1. workloads already being evicted (stopping them again costs nothing);
 1b. elastic pods (RunningWorkload.elastic_of) and work that fills idle GPUs
    (``fills_idle``, e.g. low-priority shares in the fragments of shared GPUs), for a
@@ -123,6 +127,8 @@ class Preemptor:
         """Victims were claimed: drop them from the candidate lists (and keep each
         tenant's smallest workload accurate, which the strict pass filters on)."""
         for run in victims:
+            if run.spare_of is not None:
+                continue  # its victim was forgotten when it was claimed
             for f in run.totals:
                 index = self._indexes.get((run.root, f))
                 if index is None:
@@ -171,10 +177,13 @@ class Preemptor:
         if remember and self._quota_missed(node, option):
             return None
         elastic = self._elastic(root, flavours) if reclaim else []
-        if not evicting and not elastic and not borrowers and not own:
+        spare = self._spare(root, flavours) if reclaim else []
+        if not spare and not evicting and not elastic and not borrowers and not own:
             return None
         search = _Search(st, item, option)
-        done = search.take_in_order(evicting)
+        done = bool(spare) and search.take_in_order(spare)
+        if not done:
+            done = search.take_in_order(evicting)
         if not done and elastic:
             done = search.take_in_order(elastic)
         if not done and borrowers:
@@ -219,6 +228,15 @@ class Preemptor:
         released for its own turn): its remembered misses no longer hold."""
         for f in range(len(self.state.usage)):
             self._quota_misses.pop((node, f), None)
+
+    def _spare(self, root: int, flavours: list[int]) -> list[Run]:
+        """The tree's spare victim GPUs on ``flavours`` (CycleState.spare), in the
+        order their victims were chosen."""
+        return [
+            run
+            for run in self.state.spare.values()
+            if run.root == root and any(run.totals.get(f, 0) for f in flavours)
+        ]
 
     def _elastic(self, root: int, flavours: list[int]) -> list[Run]:
         """Elastic pods of the tree on ``flavours``, most-borrowing tenant first (as the
@@ -335,22 +353,27 @@ class _Search:
                     self.seen_gone[(f, n)] = gpus
 
     def _remove(self, run: Run) -> None:
+        # (a victim's spare part left the victim view when the victim was claimed)
+        in_view = run.spare_of is None
         if run.node >= 0:
             if self.st.taken_from:
                 self._see_gone(run.node)
             for f, gpus in run.totals.items():
                 self.st.tree.add(f, run.node, -gpus, self.st.usage[f])
-                self.st.add_victim_view(run.node, f, -gpus)
+                if in_view:
+                    self.st.add_victim_view(run.node, f, -gpus)
         for f, j, gpus in run.parts:
             if (f, j) not in self.closed:
                 self.extra[(f, j)] = self.extra.get((f, j), 0) + gpus
         self.out.add(run.wl.id)
 
     def _restore(self, run: Run) -> None:
+        in_view = run.spare_of is None
         if run.node >= 0:
             for f, gpus in run.totals.items():
                 self.st.tree.add(f, run.node, gpus, self.st.usage[f])
-                self.st.add_victim_view(run.node, f, gpus)
+                if in_view:
+                    self.st.add_victim_view(run.node, f, gpus)
         for f, j, gpus in run.parts:
             if (f, j) not in self.closed:
                 self.extra[(f, j)] -= gpus
@@ -506,7 +529,12 @@ class _Search:
         borrow rather than from their guarantees whenever a choice exists; then the
         rest, last removed first. Returning a candidate only raises its tenant's usage,
         so the "still borrowing" test every later candidate passed still holds."""
-        dipped = [run for run in reversed(self.removed) if self._below_guarantee(run)]
+        # (spare parts of earlier victims stop no one more: they are given back last)
+        dipped = [
+            run
+            for run in reversed(self.removed)
+            if run.spare_of is None and self._below_guarantee(run)
+        ]
         others = [run for run in reversed(self.removed) if run not in dipped]
         for run in dipped + others:
             self._restore(run)

@@ -80,6 +80,7 @@ class Run:
         "parts",
         "protected_until",
         "root",
+        "spare_of",
         "token",
         "totals",
         "wl",
@@ -101,6 +102,26 @@ class Run:
         self.protected_until = protected_until
         protected = protected_until is not None
         self.token = hash((wl.id, wl.priority, wl.preemptible, wl.evicting, protected))
+        self.spare_of: Run | None = None  # set on spare_part's copies only
+
+    def spare_part(self, totals: dict[int, int], parts: list[tuple[int, int, int]]) -> Run:
+        """What is left of this claimed victim once its preemptor took its share: GPUs
+        its stop frees that no preemptor of the cycle has taken over yet
+        (CycleState.spare). Another reclaimer of the tree may take them over without
+        stopping anyone else."""
+        spare = Run.__new__(Run)
+        spare.wl = self.wl
+        spare.node = self.node
+        spare.root = self.root
+        spare.parts = parts
+        spare.totals = totals
+        spare.order = self.order
+        spare.claimed = False
+        spare.end = self.end
+        spare.protected_until = None
+        spare.token = self.token
+        spare.spare_of = self
+        return spare
 
 
 @dataclass(slots=True)
@@ -142,6 +163,9 @@ class CycleState:
         # when they stop (take_over)
         self.taken_from: dict[int, dict[int, int]] = {}
         self.taken_version = 0  # changes whenever taken_from does
+        # by victim id: the part of each victim of this cycle that no preemptor has
+        # taken over yet (Run.spare_part), in nomination order
+        self.spare: dict[str, Run] = {}
         # quota charged at the start for reclaimers whose victims stopped, by workload id
         # (reservation.hold_for_preemptors): (the tenant's parent level, (flavour, GPUs)
         # charged there)

@@ -425,10 +425,10 @@ def test_work_that_would_borrow_waits_while_its_tenant_reclaims_the_flavour():
 
 def test_a_tenants_earlier_work_does_not_take_the_guarantee_its_reclaimers_freed():
     """c (guarantee 7) runs 2 GPUs; b borrows 6 on n1 and n2; the cohort is full. c
-    submits c0 (1), c1 (4 x 1) and c2 (2 x 1): c0 and c2 reclaim b's jobs, c1 finds no
-    victims left and waits. Next cycle c1, submitted before c2, would take what c2
-    reclaimed and leave it waiting for good; the returning reclaimers go first among c's
-    work, and c1 waits for room of its own."""
+    submits c0 (3 on one node), c1 (4 x 1) and c2 (2 x 1): c0 and c2 reclaim b's jobs,
+    c1 finds too little left and waits. Next cycle c1, submitted before c2, would take
+    what c2 reclaimed and leave it waiting for good; the returning reclaimers go first
+    among c's work, and c1 waits for room of its own."""
     tree = tenants({"org": None, "a": "org", "b": "org", "c": "org"})
     quotas = (quota("a", 3), quota("b", 0), quota("c", 7))
     busy = [
@@ -438,7 +438,7 @@ def test_a_tenants_earlier_work_does_not_take_the_guarantee_its_reclaimers_freed
         running("b2", "b", {"n002": 3}, admitted=28),
     ]
     owned = [
-        workload("c0", "c", 1, submitted=99, gang=False),
+        workload("c0", "c", 3, submitted=99),
         workload("c1", "c", 1, count=4, submitted=100, gang=False),
         workload("c2", "c", 1, count=2, submitted=101, gang=False),
     ]
@@ -452,6 +452,34 @@ def test_a_tenants_earlier_work_does_not_take_the_guarantee_its_reclaimers_freed
     check_cycle(after, second)
     admitted = {a.workload_id for a in second.admissions}
     assert {"c0", "c2"} <= admitted and "c1" not in admitted
+
+
+def test_a_cycles_later_reclaimers_take_what_its_victims_free_before_stopping_more():
+    """a (guarantee 8) is idle; b borrows a's 8 with two 4-GPU jobs. a1 needs 1 and stops
+    the newer, b-y; a2 needs 1 too and takes one of the 3 GPUs b-y's stop frees beyond
+    a1's need, instead of stopping b-x as well (a second job killed for GPUs the first
+    frees anyway)."""
+    tree, quotas = two_teams(a=8, b=8)
+    busy = [
+        running("b-own", "b", {"n000": 8}, admitted=1),
+        running("b-x", "b", {"n001": 4}, admitted=2),
+        running("b-y", "b", {"n001": 4}, admitted=3),
+    ]
+    owned = [workload("a1", "a", 1, submitted=50), workload("a2", "a", 1, submitted=51)]
+    snap = snapshot(tree, quotas, nodes(2), owned, busy)
+    first = run_cycle(snap)
+    check_cycle(snap, first)
+    assert [(p.victim_id, p.preemptor_id) for p in first.preemptions] == [("b-y", "a1")]
+    waiting = {d.workload_id: d for d in first.pending}
+    assert waiting["a2"].code is ReasonCode.PREEMPTING
+    assert waiting["a2"].message == "waiting for preempted workloads of b to release H100"
+    assert [(p.node, p.gpus) for p in waiting["a2"].held] == [("n001", 1)]
+    after = apply_result(snap, first)
+    second = run_cycle(replace(after, now=130))
+    check_cycle(after, second)
+    assert sorted(a.workload_id for a in second.admissions) == ["a1", "a2"]
+    assert second.preemptions == ()
+    assert "b-x" in {r.id for r in after.running}
 
 
 def _cycles(snap, count: int = 3):
