@@ -33,8 +33,8 @@ are stopped. Order:
    tenant's borrowing first, so the tenant has that much less to give back (state.py).
    A preemptor submitted less than ``EngineConfig.reclaim_wait_s`` ago takes no whole
    workload of another tenant: it waits for GPUs to free on their own, which it gets
-   before any borrower (it queues as guaranteed work); only elastic pods and evicting
-   work are taken in that time (``Preemptor.wait_until`` tells the engine when to try
+   before any borrower (it queues as guaranteed work); only spare victim GPUs, elastic
+   pods and evicting work are taken in that time (``Preemptor.wait_until`` tells the engine when to try
    again);
 3. priority (EngineConfig.priority_preemption) - the preemptor's own tenant's running
    work of strictly lower priority, if that makes the preemptor fit inside its
