@@ -67,6 +67,13 @@ def test_production_settings_refuse_to_start_without_a_secret_key() -> None:
     assert "SECRET_KEY" in result.stderr
 
 
+@pytest.mark.parametrize("name", ["TIDEGATE_RECLAIM_WAIT_S", "TIDEGATE_RECLAIM_MIN_RUN_S"])
+def test_a_negative_reclaim_setting_stops_the_start_with_what_to_set(name: str) -> None:
+    result = _manage("check", env={"DJANGO_SETTINGS_MODULE": "config.settings.test", name: "-5"})
+    assert result.returncode != 0
+    assert f"{name} is -5; give 0 (at once) or more seconds." in result.stderr
+
+
 def test_openapi_schema_validates_without_warnings() -> None:
     result = _manage(
         "spectacular",

@@ -319,6 +319,11 @@ if TIDEGATE["SHARE_PACKING"] not in ("fgd", "best-fit"):
     raise ImproperlyConfigured(
         f"TIDEGATE_SHARE_PACKING is {TIDEGATE['SHARE_PACKING']!r}; set it to fgd or best-fit."
     )
+for _name in ("RECLAIM_MIN_RUN_S", "RECLAIM_WAIT_S"):
+    if TIDEGATE[_name] < 0:
+        raise ImproperlyConfigured(
+            f"TIDEGATE_{_name} is {TIDEGATE[_name]:g}; give 0 (at once) or more seconds."
+        )
 
 # API access (docs/operations.md#security): hashed API tokens that expire after
 # TIDEGATE_API_TOKEN_TTL days, rate limits per scope ("<count>/<s|min|hour|day>";
