@@ -574,11 +574,7 @@ class _Cycle:
         if not spare:
             return False
         root = self.state.tree.root[node]
-        flavours = shape.flavours
-        return any(
-            run.root == root and any(run.totals.get(f, 0) for f in flavours)
-            for run in spare.values()
-        )
+        return any(spare.get((root, f)) for f in shape.flavours)
 
     def _fail_beyond_quota(self, queue: TenantQueue, failed: Item) -> None:
         """Borrowing work of the tenant just failed on quota: fail at once every other
@@ -711,7 +707,7 @@ class _Cycle:
         places on (GPUs) stays for the cycle's later reclaimers of the tree
         (CycleState.spare): a small reclaimer does not make the next one stop another
         large workload for GPUs this stop frees anyway."""
-        spare = self.state.spare
+        st = self.state
         use: dict[tuple[int, int], int] = {}
         for f, j, gpus in found.plan:
             use[(f, j)] = use.get((f, j), 0) + gpus
@@ -728,10 +724,7 @@ class _Cycle:
             got = taken.get(id(victim), {})
             totals = {f: g - got.get(f, 0) for f, g in victim.totals.items() if g > got.get(f, 0)}
             whole = victim.spare_of or victim
-            if totals and parts:
-                spare[whole.wl.id] = whole.spare_part(totals, parts)
-            else:
-                spare.pop(whole.wl.id, None)
+            st.keep_spare(whole, whole.spare_part(totals, parts) if totals and parts else None)
 
     def _borrows(self, node: int, option: Option) -> bool:
         """Whether ``option`` goes past the tenant's guarantee (its elastic pods, which

@@ -64,6 +64,8 @@ from .pending import Item, Option
 from .placement import Plan
 from .state import CycleState, Run
 
+SPARE_TRIED = 4  # spare victim GPUs tried per search (Preemptor._spare)
+
 
 @dataclass(slots=True)
 class PreemptionPlan:
@@ -177,7 +179,7 @@ class Preemptor:
         if remember and self._quota_missed(node, option):
             return None
         elastic = self._elastic(root, flavours) if reclaim else []
-        spare = self._spare(root, flavours) if reclaim else []
+        spare = self._spare(root, option) if reclaim else []
         if not spare and not evicting and not elastic and not borrowers and not own:
             return None
         search = _Search(st, item, option)
@@ -202,6 +204,21 @@ class Preemptor:
         victims = search.victims()
         search.undo()
         return PreemptionPlan(victims, plan, any(v.node != node for v in victims))
+
+    def _spare(self, root: int, option: Option) -> list[Run]:
+        """Spare victim GPUs worth a try (CycleState.spare): those of a victim that
+        frees at least the option's whole need on its flavours, the first few only. A
+        need that only several leftovers together could cover stops a workload of its
+        own: walking every scrap of every victim of a deep queue's cycle would cost far
+        more than it saves."""
+        need = sum(gpus for _, gpus in option.totals)
+        found: list[Run] = []
+        for run in self.state.spare_on(root, [f for f, _ in option.totals]):
+            if sum(run.totals.get(f, 0) for f, _ in option.totals) >= need:
+                found.append(run)
+                if len(found) == SPARE_TRIED:
+                    break
+        return found
 
     def _quota_missed(self, node: int, option: Option) -> bool:
         if self._misses_version != self.state.taken_version:
@@ -228,15 +245,6 @@ class Preemptor:
         released for its own turn): its remembered misses no longer hold."""
         for f in range(len(self.state.usage)):
             self._quota_misses.pop((node, f), None)
-
-    def _spare(self, root: int, flavours: list[int]) -> list[Run]:
-        """The tree's spare victim GPUs on ``flavours`` (CycleState.spare), in the
-        order their victims were chosen."""
-        return [
-            run
-            for run in self.state.spare.values()
-            if run.root == root and any(run.totals.get(f, 0) for f in flavours)
-        ]
 
     def _elastic(self, root: int, flavours: list[int]) -> list[Run]:
         """Elastic pods of the tree on ``flavours``, most-borrowing tenant first (as the

@@ -163,9 +163,9 @@ class CycleState:
         # when they stop (take_over)
         self.taken_from: dict[int, dict[int, int]] = {}
         self.taken_version = 0  # changes whenever taken_from does
-        # by victim id: the part of each victim of this cycle that no preemptor has
-        # taken over yet (Run.spare_part), in nomination order
-        self.spare: dict[str, Run] = {}
+        # per (tree, flavour), by victim id: the part of each victim of this cycle that
+        # no preemptor has taken over yet (Run.spare_part), in nomination order
+        self.spare: dict[tuple[int, int], dict[str, Run]] = {}
         # quota charged at the start for reclaimers whose victims stopped, by workload id
         # (reservation.hold_for_preemptors): (the tenant's parent level, (flavour, GPUs)
         # charged there)
@@ -298,6 +298,27 @@ class CycleState:
                 self.borrowers.setdefault(key, set()).add(node)
             else:
                 self.borrowers[key].discard(node)
+
+    def keep_spare(self, whole: Run, spare: Run | None) -> None:
+        """Record (or, with None, drop) what is left of victim ``whole``."""
+        for f in whole.totals:
+            by_victim = self.spare.get((whole.root, f))
+            if spare is not None and spare.totals.get(f, 0) > 0:
+                if by_victim is None:
+                    by_victim = self.spare[(whole.root, f)] = {}
+                by_victim[whole.wl.id] = spare
+            elif by_victim is not None:
+                by_victim.pop(whole.wl.id, None)
+
+    def spare_on(self, root: int, flavours: Sequence[int]) -> list[Run]:
+        """The tree's spare victim GPUs on ``flavours``, in the order their victims
+        were chosen."""
+        found: dict[str, Run] = {}
+        for f in flavours:
+            by_victim = self.spare.get((root, f))
+            if by_victim:
+                found.update(by_victim)
+        return list(found.values())
 
     def claim(self, run: Run) -> None:
         """``run`` was chosen as a victim: no other preemptor may take it, and its
