@@ -25,6 +25,10 @@ WAITING = ReasonCode.WAITING_FAIR_SHARE
 WORDED_KEPT = 100_000
 # group verdicts kept between cycles before starting over
 EXPLAINED_GROUPS_KEPT = 200_000
+# How far a group's verdict read the cycle's state (Explainer._stamp)
+READS_NOTHING, READS_OWN, READS_PATH = 0, 1, 2
+# quota refusals worded from the tenant's own usage, limits and reclaims alone
+READ_OWN = frozenset((ReasonCode.QUOTA_LIMIT, ReasonCode.WAITING_RECLAIM))
 # Not in line for anything until quotas, the cluster or the request change: no position.
 INADMISSIBLE = frozenset(
     {
@@ -209,29 +213,44 @@ class Explainer:
         cls = guarantee_class if self._class_matters else 1
         if protecting and cls == 0:  # its reason may carry a window that moves with the clock
             return self._explain_fresh(node, shape, cls, protecting)[0]
-        # one flat tuple of what it read (kept between cycles: few objects for the
-        # collector to walk): per flavour, what its quota verdict reads of the usage
-        # along the path (the same for all the tenant's groups), not the usage itself,
-        # so that a change at a level that does not bind leaves it standing
-        parts: list[object] = [cls]
+        key = shape.id * self._tree_size + node  # (_group_key)
+        explained = st.static.explained_groups
+        found = explained.get(key)
+        if (
+            found is not None
+            and found[1] == self._stamp(node, shape, cls, found[0])
+            and self._same_on_nodes(shape, found[6])
+        ):
+            return found[2], found[3], found[4], found[5]
+        verdict, on_nodes, reads = self._explain_fresh(node, shape, cls, protecting)
+        if len(explained) >= EXPLAINED_GROUPS_KEPT:
+            explained.clear()
+        explained[key] = (reads, self._stamp(node, shape, cls, reads), *verdict, on_nodes)
+        return verdict
+
+    def _stamp(self, node: int, shape: Shape, cls: int, reads: int) -> tuple:
+        """What a group's verdict read, as one flat tuple (kept between cycles: few
+        objects for the collector to walk). ``reads`` says how far: READS_NOTHING (it
+        can never run, whatever the usage), READS_OWN (its own usage and limits, its
+        tenant's reclaims, what its work that cannot be preempted holds) or READS_PATH
+        (also what its quota verdict reads of the usage along the path - the room left,
+        what the parent gives, the binding cohort: not the usage itself, so a change at
+        a level that does not bind leaves it standing - and its guarantee class)."""
+        if reads == READS_NOTHING:
+            return ()
+        st = self.state
+        parts: list[object] = [cls] if reads == READS_PATH else []
         for f in shape.flavours:
             parts.append(-1)  # separates flavours
-            parts.extend(self._quota_view(node, f))
+            if reads == READS_PATH:
+                parts.extend(self._quota_view(node, f))
+            else:
+                parts.append(st.usage[f][node])
             if st.reclaiming[f][node]:
                 parts.extend(st.reclaimers[(f, node)])
             if not shape.may_borrow:
                 parts.append(st.pinned[f][node])
-        stamp = tuple(parts)
-        key = shape.id * self._tree_size + node  # (_group_key)
-        explained = st.static.explained_groups
-        found = explained.get(key)
-        if found is not None and found[0] == stamp and self._same_on_nodes(shape, found[5]):
-            return found[1], found[2], found[3], found[4]
-        verdict, on_nodes = self._explain_fresh(node, shape, cls, protecting)
-        if len(explained) >= EXPLAINED_GROUPS_KEPT:
-            explained.clear()
-        explained[key] = (stamp, *verdict, on_nodes)
-        return verdict
+        return tuple(parts)
 
     def _quota_view(self, node: int, f: int) -> tuple[int, int, int, int]:
         """What a quota verdict of ``node`` on flavour ``f`` reads of the usage (its
@@ -283,9 +302,11 @@ class Explainer:
 
     def _explain_fresh(
         self, node: int, shape: Shape, cls: int, protecting: bool
-    ) -> tuple[tuple[ReasonCode, str, str | None, int], tuple]:
-        """The verdict and the node-side verdicts it used ((option, class, verdict))."""
+    ) -> tuple[tuple[ReasonCode, str, str | None, int], tuple, int]:
+        """The verdict, the node-side verdicts it used ((option, class, verdict)) and
+        how far it read (READS_NOTHING, READS_OWN or READS_PATH; see _stamp)."""
         st = self.state
+        reads = READS_NOTHING
         parts: list[tuple[ReasonCode, str, int]] = []
         on_nodes: list[tuple[int, int, tuple[ReasonCode, str, int]]] = []
         by_nodes = self._by_nodes
@@ -306,14 +327,21 @@ class Explainer:
                 never = self._never_by_quota(node, shape, option)
                 if never is not None:
                     parts.append(never)
+                    if not shape.may_borrow:  # its words say what such work holds now
+                        reads = max(reads, READS_OWN)
                     continue
             quota = self._quota(node, option) if shape.may_borrow else self._guarantee(node, option)
             if quota is None:
                 verdict = self._on_nodes(shape, option, cls)
                 parts.append(verdict)
                 on_nodes.append((option.index, cls, verdict))
+                reads = READS_PATH
             else:
                 parts.append(quota)
+                # a refusal by the tenant's own figures on the option's first flavour
+                # read nothing further; on a later one, the earlier ones' room counted
+                own = quota[0] in READ_OWN and quota[2] == option.totals[0][0]
+                reads = max(reads, READS_OWN if own else READS_PATH)
         # the first option that could ever run decides the code (and so whether the
         # workload has a place in line); the message covers every option
         code, message, f = parts[0]
@@ -337,7 +365,7 @@ class Explainer:
                 message = reasons.with_protection(
                     message, reasons.reclaim_protected(st.config.reclaim_min_run_s, until - st.now)
                 )
-        return (code, message, self.names[f], f), tuple(on_nodes)
+        return (code, message, self.names[f], f), tuple(on_nodes), reads
 
     def _protected_until(self, node: int, shape: Shape) -> float | None:
         """When the first borrowed workload the tenant could reclaim (other tenants' work
