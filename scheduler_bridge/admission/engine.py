@@ -570,11 +570,8 @@ class _Cycle:
         """Whether this cycle's victims left GPUs in the tenant's tree that ``shape``
         could take over (CycleState.spare): something its remembered failure did not
         have, so it is tried."""
-        spare = self.state.spare
-        if not spare:
-            return False
-        root = self.state.tree.root[node]
-        return any(spare.get((root, f)) for f in shape.flavours)
+        st = self.state
+        return bool(st.spare) and st.has_spare(st.tree.root[node], shape.flavours)
 
     def _fail_beyond_quota(self, queue: TenantQueue, failed: Item) -> None:
         """Borrowing work of the tenant just failed on quota: fail at once every other

@@ -310,6 +310,9 @@ class CycleState:
             elif by_victim is not None:
                 by_victim.pop(whole.wl.id, None)
 
+    def has_spare(self, root: int, flavours: Sequence[int]) -> bool:
+        return any(self.spare.get((root, f)) for f in flavours)
+
     def spare_on(self, root: int, flavours: Sequence[int]) -> list[Run]:
         """The tree's spare victim GPUs on ``flavours``, in the order their victims
         were chosen."""

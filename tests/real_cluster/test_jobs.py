@@ -193,3 +193,47 @@ def test_a_borrower_is_preempted_for_its_owner_and_admitted_again_later(
         "the resume to set startTime",
     )
     assert _stamp(second_start) > _stamp(first_start)
+
+
+def test_an_owner_in_its_reclaim_wait_leaves_the_borrower_running_then_reclaims(
+    gpu_cluster: RealGpuCluster, cast: Cast, priorities: Any, settings: Any
+) -> None:
+    """TIDEGATE_RECLAIM_WAIT_S on the real control plane: the owner's Job stays suspended
+    and the borrower's pods keep running, untouched, while the owner waits for GPUs to
+    free on their own; once its wait is over the borrower is told it will be preempted."""
+    settings.TIDEGATE = {**settings.TIDEGATE, "RECLAIM_WAIT_S": 600.0}
+    real = gpu_cluster.real
+    real.create_object(
+        job_manifest(
+            "speech-train",
+            "big",
+            queue="speech",
+            gpus=8,
+            pods=2,
+            annotations={"tidegate.io/preemption-grace-seconds": "2"},
+        )
+    )
+    _cycle(gpu_cluster)
+    assert Workload.objects.get(job_name="big").state == Workload.State.RUNNING
+    first_pods = {p["metadata"]["uid"] for p in real.active_job_pods("speech-train", "big")}
+
+    real.create_object(job_manifest("vision-train", "owner", queue="vision", gpus=8))
+    _cycle(gpu_cluster)
+    owner = Workload.objects.get(job_name="owner")
+    assert owner.state == Workload.State.PENDING
+    assert "it waits up to 10 min for GPUs to free" in owner.reason
+    assert real.read("Job", "vision-train", "owner")["spec"]["suspend"] is True
+    live = real.read("Job", "speech-train", "big")
+    assert live["spec"]["suspend"] is False
+    assert "tidegate.io/preempt-at" not in (live["metadata"].get("annotations") or {})
+    assert {p["metadata"]["uid"] for p in real.active_job_pods("speech-train", "big")} == (
+        first_pods
+    )
+
+    # the wait is over: the borrower is told when it will be stopped, as without a wait
+    Workload.objects.filter(pk=owner.pk).update(
+        submitted_at=timezone.now() - timedelta(seconds=601)
+    )
+    _cycle(gpu_cluster)
+    live = real.read("Job", "speech-train", "big")
+    assert "tidegate.io/preempt-at" in live["metadata"]["annotations"]
