@@ -347,6 +347,13 @@ def _opaque_product(label: str, memory_mib: int | None) -> GpuProduct:
     return GpuProduct(name=label, memory_mib=memory_mib or 0, opaque=True)
 
 
+def flavour_name(product: GpuProduct, mig_profile: str | None) -> str:
+    """`h100-80gb` for whole GPUs, `h100-80gb-mig-1g.10gb` for a MIG profile: the same
+    name whether the GPUs are offered as extended resources or through DRA."""
+    base = product.name.lower()
+    return f"{base}-mig-{mig_profile.replace('+', '.')}" if mig_profile else base
+
+
 def product_from_gfd_label(label: str, memory_mib: int | None = None) -> GpuProduct:
     """The product named by a GPU Feature Discovery ``nvidia.com/gpu.product`` value.
 

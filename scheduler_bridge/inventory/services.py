@@ -27,6 +27,7 @@ from scheduler_bridge.gateways.tolerations import (
 from scheduler_bridge.history import record_capacities
 from scheduler_bridge.inventory.catalogue import (
     GpuProduct,
+    flavour_name,
     mig_profile_name_from_resource,
     product_and_profile_from_gfd_label,
     profile_by_name,
@@ -68,12 +69,6 @@ class InventoryResult:
     gpus: int = 0
     flavours: int = 0
     removed_nodes: int = 0
-
-
-def flavour_name(product: GpuProduct, mig_profile: str | None) -> str:
-    """`h100-80gb` for whole GPUs, `h100-80gb-mig-1g.10gb` for a MIG profile."""
-    base = product.name.lower()
-    return f"{base}-mig-{mig_profile.replace('+', '.')}" if mig_profile else base
 
 
 def flavours_of_node(node: NodeInfo) -> dict[FlavourSpec, int]:

@@ -1,0 +1,74 @@
+"""Which Tidegate flavour a published device is.
+
+A GPU published through DRA is the same flavour as the same GPU offered as an extended
+resource (``h100-80gb``, ``h100-80gb-mig-1g.10gb``): one quota, one queue and one rate
+card for both, whichever way a team asks. NVIDIA's DRA driver (``gpu.nvidia.com``) says
+what a device is in its attributes: ``type`` (``gpu`` or ``mig``), ``productName`` (as
+``nvidia-smi`` prints it, e.g. ``NVIDIA H100 80GB HBM3``) and, for a MIG device, its
+``profile``; its ``memory`` capacity tells models apart where the name does not. A device
+that several claims may share (``allowMultipleAllocations``, consumable capacity) is a
+shared GPU, counted in thousandths like Tidegate's other shared flavours. Devices of
+drivers Tidegate does not know are mapped by an admin (``mapped``), never guessed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+
+from scheduler_bridge.inventory.catalogue import (
+    CatalogueError,
+    flavour_name,
+    product_from_gfd_label,
+    profile_by_name,
+)
+
+from .objects import Device
+
+NVIDIA_DRIVER = "gpu.nvidia.com"
+MIB = Decimal(2**20)
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceFlavour:
+    name: str
+    product: str
+    mig_profile: str = ""
+    shared: bool = False  # several claims share one device, each a part of its capacity
+
+
+def flavour_of(device: Device, mapped: Mapping[str, str] | None = None) -> DeviceFlavour | None:
+    """The flavour ``device`` counts as, or None when it is no GPU Tidegate knows.
+    ``mapped`` names flavours per driver for drivers without NVIDIA's attributes."""
+    if device.driver != NVIDIA_DRIVER:
+        name = (mapped or {}).get(device.driver)
+        return DeviceFlavour(name=name, product=name) if name else None
+    kind = device.attribute("type")
+    product_name = device.attribute("productName")
+    if kind not in ("gpu", "mig") or not isinstance(product_name, str):
+        return None
+    memory = device.capacity_of("memory")
+    # GPU Feature Discovery's label is the same name with dashes for spaces
+    label = "-".join(product_name.split())
+    profile_name = ""
+    if kind == "mig":
+        profile = device.attribute("profile")
+        if not isinstance(profile, str):
+            return None
+        # a MIG device's memory is its slice's: only the name identifies the product
+        product = product_from_gfd_label(label)
+        try:
+            profile_name = (
+                profile_by_name(product, profile).name if product.mig_capable else profile
+            )
+        except CatalogueError:
+            profile_name = profile
+    else:
+        product = product_from_gfd_label(label, int(memory / MIB) if memory else None)
+    return DeviceFlavour(
+        name=flavour_name(product, profile_name),
+        product=product.name,
+        mig_profile=profile_name,
+        shared=device.multiple_allocations,
+    )
