@@ -122,6 +122,7 @@ class NodeSerializer(serializers.ModelSerializer[Node]):
             "gpu_layouts",
             "busy",
             "allocatable",
+            "dra_devices",
             "topology_domain",
             "unschedulable",
             "pinned_layout",

@@ -13,7 +13,7 @@ drivers Tidegate does not know are mapped by an admin (``mapped``), never guesse
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -72,3 +72,21 @@ def flavour_of(device: Device, mapped: Mapping[str, str] | None = None) -> Devic
         mig_profile=profile_name,
         shared=device.multiple_allocations,
     )
+
+
+def devices_by_node(
+    devices: Iterable[Device], mapped: Mapping[str, str] | None = None
+) -> dict[str, dict[DeviceFlavour, int]]:
+    """Per node, how many devices of each flavour its drivers publish. Devices several
+    nodes reach (``allNodes``, a node selector) belong to no one node and are left out;
+    a shared GPU counts once, however many claims may share it."""
+    found: dict[str, dict[DeviceFlavour, int]] = {}
+    for device in devices:
+        if device.node is None:
+            continue
+        flavour = flavour_of(device, mapped)
+        if flavour is None:
+            continue
+        on_node = found.setdefault(device.node, {})
+        on_node[flavour] = on_node.get(flavour, 0) + 1
+    return found

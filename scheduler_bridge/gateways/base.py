@@ -92,6 +92,11 @@ class KindRef:
         return f"{self.group}/{self.version}" if self.group else self.version
 
 
+# Dynamic Resource Allocation objects Tidegate reads (docs/dra.md)
+RESOURCE_SLICE_KIND = KindRef("resource.k8s.io", "v1", "ResourceSlice", "resourceslices")
+DEVICE_CLASS_KIND = KindRef("resource.k8s.io", "v1", "DeviceClass", "deviceclasses")
+
+
 def changed(
     kind: KindRef,
     namespace: str,
@@ -313,6 +318,23 @@ class ClusterGateway(abc.ABC):
         API's JSON, sorted by namespace then name. ObjectMissing when the kind is not
         served."""
         raise ObjectMissing(kind.kind, kind.plural)
+
+    def list_resource_slices(self) -> list[dict[str, Any]] | None:
+        """The devices drivers publish (ResourceSlices), as the API's JSON; None where
+        the cluster serves no ``resource.k8s.io/v1`` (before Kubernetes 1.34)."""
+        return self._list_if_served(RESOURCE_SLICE_KIND)
+
+    def list_device_classes(self) -> list[dict[str, Any]] | None:
+        """The DeviceClasses that select among published devices; None as above."""
+        return self._list_if_served(DEVICE_CLASS_KIND)
+
+    def _list_if_served(self, kind: KindRef) -> list[dict[str, Any]] | None:
+        if not self.serves(kind):
+            return None
+        try:
+            return self.list_objects(kind, "")
+        except ObjectMissing:
+            return None
 
     def update_object(
         self,

@@ -29,6 +29,7 @@ from .base import (
     JOB_KIND,
     MANAGED_BY_LABEL,
     POD_KIND,
+    RESOURCE_SLICE_KIND,
     ApplyResult,
     ClusterGateway,
     JobInfo,
@@ -204,6 +205,14 @@ class KubernetesGateway(ClusterGateway):
                 ),
             )
         return sorted(pods, key=lambda p: (p.namespace, p.name))
+
+    def list_resource_slices(self) -> list[dict[str, Any]] | None:
+        if not self.serves(RESOURCE_SLICE_KIND):
+            return None  # (asked of discovery once in DISCOVERY_TTL_S)
+        slices = self._cached_values("resourceslices")
+        if slices is None:
+            return super().list_resource_slices()
+        return sorted(slices, key=lambda o: o["metadata"]["name"])
 
     def _collection(self, name: str) -> WatchedCollection[Any] | None:
         return self.cache[name] if self.cache is not None else None

@@ -4,7 +4,8 @@ The official client turns every object of a list into generated model classes, t
 back into dicts (about 1.5 s per 500 pods measured); these helpers ask it for the raw
 answer instead (``_preload_content=False``) and decode JSON once. On top of them,
 :func:`cluster_cache` builds the watched collections the gateway reads from: every pod
-(keeping GPU pods only), every node, and Tidegate's own ResourceQuotas (by label).
+(keeping GPU pods only), every node, Tidegate's own ResourceQuotas (by label) and the
+ResourceSlices drivers publish (on clusters that serve DRA).
 """
 
 from __future__ import annotations
@@ -156,8 +157,8 @@ def cluster_cache(
     read_timeout: float,
     watch_timeout_s: float = 300.0,
 ) -> ClusterCache:
-    """The watched collections of one cluster: ``pods`` (GPU pods), ``nodes`` and
-    ``resourcequotas`` (Tidegate's, by its managed-by label). ``api_client`` is the
+    """The watched collections of one cluster: ``pods`` (GPU pods), ``nodes``,
+    ``resourcequotas`` (Tidegate's, by its managed-by label) and ``resourceslices``. ``api_client`` is the
     cache's own: the gateways that read from it come and go."""
     core = k8s.CoreV1Api(api_client)
 
@@ -189,6 +190,10 @@ def cluster_cache(
                 core.list_resource_quota_for_all_namespaces,
                 quota,
                 label_selector=QUOTA_SELECTOR,
+            ),
+            # started on first read, by a gateway that found resource.k8s.io/v1 served
+            "resourceslices": collection(
+                "resourceslices", k8s.ResourceV1Api(api_client).list_resource_slice, dict
             ),
         }
     )

@@ -17,7 +17,9 @@ from typing import Any
 
 from . import manifests
 from .base import (
+    DEVICE_CLASS_KIND,
     JOB_KIND,
+    RESOURCE_SLICE_KIND,
     ApplyResult,
     ClusterGateway,
     JobInfo,
@@ -94,7 +96,16 @@ class SimulatedGateway(ClusterGateway):
             if matches_label_selector(label_selector, j["metadata"].get("labels") or {})
         ]
 
+    def serves(self, kind: KindRef) -> bool:
+        return kind in (JOB_KIND, RESOURCE_SLICE_KIND, DEVICE_CLASS_KIND)
+
     def list_objects(self, kind: KindRef, label_selector: str) -> list[dict[str, Any]]:
+        if kind in (RESOURCE_SLICE_KIND, DEVICE_CLASS_KIND):
+            return [
+                copy.deepcopy(o)
+                for o in self.cluster.objects(kind.kind)
+                if matches_label_selector(label_selector, o["metadata"].get("labels") or {})
+            ]
         if kind != JOB_KIND:
             raise ObjectMissing(kind.kind, kind.plural)
         return [

@@ -96,6 +96,9 @@ class Node(models.Model):
     busy_foreign = models.JSONField(default=dict)
     topology_domain = models.CharField(max_length=200, blank=True)
     unschedulable = models.BooleanField(default=False)
+    # Devices its drivers publish for it through DRA (ResourceSlices), per flavour: GPUs or
+    # MIG devices (docs/dra.md#devices-to-flavours)
+    dra_devices = models.JSONField(default=dict)
     # An admin pin: the layout the MIG planner must keep (same shape as gpu_layouts).
     pinned_layout = models.JSONField(null=True, blank=True)
     # What Tidegate last asked MIG Manager for, and whether a failure was reported.

@@ -15,6 +15,8 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from scheduler_bridge.admission.wording import chain, gettext_noop, wording
+from scheduler_bridge.dra.flavours import DeviceFlavour, devices_by_node
+from scheduler_bridge.dra.objects import Device, DraError, devices_of_slice
 from scheduler_bridge.followups import queue_admission_cycle, queue_inventory_sync
 from scheduler_bridge.gateways import ClusterGateway, GatewayConfigError, GatewayError, NodeInfo
 from scheduler_bridge.gateways.base import GPU_RESOURCE, PodInfo, Taint
@@ -27,9 +29,13 @@ from scheduler_bridge.gateways.tolerations import (
 from scheduler_bridge.history import record_capacities
 from scheduler_bridge.inventory.catalogue import (
     GpuProduct,
+    MigStrategy,
+    UnknownGpuProduct,
     flavour_name,
     mig_profile_name_from_resource,
+    mig_resource_name,
     product_and_profile_from_gfd_label,
+    product_by_name,
     profile_by_name,
     sharing_of_node,
 )
@@ -102,21 +108,69 @@ def _flavours_of_shape(
                 continue
             if product.mig_capable:
                 profile_name = profile_by_name(product, profile_name).name
-        equivalent = (
-            Decimal(profile_by_name(product, profile_name).compute_slices) / Decimal(7)
-            if profile_name and product.mig_capable
-            else Decimal(1)
-        )
         spec = FlavourSpec(
             name=flavour_name(product, profile_name),
             product=product.name,
             resource_name=resource,
             mig_profile=profile_name or "",
-            gpu_equivalent=equivalent.quantize(Decimal("0.0001")),
+            gpu_equivalent=_equivalent(product, profile_name),
             node_selector=selector,
         )
         found[spec] = found.get(spec, 0) + amount
     return tuple(found.items())
+
+
+def _dra_flavours(
+    resource_slices: list[dict[str, Any]], infos: list[NodeInfo]
+) -> tuple[dict[str, dict[FlavourSpec, int]], str]:
+    """Per node, the flavours its drivers publish through DRA (docs/dra.md), and a note
+    naming slices that could not be read (they are left out, the rest still counts)."""
+    devices: list[Device] = []
+    unreadable: list[str] = []
+    for resource_slice in resource_slices:
+        try:
+            devices.extend(devices_of_slice(resource_slice))
+        except DraError as error:
+            unreadable.append(str(error))
+    labels = {info.name: info.labels.get(PRODUCT_LABEL) for info in infos}
+    found: dict[str, dict[FlavourSpec, int]] = {}
+    for node, flavours in devices_by_node(devices).items():
+        label = labels.get(node)
+        selector = ((PRODUCT_LABEL, label),) if label else ()
+        on_node = found.setdefault(node, {})
+        for flavour, count in flavours.items():
+            spec = _dra_spec(flavour, selector)
+            on_node[spec] = on_node.get(spec, 0) + count
+    note = "; DRA slices left out: " + "; ".join(unreadable) if unreadable else ""
+    return found, note
+
+
+def _dra_spec(flavour: DeviceFlavour, selector: tuple[tuple[str, str], ...]) -> FlavourSpec:
+    """The flavour a DRA device counts as, with the extended resource the same GPUs have
+    (one Flavour row, one quota, whichever way they are asked for)."""
+    profile = flavour.mig_profile or None
+    try:
+        product = product_by_name(flavour.product)
+    except UnknownGpuProduct:
+        product = None
+    return FlavourSpec(
+        name=flavour.name,
+        product=flavour.product,
+        resource_name=mig_resource_name(profile, MigStrategy.MIXED) if profile else GPU_RESOURCE,
+        mig_profile=flavour.mig_profile,
+        gpu_equivalent=_equivalent(product, profile),
+        node_selector=selector,
+    )
+
+
+def _equivalent(product: GpuProduct | None, profile_name: str | None) -> Decimal:
+    """Whole-GPU equivalents of one device: a MIG device counts its compute slices."""
+    equivalent = (
+        Decimal(profile_by_name(product, profile_name).compute_slices) / Decimal(7)
+        if profile_name and product is not None and product.mig_capable
+        else Decimal(1)
+    )
+    return equivalent.quantize(Decimal("0.0001"))
 
 
 def _int(value: str | None) -> int | None:
@@ -204,6 +258,7 @@ _NODE_FIELDS = {
     "topology_domain": "varchar",
     "unschedulable": "boolean",
     "present": "boolean",
+    "dra_devices": "jsonb",
 }
 
 
@@ -234,16 +289,23 @@ def _observed(
     stored: dict[str, Any] | None,
     cluster: Cluster,
     busy: tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]],
+    dra: dict[FlavourSpec, int],
 ) -> dict[str, Any]:
-    """A Node row's inventory fields (:data:`_NODE_FIELDS`) as the cluster reports them."""
+    """A Node row's inventory fields (:data:`_NODE_FIELDS`) as the cluster reports them;
+    ``dra``: the flavours its drivers publish through DRA."""
     label = info.labels.get(PRODUCT_LABEL)
     memory = _int(info.labels.get(MEMORY_LABEL))
     count = _int(info.labels.get(COUNT_LABEL)) or 0
     product = product_and_profile_from_gfd_label(label, memory)[0] if label else None
+    product_name = product.name if product else ""
+    if not label and dra:  # no GPU Feature Discovery labels: DRA says what it has
+        product_name = min(spec.product for spec in dra)
+        count = sum(n for spec, n in dra.items() if not spec.mig_profile)
     return {
         "labels": dict(info.labels),
         "allocatable": dict(info.allocatable),
-        "product": product.name if product else "",
+        "dra_devices": {spec.name: n for spec, n in sorted(dra.items(), key=lambda kv: kv[0].name)},
+        "product": product_name,
         "gpu_count": count,
         "gpu_memory_mib": memory,
         "mig_capable": info.labels.get(MIG_CAPABLE_LABEL) == "true",
@@ -270,12 +332,14 @@ def inventory_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> I
         with cluster_gateway(cluster, gateway) as reader:
             infos = reader.list_nodes()
             pods = reader.list_gpu_pods()
+            resource_slices = reader.list_resource_slices()
     except GatewayError as error:
         _mark_cluster(cluster, Cluster.Status.ERROR, str(error))
         raise
     now = timezone.now()
     result = InventoryResult()
     busy = _busy_by_node(pods, _queue_jobs(cluster))
+    dra, dra_note = _dra_flavours(resource_slices, infos) if resource_slices else ({}, "")
     flavour_totals: dict[FlavourSpec, int] = {}
     flavours_on_node: dict[str, set[str]] = {}
     # per whole-GPU flavour, how its nodes' labels say they share their GPUs
@@ -292,7 +356,8 @@ def inventory_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> I
         columns: set[str] = set()
         for info in infos:
             stored = existing.get(info.name)
-            observed = _observed(info, stored, cluster, busy)
+            on_node = dra.get(info.name, {})
+            observed = _observed(info, stored, cluster, busy, on_node)
             if stored is None:
                 created.append(Node(cluster=cluster, name=info.name, last_seen_at=now, **observed))
             else:
@@ -302,7 +367,11 @@ def inventory_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> I
                     changed.append({"id": stored["id"], **observed})
             result.nodes += 1
             result.gpus += observed["gpu_count"]
-            for spec, amount in flavours_of_node(info).items():
+            offered = flavours_of_node(info)
+            # the same GPUs offered both ways (device plugin and DRA) count once
+            names = {spec.name for spec in offered}
+            offered.update((s, n) for s, n in on_node.items() if s.name not in names)
+            for spec, amount in offered.items():
                 flavour_totals[spec] = flavour_totals.get(spec, 0) + amount
                 flavours_on_node.setdefault(info.name, set()).add(spec.name)
                 if not spec.mig_profile:
@@ -327,7 +396,10 @@ def inventory_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> I
         _mark_cluster(
             cluster,
             Cluster.Status.OK,
-            f"{result.nodes} nodes, {result.gpus} GPUs" + untolerated_note + sharing_note,
+            f"{result.nodes} nodes, {result.gpus} GPUs"
+            + untolerated_note
+            + sharing_note
+            + dra_note,
         )
         # Capacity may have changed: waiting work may fit now (or admitted work not).
         queue_admission_cycle(cluster.pk)

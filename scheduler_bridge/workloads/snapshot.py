@@ -39,7 +39,8 @@ def epoch(moment: datetime | None) -> float:
 def node_flavours(node: Node, flavours_by_key: dict[tuple[str, str], Flavour]) -> dict[str, int]:
     """Flavour name -> allocatable units of that flavour on `node`: GPUs or MIG devices;
     for a shared flavour, thousandths of its GPUs (the node's GPUs x 1000, whatever
-    number of replicas or vGPUs the device plugin advertises for them)."""
+    number of replicas or vGPUs the device plugin advertises for them). Devices published
+    through DRA count too (the same GPUs offered both ways, once)."""
     found: dict[str, int] = {}
     for resource, amount in node.allocatable.items():
         if not is_gpu_resource(resource) or amount <= 0:
@@ -51,6 +52,15 @@ def node_flavours(node: Node, flavours_by_key: dict[tuple[str, str], Flavour]) -
             found[flavour.name] = (node.gpu_count or int(amount)) * SHARE_UNITS_PER_GPU
         else:
             found[flavour.name] = found.get(flavour.name, 0) + int(amount)
+    # what its drivers publish through DRA (devices; a shared one in thousandths)
+    by_name = {f.name: f for f in flavours_by_key.values()} if node.dra_devices else {}
+    for name, devices in node.dra_devices.items():
+        flavour = by_name.get(name)
+        if flavour is None or devices <= 0:
+            continue
+        units = devices * SHARE_UNITS_PER_GPU if flavour.is_shared else devices
+        # the same GPUs offered both ways (device plugin and DRA) count once
+        found[name] = max(found.get(name, 0), units)
     return found
 
 

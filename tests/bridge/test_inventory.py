@@ -233,3 +233,50 @@ def test_labels_never_change_an_existing_flavours_sharing_but_the_cluster_says_s
     cluster.refresh_from_db()
     assert "l4 (nodes say time-slicing, the flavour not shared)" in cluster.status_message
     assert "PATCH /api/v1/flavours/{id}/" in cluster.status_message
+
+
+def test_gpus_published_through_dra_count_once_beside_the_device_plugins(synced: Synced) -> None:
+    """h100-1 offers its GPUs as nvidia.com/gpu and also through DRA (counted once); a
+    node without labels or extended resources has only DRA slices (its product and count
+    come from them)."""
+    from tests.dra.devices import H100, gpu, node_slice
+    from tests.kube_real.cluster import RealCluster
+
+    api = synced.api
+    if isinstance(api, RealCluster):
+        api.register_kind("ResourceSlice", "resource.k8s.io/v1", "resourceslices", False)
+    api.add_node("dra-only", labels={}, allocatable={"cpu": "8"})
+    slices = [
+        node_slice("h100-1", [gpu(i, H100, "80Gi") for i in range(8)]),
+        node_slice("dra-only", [gpu(i, H100, "80Gi") for i in range(2)]),
+    ]
+    for resource_slice in slices:
+        api.create_object(resource_slice)
+    try:
+        inventory_sync(synced.cluster, synced.gateway)
+    finally:
+        for resource_slice in slices:
+            api.delete_object("ResourceSlice", None, resource_slice["metadata"]["name"])
+    assert Flavour.objects.get(cluster=synced.cluster, name="h100-80gb").capacity == 16 + 2
+    node = Node.objects.get(name="dra-only")
+    assert (node.product, node.gpu_count, node.dra_devices) == ("H100-80GB", 2, {"h100-80gb": 2})
+    assert Node.objects.get(name="h100-1").dra_devices == {"h100-80gb": 8}
+
+
+def test_a_dra_slice_that_cannot_be_read_is_named_and_the_rest_still_counts() -> None:
+    """(The real API server refuses such a slice; one from a newer API may still carry
+    what this version cannot read.)"""
+    from scheduler_bridge.gateways.base import NodeInfo
+    from scheduler_bridge.inventory.services import _dra_flavours
+    from tests.dra.devices import H100, gpu, node_slice
+
+    slices = [
+        node_slice("n1", [gpu(0, H100, "80Gi")]),
+        node_slice("n2", [{"name": "gpu-0", "attributes": {"type": {}}}]),
+    ]
+    node = NodeInfo(name="n1", labels={}, allocatable={}, capacity={})
+    found, note = _dra_flavours(slices, [node])
+    assert {n: {s.name: c for s, c in f.items()} for n, f in found.items()} == {
+        "n1": {"h100-80gb": 1}
+    }
+    assert note.startswith("; DRA slices left out: ResourceSlice n2-gpu.nvidia.com")

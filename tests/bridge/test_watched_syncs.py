@@ -46,7 +46,7 @@ def test_steady_syncs_read_the_watch_and_write_only_what_changed(watched: FakeCl
         "drift_repaired": 0,
         "missing": 0,
     }
-    eventually(lambda: api.open_watches == 3)  # pods, nodes, Tidegate's quotas
+    eventually(lambda: api.open_watches == 4)  # pods, nodes, Tidegate's quotas, DRA slices
 
     api.reset_counts()
     inventory_sync(cluster.pk)

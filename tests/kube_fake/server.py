@@ -452,6 +452,13 @@ class FakeKubeApi:
             )
         except ApiError as exc:
             route, error = Route("unknown"), exc
+            if exc.code == 404:
+                # the real server authorizes a request before it finds nothing to serve:
+                # a resource the fake does not serve is still a 403 without the grant
+                try:
+                    self._authorize_unserved(method, split.path)
+                except ApiError as refused:
+                    error = refused
         record = RequestRecord(method, split.path, route.verb)
         with self._hooks_lock:
             self.requests.append(record)
@@ -563,6 +570,21 @@ class FakeKubeApi:
     def enforce_rbac(self, rules: Rules, user: str = RBAC_USER) -> None:
         """From now on, authorize every request with ``rules`` (403 otherwise)."""
         self.rbac, self.rbac_user = rules, user
+
+    def _authorize_unserved(self, method: str, path: str) -> None:
+        """RBAC for a resource path the fake does not serve (group, plural, verb)."""
+        rules = self.rbac
+        parts = [p for p in path.split("/") if p]
+        if rules is None or len(parts) < 4 or parts[0] != "apis":
+            return
+        group, rest = parts[1], parts[3:]
+        namespace = None
+        if len(rest) >= 3 and rest[0] == "namespaces":
+            namespace, rest = rest[1], rest[2:]
+        plural, name = rest[0], rest[1] if len(rest) > 1 else ""
+        verbs = {"GET": "get" if name else "list", "POST": "create", "PUT": "update"}
+        verb = verbs.get(method, {"PATCH": "patch", "DELETE": "delete"}.get(method, "get"))
+        rules.check(group, plural, verb, namespace, name, self.rbac_user)
 
     def _authorize(self, route: Route) -> None:
         rules = self.rbac

@@ -52,6 +52,9 @@ RESOURCES = {
         Resource("replicasets", "ReplicaSet", "apps/v1", True),
         Resource("statefulsets", "StatefulSet", "apps/v1", True),
         Resource("events", "Event", "v1", True, has_status=False),
+        # stored only: no driver or scheduler allocates here
+        Resource("resourceslices", "ResourceSlice", "resource.k8s.io/v1", False, has_status=False),
+        Resource("deviceclasses", "DeviceClass", "resource.k8s.io/v1", False, has_status=False),
     )
 }
 BY_KIND = {r.kind: r for r in RESOURCES.values()}

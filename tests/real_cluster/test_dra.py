@@ -19,8 +19,12 @@ from scheduler_bridge.dra.demand import (
 )
 from scheduler_bridge.dra.flavours import flavour_of
 from scheduler_bridge.dra.objects import claim_spec, device_class, devices_of_slice
+from scheduler_bridge.inventory.models import Cluster, Flavour, Node
+from scheduler_bridge.inventory.services import inventory_sync
+from scheduler_bridge.workloads.snapshot import flavour_index, node_flavours
 from tests.dra.devices import A100, GPU_CLASS, H100, MIG_CLASS, gpu, mig, node_slice
 from tests.kube_real.cluster import RealCluster
+from tests.real_cluster.conftest import tidegate_gateway
 
 NAMESPACE = "dra-team"
 RESOURCE = "resource.k8s.io/v1"
@@ -78,7 +82,12 @@ PRODUCT_IS_H100 = {
 }
 
 
-def test_the_scheduler_allocates_the_first_alternative_tidegate_computed(dra: RealCluster) -> None:
+def test_the_scheduler_allocates_the_alternative_of_the_flavour_a_pod_is_pinned_to(
+    dra: RealCluster,
+) -> None:
+    """A prioritized list is flavour alternatives; admission pins a pod to the nodes of
+    the flavour it chose, and there the scheduler allocates exactly that alternative
+    (left free, the scheduler takes any node whose devices serve some alternative)."""
     dra.create_object(
         _template(
             "gpus-or-slices",
@@ -98,47 +107,61 @@ def test_the_scheduler_allocates_the_first_alternative_tidegate_computed(dra: Re
             ],
         )
     )
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "trainer", "namespace": NAMESPACE},
-        "spec": {
-            "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "gpus-or-slices"}],
-            "containers": [
-                {"name": "main", "image": "trainer", "resources": {"claims": [{"name": "gpus"}]}}
-            ],
-        },
-    }
-    dra.create_object(pod)
+    for node in ("dra-h100", "dra-a100-mig"):
+        dra.create_object(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"on-{node}", "namespace": NAMESPACE},
+                "spec": {
+                    "nodeSelector": {"kubernetes.io/hostname": node},
+                    "resourceClaims": [
+                        {"name": "gpus", "resourceClaimTemplateName": "gpus-or-slices"}
+                    ],
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "trainer",
+                            "resources": {"claims": [{"name": "gpus"}]},
+                        }
+                    ],
+                },
+            }
+        )
     inventory = _inventory(dra)
     stored = dra.read("ResourceClaimTemplate", NAMESPACE, "gpus-or-slices")
     spec = claim_spec(stored["spec"]["spec"], "template gpus-or-slices")
-    (entry,) = pod_claims(dra.read("Pod", NAMESPACE, "trainer")["spec"]).per_pod
+    (entry,) = pod_claims(dra.read("Pod", NAMESPACE, "on-dra-h100")["spec"]).per_pod
     demand = inventory.request_demand(entry[0], spec.requests[0])
     assert [(a.flavour, a.amount) for a in demand.alternatives] == [
         ("h100-80gb", 2),
         ("a100-sxm4-80gb-mig-1g.10gb", 3),
     ]
 
-    def allocated() -> list[dict[str, Any]] | None:
+    def allocations() -> dict[str, list[dict[str, Any]]] | None:
+        found = {}
         for claim in dra.objects("ResourceClaim", NAMESPACE):
-            results = (
-                ((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}
-            ).get("results")
-            if results:
-                return list(results)
-        return None
+            allocation = (claim.get("status") or {}).get("allocation") or {}
+            results = (allocation.get("devices") or {}).get("results")
+            owner = claim["metadata"]["annotations"].get("resource.kubernetes.io/pod-claim-name")
+            pod = next(r["name"] for r in claim["metadata"].get("ownerReferences") or [])
+            if results and owner == "gpus":
+                found[pod] = list(results)
+        return found if len(found) == 2 else None
 
-    results = dra.wait_for(allocated, "the scheduler to allocate the pod's claim")
-    assert {r["request"] for r in results} == {"gpu/whole"}
+    allocated = dra.wait_for(allocations, "the scheduler to allocate both pods' claims")
     by_key = {d.key: d for d in inventory.devices}
-    flavours = {
-        inventory.flavour(by_key[(r["driver"], r["pool"], r["device"])]).name  # type: ignore[union-attr]
-        for r in results
-    }
-    assert flavours == {demand.alternatives[0].flavour}
-    assert len(results) == demand.alternatives[0].amount
-    assert dra.read("Pod", NAMESPACE, "trainer")["spec"].get("nodeName") == "dra-h100"
+    wanted = {"on-dra-h100": ("gpu/whole", demand.alternatives[0])}
+    wanted["on-dra-a100-mig"] = ("gpu/slices", demand.alternatives[1])
+    for pod, (request, alternative) in wanted.items():
+        results = allocated[pod]
+        assert {r["request"] for r in results} == {request}
+        flavours = {
+            inventory.flavour(by_key[(r["driver"], r["pool"], r["device"])]).name  # type: ignore[union-attr]
+            for r in results
+        }
+        assert flavours == {alternative.flavour}
+        assert len(results) == alternative.amount
 
 
 def test_kubernetes_quota_charges_a_claim_what_tidegate_counts(dra: RealCluster) -> None:
@@ -197,3 +220,41 @@ def test_kubernetes_quota_charges_a_claim_what_tidegate_counts(dra: RealCluster)
         "the quota to count the claim",
     )
     assert used
+
+
+@pytest.mark.django_db
+def test_inventory_counts_gpus_published_through_dra_as_their_flavours(dra: RealCluster) -> None:
+    """Nodes without GPU Feature Discovery labels or extended resources: what their
+    slices publish is the cluster's GPUs, in the flavours the same GPUs have otherwise."""
+    cluster = Cluster.objects.create(
+        name="dra-east",
+        gateway="kubernetes",
+        kubeconfig_path=str(dra.plane.gateway_kubeconfig),
+        kube_context="tidegate",
+    )
+    with tidegate_gateway(dra) as gateway:
+        result = inventory_sync(cluster, gateway)
+    capacity = dict(Flavour.objects.filter(cluster=cluster).values_list("name", "capacity"))
+    assert capacity == {"h100-80gb": 4, "a100-sxm4-80gb-mig-1g.10gb": 7}
+    mig = Flavour.objects.get(cluster=cluster, name="a100-sxm4-80gb-mig-1g.10gb")
+    assert (mig.resource_name, mig.mig_profile) == ("nvidia.com/mig-1g.10gb", "1g.10gb")
+    assert float(mig.gpu_equivalent) == pytest.approx(1 / 7, abs=1e-4)
+    h100_node = Node.objects.get(cluster=cluster, name="dra-h100")
+    assert (h100_node.product, h100_node.gpu_count) == ("H100-80GB", 4)
+    assert result.gpus >= 4
+    by_key = flavour_index(cluster)
+    assert node_flavours(h100_node, by_key) == {"h100-80gb": 4}
+    mig_node = Node.objects.get(cluster=cluster, name="dra-a100-mig")
+    assert node_flavours(mig_node, by_key) == {"a100-sxm4-80gb-mig-1g.10gb": 7}
+
+    # a device the driver stops publishing leaves the count at the next sync
+    dra.edit_object(
+        "ResourceSlice",
+        None,
+        "dra-h100-gpu.nvidia.com",
+        lambda obj: obj["spec"].update(devices=obj["spec"]["devices"][:2]),
+    )
+    with tidegate_gateway(dra) as gateway:
+        inventory_sync(cluster, gateway)
+    assert Flavour.objects.get(cluster=cluster, name="h100-80gb").capacity == 2
+    assert Node.objects.get(cluster=cluster, name="dra-h100").dra_devices == {"h100-80gb": 2}
