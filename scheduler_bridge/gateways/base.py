@@ -95,6 +95,9 @@ class KindRef:
 # Dynamic Resource Allocation objects Tidegate reads (docs/dra.md)
 RESOURCE_SLICE_KIND = KindRef("resource.k8s.io", "v1", "ResourceSlice", "resourceslices")
 DEVICE_CLASS_KIND = KindRef("resource.k8s.io", "v1", "DeviceClass", "deviceclasses")
+RESOURCE_CLAIM_TEMPLATE_KIND = KindRef(
+    "resource.k8s.io", "v1", "ResourceClaimTemplate", "resourceclaimtemplates"
+)
 
 
 def changed(
@@ -327,6 +330,11 @@ class ClusterGateway(abc.ABC):
     def list_device_classes(self) -> list[dict[str, Any]] | None:
         """The DeviceClasses that select among published devices; None as above."""
         return self._list_if_served(DEVICE_CLASS_KIND)
+
+    def list_resource_claim_templates(self) -> list[dict[str, Any]] | None:
+        """Every namespace's ResourceClaimTemplates (what queued pods' claims ask for);
+        None as above."""
+        return self._list_if_served(RESOURCE_CLAIM_TEMPLATE_KIND)
 
     def _list_if_served(self, kind: KindRef) -> list[dict[str, Any]] | None:
         if not self.serves(kind):

@@ -19,6 +19,7 @@ from . import manifests
 from .base import (
     DEVICE_CLASS_KIND,
     JOB_KIND,
+    RESOURCE_CLAIM_TEMPLATE_KIND,
     RESOURCE_SLICE_KIND,
     ApplyResult,
     ClusterGateway,
@@ -64,6 +65,9 @@ def reset() -> None:
         _registry.clear()
 
 
+DRA_KINDS = (RESOURCE_SLICE_KIND, DEVICE_CLASS_KIND, RESOURCE_CLAIM_TEMPLATE_KIND)
+
+
 class SimulatedGateway(ClusterGateway):
     """:class:`ClusterGateway` over an in-process cluster; same results and errors as
     the Kubernetes gateway for the same cluster state."""
@@ -97,10 +101,10 @@ class SimulatedGateway(ClusterGateway):
         ]
 
     def serves(self, kind: KindRef) -> bool:
-        return kind in (JOB_KIND, RESOURCE_SLICE_KIND, DEVICE_CLASS_KIND)
+        return kind in (JOB_KIND, *DRA_KINDS)
 
     def list_objects(self, kind: KindRef, label_selector: str) -> list[dict[str, Any]]:
-        if kind in (RESOURCE_SLICE_KIND, DEVICE_CLASS_KIND):
+        if kind in DRA_KINDS:
             return [
                 copy.deepcopy(o)
                 for o in self.cluster.objects(kind.kind)

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from scheduler_bridge.admission.wording import gettext_noop, wording
+from scheduler_bridge.dra.demand import pod_claims
+from scheduler_bridge.dra.objects import DraError
 from scheduler_bridge.gateways import manifests
 from scheduler_bridge.gateways.base import (
     GPU_RESOURCE,
@@ -63,6 +65,9 @@ class PodSetRead:
     product: str | None = None
     # a share of one GPU per pod (HAMi resources or fraction annotations), if asked
     share: ShareRead | None = None
+    # GPUs asked through DRA instead: each pod's (claim name, ResourceClaimTemplate name);
+    # ``resource`` is then empty and the flavours come from the templates (docs/dra.md)
+    claims: tuple[tuple[str, str], ...] = ()
 
     @property
     def mig_profile(self) -> str | None:
@@ -211,9 +216,10 @@ class Integration(abc.ABC):
         for name, template in self.templates(obj):
             request = gpu_request(template, f"pod set {name!r}")
             share = _share(template, f"pod set {name!r}", request)
-            if request is None and share is None:
+            claims = _claims(template, f"pod set {name!r}", request or share)
+            if request is None and share is None and not claims:
                 continue
-            resource, amount = request or (GPU_RESOURCE, 1)
+            resource, amount = ("", 0) if claims else (request or (GPU_RESOURCE, 1))
             count = counts.get(name, 0)
             if count <= 0:
                 continue
@@ -240,14 +246,15 @@ class Integration(abc.ABC):
                     min_count=minimum if minimum is not None and minimum < count else None,
                     product=node_selector.get(PRODUCT_LABEL),
                     share=share,
+                    claims=claims,
                 )
             )
         if not found:
             raise IntegrationError(
                 wording(
                     gettext_noop(
-                        "no pod of this %(kind)s requests a GPU (nvidia.com/gpu or one "
-                        "nvidia.com/mig-* resource); only GPU work queues"
+                        "no pod of this %(kind)s requests a GPU (nvidia.com/gpu, one "
+                        "nvidia.com/mig-* resource or a ResourceClaim); only GPU work queues"
                     ),
                     kind=self.kind,
                 )
@@ -380,6 +387,34 @@ def _share(
             )
         )
     return share
+
+
+def _claims(template: Mapping[str, Any], where: str, also: object) -> tuple[tuple[str, str], ...]:
+    """The pod's own claims (from ResourceClaimTemplates), when it asks for no GPU as a
+    resource (``also``; then its claims are for other devices, left to Kubernetes).
+    IntegrationError for a claim shared by several pods (a named ResourceClaim) or a
+    malformed entry."""
+    if also is not None:
+        return ()
+    try:
+        claims = pod_claims(template.get("spec") or {})
+    except DraError as error:
+        raise IntegrationError(
+            wording(gettext_noop("%(where)s: %(error)s"), where=where, error=str(error))
+        ) from error
+    if claims.shared:
+        raise IntegrationError(
+            wording(
+                gettext_noop(
+                    "%(where)s names the ResourceClaim %(claim)s that several pods share; "
+                    "Tidegate queues GPUs asked through ResourceClaimTemplates (one claim per "
+                    "pod): use a template"
+                ),
+                where=where,
+                claim=claims.shared[0][1],
+            )
+        )
+    return claims.per_pod
 
 
 def gpu_request(template: Mapping[str, Any], where: str) -> tuple[str, int] | None:

@@ -30,6 +30,7 @@ from scheduler_bridge.inventory.connection import cluster_gateway
 from scheduler_bridge.inventory.models import Cluster
 from scheduler_bridge.workloads import lifecycle
 from scheduler_bridge.workloads import wording as worded
+from scheduler_bridge.workloads.claims import ClaimResolver
 from scheduler_bridge.workloads.models import Workload
 from scheduler_bridge.workloads.services import PodSetSpec, workload_submit
 from tenants.errors import Conflict, TidegateError
@@ -58,7 +59,12 @@ class JobSyncResult:
     rescaled: list[int] = field(default_factory=list)
 
 
-def _pod_set(read: PodSetRead) -> PodSetSpec:
+def _pod_set(read: PodSetRead, namespace: str, claims: ClaimResolver) -> PodSetSpec:
+    spec = _asked(read)
+    return claims.pod_set(namespace, read, spec) if read.claims else spec
+
+
+def _asked(read: PodSetRead) -> PodSetSpec:
     product = None
     if read.product:
         # the object's own product selector narrows the flavours admission may choose,
@@ -116,6 +122,7 @@ def jobs_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> JobSyn
     result = JobSyncResult()
     with cluster_gateway(cluster, gateway) as reader:
         gpu_pods: list[PodInfo] | None = None
+        claims = ClaimResolver(reader)  # reads DRA objects only if a pod set has claims
 
         def completed_on(job: ObjectRead) -> list[str]:
             """Nodes the Job's completed pods ran on (pods read once, when needed)."""
@@ -141,13 +148,19 @@ def jobs_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> JobSyn
                 continue
             result.kinds[integration.kind] = QUEUED
             _sync_objects(
-                cluster, integration.kind, integration.pins_nodes, objects, completed_on, result
+                cluster,
+                integration.kind,
+                integration.pins_nodes,
+                objects,
+                completed_on,
+                result,
+                claims,
             )
         if reader.serves(POD_KIND):
             groups = queued_pod_groups(reader, QUEUE_LABEL)
             result.kinds[POD_GROUP] = QUEUED
             reads = [g.read for g in groups]
-            _sync_objects(cluster, POD_GROUP, False, reads, completed_on, result)
+            _sync_objects(cluster, POD_GROUP, False, reads, completed_on, result, claims)
     if cluster.workload_kinds != result.kinds:
         cluster.workload_kinds = result.kinds
         Cluster.objects.filter(pk=cluster.pk).update(workload_kinds=result.kinds)
@@ -161,6 +174,7 @@ def _sync_objects(
     objects: list[ObjectRead],
     completed_on: Callable[[ObjectRead], list[str]],
     result: JobSyncResult,
+    claims: ClaimResolver,
 ) -> None:
     bindings = {
         b.namespace: b.tenant
@@ -199,7 +213,7 @@ def _sync_objects(
                 cluster=cluster,
                 tenant=tenant,
                 name=job.name,
-                pod_sets=[_pod_set(ps) for ps in job.pod_sets],
+                pod_sets=[_pod_set(ps, job.namespace, claims) for ps in job.pod_sets],
                 topology=job.annotations.get(TOPOLOGY_ANNOTATION, Workload.Topology.NONE),
                 priority_class=job.labels.get(PRIORITY_LABEL) or job.priority_class_name,
                 max_run_time_s=_int(job.annotations.get(MAX_RUN_TIME_ANNOTATION)),

@@ -176,7 +176,10 @@ def _admit_object(gateway: ClusterGateway, workload: Workload) -> None:
     if flavour is None:
         raise GatewayError(f"workload {workload.pk} is admitted without a flavour")
     nodes = None
-    if workload.topology != Workload.Topology.NONE:
+    # a flavour without a node selector (GPUs only DRA publishes, on nodes without GPU
+    # Feature Discovery labels) is held to by the nodes admission placed it on
+    unlabelled = not flavour.node_selector and integration_for(workload.kind).pins_nodes
+    if workload.topology != Workload.Topology.NONE or unlabelled:
         nodes = placement_nodes(workload.placements)
     # elastic pod sets start with their core and the pods they have grown by
     counts = _elastic_counts(workload)

@@ -65,6 +65,8 @@ class PodSetSpec:
     # how an object on the cluster asked for it: "hami" (resources) or "fraction"
     # (annotations); None from the API
     share_style: str | None = None
+    # the flavours its pods' ResourceClaims can be served from, best first (docs/dra.md)
+    flavours: tuple[str, ...] = ()
 
     @property
     def asks_share(self) -> bool:
@@ -117,6 +119,22 @@ def resolve_flavours(cluster: Cluster, spec: PodSetSpec) -> list[str]:
                 field="pod_sets",
             )
         return [spec.flavour]
+    if spec.flavours:
+        missing = [f for f in spec.flavours if f not in names]
+        if missing:
+            raise ValidationFailed(
+                _(
+                    "The pods' ResourceClaims can be served by %(flavours)s, which %(cluster)s "
+                    "has no capacity of; available: %(available)s."
+                ),
+                params={
+                    "flavours": ", ".join(missing),
+                    "cluster": cluster.name,
+                    "available": ", ".join(names) or _("none"),
+                },
+                field="pod_sets",
+            )
+        return list(spec.flavours)
     candidates = flavours
     if spec.product:
         candidates = [f for f in candidates if f.product.lower() == spec.product.lower()]

@@ -52,6 +52,7 @@ def test_every_gateway_call_is_allowed_and_every_grant_is_used(kube_api, gateway
     gateway.list_namespaces()
     assert gateway.list_resource_slices() == []
     assert gateway.list_device_classes() == []
+    assert gateway.list_resource_claim_templates() == []
     gateway.list_jobs("tidegate.io/queue")
     gateway.list_jobs(namespace="team-a")
     hard = quota_hard({"nvidia.com/gpu": 4})

@@ -353,3 +353,32 @@ def test_controllers_sharing_a_group_label_add_up() -> None:
     ]
     (group,) = pod_groups(pods, controllers)
     assert (group.name, group.read.pod_sets[0].count) == ("web", 5)
+
+
+def _claiming(kind: str, entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """``kind``'s eight-GPU object with its pods asking through claims instead."""
+    obj = named(objects.eight_gpus(kind, "ml", "train", "vision"))
+    for _, template in integration_for(kind).templates(obj):
+        spec = template["spec"]
+        spec["resourceClaims"] = entries
+        for container in spec["containers"]:
+            container["resources"] = {"claims": [{"name": e["name"]} for e in entries]}
+    return obj
+
+
+@pytest.mark.parametrize("kind", ALL_KINDS)
+def test_every_kind_reads_pods_that_ask_through_claim_templates(kind: str) -> None:
+    obj = _claiming(kind, [{"name": "gpus", "resourceClaimTemplateName": "two-h100"}])
+    assert_schema_accepts(obj)
+    read = integration_for(kind).read(obj)
+    assert read.problem is None
+    assert read.pod_sets and all(ps.claims == (("gpus", "two-h100"),) for ps in read.pod_sets)
+    assert {ps.resource for ps in read.pod_sets} == {""}
+
+
+def test_a_claim_shared_by_several_pods_is_refused_with_what_to_use() -> None:
+    obj = _claiming("Job", [{"name": "gpus", "resourceClaimName": "team-gpus"}])
+    read = integration_for("Job").read(obj)
+    assert read.problem is not None
+    assert "names the ResourceClaim team-gpus that several pods share" in read.problem
+    assert "use a template" in read.problem

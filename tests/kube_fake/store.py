@@ -55,6 +55,13 @@ RESOURCES = {
         # stored only: no driver or scheduler allocates here
         Resource("resourceslices", "ResourceSlice", "resource.k8s.io/v1", False, has_status=False),
         Resource("deviceclasses", "DeviceClass", "resource.k8s.io/v1", False, has_status=False),
+        Resource(
+            "resourceclaimtemplates",
+            "ResourceClaimTemplate",
+            "resource.k8s.io/v1",
+            True,
+            has_status=False,
+        ),
     )
 }
 BY_KIND = {r.kind: r for r in RESOURCES.values()}

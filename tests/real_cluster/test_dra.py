@@ -21,9 +21,14 @@ from scheduler_bridge.dra.flavours import flavour_of
 from scheduler_bridge.dra.objects import claim_spec, device_class, devices_of_slice
 from scheduler_bridge.inventory.models import Cluster, Flavour, Node
 from scheduler_bridge.inventory.services import inventory_sync
+from scheduler_bridge.workloads.cycle import admission_cycle
+from scheduler_bridge.workloads.jobs import jobs_sync
+from scheduler_bridge.workloads.models import Workload
 from scheduler_bridge.workloads.snapshot import flavour_index, node_flavours
+from tests.clusters import CLUSTER, bind_team_namespaces, hand_down
+from tests.conftest import Cast
 from tests.dra.devices import A100, GPU_CLASS, H100, MIG_CLASS, gpu, mig, node_slice
-from tests.kube_real.cluster import RealCluster
+from tests.kube_real.cluster import RUNS_UNTIL_FINISHED, RealCluster
 from tests.real_cluster.conftest import tidegate_gateway
 
 NAMESPACE = "dra-team"
@@ -82,6 +87,18 @@ PRODUCT_IS_H100 = {
 }
 
 
+def _h100_or_slices(slices: int) -> list[dict[str, Any]]:
+    """Two whole H100s, or else ``slices`` MIG devices: a prioritized list."""
+    whole = {
+        "name": "whole",
+        "deviceClassName": "gpu.nvidia.com",
+        "count": 2,
+        "selectors": [PRODUCT_IS_H100],
+    }
+    sliced = {"name": "slices", "deviceClassName": "mig.nvidia.com", "count": slices}
+    return [{"name": "gpu", "firstAvailable": [whole, sliced]}]
+
+
 def test_the_scheduler_allocates_the_alternative_of_the_flavour_a_pod_is_pinned_to(
     dra: RealCluster,
 ) -> None:
@@ -91,20 +108,7 @@ def test_the_scheduler_allocates_the_alternative_of_the_flavour_a_pod_is_pinned_
     dra.create_object(
         _template(
             "gpus-or-slices",
-            [
-                {
-                    "name": "gpu",
-                    "firstAvailable": [
-                        {
-                            "name": "whole",
-                            "deviceClassName": "gpu.nvidia.com",
-                            "count": 2,
-                            "selectors": [PRODUCT_IS_H100],
-                        },
-                        {"name": "slices", "deviceClassName": "mig.nvidia.com", "count": 3},
-                    ],
-                }
-            ],
+            _h100_or_slices(slices=3),
         )
     )
     for node in ("dra-h100", "dra-a100-mig"):
@@ -258,3 +262,132 @@ def test_inventory_counts_gpus_published_through_dra_as_their_flavours(dra: Real
         inventory_sync(cluster, gateway)
     assert Flavour.objects.get(cluster=cluster, name="h100-80gb").capacity == 2
     assert Node.objects.get(cluster=cluster, name="dra-h100").dra_devices == {"h100-80gb": 2}
+
+
+def _claim_job(name: str, template: str) -> dict[str, Any]:
+    """A queue Job of one pod whose GPUs come from a ResourceClaimTemplate."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": "vision-train",
+            "labels": {"tidegate.io/queue": "vision"},
+        },
+        "spec": {
+            "suspend": True,
+            "template": {
+                "metadata": {"annotations": dict(RUNS_UNTIL_FINISHED)},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": template}],
+                    "containers": [
+                        {
+                            "name": "train",
+                            "image": "registry.example/train:1",
+                            "resources": {"claims": [{"name": "gpus"}]},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+@pytest.mark.django_db
+def test_jobs_asking_through_claims_are_queued_counted_and_admitted_on_their_alternatives(
+    dra: RealCluster, cast: Cast
+) -> None:
+    """Two H100s per Job for a team guaranteed 2 of the cluster's 4 (the rest its
+    sibling's, idle): the first runs on its guarantee, the second borrows, a third whose
+    prioritized list also takes two MIG slices runs on those, a fourth waits in line with
+    the reason; the real scheduler allocates each admitted pod's claim on the devices of
+    the flavour Tidegate admitted it on. A claim for a class no flavour serves is refused."""
+    real = dra
+    real.add_namespace("vision-train")
+    templates: dict[str, list[dict[str, Any]]] = {
+        "two-h100": [
+            {
+                "name": "gpu",
+                "exactly": {
+                    "deviceClassName": "gpu.nvidia.com",
+                    "count": 2,
+                    "selectors": [PRODUCT_IS_H100],
+                },
+            }
+        ],
+        "h100-or-slices": _h100_or_slices(slices=2),
+        "tpus": [{"name": "tpu", "exactly": {"deviceClassName": "tpu.example.com"}}],
+    }
+    for name, requests in templates.items():
+        made = _template(name, requests)
+        made["metadata"]["namespace"] = "vision-train"
+        real.create_object(made)
+    cluster = Cluster.objects.create(
+        name=CLUSTER,
+        gateway="kubernetes",
+        kubeconfig_path=str(real.plane.gateway_kubeconfig),
+        kube_context="tidegate",
+    )
+    gateway = tidegate_gateway(real)
+    try:
+        inventory_sync(cluster, gateway)
+        h100 = Flavour.objects.get(cluster=cluster, name="h100-80gb")
+        mig = Flavour.objects.get(cluster=cluster, name="a100-sxm4-80gb-mig-1g.10gb")
+        bind_team_namespaces(cast)
+        hand_down(
+            [
+                (cast.org, h100, 4),
+                (cast.dept, h100, 4),
+                (cast.team_a, h100, 2),
+                (cast.team_b, h100, 2),
+                (cast.org, mig, 7),
+                (cast.dept, mig, 7),
+                (cast.team_a, mig, 7),
+            ]
+        )
+        for name, template in (
+            ("first", "two-h100"),
+            ("second", "two-h100"),
+            ("either", "h100-or-slices"),
+            ("fourth", "two-h100"),
+            ("tpu", "tpus"),
+        ):
+            real.create_object(_claim_job(name, template))
+            jobs_sync(cluster, gateway)
+            admission_cycle(cluster, gateway)
+
+        state = {w.job_name: w for w in Workload.objects.filter(cluster=cluster)}
+        running = {n for n, w in state.items() if w.state == Workload.State.RUNNING}
+        assert running == {"first", "second", "either"}, {n: w.reason for n, w in state.items()}
+        assert {n: state[n].flavour.name for n in running} == {  # type: ignore[union-attr]
+            "first": "h100-80gb",
+            "second": "h100-80gb",
+            "either": "a100-sxm4-80gb-mig-1g.10gb",
+        }
+        assert [ps.flavours for ps in state["either"].pod_set_records] == [
+            ("h100-80gb", "a100-sxm4-80gb-mig-1g.10gb")
+        ]
+        assert state["fourth"].state == Workload.State.PENDING
+        assert "h100-80gb" in state["fourth"].reason
+        assert state["tpu"].state == Workload.State.REJECTED
+        assert "device class 'tpu.example.com' does not exist" in state["tpu"].reason
+        assert real.read("Job", "vision-train", "fourth")["spec"]["suspend"] is True
+
+        def allocated() -> dict[str, set[tuple[str, str]]] | None:
+            found: dict[str, set[tuple[str, str]]] = {}
+            for claim in real.objects("ResourceClaim", "vision-train"):
+                allocation = (claim.get("status") or {}).get("allocation") or {}
+                results = (allocation.get("devices") or {}).get("results") or []
+                pod = claim["metadata"]["ownerReferences"][0]["name"]
+                job = pod.rsplit("-", 1)[0]
+                found[job] = {(r["pool"], r["request"]) for r in results}
+            done = all(found.get(job) for job in ("first", "second", "either"))
+            return found if done else None
+
+        claims = real.wait_for(allocated, "the scheduler to allocate the admitted pods' claims")
+        assert claims["first"] == {("dra-h100", "gpu")}
+        assert claims["second"] == {("dra-h100", "gpu")}
+        assert claims["either"] == {("dra-a100-mig", "gpu/slices")}
+    finally:
+        gateway.close()

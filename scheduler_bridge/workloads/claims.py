@@ -1,0 +1,97 @@
+"""Pod sets that ask for GPUs through ResourceClaims, resolved against one cluster.
+
+A queued object's pod templates name ResourceClaimTemplates (integrations read only the
+object); this module reads, once per sync and only when some object needs them, the
+cluster's templates, DeviceClasses and published devices, and turns each pod set into
+the flavour alternatives and per-pod amount the queue admits on (``dra/demand.py``;
+docs/dra.md). What Tidegate cannot serve is refused with the reason, as other pod sets'
+problems are.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scheduler_bridge.admission.wording import gettext_noop, wording
+from scheduler_bridge.dra.demand import Inventory, RequestDemand, pod_need
+from scheduler_bridge.dra.flavours import flavour_of
+from scheduler_bridge.dra.objects import DraError, claim_spec, device_class, devices_of_slice
+from scheduler_bridge.gateways import ClusterGateway
+from scheduler_bridge.integrations import PodSetRead
+from scheduler_bridge.workloads.services import PodSetSpec
+from tenants.errors import ValidationFailed
+
+
+class ClaimResolver:
+    """One sync's reading of the cluster's DRA objects, made on first need."""
+
+    def __init__(self, reader: ClusterGateway) -> None:
+        self.reader = reader
+        self._inventory: Inventory | None = None
+        self._templates: dict[tuple[str, str], dict[str, Any]] | None = None
+
+    def pod_set(self, namespace: str, read: PodSetRead, spec: PodSetSpec) -> PodSetSpec:
+        """``spec`` with the flavours and amount its pods' claims ask for."""
+        where = f"pod set {read.name!r}"
+        demands: list[RequestDemand] = []
+        try:
+            for claim, template_name in read.claims:
+                template = self._template(namespace, template_name, where)
+                spec_of = claim_spec((template.get("spec") or {}).get("spec") or {}, where)
+                inventory = self._devices()
+                demands.extend(inventory.request_demand(claim, r) for r in spec_of.requests)
+            need = pod_need(demands, where)
+        except DraError as error:
+            raise _refused(str(error)) from error
+        if not need:
+            raise _refused(f"{where}: its claims ask for no device")
+        if any(alternative.shared for alternative in need):
+            raise _refused(
+                f"{where}: a share of a GPU through consumable capacity is not queued yet; "
+                "ask for whole GPUs or MIG devices"
+            )
+        amounts = {alternative.amount for alternative in need}
+        if len(amounts) > 1:
+            listed = ", ".join(f"{a.flavour}: {a.amount}" for a in need)
+            raise _refused(
+                f"{where}: its prioritized list asks for different numbers of devices per "
+                f"alternative ({listed}); Tidegate queues alternatives that ask for the same "
+                "number"
+            )
+        return PodSetSpec(
+            count=spec.count,
+            gpus_per_pod=need[0].amount,
+            name=spec.name,
+            min_count=spec.min_count,
+            flavours=tuple(a.flavour for a in need),
+        )
+
+    def _template(self, namespace: str, name: str, where: str) -> dict[str, Any]:
+        if self._templates is None:
+            listed = self.reader.list_resource_claim_templates() or []
+            self._templates = {
+                (t["metadata"].get("namespace", ""), t["metadata"]["name"]): t for t in listed
+            }
+        found = self._templates.get((namespace, name))
+        if found is None:
+            raise DraError(
+                f"{where}: ResourceClaimTemplate {name} does not exist in namespace "
+                f"{namespace}; create it, then the workload again"
+            )
+        return found
+
+    def _devices(self) -> Inventory:
+        if self._inventory is None:
+            devices = []
+            for resource_slice in self.reader.list_resource_slices() or []:
+                try:
+                    devices.extend(devices_of_slice(resource_slice))
+                except DraError:
+                    continue  # inventory names it in the cluster's status
+            classes = [device_class(c) for c in self.reader.list_device_classes() or []]
+            self._inventory = Inventory(devices, classes, flavour_of)
+        return self._inventory
+
+
+def _refused(reason: str) -> ValidationFailed:
+    return ValidationFailed(wording(gettext_noop("%(reason)s"), reason=reason), field="pod_sets")
