@@ -18,8 +18,11 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from scheduler_bridge.inventory.catalogue import (
+    FULL_GPU_RESOURCE,
     CatalogueError,
+    MigStrategy,
     flavour_name,
+    mig_resource_name,
     product_from_gfd_label,
     profile_by_name,
 )
@@ -36,6 +39,15 @@ class DeviceFlavour:
     product: str
     mig_profile: str = ""
     shared: bool = False  # several claims share one device, each a part of its capacity
+
+    @property
+    def resource_name(self) -> str:
+        """The extended resource the same GPUs have (``nvidia.com/gpu``, or the MIG
+        profile's under the mixed strategy): what a device counts as in quotas, the
+        ledger and the inventory's busy GPUs."""
+        if self.mig_profile:
+            return mig_resource_name(self.mig_profile, MigStrategy.MIXED)
+        return FULL_GPU_RESOURCE
 
 
 def flavour_of(device: Device, mapped: Mapping[str, str] | None = None) -> DeviceFlavour | None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from scheduler_bridge.gateways.quantity import InvalidQuantity, parse_quantity
+from scheduler_bridge.quantity import InvalidQuantity, parse_quantity
 
 EXACT_COUNT = "ExactCount"
 ALL = "All"

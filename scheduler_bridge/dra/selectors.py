@@ -25,7 +25,7 @@ from typing import Any
 import celpy
 from celpy import celtypes
 
-from scheduler_bridge.gateways.quantity import InvalidQuantity, parse_quantity
+from scheduler_bridge.quantity import InvalidQuantity, parse_quantity
 
 from .objects import Device, DraError, Semver
 

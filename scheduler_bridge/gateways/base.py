@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import abc
 import copy
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal
+
+from scheduler_bridge.dra.allocation import ClaimedGpus, claim_allocation
 
 from .errors import GatewayError, ObjectMissing
 
@@ -76,6 +79,9 @@ class PodInfo:
     # PyTorchJob, Ray cluster or pod group
     job_name: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    # whether it names ResourceClaims: what they hold is added to ``gpu_requests`` once
+    # allocated (ClusterGateway.list_gpu_pods)
+    has_claims: bool = False
 
 
 @dataclass(frozen=True)
@@ -98,6 +104,7 @@ DEVICE_CLASS_KIND = KindRef("resource.k8s.io", "v1", "DeviceClass", "deviceclass
 RESOURCE_CLAIM_TEMPLATE_KIND = KindRef(
     "resource.k8s.io", "v1", "ResourceClaimTemplate", "resourceclaimtemplates"
 )
+RESOURCE_CLAIM_KIND = KindRef("resource.k8s.io", "v1", "ResourceClaim", "resourceclaims")
 
 
 def changed(
@@ -336,6 +343,21 @@ class ClusterGateway(abc.ABC):
         None as above."""
         return self._list_if_served(RESOURCE_CLAIM_TEMPLATE_KIND)
 
+    def list_resource_claims(self) -> list[dict[str, Any]] | None:
+        """Every namespace's ResourceClaims (with their allocations); None as above."""
+        return self._list_if_served(RESOURCE_CLAIM_KIND)
+
+    def _with_claimed_gpus(self, pods: list[PodInfo]) -> list[PodInfo]:
+        """``pods`` with what their own allocated claims hold added to their requests,
+        and without those that then hold no GPU (docs/dra.md#metering)."""
+        if any(p.has_claims for p in pods):
+            claimed = ClaimedGpus(
+                (claim_allocation(c) for c in self.list_resource_claims() or []),
+                self.list_resource_slices() or [],
+            )
+            pods = [_add_claimed(p, claimed.of_pod(p.uid)) if p.has_claims else p for p in pods]
+        return [p for p in pods if p.gpu_requests]
+
     def _list_if_served(self, kind: KindRef) -> list[dict[str, Any]] | None:
         if not self.serves(kind):
             return None
@@ -384,3 +406,12 @@ class ClusterGateway(abc.ABC):
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _add_claimed(pod: PodInfo, held: Mapping[str, int]) -> PodInfo:
+    if not held:
+        return pod
+    requests = dict(pod.gpu_requests)
+    for resource, devices in held.items():
+        requests[resource] = requests.get(resource, 0) + devices
+    return dataclasses.replace(pod, gpu_requests=requests)

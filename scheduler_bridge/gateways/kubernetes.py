@@ -29,6 +29,7 @@ from .base import (
     JOB_KIND,
     MANAGED_BY_LABEL,
     POD_KIND,
+    RESOURCE_CLAIM_KIND,
     RESOURCE_SLICE_KIND,
     ApplyResult,
     ClusterGateway,
@@ -204,7 +205,13 @@ class KubernetesGateway(ClusterGateway):
                     kubernetes_cache.gpu_pod, self._core.list_pod_for_all_namespaces
                 ),
             )
-        return sorted(pods, key=lambda p: (p.namespace, p.name))
+        return sorted(self._with_claimed_gpus(pods), key=lambda p: (p.namespace, p.name))
+
+    def list_resource_claims(self) -> list[dict[str, Any]] | None:
+        if not self.serves(RESOURCE_CLAIM_KIND):
+            return None
+        claims = self._cached_values("resourceclaims")
+        return claims if claims is not None else super().list_resource_claims()
 
     def list_resource_slices(self) -> list[dict[str, Any]] | None:
         if not self.serves(RESOURCE_SLICE_KIND):

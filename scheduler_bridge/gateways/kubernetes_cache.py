@@ -119,11 +119,25 @@ class ApiSource:
 
 
 def gpu_pod(obj: Mapping[str, Any]) -> PodInfo | None:
-    """A pod that requests a GPU or MIG slice; None for every other pod (most of a
-    cluster's), which is then not kept at all."""
-    if not gpu_requests(obj.get("spec") or {}):
+    """A pod that requests a GPU or MIG slice, or names ResourceClaims (which may hold
+    some); None for every other pod (most of a cluster's), which is then not kept."""
+    spec = obj.get("spec") or {}
+    if not gpu_requests(spec) and not spec.get("resourceClaims"):
         return None
     return pod_info(obj)
+
+
+def claim(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """What metering reads of a ResourceClaim: its owner and allocation results."""
+    meta = obj.get("metadata") or {}
+    return {
+        "metadata": {
+            "name": meta.get("name"),
+            "namespace": meta.get("namespace"),
+            "ownerReferences": meta.get("ownerReferences") or [],
+        },
+        "status": {"allocation": ((obj.get("status") or {}).get("allocation") or {})},
+    }
 
 
 def node(obj: Mapping[str, Any]) -> NodeInfo:
@@ -194,6 +208,12 @@ def cluster_cache(
             # started on first read, by a gateway that found resource.k8s.io/v1 served
             "resourceslices": collection(
                 "resourceslices", k8s.ResourceV1Api(api_client).list_resource_slice, dict
+            ),
+            # and once some GPU pod names claims
+            "resourceclaims": collection(
+                "resourceclaims",
+                k8s.ResourceV1Api(api_client).list_resource_claim_for_all_namespaces,
+                claim,
             ),
         }
     )

@@ -10,8 +10,9 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from scheduler_bridge.quantity import resource_amounts
+
 from .base import ORIGINAL_SCHEDULING_ANNOTATION, JobInfo, NodeInfo, PodInfo, Taint, is_gpu_resource
-from .quantity import resource_amounts
 
 
 def parse_time(value: Any) -> datetime | None:
@@ -142,6 +143,7 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
         finished_at=finished,
         job_name=job_name,
         labels=dict(meta.get("labels") or {}),
+        has_claims=bool(spec.get("resourceClaims")),
     )
 
 

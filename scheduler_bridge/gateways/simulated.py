@@ -19,6 +19,7 @@ from . import manifests
 from .base import (
     DEVICE_CLASS_KIND,
     JOB_KIND,
+    RESOURCE_CLAIM_KIND,
     RESOURCE_CLAIM_TEMPLATE_KIND,
     RESOURCE_SLICE_KIND,
     ApplyResult,
@@ -65,7 +66,12 @@ def reset() -> None:
         _registry.clear()
 
 
-DRA_KINDS = (RESOURCE_SLICE_KIND, DEVICE_CLASS_KIND, RESOURCE_CLAIM_TEMPLATE_KIND)
+DRA_KINDS = (
+    RESOURCE_SLICE_KIND,
+    DEVICE_CLASS_KIND,
+    RESOURCE_CLAIM_TEMPLATE_KIND,
+    RESOURCE_CLAIM_KIND,
+)
 
 
 class SimulatedGateway(ClusterGateway):
@@ -85,7 +91,7 @@ class SimulatedGateway(ClusterGateway):
         return [node_info(n) for n in self.cluster.objects("Node")]
 
     def list_gpu_pods(self) -> list[PodInfo]:
-        return [p for p in map(pod_info, self.cluster.objects("Pod")) if p.gpu_requests]
+        return self._with_claimed_gpus([pod_info(p) for p in self.cluster.objects("Pod")])
 
     def list_namespaces(self) -> list[str]:
         return [n["metadata"]["name"] for n in self.cluster.objects("Namespace")]

@@ -28,6 +28,8 @@ from datetime import UTC, datetime, timedelta
 from random import Random
 from typing import Any
 
+from scheduler_bridge.quantity import resource_amounts
+
 from . import manifests
 from . import simulated_objects as objects
 from .base import GPU_RESOURCE, MIG_RESOURCE_PREFIX
@@ -35,7 +37,6 @@ from .manifests import MigDeviceGroup
 from .mig_layout import PRODUCTS, mig_allocatable
 from .parsing import gpu_requests, parse_time
 from .placement import node_accepts
-from .quantity import resource_amounts
 from .simulated_objects import DURATION_ANNOTATION, stamp
 from .validation import validate_job_update, validate_object
 

@@ -12,8 +12,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from scheduler_bridge.quantity import is_quantity
+
 from .errors import GatewayError, NamespaceMissing
-from .quantity import is_quantity
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")

@@ -29,11 +29,9 @@ from scheduler_bridge.gateways.tolerations import (
 from scheduler_bridge.history import record_capacities
 from scheduler_bridge.inventory.catalogue import (
     GpuProduct,
-    MigStrategy,
     UnknownGpuProduct,
     flavour_name,
     mig_profile_name_from_resource,
-    mig_resource_name,
     product_and_profile_from_gfd_label,
     product_by_name,
     profile_by_name,
@@ -156,7 +154,7 @@ def _dra_spec(flavour: DeviceFlavour, selector: tuple[tuple[str, str], ...]) -> 
     return FlavourSpec(
         name=flavour.name,
         product=flavour.product,
-        resource_name=mig_resource_name(profile, MigStrategy.MIXED) if profile else GPU_RESOURCE,
+        resource_name=flavour.resource_name,
         mig_profile=flavour.mig_profile,
         gpu_equivalent=_equivalent(product, profile),
         node_selector=selector,

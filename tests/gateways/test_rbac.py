@@ -53,6 +53,7 @@ def test_every_gateway_call_is_allowed_and_every_grant_is_used(kube_api, gateway
     assert gateway.list_resource_slices() == []
     assert gateway.list_device_classes() == []
     assert gateway.list_resource_claim_templates() == []
+    assert gateway.list_resource_claims() == []
     gateway.list_jobs("tidegate.io/queue")
     gateway.list_jobs(namespace="team-a")
     hard = quota_hard({"nvidia.com/gpu": 4})
@@ -117,8 +118,9 @@ def test_every_gateway_call_is_allowed_and_every_grant_is_used(kube_api, gateway
         cached.list_gpu_pods()
         cached.list_resource_quotas("app.kubernetes.io/managed-by=tidegate")
         cached.list_resource_slices()
+        cached.list_resource_claims()
         deadline = time.monotonic() + 5
-        while kube_api.open_watches < 4 and time.monotonic() < deadline:
+        while kube_api.open_watches < 5 and time.monotonic() < deadline:
             time.sleep(0.02)
     drop_shared_caches("rbac-test:")
 

@@ -55,6 +55,7 @@ RESOURCES = {
         # stored only: no driver or scheduler allocates here
         Resource("resourceslices", "ResourceSlice", "resource.k8s.io/v1", False, has_status=False),
         Resource("deviceclasses", "DeviceClass", "resource.k8s.io/v1", False, has_status=False),
+        Resource("resourceclaims", "ResourceClaim", "resource.k8s.io/v1", True),
         Resource(
             "resourceclaimtemplates",
             "ResourceClaimTemplate",

@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from django.utils import timezone
 
+from billing.collection import usage_collect
+from billing.models import UsageRecord
 from scheduler_bridge.dra.demand import (
     Inventory,
     device_class_counts,
@@ -389,5 +393,40 @@ def test_jobs_asking_through_claims_are_queued_counted_and_admitted_on_their_alt
         assert claims["first"] == {("dra-h100", "gpu")}
         assert claims["second"] == {("dra-h100", "gpu")}
         assert claims["either"] == {("dra-a100-mig", "gpu/slices")}
+
+        # metered as the same GPUs through extended resources: busy on their nodes,
+        # and each pod's allocation in the ledger, on its flavour, for its team
+        pods = {job: real.active_job_pods("vision-train", job)[0] for job in ("first", "either")}
+        real.wait_for(
+            lambda: all(
+                real.read("Pod", "vision-train", p["metadata"]["name"])["status"].get("phase")
+                == "Running"
+                for p in pods.values()
+            ),
+            "KWOK to run the pods",
+        )
+        inventory_sync(cluster, gateway)
+        assert Node.objects.get(cluster=cluster, name="dra-h100").busy == {"nvidia.com/gpu": 4}
+        assert Node.objects.get(cluster=cluster, name="dra-a100-mig").busy == {
+            "nvidia.com/mig-1g.10gb": 2
+        }
+        # collected while they run (generated claims go with their pods once these end;
+        # the workload's own record covers what follows the last collection)
+        usage_collect(cluster=cluster, gateway=gateway, now=timezone.now() + timedelta(hours=2))
+        for job, flavour in (("first", h100), ("either", mig)):
+            uid = pods[job]["metadata"]["uid"]
+            rows = UsageRecord.objects.filter(pod_uid=uid, source=UsageRecord.Source.POD)
+            assert rows.exists(), job
+            assert {(r.tenant_id, r.flavour_id, r.devices) for r in rows} == {
+                (cast.team_a.pk, flavour.pk, 2)
+            }
+            started = datetime.fromisoformat(
+                real.read("Pod", "vision-train", pods[job]["metadata"]["name"])["status"][
+                    "startTime"
+                ].replace("Z", "+00:00")
+            )
+            for r in rows:  # two devices for as long as the pod ran in each hour
+                ran = r.interval_end - max(r.interval_start, started)
+                assert r.gpu_seconds_allocated == 2 * int(ran.total_seconds()), (job, r)
     finally:
         gateway.close()

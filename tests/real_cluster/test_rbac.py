@@ -76,6 +76,7 @@ def test_every_gateway_call_is_allowed_to_the_charts_service_account_and_no_more
         assert gateway.list_resource_slices() is not None  # resource.k8s.io/v1 is served
         assert gateway.list_device_classes() is not None
         assert gateway.list_resource_claim_templates() is not None
+        assert gateway.list_resource_claims() is not None
         assert [j.name for j in gateway.list_jobs("tidegate.io/queue")] == ["train"]
         hard = quota_hard({"nvidia.com/gpu": 4})
         gateway.apply_resource_quota("team-a", "tidegate-gpu", hard, managed_labels("team-a"))

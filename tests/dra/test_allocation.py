@@ -1,0 +1,40 @@
+"""What pods hold through their claims once allocated: counted as the extended resource
+the same GPUs have, for the pod that owns the claim only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scheduler_bridge.dra.allocation import ClaimedGpus, claim_allocation
+from tests.dra.devices import A100, H100, gpu, mig, node_slice
+
+SLICES = [
+    node_slice("h100-1", [gpu(i, H100, "80Gi") for i in range(4)]),
+    node_slice("a100-mig", [mig(0, "1g.10gb", p, A100) for p in range(3)]),
+]
+
+
+def claim(name: str, owner: str | None, devices: list[tuple[str, str]]) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": "ml"}
+    if owner:
+        meta["ownerReferences"] = [{"kind": "Pod", "name": owner, "uid": owner}]
+    results = [
+        {"request": "gpu", "driver": "gpu.nvidia.com", "pool": pool, "device": device}
+        for pool, device in devices
+    ]
+    return {"metadata": meta, "status": {"allocation": {"devices": {"results": results}}}}
+
+
+def test_a_pods_own_allocated_claims_count_as_its_extended_resources() -> None:
+    claims = [
+        claim("a-gpus", "pod-a", [("h100-1", "gpu-0"), ("h100-1", "gpu-1")]),
+        claim("b-slices", "pod-b", [("a100-mig", "gpu-0-mig-1g10gb-0")]),
+        claim("b-more", "pod-b", [("a100-mig", "gpu-0-mig-1g10gb-1")]),
+        claim("shared", None, [("h100-1", "gpu-2")]),  # several pods' claim: not per pod
+        claim("pending", "pod-c", []),  # not allocated yet
+        claim("gone", "pod-d", [("h100-9", "gpu-0")]),  # a device no slice publishes now
+    ]
+    held = ClaimedGpus((claim_allocation(c) for c in claims), SLICES)
+    assert held.of_pod("pod-a") == {"nvidia.com/gpu": 2}
+    assert held.of_pod("pod-b") == {"nvidia.com/mig-1g.10gb": 2}
+    assert held.of_pod("pod-c") == held.of_pod("pod-d") == held.of_pod("nobody") == {}
