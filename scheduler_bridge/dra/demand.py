@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from scheduler_bridge.admission.wording import Wording, chain, gettext_noop, wording
+
 from .flavours import DeviceFlavour
 from .objects import ALL, EXACT_COUNT, ClaimSpec, Device, DeviceClass, DeviceRequest, DraError
 from .selectors import check, evaluate
@@ -101,22 +103,30 @@ class Inventory:
         """The flavour alternatives of one request, in order; DraError saying why when
         no published device could ever serve it."""
         alternatives: list[Alternative] = []
-        problems: list[str] = []
+        problems: list[Wording] = []
         for sub in request.options:
             found, problem = self._serve(sub)
             alternatives.extend(a for a in found if a not in alternatives)
             if problem:
                 problems.append(problem)
         if not alternatives:
-            raise DraError(f"claim {claim} request {request.name}: " + "; ".join(problems))
+            raise DraError(
+                wording(
+                    gettext_noop("claim %(claim)s request %(request)s: %(problems)s"),
+                    claim=claim,
+                    request=request.name,
+                    problems=chain(gettext_noop("%(first)s; %(rest)s"), problems),
+                )
+            )
         return RequestDemand(claim, request.name, tuple(alternatives))
 
-    def _serve(self, sub: Any) -> tuple[list[Alternative], str | None]:
+    def _serve(self, sub: Any) -> tuple[list[Alternative], Wording | None]:
         device_class = self.classes.get(sub.device_class)
         if device_class is None:
-            known = ", ".join(sorted(self.classes)) or "none"
-            return [], (
-                f"device class {sub.device_class!r} does not exist (the cluster's: {known})"
+            return [], wording(
+                gettext_noop("device class '%(name)s' does not exist (the cluster's: %(known)s)"),
+                name=sub.device_class,
+                known=", ".join(sorted(self.classes)) or "-",
             )
         selectors = (*device_class.selectors, *sub.selectors)
         check(selectors)
@@ -129,10 +139,21 @@ class Inventory:
             else:
                 errors.extend(v for v in verdicts if isinstance(v, str))
         if not matching:
-            why = f" (selector error: {errors[0]})" if errors else ""
-            return [], f"no published device meets device class {sub.device_class!r}" + (
-                " and the request's selectors" if sub.selectors else ""
-            ) + why
+            template = (
+                gettext_noop(
+                    "no published device meets device class '%(name)s' and the request's selectors"
+                )
+                if sub.selectors
+                else gettext_noop("no published device meets device class '%(name)s'")
+            )
+            found_none = wording(template, name=sub.device_class)
+            if errors:
+                found_none = wording(
+                    gettext_noop("%(reason)s (selector error: %(error)s)"),
+                    reason=found_none,
+                    error=errors[0],
+                )
+            return [], found_none
         per_node: dict[tuple[str, str | None], list[Device]] = {}
         unmapped = 0
         for device in matching:
@@ -142,9 +163,13 @@ class Inventory:
                 continue
             per_node.setdefault((flavour.name, device.node), []).append(device)
         if not per_node:
-            return [], (
-                f"the {unmapped} devices that meet device class {sub.device_class!r} are of "
-                "no flavour Tidegate knows; map their driver to a flavour"
+            return [], wording(
+                gettext_noop(
+                    "the %(count)s devices that meet device class '%(name)s' are of no "
+                    "flavour Tidegate knows; map their driver to a flavour"
+                ),
+                count=unmapped,
+                name=sub.device_class,
             )
         most: dict[str, list[Device]] = {}  # per flavour, the node with the most
         for (name, _), devices in sorted(
@@ -153,7 +178,7 @@ class Inventory:
             if len(devices) > len(most.get(name, [])):
                 most[name] = devices
         found: list[Alternative] = []
-        short: list[str] = []
+        short: list[Wording] = []
         for name, devices in most.items():
             flavour = self.flavour(devices[0])
             assert flavour is not None
@@ -164,11 +189,21 @@ class Inventory:
             elif sub.count <= len(devices):
                 found.append(Alternative(name, sub.count))
             else:
-                short.append(f"{name}: at most {len(devices)} on a node")
+                short.append(
+                    wording(
+                        gettext_noop("%(flavour)s: at most %(most)s on a node"),
+                        flavour=name,
+                        most=len(devices),
+                    )
+                )
         if not found:
-            return [], (
-                f"asks for {sub.count} devices of class {sub.device_class!r} on one node; "
-                + ", ".join(short)
+            return [], wording(
+                gettext_noop(
+                    "asks for %(count)s devices of class '%(name)s' on one node; %(short)s"
+                ),
+                count=sub.count,
+                name=sub.device_class,
+                short=chain(gettext_noop("%(first)s, %(rest)s"), short),
             )
         return found, None
 
@@ -182,10 +217,23 @@ def _share(requests: Mapping[str, Decimal], device: Device) -> int:
     for name, amount in requests.items():
         total = device.capacity_of(name)
         if not total:
-            raise DraError(f"asks for {name} capacity, which device {device.name} does not publish")
+            raise DraError(
+                wording(
+                    gettext_noop(
+                        "asks for %(capacity)s capacity, which device %(device)s does not publish"
+                    ),
+                    capacity=name,
+                    device=device.name,
+                )
+            )
         share = max(share, amount / total)
     if share > 1:
-        raise DraError(f"asks for more capacity than device {device.name} has")
+        raise DraError(
+            wording(
+                gettext_noop("asks for more capacity than device %(device)s has"),
+                device=device.name,
+            )
+        )
     return max(1, math.ceil(share * MILLI))
 
 
@@ -205,8 +253,14 @@ def pod_need(demands: Sequence[RequestDemand], where: str) -> tuple[Alternative,
             for d in demands
         )
         raise DraError(
-            f"{where}: its claims ask for devices of different flavours ({listed}); a pod "
-            "runs on one flavour: ask for one kind of GPU per pod"
+            wording(
+                gettext_noop(
+                    "%(where)s: its claims ask for devices of different flavours (%(listed)s); "
+                    "a pod runs on one flavour: ask for one kind of GPU per pod"
+                ),
+                where=where,
+                listed=listed,
+            )
         )
     need = []
     for name in common:

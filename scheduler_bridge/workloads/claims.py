@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduler_bridge.admission.wording import gettext_noop, wording
+from scheduler_bridge.admission.wording import Wording, gettext_noop, wording
 from scheduler_bridge.dra.demand import Inventory, RequestDemand, pod_need
 from scheduler_bridge.dra.flavours import flavour_of
 from scheduler_bridge.dra.objects import DraError, claim_spec, device_class, devices_of_slice
@@ -42,21 +42,34 @@ class ClaimResolver:
                 demands.extend(inventory.request_demand(claim, r) for r in spec_of.requests)
             need = pod_need(demands, where)
         except DraError as error:
-            raise _refused(str(error)) from error
+            reason = error.args[0] if error.args else str(error)
+            raise _refused(reason if isinstance(reason, str) else str(error)) from error
         if not need:
-            raise _refused(f"{where}: its claims ask for no device")
+            raise _refused(
+                wording(gettext_noop("%(where)s: its claims ask for no device"), where=where)
+            )
         if any(alternative.shared for alternative in need):
             raise _refused(
-                f"{where}: a share of a GPU through consumable capacity is not queued yet; "
-                "ask for whole GPUs or MIG devices"
+                wording(
+                    gettext_noop(
+                        "%(where)s: a share of a GPU through consumable capacity is not queued "
+                        "yet; ask for whole GPUs or MIG devices"
+                    ),
+                    where=where,
+                )
             )
         amounts = {alternative.amount for alternative in need}
         if len(amounts) > 1:
-            listed = ", ".join(f"{a.flavour}: {a.amount}" for a in need)
             raise _refused(
-                f"{where}: its prioritized list asks for different numbers of devices per "
-                f"alternative ({listed}); Tidegate queues alternatives that ask for the same "
-                "number"
+                wording(
+                    gettext_noop(
+                        "%(where)s: its prioritized list asks for different numbers of devices "
+                        "per alternative (%(listed)s); Tidegate queues alternatives that ask "
+                        "for the same number"
+                    ),
+                    where=where,
+                    listed=", ".join(f"{a.flavour}: {a.amount}" for a in need),
+                )
             )
         return PodSetSpec(
             count=spec.count,
@@ -75,8 +88,15 @@ class ClaimResolver:
         found = self._templates.get((namespace, name))
         if found is None:
             raise DraError(
-                f"{where}: ResourceClaimTemplate {name} does not exist in namespace "
-                f"{namespace}; create it, then the workload again"
+                wording(
+                    gettext_noop(
+                        "%(where)s: ResourceClaimTemplate %(name)s does not exist in namespace "
+                        "%(namespace)s; create it, then the workload again"
+                    ),
+                    where=where,
+                    name=name,
+                    namespace=namespace,
+                )
             )
         return found
 
@@ -94,4 +114,8 @@ class ClaimResolver:
 
 
 def _refused(reason: str) -> ValidationFailed:
-    return ValidationFailed(wording(gettext_noop("%(reason)s"), reason=reason), field="pod_sets")
+    """The refusal of a pod set, worded in the reader's language where ``reason`` is a
+    Wording (DRA's reasons are; an object's own text is English)."""
+    if not isinstance(reason, Wording):
+        reason = wording(gettext_noop("%(reason)s"), reason=reason)
+    return ValidationFailed(reason, field="pod_sets")

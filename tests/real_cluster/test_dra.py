@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from django.utils import timezone
+from django.utils import timezone, translation
 
 from billing.collection import usage_collect
 from billing.models import UsageRecord
@@ -25,6 +25,7 @@ from scheduler_bridge.dra.flavours import flavour_of
 from scheduler_bridge.dra.objects import claim_spec, device_class, devices_of_slice
 from scheduler_bridge.inventory.models import Cluster, Flavour, Node
 from scheduler_bridge.inventory.services import inventory_sync
+from scheduler_bridge.templatetags.tidegate import say
 from scheduler_bridge.workloads.cycle import admission_cycle
 from scheduler_bridge.workloads.jobs import jobs_sync
 from scheduler_bridge.workloads.models import Workload
@@ -376,6 +377,12 @@ def test_jobs_asking_through_claims_are_queued_counted_and_admitted_on_their_alt
         assert "h100-80gb" in state["fourth"].reason
         assert state["tpu"].state == Workload.State.REJECTED
         assert "device class 'tpu.example.com' does not exist" in state["tpu"].reason
+        # worded once, said again in the reader's language
+        wording = state["tpu"].reason_wording
+        assert wording is not None
+        with translation.override("zh-hans"):
+            said = say(wording)
+        assert "设备类 'tpu.example.com' 不存在" in said, said
         assert real.read("Job", "vision-train", "fourth")["spec"]["suspend"] is True
 
         def allocated() -> dict[str, set[tuple[str, str]]] | None:
