@@ -65,9 +65,12 @@ class PodSetRead:
     product: str | None = None
     # a share of one GPU per pod (HAMi resources or fraction annotations), if asked
     share: ShareRead | None = None
-    # GPUs asked through DRA instead: each pod's (claim name, ResourceClaimTemplate name);
-    # ``resource`` is then empty and the flavours come from the templates (docs/dra.md)
+    # GPUs asked through DRA instead: each pod's (claim name, ResourceClaimTemplate name),
+    # and the ResourceClaims its pods share with others ((claim name, ResourceClaim
+    # name), counted once per workload); ``resource`` is then empty and the flavours come
+    # from the claims (docs/dra.md)
     claims: tuple[tuple[str, str], ...] = ()
+    shared_claims: tuple[tuple[str, str], ...] = ()
 
     @property
     def mig_profile(self) -> str | None:
@@ -216,10 +219,11 @@ class Integration(abc.ABC):
         for name, template in self.templates(obj):
             request = gpu_request(template, f"pod set {name!r}")
             share = _share(template, f"pod set {name!r}", request)
-            claims = _claims(template, f"pod set {name!r}", request or share)
-            if request is None and share is None and not claims:
+            claims, shared_claims = _claims(template, f"pod set {name!r}", request or share)
+            if request is None and share is None and not claims and not shared_claims:
                 continue
-            resource, amount = ("", 0) if claims else (request or (GPU_RESOURCE, 1))
+            asks_claims = bool(claims or shared_claims)
+            resource, amount = ("", 0) if asks_claims else (request or (GPU_RESOURCE, 1))
             count = counts.get(name, 0)
             if count <= 0:
                 continue
@@ -247,6 +251,7 @@ class Integration(abc.ABC):
                     product=node_selector.get(PRODUCT_LABEL),
                     share=share,
                     claims=claims,
+                    shared_claims=shared_claims,
                 )
             )
         if not found:
@@ -389,32 +394,24 @@ def _share(
     return share
 
 
-def _claims(template: Mapping[str, Any], where: str, also: object) -> tuple[tuple[str, str], ...]:
-    """The pod's own claims (from ResourceClaimTemplates), when it asks for no GPU as a
-    resource (``also``; then its claims are for other devices, left to Kubernetes).
-    IntegrationError for a claim shared by several pods (a named ResourceClaim) or a
-    malformed entry."""
+ClaimEntries = tuple[tuple[str, str], ...]
+
+
+def _claims(
+    template: Mapping[str, Any], where: str, also: object
+) -> tuple[ClaimEntries, ClaimEntries]:
+    """The pod's own claims (from ResourceClaimTemplates) and the ResourceClaims it
+    shares, when it asks for no GPU as a resource (``also``; then its claims are for
+    other devices, left to Kubernetes). IntegrationError for a malformed entry."""
     if also is not None:
-        return ()
+        return (), ()
     try:
         claims = pod_claims(template.get("spec") or {})
     except DraError as error:
         raise IntegrationError(
             wording(gettext_noop("%(where)s: %(error)s"), where=where, error=str(error))
         ) from error
-    if claims.shared:
-        raise IntegrationError(
-            wording(
-                gettext_noop(
-                    "%(where)s names the ResourceClaim %(claim)s that several pods share; "
-                    "Tidegate queues GPUs asked through ResourceClaimTemplates (one claim per "
-                    "pod): use a template"
-                ),
-                where=where,
-                claim=claims.shared[0][1],
-            )
-        )
-    return claims.per_pod
+    return claims.per_pod, claims.shared
 
 
 def gpu_request(template: Mapping[str, Any], where: str) -> tuple[str, int] | None:

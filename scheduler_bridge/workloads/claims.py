@@ -10,12 +10,18 @@ problems are.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from scheduler_bridge.admission.wording import Wording, gettext_noop, wording
-from scheduler_bridge.dra.demand import Inventory, RequestDemand, pod_need
+from scheduler_bridge.dra.demand import Alternative, Inventory, pod_need
 from scheduler_bridge.dra.flavours import flavour_of
-from scheduler_bridge.dra.objects import DraError, claim_spec, device_class, devices_of_slice
+from scheduler_bridge.dra.objects import (
+    DraError,
+    claim_spec,
+    device_class,
+    devices_of_slice,
+)
 from scheduler_bridge.gateways import ClusterGateway
 from scheduler_bridge.integrations import PodSetRead
 from scheduler_bridge.workloads.services import PodSetSpec
@@ -29,17 +35,64 @@ class ClaimResolver:
         self.reader = reader
         self._inventory: Inventory | None = None
         self._templates: dict[tuple[str, str], dict[str, Any]] | None = None
+        self._claims: dict[tuple[str, str], dict[str, Any]] | None = None
 
-    def pod_set(self, namespace: str, read: PodSetRead, spec: PodSetSpec) -> PodSetSpec:
-        """``spec`` with the flavours and amount its pods' claims ask for."""
+    def pod_sets(
+        self, namespace: str, reads: Sequence[PodSetRead], specs: Sequence[PodSetSpec]
+    ) -> list[PodSetSpec]:
+        """The object's pod sets with the flavours and amounts their claims ask for:
+        each pod set whose pods have claims of their own, then one pod set of one "pod"
+        per ResourceClaim its pods share, counted once however many pods name it (its
+        devices are allocated once, on one node; the pods that share it run there)."""
+        found: list[PodSetSpec] = []
+        shared: dict[str, str] = {}  # ResourceClaim name -> the pod set that named it first
+        for read, spec in zip(reads, specs, strict=True):
+            if read.claims:
+                found.append(self._own(namespace, read, spec))
+            elif not read.shared_claims:
+                found.append(spec)  # GPUs asked as resources
+            for _, claim_name in read.shared_claims:
+                shared.setdefault(claim_name, read.name)
+        for claim_name, first in shared.items():
+            where = f"pod set {first!r}"
+            claim = self._claim(namespace, claim_name, where)
+            need = self._need(where, [(claim_name, claim.get("spec") or {})])
+            found.append(
+                PodSetSpec(
+                    count=1,
+                    gpus_per_pod=need[0].amount,
+                    name=f"claim-{claim_name}",
+                    flavours=tuple(a.flavour for a in need),
+                )
+            )
+        return found
+
+    def _own(self, namespace: str, read: PodSetRead, spec: PodSetSpec) -> PodSetSpec:
+        """``spec`` with the flavours and amount its pods' own claims ask for."""
         where = f"pod set {read.name!r}"
-        demands: list[RequestDemand] = []
+        specs = []
+        for claim, template_name in read.claims:
+            template = self._template(namespace, template_name, where)
+            specs.append((claim, (template.get("spec") or {}).get("spec") or {}))
+        need = self._need(where, specs)
+        return PodSetSpec(
+            count=spec.count,
+            gpus_per_pod=need[0].amount,
+            name=spec.name,
+            min_count=spec.min_count,
+            flavours=tuple(a.flavour for a in need),
+        )
+
+    def _need(self, where: str, specs: list[tuple[str, dict[str, Any]]]) -> tuple[Alternative, ...]:
+        """The flavour alternatives the claim ``specs`` (their JSON) ask for together,
+        one amount for all."""
         try:
-            for claim, template_name in read.claims:
-                template = self._template(namespace, template_name, where)
-                spec_of = claim_spec((template.get("spec") or {}).get("spec") or {}, where)
-                inventory = self._devices()
-                demands.extend(inventory.request_demand(claim, r) for r in spec_of.requests)
+            inventory = self._devices()
+            demands = [
+                inventory.request_demand(claim, request)
+                for claim, raw in specs
+                for request in claim_spec(raw, where).requests
+            ]
             need = pod_need(demands, where)
         except DraError as error:
             reason = error.args[0] if error.args else str(error)
@@ -71,34 +124,17 @@ class ClaimResolver:
                     listed=", ".join(f"{a.flavour}: {a.amount}" for a in need),
                 )
             )
-        return PodSetSpec(
-            count=spec.count,
-            gpus_per_pod=need[0].amount,
-            name=spec.name,
-            min_count=spec.min_count,
-            flavours=tuple(a.flavour for a in need),
-        )
+        return need
+
+    def _claim(self, namespace: str, name: str, where: str) -> dict[str, Any]:
+        if self._claims is None:
+            self._claims = _by_name(self.reader.list_resource_claims())
+        return _named(self._claims, "ResourceClaim", namespace, name, where)
 
     def _template(self, namespace: str, name: str, where: str) -> dict[str, Any]:
         if self._templates is None:
-            listed = self.reader.list_resource_claim_templates() or []
-            self._templates = {
-                (t["metadata"].get("namespace", ""), t["metadata"]["name"]): t for t in listed
-            }
-        found = self._templates.get((namespace, name))
-        if found is None:
-            raise DraError(
-                wording(
-                    gettext_noop(
-                        "%(where)s: ResourceClaimTemplate %(name)s does not exist in namespace "
-                        "%(namespace)s; create it, then the workload again"
-                    ),
-                    where=where,
-                    name=name,
-                    namespace=namespace,
-                )
-            )
-        return found
+            self._templates = _by_name(self.reader.list_resource_claim_templates())
+        return _named(self._templates, "ResourceClaimTemplate", namespace, name, where)
 
     def _devices(self) -> Inventory:
         if self._inventory is None:
@@ -111,6 +147,30 @@ class ClaimResolver:
             classes = [device_class(c) for c in self.reader.list_device_classes() or []]
             self._inventory = Inventory(devices, classes, flavour_of)
         return self._inventory
+
+
+def _by_name(listed: list[dict[str, Any]] | None) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(o["metadata"].get("namespace", ""), o["metadata"]["name"]): o for o in listed or []}
+
+
+def _named(
+    found: dict[tuple[str, str], dict[str, Any]], kind: str, namespace: str, name: str, where: str
+) -> dict[str, Any]:
+    obj = found.get((namespace, name))
+    if obj is None:
+        raise _refused(
+            wording(
+                gettext_noop(
+                    "%(where)s: %(kind)s %(name)s does not exist in namespace %(namespace)s; "
+                    "create it, then the workload again"
+                ),
+                where=where,
+                kind=kind,
+                name=name,
+                namespace=namespace,
+            )
+        )
+    return obj
 
 
 def _refused(reason: str) -> ValidationFailed:

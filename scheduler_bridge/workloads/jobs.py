@@ -59,9 +59,11 @@ class JobSyncResult:
     rescaled: list[int] = field(default_factory=list)
 
 
-def _pod_set(read: PodSetRead, namespace: str, claims: ClaimResolver) -> PodSetSpec:
-    spec = _asked(read)
-    return claims.pod_set(namespace, read, spec) if read.claims else spec
+def _pod_sets(job: ObjectRead, claims: ClaimResolver) -> list[PodSetSpec]:
+    specs = [_asked(read) for read in job.pod_sets]
+    if not any(read.claims or read.shared_claims for read in job.pod_sets):
+        return specs
+    return claims.pod_sets(job.namespace, job.pod_sets, specs)
 
 
 def _asked(read: PodSetRead) -> PodSetSpec:
@@ -213,7 +215,7 @@ def _sync_objects(
                 cluster=cluster,
                 tenant=tenant,
                 name=job.name,
-                pod_sets=[_pod_set(ps, job.namespace, claims) for ps in job.pod_sets],
+                pod_sets=_pod_sets(job, claims),
                 topology=job.annotations.get(TOPOLOGY_ANNOTATION, Workload.Topology.NONE),
                 priority_class=job.labels.get(PRIORITY_LABEL) or job.priority_class_name,
                 max_run_time_s=_int(job.annotations.get(MAX_RUN_TIME_ANNOTATION)),

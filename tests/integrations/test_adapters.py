@@ -376,9 +376,23 @@ def test_every_kind_reads_pods_that_ask_through_claim_templates(kind: str) -> No
     assert {ps.resource for ps in read.pod_sets} == {""}
 
 
-def test_a_claim_shared_by_several_pods_is_refused_with_what_to_use() -> None:
-    obj = _claiming("Job", [{"name": "gpus", "resourceClaimName": "team-gpus"}])
+def test_a_claim_shared_by_several_pods_is_read_apart_from_their_own() -> None:
+    obj = _claiming(
+        "Job",
+        [
+            {"name": "gpus", "resourceClaimName": "team-gpus"},
+            {"name": "scratch", "resourceClaimTemplateName": "one-slice"},
+        ],
+    )
+    read = integration_for("Job").read(obj)
+    assert read.problem is None
+    (pod_set,) = read.pod_sets
+    assert pod_set.shared_claims == (("gpus", "team-gpus"),)
+    assert pod_set.claims == (("scratch", "one-slice"),)
+
+
+def test_a_malformed_claim_entry_says_what_is_wrong() -> None:
+    obj = _claiming("Job", [{"name": "gpus"}])
     read = integration_for("Job").read(obj)
     assert read.problem is not None
-    assert "names the ResourceClaim team-gpus that several pods share" in read.problem
-    assert "use a template" in read.problem
+    assert "exactly one of resourceClaimTemplateName and resourceClaimName" in read.problem

@@ -23,6 +23,7 @@ from scheduler_bridge.dra.demand import (
 )
 from scheduler_bridge.dra.flavours import flavour_of
 from scheduler_bridge.dra.objects import claim_spec, device_class, devices_of_slice
+from scheduler_bridge.gateways.kubernetes import KubernetesGateway
 from scheduler_bridge.inventory.models import Cluster, Flavour, Node
 from scheduler_bridge.inventory.services import inventory_sync
 from scheduler_bridge.templatetags.tidegate import say
@@ -269,6 +270,35 @@ def test_inventory_counts_gpus_published_through_dra_as_their_flavours(dra: Real
     assert Node.objects.get(cluster=cluster, name="dra-h100").dra_devices == {"h100-80gb": 2}
 
 
+def _queue_cluster(real: RealCluster, cast: Cast) -> tuple[Cluster, KubernetesGateway]:
+    """`gpu-east` on the DRA nodes: inventory synced, vision bound to vision-train,
+    vision guaranteed 2 of the 4 H100s (its sibling the other 2) and all 7 MIG slices."""
+    real.add_namespace("vision-train")
+    cluster = Cluster.objects.create(
+        name=CLUSTER,
+        gateway="kubernetes",
+        kubeconfig_path=str(real.plane.gateway_kubeconfig),
+        kube_context="tidegate",
+    )
+    gateway = tidegate_gateway(real)
+    inventory_sync(cluster, gateway)
+    h100 = Flavour.objects.get(cluster=cluster, name="h100-80gb")
+    mig = Flavour.objects.get(cluster=cluster, name="a100-sxm4-80gb-mig-1g.10gb")
+    bind_team_namespaces(cast)
+    hand_down(
+        [
+            (cast.org, h100, 4),
+            (cast.dept, h100, 4),
+            (cast.team_a, h100, 2),
+            (cast.team_b, h100, 2),
+            (cast.org, mig, 7),
+            (cast.dept, mig, 7),
+            (cast.team_a, mig, 7),
+        ]
+    )
+    return cluster, gateway
+
+
 def _claim_job(name: str, template: str) -> dict[str, Any]:
     """A queue Job of one pod whose GPUs come from a ResourceClaimTemplate."""
     return {
@@ -309,7 +339,6 @@ def test_jobs_asking_through_claims_are_queued_counted_and_admitted_on_their_alt
     the reason; the real scheduler allocates each admitted pod's claim on the devices of
     the flavour Tidegate admitted it on. A claim for a class no flavour serves is refused."""
     real = dra
-    real.add_namespace("vision-train")
     templates: dict[str, list[dict[str, Any]]] = {
         "two-h100": [
             {
@@ -324,33 +353,14 @@ def test_jobs_asking_through_claims_are_queued_counted_and_admitted_on_their_alt
         "h100-or-slices": _h100_or_slices(slices=2),
         "tpus": [{"name": "tpu", "exactly": {"deviceClassName": "tpu.example.com"}}],
     }
+    cluster, gateway = _queue_cluster(real, cast)
     for name, requests in templates.items():
         made = _template(name, requests)
         made["metadata"]["namespace"] = "vision-train"
         real.create_object(made)
-    cluster = Cluster.objects.create(
-        name=CLUSTER,
-        gateway="kubernetes",
-        kubeconfig_path=str(real.plane.gateway_kubeconfig),
-        kube_context="tidegate",
-    )
-    gateway = tidegate_gateway(real)
+    h100 = Flavour.objects.get(cluster=cluster, name="h100-80gb")
+    mig = Flavour.objects.get(cluster=cluster, name="a100-sxm4-80gb-mig-1g.10gb")
     try:
-        inventory_sync(cluster, gateway)
-        h100 = Flavour.objects.get(cluster=cluster, name="h100-80gb")
-        mig = Flavour.objects.get(cluster=cluster, name="a100-sxm4-80gb-mig-1g.10gb")
-        bind_team_namespaces(cast)
-        hand_down(
-            [
-                (cast.org, h100, 4),
-                (cast.dept, h100, 4),
-                (cast.team_a, h100, 2),
-                (cast.team_b, h100, 2),
-                (cast.org, mig, 7),
-                (cast.dept, mig, 7),
-                (cast.team_a, mig, 7),
-            ]
-        )
         for name, template in (
             ("first", "two-h100"),
             ("second", "two-h100"),
@@ -435,5 +445,62 @@ def test_jobs_asking_through_claims_are_queued_counted_and_admitted_on_their_alt
             for r in rows:  # two devices for as long as the pod ran in each hour
                 ran = r.interval_end - max(r.interval_start, started)
                 assert r.gpu_seconds_allocated == 2 * int(ran.total_seconds()), (job, r)
+    finally:
+        gateway.close()
+
+
+@pytest.mark.django_db
+def test_a_claim_the_pods_of_a_job_share_is_counted_once(dra: RealCluster, cast: Cast) -> None:
+    """Two pods naming one ResourceClaim of two H100s hold two H100s, not four: the
+    workload asks for them once, is admitted within vision's guarantee of 2, and both
+    pods run on the node the claim's devices are on."""
+    real = dra
+    cluster, gateway = _queue_cluster(real, cast)
+    try:
+        real.create_object(
+            {
+                "apiVersion": RESOURCE,
+                "kind": "ResourceClaim",
+                "metadata": {"name": "pair-gpus", "namespace": "vision-train"},
+                "spec": {
+                    "devices": {
+                        "requests": [
+                            {
+                                "name": "gpu",
+                                "exactly": {
+                                    "deviceClassName": "gpu.nvidia.com",
+                                    "count": 2,
+                                    "selectors": [PRODUCT_IS_H100],
+                                },
+                            }
+                        ]
+                    }
+                },
+            }
+        )
+        job = _claim_job("pair", "unused")
+        job["spec"].update(parallelism=2, completions=2)
+        pod_spec = job["spec"]["template"]["spec"]
+        pod_spec["resourceClaims"] = [{"name": "gpus", "resourceClaimName": "pair-gpus"}]
+        real.create_object(job)
+        jobs_sync(cluster, gateway)
+        admission_cycle(cluster, gateway)
+
+        workload = Workload.objects.get(cluster=cluster, job_name="pair")
+        assert workload.state == Workload.State.RUNNING, workload.reason
+        assert [(ps.name, ps.count, ps.gpus_per_pod) for ps in workload.pod_set_records] == [
+            ("claim-pair-gpus", 1, 2)
+        ]
+        assert workload.gpus == 2
+        pods = real.active_job_pods("vision-train", "pair")
+        assert len(pods) == 2 and {p["spec"]["nodeName"] for p in pods} == {"dra-h100"}
+
+        def allocated() -> list[dict[str, Any]] | None:
+            claim = real.read("ResourceClaim", "vision-train", "pair-gpus")
+            allocation = (claim.get("status") or {}).get("allocation") or {}
+            return (allocation.get("devices") or {}).get("results") or None
+
+        results = real.wait_for(allocated, "the scheduler to allocate the shared claim")
+        assert len(results) == 2 and {r["pool"] for r in results} == {"dra-h100"}
     finally:
         gateway.close()
