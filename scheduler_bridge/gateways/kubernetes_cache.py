@@ -128,7 +128,8 @@ def gpu_pod(obj: Mapping[str, Any]) -> PodInfo | None:
 
 
 def claim(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """What metering reads of a ResourceClaim: its owner and allocation results."""
+    """What Tidegate reads of a ResourceClaim: its owner and requests (a shared claim's
+    demand, workloads/claims.py) and its allocation results (metering)."""
     meta = obj.get("metadata") or {}
     return {
         "metadata": {
@@ -136,6 +137,7 @@ def claim(obj: Mapping[str, Any]) -> dict[str, Any]:
             "namespace": meta.get("namespace"),
             "ownerReferences": meta.get("ownerReferences") or [],
         },
+        "spec": obj.get("spec") or {},
         "status": {"allocation": ((obj.get("status") or {}).get("allocation") or {})},
     }
 

@@ -388,3 +388,26 @@ def test_bookmarks_carry_only_a_resource_version(kube_api: FakeKubeApi, tmp_path
         "apiVersion": "v1",
         "metadata": {"resourceVersion": str(kube_api.store.version)},
     }
+
+
+def test_claims_come_from_the_cache_with_their_requests_and_allocation(
+    kube_api: FakeKubeApi, cached: KubernetesGateway
+) -> None:
+    """What a shared claim asks for (its requests) and what a pod's claim holds (its
+    allocation) are both read from the watched copy."""
+    from tests.dra.devices import H100, gpu, node_slice
+
+    kube_api.create_object(node_slice("h100-1", [gpu(0, H100, "80Gi")]))
+    requests = [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "team-gpu", "namespace": "vision-train"},
+        "spec": {"devices": {"requests": requests}},
+    }
+    kube_api.create_object(claim)
+    assert cached.list_resource_slices() is not None
+    eventually(lambda: bool(cached.list_resource_claims()))
+    (seen,) = cached.list_resource_claims() or []
+    assert seen["spec"]["devices"]["requests"] == requests
+    assert seen["metadata"]["name"] == "team-gpu"

@@ -24,6 +24,7 @@ from scheduler_bridge.dra.demand import (
 from scheduler_bridge.dra.flavours import flavour_of
 from scheduler_bridge.dra.objects import claim_spec, device_class, devices_of_slice
 from scheduler_bridge.gateways.kubernetes import KubernetesGateway
+from scheduler_bridge.gateways.watch_cache import drop_shared_caches
 from scheduler_bridge.inventory.models import Cluster, Flavour, Node
 from scheduler_bridge.inventory.services import inventory_sync
 from scheduler_bridge.templatetags.tidegate import say
@@ -450,12 +451,22 @@ def test_jobs_asking_through_claims_are_queued_counted_and_admitted_on_their_alt
 
 
 @pytest.mark.django_db
-def test_a_claim_the_pods_of_a_job_share_is_counted_once(dra: RealCluster, cast: Cast) -> None:
+@pytest.mark.parametrize("watched", [False, True])
+def test_a_claim_the_pods_of_a_job_share_is_counted_once(
+    dra: RealCluster, cast: Cast, watched: bool
+) -> None:
     """Two pods naming one ResourceClaim of two H100s hold two H100s, not four: the
     workload asks for them once, is admitted within vision's guarantee of 2, and both
-    pods run on the node the claim's devices are on."""
+    pods run on the node the claim's devices are on; read as the workers read it, from
+    the watched cache, too."""
     real = dra
     cluster, gateway = _queue_cluster(real, cast)
+    if watched:
+        gateway.close()
+        key = f"dra-test-{cluster.pk}:watch"
+        gateway = KubernetesGateway.from_kubeconfig(
+            str(real.plane.gateway_kubeconfig), "tidegate", cache_key=key
+        )
     try:
         real.create_object(
             {
@@ -504,3 +515,4 @@ def test_a_claim_the_pods_of_a_job_share_is_counted_once(dra: RealCluster, cast:
         assert len(results) == 2 and {r["pool"] for r in results} == {"dra-h100"}
     finally:
         gateway.close()
+        drop_shared_caches(f"dra-test-{cluster.pk}:")
