@@ -1,11 +1,11 @@
 """Pod sets that ask for GPUs through ResourceClaims, resolved against one cluster.
 
-A queued object's pod templates name ResourceClaimTemplates (integrations read only the
-object); this module reads, once per sync and only when some object needs them, the
-cluster's templates, DeviceClasses and published devices, and turns each pod set into
-the flavour alternatives and per-pod amount the queue admits on (``dra/demand.py``;
-docs/dra.md). What Tidegate cannot serve is refused with the reason, as other pod sets'
-problems are.
+A queued object's pod templates name ResourceClaimTemplates and ResourceClaims they share
+(integrations read only the object); this module reads, once per sync and only when some
+object needs them, the cluster's templates, claims, DeviceClasses and published devices,
+and turns each pod set into the flavour alternatives and per-pod amount the queue admits
+on, a shared claim into a pod set of its own (``dra/demand.py``; docs/dra.md#queueing).
+What Tidegate cannot serve is refused with the reason, as other pod sets' problems are.
 """
 
 from __future__ import annotations
