@@ -102,3 +102,27 @@ def devices_by_node(
         on_node = found.setdefault(device.node, {})
         on_node[flavour] = on_node.get(flavour, 0) + 1
     return found
+
+
+def gpus_by_node(devices: Iterable[Device]) -> dict[str, list[dict[str, int] | None]]:
+    """Per node, its physical GPUs in name order as its NVIDIA devices show them: None for
+    a GPU published whole, else how many MIG devices of each profile it is split into
+    (MIG devices name their parent in ``parentUUID``, or by the ``gpu-<minor>-mig-``
+    prefix of their name). What the MIG planner reads as the node's current layout."""
+    found: dict[str, dict[str, dict[str, int] | None]] = {}
+    for device in devices:
+        if device.node is None or device.driver != NVIDIA_DRIVER:
+            continue
+        kind = device.attribute("type")
+        gpus = found.setdefault(device.node, {})
+        if kind == "gpu":
+            gpus.setdefault(device.name, None)
+        elif kind == "mig":
+            parent = device.attribute("parentUUID")
+            key = parent if isinstance(parent, str) else device.name.split("-mig-")[0]
+            profile = device.attribute("profile")
+            counts = gpus.get(key) or {}
+            if isinstance(profile, str):
+                counts[profile] = counts.get(profile, 0) + 1
+            gpus[key] = counts
+    return {node: [gpus[key] for key in sorted(gpus)] for node, gpus in found.items()}

@@ -15,7 +15,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from scheduler_bridge.admission.wording import chain, gettext_noop, wording
-from scheduler_bridge.dra.flavours import DeviceFlavour, devices_by_node
+from scheduler_bridge.dra.flavours import DeviceFlavour, devices_by_node, gpus_by_node
 from scheduler_bridge.dra.objects import Device, DraError, devices_of_slice
 from scheduler_bridge.followups import queue_admission_cycle, queue_inventory_sync
 from scheduler_bridge.gateways import ClusterGateway, GatewayConfigError, GatewayError, NodeInfo
@@ -40,6 +40,7 @@ from scheduler_bridge.inventory.catalogue import (
 from scheduler_bridge.inventory.connection import cluster_gateway
 from scheduler_bridge.inventory.layouts import derive_gpu_layouts, layout_from_json, layout_to_json
 from scheduler_bridge.inventory.models import Cluster, Flavour, Node
+from scheduler_bridge.mig.layouts import counts_realisable, layout_from_counts
 from scheduler_bridge.rows import RememberedRows, update_rows
 from scheduler_bridge.templatetags.tidegate import say_when_read
 from tenants import access
@@ -118,11 +119,20 @@ def _flavours_of_shape(
     return tuple(found.items())
 
 
+@dataclass(frozen=True)
+class DraNodes:
+    """What DRA publishes per node: devices per flavour, and its GPUs as the MIG planner
+    reads them (None: whole; else MIG devices per profile)."""
+
+    flavours: dict[str, dict[FlavourSpec, int]]
+    gpus: dict[str, list[dict[str, int] | None]]
+
+
 def _dra_flavours(
     resource_slices: list[dict[str, Any]], infos: list[NodeInfo]
-) -> tuple[dict[str, dict[FlavourSpec, int]], str]:
-    """Per node, the flavours its drivers publish through DRA (docs/dra.md), and a note
-    naming slices that could not be read (they are left out, the rest still counts)."""
+) -> tuple[DraNodes, str]:
+    """Per node, what its drivers publish through DRA (docs/dra.md), and a note naming
+    slices that could not be read (they are left out, the rest still counts)."""
     devices: list[Device] = []
     unreadable: list[str] = []
     for resource_slice in resource_slices:
@@ -140,7 +150,24 @@ def _dra_flavours(
             spec = _dra_spec(flavour, selector)
             on_node[spec] = on_node.get(spec, 0) + count
     note = "; DRA slices left out: " + "; ".join(unreadable) if unreadable else ""
-    return found, note
+    return DraNodes(found, gpus_by_node(devices)), note
+
+
+def _dra_layouts(product_name: str, gpus: list[dict[str, int] | None]) -> tuple[list, int, bool]:
+    """(per-GPU layouts, GPU count, MIG capable) of a node only DRA describes: a GPU split
+    into MIG devices gets a legal layout of those profiles (placements derived, as for
+    extended resources), a whole GPU none."""
+    try:
+        product: GpuProduct | None = product_by_name(product_name)
+    except UnknownGpuProduct:
+        product = None
+    layouts: list = []
+    for counts in gpus:
+        if counts is None or product is None or not counts_realisable(product, counts):
+            layouts.append(None)
+        else:
+            layouts.append(layout_to_json(layout_from_counts(product, counts)))
+    return layouts, len(gpus), bool(product and product.mig_capable)
 
 
 def _dra_spec(flavour: DeviceFlavour, selector: tuple[tuple[str, str], ...]) -> FlavourSpec:
@@ -288,17 +315,21 @@ def _observed(
     cluster: Cluster,
     busy: tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]],
     dra: dict[FlavourSpec, int],
+    dra_gpus: list[dict[str, int] | None],
 ) -> dict[str, Any]:
     """A Node row's inventory fields (:data:`_NODE_FIELDS`) as the cluster reports them;
-    ``dra``: the flavours its drivers publish through DRA."""
+    ``dra``: the flavours its drivers publish through DRA, ``dra_gpus`` its GPUs as they
+    show them (gpus_by_node)."""
     label = info.labels.get(PRODUCT_LABEL)
     memory = _int(info.labels.get(MEMORY_LABEL))
     count = _int(info.labels.get(COUNT_LABEL)) or 0
     product = product_and_profile_from_gfd_label(label, memory)[0] if label else None
     product_name = product.name if product else ""
+    layouts = _node_layouts(stored, info, product, count) if product else []
+    mig_capable = info.labels.get(MIG_CAPABLE_LABEL) == "true"
     if not label and dra:  # no GPU Feature Discovery labels: DRA says what it has
         product_name = min(spec.product for spec in dra)
-        count = sum(n for spec, n in dra.items() if not spec.mig_profile)
+        layouts, count, mig_capable = _dra_layouts(product_name, dra_gpus)
     return {
         "labels": dict(info.labels),
         "allocatable": dict(info.allocatable),
@@ -306,11 +337,11 @@ def _observed(
         "product": product_name,
         "gpu_count": count,
         "gpu_memory_mib": memory,
-        "mig_capable": info.labels.get(MIG_CAPABLE_LABEL) == "true",
+        "mig_capable": mig_capable,
         "mig_strategy": info.labels.get(MIG_STRATEGY_LABEL, ""),
         "mig_config": info.labels.get(MIG_CONFIG_LABEL, ""),
         "mig_config_state": info.labels.get(MIG_STATE_LABEL, ""),
-        "gpu_layouts": _node_layouts(stored, info, product, count) if product else [],
+        "gpu_layouts": layouts,
         "busy": busy[0].get(info.name, {}),
         "busy_foreign": busy[1].get(info.name, {}),
         "topology_domain": info.labels.get(cluster.topology_label, ""),
@@ -337,7 +368,9 @@ def inventory_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> I
     now = timezone.now()
     result = InventoryResult()
     busy = _busy_by_node(pods, _queue_jobs(cluster))
-    dra, dra_note = _dra_flavours(resource_slices, infos) if resource_slices else ({}, "")
+    dra, dra_note = (
+        _dra_flavours(resource_slices, infos) if resource_slices else (DraNodes({}, {}), "")
+    )
     flavour_totals: dict[FlavourSpec, int] = {}
     flavours_on_node: dict[str, set[str]] = {}
     # per whole-GPU flavour, how its nodes' labels say they share their GPUs
@@ -354,8 +387,9 @@ def inventory_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> I
         columns: set[str] = set()
         for info in infos:
             stored = existing.get(info.name)
-            on_node = dra.get(info.name, {})
-            observed = _observed(info, stored, cluster, busy, on_node)
+            on_node = dra.flavours.get(info.name, {})
+            dra_gpus = dra.gpus.get(info.name, [])
+            observed = _observed(info, stored, cluster, busy, on_node, dra_gpus)
             if stored is None:
                 created.append(Node(cluster=cluster, name=info.name, last_seen_at=now, **observed))
             else:

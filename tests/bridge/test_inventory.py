@@ -276,7 +276,7 @@ def test_a_dra_slice_that_cannot_be_read_is_named_and_the_rest_still_counts() ->
     ]
     node = NodeInfo(name="n1", labels={}, allocatable={}, capacity={})
     found, note = _dra_flavours(slices, [node])
-    assert {n: {s.name: c for s, c in f.items()} for n, f in found.items()} == {
+    assert {n: {s.name: c for s, c in f.items()} for n, f in found.flavours.items()} == {
         "n1": {"h100-80gb": 1}
     }
     assert note.startswith("; DRA slices left out: ResourceSlice n2-gpu.nvidia.com")

@@ -257,6 +257,14 @@ def test_inventory_counts_gpus_published_through_dra_as_their_flavours(dra: Real
     assert node_flavours(h100_node, by_key) == {"h100-80gb": 4}
     mig_node = Node.objects.get(cluster=cluster, name="dra-a100-mig")
     assert node_flavours(mig_node, by_key) == {"a100-sxm4-80gb-mig-1g.10gb": 7}
+    # the MIG planner reads the partitions DRA publishes: one A100 split into seven 1g
+    assert (mig_node.product, mig_node.gpu_count, mig_node.mig_capable) == (
+        "A100-SXM4-80GB",
+        1,
+        True,
+    )
+    assert mig_node.gpu_layouts == [[["1g.10gb", start] for start in range(7)]]
+    assert h100_node.gpu_layouts == [None] * 4
 
     # a device the driver stops publishing leaves the count at the next sync
     dra.edit_object(
