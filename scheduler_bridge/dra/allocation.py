@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .flavours import flavour_of
-from .objects import Device, DraError, devices_of_slice
+from .objects import devices_of_slices
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,12 +50,7 @@ class ClaimedGpus:
     def __init__(
         self, claims: Iterable[ClaimAllocation], resource_slices: Iterable[Mapping[str, Any]]
     ) -> None:
-        devices: dict[tuple[str, str, str], Device] = {}
-        for resource_slice in resource_slices:
-            try:
-                devices.update((d.key, d) for d in devices_of_slice(resource_slice))
-            except DraError:
-                continue  # inventory names it in the cluster's status
+        devices = {d.key: d for d in devices_of_slices(resource_slices)[0]}
         self._by_owner: dict[str, dict[str, int]] = {}
         for claim in claims:
             if claim.owner_uid is None:

@@ -10,7 +10,7 @@ wrong and where.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -185,6 +185,21 @@ def devices_of_slice(resource_slice: Mapping[str, Any]) -> list[Device]:
             )
         )
     return found
+
+
+def devices_of_slices(
+    resource_slices: Iterable[Mapping[str, Any]],
+) -> tuple[list[Device], list[str]]:
+    """Every device the slices publish, and why each slice that cannot be read was left
+    out (the rest still count; inventory names those in the cluster's status)."""
+    devices: list[Device] = []
+    unreadable: list[str] = []
+    for resource_slice in resource_slices:
+        try:
+            devices.extend(devices_of_slice(resource_slice))
+        except DraError as error:
+            unreadable.append(str(error))
+    return devices, unreadable
 
 
 def device_class(obj: Mapping[str, Any]) -> DeviceClass:

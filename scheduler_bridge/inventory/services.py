@@ -16,7 +16,7 @@ from django.utils.translation import gettext_lazy as _
 
 from scheduler_bridge.admission.wording import chain, gettext_noop, wording
 from scheduler_bridge.dra.flavours import DeviceFlavour, devices_by_node, gpus_by_node
-from scheduler_bridge.dra.objects import Device, DraError, devices_of_slice
+from scheduler_bridge.dra.objects import devices_of_slices
 from scheduler_bridge.followups import queue_admission_cycle, queue_inventory_sync
 from scheduler_bridge.gateways import ClusterGateway, GatewayConfigError, GatewayError, NodeInfo
 from scheduler_bridge.gateways.base import GPU_RESOURCE, PodInfo, Taint
@@ -133,13 +133,7 @@ def _dra_flavours(
 ) -> tuple[DraNodes, str]:
     """Per node, what its drivers publish through DRA (docs/dra.md), and a note naming
     slices that could not be read (they are left out, the rest still counts)."""
-    devices: list[Device] = []
-    unreadable: list[str] = []
-    for resource_slice in resource_slices:
-        try:
-            devices.extend(devices_of_slice(resource_slice))
-        except DraError as error:
-            unreadable.append(str(error))
+    devices, unreadable = devices_of_slices(resource_slices)
     labels = {info.name: info.labels.get(PRODUCT_LABEL) for info in infos}
     found: dict[str, dict[FlavourSpec, int]] = {}
     for node, flavours in devices_by_node(devices).items():

@@ -20,7 +20,7 @@ from scheduler_bridge.dra.objects import (
     DraError,
     claim_spec,
     device_class,
-    devices_of_slice,
+    devices_of_slices,
 )
 from scheduler_bridge.gateways import ClusterGateway
 from scheduler_bridge.integrations import PodSetRead
@@ -138,12 +138,7 @@ class ClaimResolver:
 
     def _devices(self) -> Inventory:
         if self._inventory is None:
-            devices = []
-            for resource_slice in self.reader.list_resource_slices() or []:
-                try:
-                    devices.extend(devices_of_slice(resource_slice))
-                except DraError:
-                    continue  # inventory names it in the cluster's status
+            devices, _ = devices_of_slices(self.reader.list_resource_slices() or [])
             classes = [device_class(c) for c in self.reader.list_device_classes() or []]
             self._inventory = Inventory(devices, classes, flavour_of)
         return self._inventory
