@@ -33,7 +33,7 @@ from scheduler_bridge.admission.wording import Wording, chain, gettext_noop, wor
 
 from .flavours import DeviceFlavour
 from .objects import ALL, EXACT_COUNT, ClaimSpec, Device, DeviceClass, DeviceRequest, DraError
-from .selectors import check, evaluate
+from .selectors import SelectorError, check, evaluate, matches
 
 MILLI = 1000
 # Kubernetes' quota evaluator counts an All request at the most results a claim can hold
@@ -98,6 +98,26 @@ class Inventory:
 
     def flavour(self, device: Device) -> DeviceFlavour | None:
         return self._flavours.get(device.key)
+
+    def class_flavours(self) -> dict[str, frozenset[DeviceFlavour]]:
+        """Per device class, the flavours of the published devices its own selectors
+        admit (classes that admit no device of a known flavour are left out). A device
+        whose selector cannot be evaluated counts as not admitted."""
+        found: dict[str, frozenset[DeviceFlavour]] = {}
+        for name, device_class in sorted(self.classes.items()):
+            try:
+                check(device_class.selectors)
+            except SelectorError:
+                continue  # a class no claim can be served from admits nothing
+            flavours = {
+                flavour
+                for device in self.devices
+                if (flavour := self.flavour(device)) is not None
+                and matches(device_class.selectors, device)
+            }
+            if flavours:
+                found[name] = frozenset(flavours)
+        return found
 
     def request_demand(self, claim: str, request: DeviceRequest) -> RequestDemand:
         """The flavour alternatives of one request, in order; DraError saying why when

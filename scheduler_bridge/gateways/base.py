@@ -80,8 +80,18 @@ class PodInfo:
     job_name: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
     # whether it names ResourceClaims: what they hold is added to ``gpu_requests`` once
-    # allocated (ClusterGateway.list_gpu_pods)
+    # allocated (ClusterGateway.list_gpu_pods), and kept apart in ``claimed_gpus`` too
     has_claims: bool = False
+    claimed_gpus: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def resource_requests(self) -> dict[str, int]:
+        """GPUs its containers request as extended resources (what Kubernetes'
+        ResourceQuota counts under ``requests.<resource>``), without its claims'."""
+        if not self.claimed_gpus:
+            return self.gpu_requests
+        left = {r: n - self.claimed_gpus.get(r, 0) for r, n in self.gpu_requests.items()}
+        return {r: n for r, n in left.items() if n > 0}
 
 
 @dataclass(frozen=True)
@@ -414,4 +424,4 @@ def _add_claimed(pod: PodInfo, held: Mapping[str, int]) -> PodInfo:
     requests = dict(pod.gpu_requests)
     for resource, devices in held.items():
         requests[resource] = requests.get(resource, 0) + devices
-    return dataclasses.replace(pod, gpu_requests=requests)
+    return dataclasses.replace(pod, gpu_requests=requests, claimed_gpus=dict(held))

@@ -25,6 +25,7 @@ from kubernetes.config.config_exception import ConfigException
 
 from . import kubernetes_cache, manifests
 from .base import (
+    DEVICE_CLASS_KIND,
     FIELD_MANAGER,
     JOB_KIND,
     MANAGED_BY_LABEL,
@@ -212,6 +213,14 @@ class KubernetesGateway(ClusterGateway):
             return None
         claims = self._cached_values("resourceclaims")
         return claims if claims is not None else super().list_resource_claims()
+
+    def list_device_classes(self) -> list[dict[str, Any]] | None:
+        if not self.serves(DEVICE_CLASS_KIND):
+            return None
+        classes = self._cached_values("deviceclasses")
+        if classes is None:
+            return super().list_device_classes()
+        return sorted(classes, key=lambda o: o["metadata"]["name"])
 
     def list_resource_slices(self) -> list[dict[str, Any]] | None:
         if not self.serves(RESOURCE_SLICE_KIND):

@@ -174,7 +174,8 @@ def cluster_cache(
     watch_timeout_s: float = 300.0,
 ) -> ClusterCache:
     """The watched collections of one cluster: ``pods`` (GPU pods), ``nodes``,
-    ``resourcequotas`` (Tidegate's, by its managed-by label) and ``resourceslices``. ``api_client`` is the
+    ``resourcequotas`` (Tidegate's, by its managed-by label), ``resourceslices``,
+    ``deviceclasses`` and ``resourceclaims``. ``api_client`` is the
     cache's own: the gateways that read from it come and go."""
     core = k8s.CoreV1Api(api_client)
 
@@ -210,6 +211,10 @@ def cluster_cache(
             # started on first read, by a gateway that found resource.k8s.io/v1 served
             "resourceslices": collection(
                 "resourceslices", k8s.ResourceV1Api(api_client).list_resource_slice, dict
+            ),
+            # and once quota sync or a queued workload's claims need the classes
+            "deviceclasses": collection(
+                "deviceclasses", k8s.ResourceV1Api(api_client).list_device_class, dict
             ),
             # and once some GPU pod names claims
             "resourceclaims": collection(

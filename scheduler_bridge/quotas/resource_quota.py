@@ -6,6 +6,10 @@ ceiling is split over its namespaces:
 
     ceiling(tenant, resource) = sum of the tenant's guarantees of flavours with that
                                 resource + GPUs the queue currently lends the tenant
+
+(and likewise for the devices of each device class that serves GPUs, whose key is
+``<class>.deviceclass.resource.k8s.io/devices``: the sum over the flavours of the
+devices it admits; docs/dra.md#enforcement)
     hard(namespace) = used(namespace) + a share of the headroom,
     headroom = max(0, ceiling - sum of used over the tenant's namespaces),
 
@@ -31,6 +35,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from scheduler_bridge.dra.demand import DEVICE_CLASS_QUOTA_SUFFIX
+
 QUOTA_NAME = "tidegate-gpu"
 
 
@@ -38,11 +44,15 @@ QUOTA_NAME = "tidegate-gpu"
 class TenantNamespaces:
     tenant: str
     namespaces: tuple[str, ...]
-    ceiling: Mapping[str, int]  # resource name -> guarantee + lent by the queue
+    # resource name (or device-class key) -> guarantee + lent by the queue
+    ceiling: Mapping[str, int]
 
 
 def quota_key(resource: str) -> str:
-    """Extended resources are limited only through the `requests.` prefix."""
+    """Extended resources are limited only through the `requests.` prefix; a device
+    class's key (``<class>.deviceclass.resource.k8s.io/devices``) is passed as it is."""
+    if resource.endswith(DEVICE_CLASS_QUOTA_SUFFIX):
+        return resource
     return f"requests.{resource}"
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -19,6 +19,10 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from scheduler_bridge.admission.wording import chain, gettext_noop, wording
+from scheduler_bridge.dra.allocation import claim_allocation
+from scheduler_bridge.dra.demand import Inventory, device_class_counts, device_class_quota_key
+from scheduler_bridge.dra.flavours import flavour_of
+from scheduler_bridge.dra.objects import DraError, claim_spec, device_class, devices_of_slices
 from scheduler_bridge.gateways import (
     ApplyResult,
     ClusterGateway,
@@ -28,7 +32,7 @@ from scheduler_bridge.gateways import (
 )
 from scheduler_bridge.gateways.base import MANAGED_BY_LABEL, TENANT_LABEL
 from scheduler_bridge.inventory.connection import cluster_gateway
-from scheduler_bridge.inventory.models import Cluster, Flavour
+from scheduler_bridge.inventory.models import Cluster, Flavour, Node
 from scheduler_bridge.inventory.sharing import device_units_per_gpu
 from scheduler_bridge.quotas.models import Quota
 from scheduler_bridge.quotas.resource_quota import (
@@ -62,8 +66,9 @@ class QuotaSyncResult:
         return self.created + self.updated
 
 
-def lent_by_queue(cluster: Cluster) -> dict[int, dict[str, int]]:
-    """GPUs the admission queue currently lends each tenant, per resource name."""
+def lent_by_queue(cluster: Cluster) -> dict[int, dict[int, int]]:
+    """GPUs the admission queue currently lends each tenant, per flavour id (in the
+    units of the flavour's resource)."""
     from scheduler_bridge.workloads.selectors import borrowed_by_tenant
 
     return borrowed_by_tenant(cluster)
@@ -74,66 +79,159 @@ def desired_quotas(
     bindings: list[NamespaceBinding],
     used: dict[str, dict[str, int]],
     current: dict[str, dict[str, str]] | None = None,
+    device_classes: Mapping[str, Iterable[str]] | None = None,
 ) -> dict[str, dict[str, str]]:
     """`spec.hard` per bound namespace of `cluster` (the inputs of the pure rule);
-    ``current`` is what Tidegate's quotas say now (kept while they still hold)."""
-    flavours = Flavour.objects.filter(cluster=cluster)
-    resources = set(flavours.filter(capacity__gt=0).values_list("resource_name", flat=True))
-    guaranteed: dict[int, dict[str, int]] = defaultdict(dict)
+    ``current`` is what Tidegate's quotas say now (kept while they still hold).
+    ``device_classes`` maps the DeviceClasses that serve GPUs to the flavours of their
+    devices (``gpu_device_classes``): each gets its device-class key, its ceiling the
+    tenant's guarantees and loans of those flavours (docs/dra.md#enforcement).
+
+    A flavour's guarantee counts toward the way the cluster offers its GPUs: its
+    extended resource where nodes advertise it, its device classes where a DRA driver
+    publishes it (both where both do), so a tenant cannot spend it twice."""
+    flavours = list(Flavour.objects.filter(cluster=cluster))
+    through_claims = _published_devices(cluster)
+    as_resource = {
+        f.pk
+        for f in flavours
+        if f.capacity > through_claims.get(f.name, 0) or f.name not in through_claims
+    }
+    resources = {f.resource_name for f in flavours if f.capacity > 0 and f.pk in as_resource}
+    classes_of: dict[str, list[str]] = defaultdict(list)  # flavour name -> its classes' keys
+    for name, served in sorted((device_classes or {}).items()):
+        resources.add(device_class_quota_key(name))
+        for flavour_name in served:
+            classes_of[flavour_name].append(device_class_quota_key(name))
+    ceiling: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+
+    def count(tenant_id: int, flavour: Flavour, amount: int) -> None:
+        if flavour.pk in as_resource:
+            resources.add(flavour.resource_name)
+            ceiling[tenant_id][flavour.resource_name] += amount
+        if not flavour.is_shared and flavour.name in through_claims:
+            for key in classes_of.get(flavour.name, ()):
+                ceiling[tenant_id][key] += amount
+
+    by_pk = {f.pk: f for f in flavours}
     rows = (
         Quota.objects.filter(flavour__cluster=cluster)
-        .values("tenant_id", "flavour_id", "flavour__resource_name")
+        .values("tenant_id", "flavour_id")
         .annotate(total=Sum("guaranteed"))
     )
     # a shared GPU is several units of its resource (replicas, vGPUs) to Kubernetes
-    per_gpu = {f.pk: device_units_per_gpu(f) for f in flavours.exclude(sharing="")}
+    per_gpu = {f.pk: device_units_per_gpu(f) for f in flavours if f.is_shared}
     for row in rows:
-        resource = row["flavour__resource_name"]
-        resources.add(resource)
-        units = int(row["total"]) * per_gpu.get(row["flavour_id"], 1)
-        guaranteed[row["tenant_id"]][resource] = (
-            guaranteed[row["tenant_id"]].get(resource, 0) + units
-        )
+        flavour = by_pk[row["flavour_id"]]
+        count(row["tenant_id"], flavour, int(row["total"]) * per_gpu.get(flavour.pk, 1))
     for tenant_id, lent in lent_by_queue(cluster).items():
-        for resource, amount in lent.items():
-            resources.add(resource)
-            guaranteed[tenant_id][resource] = guaranteed[tenant_id].get(resource, 0) + amount
+        for flavour_id, amount in lent.items():
+            count(tenant_id, by_pk[flavour_id], amount)
     by_tenant: dict[int, list[str]] = defaultdict(list)
     slugs: dict[int, str] = {}
     for binding in bindings:
         by_tenant[binding.tenant_id].append(binding.namespace)
         slugs[binding.tenant_id] = binding.tenant.slug
     tenants = [
-        TenantNamespaces(slugs[tid], tuple(namespaces), guaranteed.get(tid, {}))
+        TenantNamespaces(slugs[tid], tuple(namespaces), dict(ceiling.get(tid, {})))
         for tid, namespaces in by_tenant.items()
     ]
     return desired_hard_limits(tenants, used, resources, current)
 
 
+def _published_devices(cluster: Cluster) -> dict[str, int]:
+    """Flavour name -> devices DRA drivers publish of it on the cluster's nodes."""
+    found: dict[str, int] = defaultdict(int)
+    for devices in Node.objects.filter(cluster=cluster, present=True).values_list(
+        "dra_devices", flat=True
+    ):
+        for name, devices_of_flavour in (devices or {}).items():
+            found[name] += int(devices_of_flavour)
+    return dict(found)
+
+
+def gpu_device_classes(cluster: Cluster, gateway: ClusterGateway) -> dict[str, frozenset[str]]:
+    """DeviceClass name -> the flavours of the published devices it admits, for the
+    classes that admit GPUs (none, and nothing asked of the cluster, where inventory
+    found no GPU published through DRA)."""
+    if not _published_devices(cluster):
+        return {}
+    classes = gateway.list_device_classes()
+    if not classes:
+        return {}
+    devices, _ = devices_of_slices(gateway.list_resource_slices() or [])
+    inventory = Inventory(devices, [device_class(c) for c in classes], flavour_of)
+    return {
+        name: frozenset(f.name for f in served if not f.shared)
+        for name, served in inventory.class_flavours().items()
+        if any(not f.shared for f in served)
+    }
+
+
 def used_by_namespace(cluster: Cluster, gateway: ClusterGateway) -> dict[str, dict[str, int]]:
-    """GPUs in use per namespace: pods outside the queue as Kubernetes reports them, and
-    every Job the queue admitted at its full size, whether its pods exist yet or not
-    (so a Job is never refused by its namespace's quota while it starts)."""
+    """GPUs in use per namespace, per resource name or device-class key: pods and
+    ResourceClaims outside the queue as Kubernetes counts them, and every Job the queue
+    admitted at its full size, whether its pods (and their claims) exist yet or not (so
+    a Job is never refused by its namespace's quota while it starts)."""
     from scheduler_bridge.workloads.models import Workload
 
     admitted = Workload.objects.filter(
         cluster=cluster, source=Workload.Source.JOB, state__in=Workload.ACTIVE_STATES
     ).select_related("flavour")
     queue_jobs = set()
-    used: dict[str, dict[str, int]] = defaultdict(dict)
+    used: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for workload in admitted:
         queue_jobs.add((workload.namespace, workload.job_name))
-        if workload.flavour is not None:
-            resource = workload.flavour.resource_name
-            used[workload.namespace][resource] = (
-                used[workload.namespace].get(resource, 0) + workload.gpus
-            )
-    for pod in gateway.list_gpu_pods():
-        if pod.phase not in ("Pending", "Running") or (pod.namespace, pod.job_name) in queue_jobs:
+        if workload.flavour is None:
             continue
-        for resource, amount in pod.gpu_requests.items():
-            used[pod.namespace][resource] = used[pod.namespace].get(resource, 0) + amount
-    return used
+        through_claims = 0
+        pods = workload.pod_counts()
+        for pod_set in workload.pod_set_records:
+            if not pod_set.asks_through_claims:
+                continue
+            through_claims += pods.get(pod_set.name, 0) * pod_set.gpus_per_pod
+            # (a shared claim is counted below, as the object it is)
+            for name, devices in pod_set.claim_devices:
+                used[workload.namespace][device_class_quota_key(name)] += (
+                    pods.get(pod_set.name, 0) * devices
+                )
+        if workload.gpus > through_claims:
+            used[workload.namespace][workload.flavour.resource_name] += (
+                workload.gpus - through_claims
+            )
+    queue_pods = set()
+    for pod in gateway.list_gpu_pods():
+        if (pod.namespace, pod.job_name) in queue_jobs:
+            queue_pods.add(pod.uid)
+            continue
+        if pod.phase not in ("Pending", "Running"):
+            continue
+        for resource, amount in pod.resource_requests.items():
+            used[pod.namespace][resource] += amount
+    if _published_devices(cluster):  # (else no device-class key is written)
+        for namespace, counted in _claims_outside(gateway, queue_pods).items():
+            for key, devices in counted.items():
+                used[namespace][key] += devices
+    return {namespace: dict(counted) for namespace, counted in used.items()}
+
+
+def _claims_outside(gateway: ClusterGateway, queue_pods: set[str]) -> dict[str, dict[str, int]]:
+    """Namespace -> device-class key -> devices Kubernetes counts for the ResourceClaims
+    not made for the pods of Jobs the queue admitted (those are counted at their
+    Job's full size). A claim whose spec cannot be read is counted as nothing: the API
+    server would not have stored it."""
+    found: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for claim in gateway.list_resource_claims() or []:
+        if claim_allocation(claim).owner_uid in queue_pods:
+            continue
+        meta = claim.get("metadata") or {}
+        try:
+            spec = claim_spec(claim.get("spec") or {}, f"ResourceClaim {meta.get('name')}")
+        except DraError:
+            continue
+        for name, devices in device_class_counts([spec]).items():
+            found[str(meta.get("namespace") or "")][device_class_quota_key(name)] += devices
+    return found
 
 
 def quota_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> QuotaSyncResult:
@@ -159,7 +257,8 @@ def _quota_sync(cluster: Cluster, gateway: ClusterGateway) -> QuotaSyncResult:
     )
     existing = gateway.resource_quota_limits(_SELECTOR)
     current = {ns: hard for (ns, name), hard in existing.items() if name == QUOTA_NAME}
-    desired = desired_quotas(cluster, bindings, used_by_namespace(cluster, gateway), current)
+    used = used_by_namespace(cluster, gateway)
+    desired = desired_quotas(cluster, bindings, used, current, gpu_device_classes(cluster, gateway))
     result = QuotaSyncResult(namespaces=len(bindings))
     marks = _Marks(timezone.now())
     _mark = marks.add

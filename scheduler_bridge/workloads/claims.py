@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from scheduler_bridge.admission.wording import Wording, gettext_noop, wording
-from scheduler_bridge.dra.demand import Alternative, Inventory, pod_need
+from scheduler_bridge.dra.demand import Alternative, Inventory, device_class_counts, pod_need
 from scheduler_bridge.dra.flavours import flavour_of
 from scheduler_bridge.dra.objects import (
     DraError,
@@ -63,6 +63,7 @@ class ClaimResolver:
                     gpus_per_pod=need[0].amount,
                     name=f"claim-{claim_name}",
                     flavours=tuple(a.flavour for a in need),
+                    shared_claim=claim_name,
                 )
             )
         return found
@@ -75,12 +76,15 @@ class ClaimResolver:
             template = self._template(namespace, template_name, where)
             specs.append((claim, (template.get("spec") or {}).get("spec") or {}))
         need = self._need(where, specs)
+        # (the specs parsed in _need, so they parse here)
+        charged = device_class_counts(claim_spec(raw, where) for _, raw in specs)
         return PodSetSpec(
             count=spec.count,
             gpus_per_pod=need[0].amount,
             name=spec.name,
             min_count=spec.min_count,
             flavours=tuple(a.flavour for a in need),
+            claim_devices=tuple(sorted(charged.items())),
         )
 
     def _need(self, where: str, specs: list[tuple[str, dict[str, Any]]]) -> tuple[Alternative, ...]:

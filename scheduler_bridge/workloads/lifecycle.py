@@ -33,6 +33,7 @@ change the row in memory and return the audit record for the caller to save.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -55,7 +56,6 @@ from scheduler_bridge.workloads.models import Workload, dump_reason
 from scheduler_bridge.workloads.records import (
     ElasticPodRecord,
     Placement,
-    PodSetRecord,
     dump_elastic_pods,
     dump_placements,
     dump_pod_sets,
@@ -331,9 +331,7 @@ def release_pods(
         locked.released_pods += pods
         records = locked.pod_set_records
         first = records[0]
-        records[0] = PodSetRecord(
-            first.name, max(1, first.count - pods), first.gpus_per_pod, first.flavours
-        )
+        records[0] = replace(first, count=max(1, first.count - pods))
         locked.pod_sets = dump_pod_sets(records)
         _owe_event(locked, "PodsReleased", message)
 
@@ -362,15 +360,7 @@ def follow_scale(workload: Workload, count: int, *, now: datetime | None = None)
         first = locked.pod_set_records[0]
         minimum = first.min_count if first.min_count is not None else first.count
         core = min(minimum, count)
-        records = [
-            PodSetRecord(
-                first.name,
-                count,
-                first.gpus_per_pod,
-                first.flavours,
-                min_count=core if core < count else None,
-            )
-        ]
+        records = [replace(first, count=count, min_count=core if core < count else None)]
         locked.pod_sets = dump_pod_sets(records)
         locked.elastic = core < count or first.min_count is not None
         beyond = [

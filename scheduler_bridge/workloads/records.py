@@ -5,7 +5,9 @@ reconciler, quota sync, inventory, billing and the portal; they all go through t
 records instead of indexing raw dicts. (Past runs have theirs in runs.py.)
 
     pod_sets    [{"name": "main", "count": 2, "gpus_per_pod": 4, "flavours": ["h100-80gb"]}]
-                (elastic ones add "min_count": the core)
+                (elastic ones add "min_count": the core; pods asking through
+                ResourceClaimTemplates add "claim_devices": {"gpu.nvidia.com": 4}, what
+                Kubernetes' ResourceQuota charges each pod's claims per device class)
     placements  [{"node": "h100-1", "flavour": "h100-80gb", "gpus": 8}]   (elastic pods
                 included)
     elastic_pods [{"pod_set": "Worker", "index": 0, "node": "h100-1", "flavour": "h100-80gb",
@@ -32,6 +34,16 @@ class PodSetRecord:
     gpus_per_pod: int
     flavours: tuple[str, ...]
     min_count: int | None = None
+    # per pod, the devices Kubernetes' ResourceQuota counts its claims under, per device
+    # class (dra/demand.py device_class_counts), sorted by class
+    claim_devices: tuple[tuple[str, int], ...] = ()
+    # the ResourceClaim its one "pod" stands for, shared by the workload's pods
+    # (Kubernetes counts that claim from its creation, not the pod set)
+    shared_claim: str | None = None
+
+    @property
+    def asks_through_claims(self) -> bool:
+        return bool(self.claim_devices) or self.shared_claim is not None
 
     @property
     def gpus(self) -> int:
@@ -43,7 +55,7 @@ class PodSetRecord:
 
     @property
     def core_record(self) -> PodSetRecord:
-        return PodSetRecord(self.name, self.core, self.gpus_per_pod, self.flavours)
+        return replace(self, count=self.core, min_count=None)
 
     def dump(self) -> dict[str, Any]:
         dumped: dict[str, Any] = {
@@ -54,6 +66,10 @@ class PodSetRecord:
         }
         if self.min_count is not None:
             dumped["min_count"] = self.min_count
+        if self.claim_devices:
+            dumped["claim_devices"] = dict(self.claim_devices)
+        if self.shared_claim is not None:
+            dumped["shared_claim"] = self.shared_claim
         return dumped
 
 
@@ -178,6 +194,12 @@ def parse_pod_sets(raw: Any) -> list[PodSetRecord]:
                     gpus_per_pod=int(item["gpus_per_pod"]),
                     flavours=tuple(str(f) for f in item["flavours"]),
                     min_count=int(item["min_count"]) if item.get("min_count") else None,
+                    claim_devices=tuple(
+                        sorted(
+                            (str(c), int(n)) for c, n in (item.get("claim_devices") or {}).items()
+                        )
+                    ),
+                    shared_claim=str(item["shared_claim"]) if item.get("shared_claim") else None,
                 )
             )
         except (AttributeError, KeyError, TypeError, ValueError) as error:

@@ -14,21 +14,22 @@ from scheduler_bridge.workloads.records import parse_elastic_pods, parse_placeme
 from tenants import access
 
 
-def borrowed_by_tenant(cluster: Cluster) -> dict[int, dict[str, int]]:
-    """GPUs the admission queue currently lends each tenant on `cluster`, per resource
-    name: what admitted workloads borrowed above their tenant's guarantee."""
-    lent: dict[int, dict[str, int]] = defaultdict(dict)
-    rows = Workload.objects.filter(cluster=cluster, state__in=Workload.ACTIVE_STATES).values_list(
-        "tenant_id", "borrowed", "flavour_id"
-    )
+def borrowed_by_tenant(cluster: Cluster) -> dict[int, dict[int, int]]:
+    """GPUs the admission queue currently lends each tenant on `cluster`, per flavour
+    id: what admitted workloads borrowed above their tenant's guarantee, in units of
+    the flavour's resource."""
+    lent: dict[int, dict[int, int]] = defaultdict(dict)
+    rows = Workload.objects.filter(
+        cluster=cluster, state__in=Workload.ACTIVE_STATES, flavour__isnull=False
+    ).values_list("tenant_id", "borrowed", "flavour_id")
     shared = {f.pk: f for f in Flavour.objects.filter(cluster=cluster).exclude(sharing="")}
     for tenant_id, borrowed, flavour_id in rows:
-        for resource, amount in (borrowed or {}).items():
+        for amount in (borrowed or {}).values():
             # a shared flavour borrows thousandths of a GPU; quotas count the device
             # plugin's units of its resource (replicas, vGPUs)
             flavour = shared.get(flavour_id)
             units = as_device_units(flavour, int(amount)) if flavour else int(amount)
-            lent[tenant_id][resource] = lent[tenant_id].get(resource, 0) + units
+            lent[tenant_id][flavour_id] = lent[tenant_id].get(flavour_id, 0) + units
     return dict(lent)
 
 

@@ -67,6 +67,10 @@ class PodSetSpec:
     share_style: str | None = None
     # the flavours its pods' ResourceClaims can be served from, best first (docs/dra.md)
     flavours: tuple[str, ...] = ()
+    # per pod, what Kubernetes' ResourceQuota charges its claims per device class
+    claim_devices: tuple[tuple[str, int], ...] = ()
+    # the ResourceClaim a pod set of one stands for, shared by the object's pods
+    shared_claim: str | None = None
 
     @property
     def asks_share(self) -> bool:
@@ -514,6 +518,8 @@ def workload_submit(
                 gpus_per_pod=units_per_pod(cluster, spec, flavours),
                 flavours=tuple(flavours),
                 min_count=spec.min_count if spec.min_count != spec.count else None,
+                claim_devices=spec.claim_devices,
+                shared_claim=spec.shared_claim,
             )
         )
     # an elastic workload must be able to run its core; what is above it grows when it can

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from scheduler_bridge.gateways import ClusterUnreachable
+from scheduler_bridge.inventory.services import inventory_sync
 from scheduler_bridge.quotas.resource_quota import TenantNamespaces, desired_hard_limits
 from scheduler_bridge.quotas.sync import quota_sync
 from tenants.models import AuditEvent, NamespaceBinding
@@ -284,3 +285,51 @@ def test_the_audit_trail_says_quota_events_in_the_readers_language(
     assert "在 Tidegate 之外被删除；已重新创建" in text
     for english in (" asks ", "quota request approved", "was deleted outside Tidegate"):
         assert english not in text, english
+
+
+def test_a_device_class_of_gpus_gets_its_key_with_the_guarantee_of_its_flavours(
+    synced: Synced,
+) -> None:
+    """h100-1 offers its H100s both as nvidia.com/gpu and through DRA, dra-only through
+    DRA alone: the H100 guarantees stand under both keys (docs/dra.md#enforcement); a
+    class that admits no published device (MIG here) gets no key."""
+    import copy
+
+    from scheduler_bridge.dra.demand import device_class_quota_key
+    from tests.dra.devices import GPU_CLASS, H100, MIG_CLASS, gpu, node_slice
+    from tests.kube_real.cluster import RealCluster
+
+    api = synced.api
+    if isinstance(api, RealCluster):
+        api.register_kind("ResourceSlice", "resource.k8s.io/v1", "resourceslices", False)
+        api.register_kind("DeviceClass", "resource.k8s.io/v1", "deviceclasses", False)
+    api.add_node("dra-only", labels={}, allocatable={"cpu": "8"})
+    gpu_class = copy.deepcopy(GPU_CLASS)
+    gpu_class["spec"].pop("extendedResourceName")
+    published = [
+        node_slice("h100-1", [gpu(i, H100, "80Gi") for i in range(8)]),
+        node_slice("dra-only", [gpu(i, H100, "80Gi") for i in range(2)]),
+        gpu_class,
+        MIG_CLASS,
+    ]
+    for obj in published:
+        api.create_object(obj)
+    try:
+        inventory_sync(synced.cluster, synced.gateway)
+        quota_sync(synced.cluster, synced.gateway)
+    finally:
+        for obj in published:
+            api.delete_object(obj["kind"], None, obj["metadata"]["name"])
+    key = device_class_quota_key("gpu.nvidia.com")
+    limits = {ns: hard(api, ns) for ns in ("vision-dev", "vision-train", "speech-train")}
+    assert {ns: h.get(key) for ns, h in limits.items()} == {
+        "vision-dev": "3",
+        "vision-train": "3",
+        "speech-train": "2",
+    }
+    assert {ns: h["requests.nvidia.com/gpu"] for ns, h in limits.items()} == {
+        "vision-dev": "3",
+        "vision-train": "3",
+        "speech-train": "2",
+    }
+    assert not any(device_class_quota_key("mig.nvidia.com") in h for h in limits.values())

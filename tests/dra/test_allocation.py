@@ -3,6 +3,7 @@ the same GPUs have, for the pod that owns the claim only."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from scheduler_bridge.dra.allocation import ClaimedGpus, claim_allocation
@@ -38,3 +39,17 @@ def test_a_pods_own_allocated_claims_count_as_its_extended_resources() -> None:
     assert held.of_pod("pod-a") == {"nvidia.com/gpu": 2}
     assert held.of_pod("pod-b") == {"nvidia.com/mig-1g.10gb": 2}
     assert held.of_pod("pod-c") == held.of_pod("pod-d") == held.of_pod("nobody") == {}
+
+
+def test_a_pod_keeps_what_it_asks_as_resources_apart_from_what_its_claims_hold() -> None:
+    """Kubernetes' ResourceQuota counts only containers' requests under
+    ``requests.<resource>``; a pod's claims are counted under their device classes."""
+    from scheduler_bridge.gateways.base import PodInfo, _add_claimed
+
+    asked = PodInfo("u", "p", "ml", "h100-1", "Running", gpu_requests={"nvidia.com/gpu": 1})
+    pod = _add_claimed(asked, {"nvidia.com/gpu": 2, "nvidia.com/mig-1g.10gb": 1})
+    assert pod.gpu_requests == {"nvidia.com/gpu": 3, "nvidia.com/mig-1g.10gb": 1}
+    assert pod.resource_requests == {"nvidia.com/gpu": 1}
+    only_claims = _add_claimed(replace(asked, gpu_requests={}), {"nvidia.com/gpu": 2})
+    assert only_claims.resource_requests == {}
+    assert asked.resource_requests == {"nvidia.com/gpu": 1}

@@ -111,16 +111,17 @@ def test_every_gateway_call_is_allowed_and_every_grant_is_used(kube_api, gateway
     assert objects.queued_pod_groups(gateway, "tidegate.io/queue")  # and their controllers
     gateway.update_object(POD_KIND, "team-a", "serve-1", lambda p: released(p, H100, []))
     assert gateway.delete_pod("team-a", "serve-1", 30)
-    # what the workers do: read pods, nodes, Tidegate's quotas and DRA slices from
-    # watched caches
+    # what the workers do: read pods, nodes, Tidegate's quotas and DRA slices, classes
+    # and claims from watched caches
     with kubernetes_gateway(kube_api, tmp_path, cache_key="rbac-test:watch") as cached:
         cached.list_nodes()
         cached.list_gpu_pods()
         cached.list_resource_quotas("app.kubernetes.io/managed-by=tidegate")
         cached.list_resource_slices()
+        cached.list_device_classes()
         cached.list_resource_claims()
         deadline = time.monotonic() + 5
-        while kube_api.open_watches < 5 and time.monotonic() < deadline:
+        while kube_api.open_watches < 6 and time.monotonic() < deadline:
             time.sleep(0.02)
     drop_shared_caches("rbac-test:")
 

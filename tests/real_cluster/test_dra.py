@@ -27,11 +27,13 @@ from scheduler_bridge.gateways.kubernetes import KubernetesGateway
 from scheduler_bridge.gateways.watch_cache import drop_shared_caches
 from scheduler_bridge.inventory.models import Cluster, Flavour, Node
 from scheduler_bridge.inventory.services import inventory_sync
+from scheduler_bridge.quotas.sync import quota_sync
 from scheduler_bridge.templatetags.tidegate import say
 from scheduler_bridge.workloads.cycle import admission_cycle
 from scheduler_bridge.workloads.jobs import jobs_sync
 from scheduler_bridge.workloads.models import Workload
 from scheduler_bridge.workloads.snapshot import flavour_index, node_flavours
+from tenants.models import NamespaceBinding
 from tests.clusters import CLUSTER, bind_team_namespaces, hand_down
 from tests.conftest import Cast
 from tests.dra.devices import A100, GPU_CLASS, H100, MIG_CLASS, gpu, mig, node_slice
@@ -392,6 +394,10 @@ def test_jobs_asking_through_claims_are_queued_counted_and_admitted_on_their_alt
         assert [ps.flavours for ps in state["either"].pod_set_records] == [
             ("h100-80gb", "a100-sxm4-80gb-mig-1g.10gb")
         ]
+        # what Kubernetes' ResourceQuota will charge each pod's claims: every class listed
+        assert [ps.claim_devices for ps in state["either"].pod_set_records] == [
+            (("gpu.nvidia.com", 2), ("mig.nvidia.com", 2))
+        ]
         assert state["fourth"].state == Workload.State.PENDING
         assert "h100-80gb" in state["fourth"].reason
         assert state["tpu"].state == Workload.State.REJECTED
@@ -507,9 +513,9 @@ def test_a_claim_the_pods_of_a_job_share_is_counted_once(
 
         workload = Workload.objects.get(cluster=cluster, job_name="pair")
         assert workload.state == Workload.State.RUNNING, workload.reason
-        assert [(ps.name, ps.count, ps.gpus_per_pod) for ps in workload.pod_set_records] == [
-            ("claim-pair-gpus", 1, 2)
-        ]
+        assert [
+            (ps.name, ps.count, ps.gpus_per_pod, ps.shared_claim) for ps in workload.pod_set_records
+        ] == [("claim-pair-gpus", 1, 2, "pair-gpus")]
         assert workload.gpus == 2
         pods = real.active_job_pods("vision-train", "pair")
         assert len(pods) == 2 and {p["spec"]["nodeName"] for p in pods} == {"dra-h100"}
@@ -524,3 +530,98 @@ def test_a_claim_the_pods_of_a_job_share_is_counted_once(
     finally:
         gateway.close()
         drop_shared_caches(f"dra-test-{cluster.pk}:")
+
+
+def _claim(name: str, device_class_name: str, count: int) -> dict[str, Any]:
+    """A ResourceClaim made by hand in vision-train, outside the queue."""
+    return {
+        "apiVersion": RESOURCE,
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "vision-train"},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "gpu",
+                        "exactly": {"deviceClassName": device_class_name, "count": count},
+                    }
+                ]
+            }
+        },
+    }
+
+
+@pytest.mark.django_db
+def test_claims_made_outside_the_queue_are_refused_by_kubernetes_beyond_the_team_quota(
+    dra: RealCluster, cast: Cast
+) -> None:
+    """`tidegate-gpu` carries the device-class keys: the team's guarantee of each class's
+    flavours. Kubernetes refuses a hand-made claim beyond it; a claim within it is
+    counted, and the queue's own Job still gets its claims (its namespace's limit rises
+    by what the queue admitted) while nothing more fits outside the queue."""
+    real = dra
+    cluster, gateway = _queue_cluster(real, cast)
+    # one namespace for the team, so that its quota carries the team's whole ceiling
+    NamespaceBinding.objects.filter(namespace="vision-dev").delete()
+    gpu_key = device_class_quota_key("gpu.nvidia.com")
+    mig_key = device_class_quota_key("mig.nvidia.com")
+    template = _template(
+        "two-h100",
+        [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 2}}],
+    )
+    template["metadata"]["namespace"] = "vision-train"
+    real.create_object(template)
+
+    def counted(key: str, hard: str, used: str | None = None) -> bool | None:
+        status = real.read("ResourceQuota", "vision-train", "tidegate-gpu").get("status") or {}
+        ok = (status.get("hard") or {}).get(key) == hard
+        return (ok and (used is None or (status.get("used") or {}).get(key) == used)) or None
+
+    try:
+        quota_sync(cluster, gateway)
+        hard = real.read("ResourceQuota", "vision-train", "tidegate-gpu")["spec"]["hard"]
+        # the team's guarantees: 2 H100s, 7 MIG slices; its nodes offer no extended resource
+        assert {k: v for k, v in hard.items() if k.endswith("/devices")} == {
+            gpu_key: "2",
+            mig_key: "7",
+        }, hard
+        assert "requests.nvidia.com/gpu" not in hard, hard
+        real.wait_for(lambda: counted(gpu_key, "2"), "the quota controller to take the limits")
+
+        path = real.path("ResourceClaim", "vision-train")
+        answer = real.request("POST", path, json=_claim("three", "gpu.nvidia.com", 3))
+        assert answer.status_code == 403 and "exceeded quota" in answer.text, answer.text
+        real.create_object(_claim("one", "gpu.nvidia.com", 1))
+        real.wait_for(lambda: counted(gpu_key, "2", used="1"), "the quota to count the claim")
+
+        # the queue admits a Job of two H100s on the team's guarantee (the hand-made claim
+        # is allocated to nothing); its pod's claim is created and allocated
+        real.create_object(_claim_job("queued", "two-h100"))
+        jobs_sync(cluster, gateway)
+        admission_cycle(cluster, gateway)
+        workload = Workload.objects.get(cluster=cluster, job_name="queued")
+        assert workload.state == Workload.State.RUNNING, workload.reason
+        hard = real.read("ResourceQuota", "vision-train", "tidegate-gpu")["spec"]["hard"]
+        assert hard[gpu_key] == "3", hard  # the hand-made claim's 1 and the Job's 2
+
+        def job_claim() -> list[dict[str, Any]] | None:
+            found = [
+                c
+                for c in real.objects("ResourceClaim", "vision-train")
+                if (c["metadata"].get("ownerReferences") or [{}])[0]
+                .get("name", "")
+                .startswith("queued-")
+                and (c.get("status") or {}).get("allocation")
+            ]
+            return found or None
+
+        allocated = real.wait_for(job_claim, "the Job's pod's claim to be made and allocated")
+        results = allocated[0]["status"]["allocation"]["devices"]["results"]
+        assert {(r["pool"], r["request"]) for r in results} == {("dra-h100", "gpu")}
+        assert len(results) == 2
+
+        real.wait_for(lambda: counted(gpu_key, "3", used="3"), "the quota to count the Job")
+        answer = real.request("POST", path, json=_claim("another", "gpu.nvidia.com", 1))
+        assert answer.status_code == 403 and "exceeded quota" in answer.text, answer.text
+    finally:
+        gateway.close()
