@@ -233,6 +233,11 @@ class ClusterGateway(abc.ABC):
         """Pods in every namespace that request a GPU or a MIG slice, in any phase;
         sorted by namespace then name."""
 
+    def list_claiming_pods(self) -> list[PodInfo]:
+        """Pods that name ResourceClaims, whether their claims hold anything yet or not
+        (none where the cluster serves no DRA)."""
+        return []
+
     @abc.abstractmethod
     def list_namespaces(self) -> list[str]:
         """Names of all namespaces, sorted."""

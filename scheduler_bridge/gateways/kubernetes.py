@@ -198,6 +198,14 @@ class KubernetesGateway(ClusterGateway):
         return sorted(nodes, key=lambda n: n.name)
 
     def list_gpu_pods(self) -> list[PodInfo]:
+        pods = self._pods_of_interest()
+        return sorted(self._with_claimed_gpus(pods), key=lambda p: (p.namespace, p.name))
+
+    def list_claiming_pods(self) -> list[PodInfo]:
+        return [p for p in self._pods_of_interest() if p.has_claims]
+
+    def _pods_of_interest(self) -> list[PodInfo]:
+        """Pods that ask for GPUs or name ResourceClaims (kubernetes_cache.gpu_pod)."""
         pods = self._cached_values("pods")
         if pods is None:
             pods = self._run(
@@ -206,7 +214,7 @@ class KubernetesGateway(ClusterGateway):
                     kubernetes_cache.gpu_pod, self._core.list_pod_for_all_namespaces
                 ),
             )
-        return sorted(self._with_claimed_gpus(pods), key=lambda p: (p.namespace, p.name))
+        return pods
 
     def list_resource_claims(self) -> list[dict[str, Any]] | None:
         if not self.serves(RESOURCE_CLAIM_KIND):

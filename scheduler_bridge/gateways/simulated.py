@@ -93,6 +93,9 @@ class SimulatedGateway(ClusterGateway):
     def list_gpu_pods(self) -> list[PodInfo]:
         return self._with_claimed_gpus([pod_info(p) for p in self.cluster.objects("Pod")])
 
+    def list_claiming_pods(self) -> list[PodInfo]:
+        return [p for p in map(pod_info, self.cluster.objects("Pod")) if p.has_claims]
+
     def list_namespaces(self) -> list[str]:
         return [n["metadata"]["name"] for n in self.cluster.objects("Namespace")]
 

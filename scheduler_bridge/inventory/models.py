@@ -146,6 +146,7 @@ class Flavour(models.Model):
         MPS = "mps", _("MPS (compute limited)")
         HAMI = "hami", _("HAMi (memory and cores enforced)")
         FRACTION = "fraction", _("fractions (advisory, not enforced)")
+        DRA = "dra", _("DRA consumable capacity (each claim takes part of a GPU)")
 
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="flavours")
     name = models.CharField(max_length=120)

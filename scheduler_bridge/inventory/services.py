@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -126,6 +126,9 @@ class DraNodes:
 
     flavours: dict[str, dict[FlavourSpec, int]]
     gpus: dict[str, list[dict[str, int] | None]]
+    # per node, the flavours whose GPUs it publishes for several claims at once
+    # (consumable capacity): shared, in thousandths, as Flavour.Sharing.DRA
+    shared: dict[str, set[str]] = field(default_factory=dict)
 
 
 def _dra_flavours(
@@ -136,6 +139,7 @@ def _dra_flavours(
     devices, unreadable = devices_of_slices(resource_slices)
     labels = {info.name: info.labels.get(PRODUCT_LABEL) for info in infos}
     found: dict[str, dict[FlavourSpec, int]] = {}
+    shared: dict[str, set[str]] = {}
     for node, flavours in devices_by_node(devices).items():
         label = labels.get(node)
         selector = ((PRODUCT_LABEL, label),) if label else ()
@@ -143,8 +147,10 @@ def _dra_flavours(
         for flavour, count in flavours.items():
             spec = _dra_spec(flavour, selector)
             on_node[spec] = on_node.get(spec, 0) + count
+            if flavour.shared:
+                shared.setdefault(node, set()).add(flavour.name)
     note = "; DRA slices left out: " + "; ".join(unreadable) if unreadable else ""
-    return DraNodes(found, gpus_by_node(devices)), note
+    return DraNodes(found, gpus_by_node(devices), shared), note
 
 
 def _dra_layouts(product_name: str, gpus: list[dict[str, int] | None]) -> tuple[list, int, bool]:
@@ -397,11 +403,16 @@ def inventory_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> I
             # the same GPUs offered both ways (device plugin and DRA) count once
             names = {spec.name for spec in offered}
             offered.update((s, n) for s, n in on_node.items() if s.name not in names)
+            shared_through_dra = dra.shared.get(info.name, set())
             for spec, amount in offered.items():
                 flavour_totals[spec] = flavour_totals.get(spec, 0) + amount
                 flavours_on_node.setdefault(info.name, set()).add(spec.name)
                 if not spec.mig_profile:
-                    sharing_seen[spec.name].add(sharing_of_node(info.labels))
+                    sharing_seen[spec.name].add(
+                        Flavour.Sharing.DRA
+                        if spec.name in shared_through_dra and spec.name not in names
+                        else sharing_of_node(info.labels)
+                    )
         # Only what changed is written (a steady cluster of thousands of nodes costs a
         # few statements, not a save per node); the sighting time moves for all at once.
         Node.objects.bulk_create(created, batch_size=500)

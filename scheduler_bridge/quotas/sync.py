@@ -209,6 +209,11 @@ def used_by_namespace(cluster: Cluster, gateway: ClusterGateway) -> dict[str, di
         for resource, amount in pod.resource_requests.items():
             used[pod.namespace][resource] += amount
     if _published_devices(cluster):  # (else no device-class key is written)
+        # (a queued Job's pod whose claims are not allocated yet holds no GPU: its
+        # claims are still the Job's, counted above)
+        queue_pods.update(
+            p.uid for p in gateway.list_claiming_pods() if (p.namespace, p.job_name) in queue_jobs
+        )
         for namespace, counted in _claims_outside(gateway, queue_pods).items():
             for key, devices in counted.items():
                 used[namespace][key] += devices

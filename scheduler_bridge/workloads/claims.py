@@ -11,6 +11,7 @@ What Tidegate cannot serve is refused with the reason, as other pod sets' proble
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from scheduler_bridge.admission.wording import Wording, gettext_noop, wording
@@ -24,7 +25,7 @@ from scheduler_bridge.dra.objects import (
 )
 from scheduler_bridge.gateways import ClusterGateway
 from scheduler_bridge.integrations import PodSetRead
-from scheduler_bridge.workloads.services import PodSetSpec
+from scheduler_bridge.workloads.services import DRA, PodSetSpec
 from tenants.errors import ValidationFailed
 
 
@@ -58,13 +59,7 @@ class ClaimResolver:
             claim = self._claim(namespace, claim_name, where)
             need = self._need(where, [(claim_name, claim.get("spec") or {})])
             found.append(
-                PodSetSpec(
-                    count=1,
-                    gpus_per_pod=need[0].amount,
-                    name=f"claim-{claim_name}",
-                    flavours=tuple(a.flavour for a in need),
-                    shared_claim=claim_name,
-                )
+                replace(_asked(need), count=1, name=f"claim-{claim_name}", shared_claim=claim_name)
             )
         return found
 
@@ -78,12 +73,11 @@ class ClaimResolver:
         need = self._need(where, specs)
         # (the specs parsed in _need, so they parse here)
         charged = device_class_counts(claim_spec(raw, where) for _, raw in specs)
-        return PodSetSpec(
+        return replace(
+            _asked(need),
             count=spec.count,
-            gpus_per_pod=need[0].amount,
             name=spec.name,
             min_count=spec.min_count,
-            flavours=tuple(a.flavour for a in need),
             claim_devices=tuple(sorted(charged.items())),
         )
 
@@ -105,14 +99,19 @@ class ClaimResolver:
             raise _refused(
                 wording(gettext_noop("%(where)s: its claims ask for no device"), where=where)
             )
-        if any(alternative.shared for alternative in need):
+        if len({alternative.shared for alternative in need}) > 1:
             raise _refused(
                 wording(
                     gettext_noop(
-                        "%(where)s: a share of a GPU through consumable capacity is not queued "
-                        "yet; ask for whole GPUs or MIG devices"
+                        "%(where)s: its prioritized list mixes a share of a GPU (consumable "
+                        "capacity) with whole devices (%(listed)s); Tidegate queues "
+                        "alternatives of one kind"
                     ),
                     where=where,
+                    listed=", ".join(
+                        f"{a.flavour}: {a.amount}/1000" if a.shared else f"{a.flavour}: {a.amount}"
+                        for a in need
+                    ),
                 )
             )
         amounts = {alternative.amount for alternative in need}
@@ -146,6 +145,17 @@ class ClaimResolver:
             classes = [device_class(c) for c in self.reader.list_device_classes() or []]
             self._inventory = Inventory(devices, classes, flavour_of)
         return self._inventory
+
+
+def _asked(need: tuple[Alternative, ...]) -> PodSetSpec:
+    """One pod's ask: ``need`` devices of its flavours, or (consumable capacity) the
+    thousandths of one GPU its claims take."""
+    flavours = tuple(a.flavour for a in need)
+    if need[0].shared:
+        return PodSetSpec(
+            count=1, gpus_per_pod=1, gpu_milli=need[0].amount, share_style=DRA, flavours=flavours
+        )
+    return PodSetSpec(count=1, gpus_per_pod=need[0].amount, flavours=flavours)
 
 
 def _by_name(listed: list[dict[str, Any]] | None) -> dict[tuple[str, str], dict[str, Any]]:

@@ -45,6 +45,10 @@ MANAGE_ROLES = (Role.LEAD, Role.ADMIN)
 NOT_LOOKED_AT_YET = Wording(gettext_noop("waiting for the next admission cycle"))
 
 
+# PodSetSpec.share_style of pods whose claims take part of a GPU (consumable capacity)
+DRA = "dra"
+
+
 @dataclass(frozen=True)
 class PodSetSpec:
     """One pod set as a user asks for it: a flavour by name, or a product, or a MIG
@@ -62,8 +66,8 @@ class PodSetSpec:
     # MiB of its memory (the larger share of the two is what the pod holds)
     gpu_milli: int | None = None
     gpu_memory_mib: int | None = None
-    # how an object on the cluster asked for it: "hami" (resources) or "fraction"
-    # (annotations); None from the API
+    # how an object on the cluster asked for it: "hami" (resources), "fraction"
+    # (annotations) or DRA (claims); None from the API
     share_style: str | None = None
     # the flavours its pods' ResourceClaims can be served from, best first (docs/dra.md)
     flavours: tuple[str, ...] = ()
@@ -209,6 +213,19 @@ def units_per_pod(cluster: Cluster, spec: PodSetSpec, flavours: list[str]) -> in
     share). ValidationFailed, saying what to change, for a share that no GPU can give."""
     chosen = list(Flavour.objects.filter(cluster=cluster, name__in=flavours))
     shared = [f for f in chosen if f.is_shared]
+    if spec.share_style == DRA and any(f.sharing != Flavour.Sharing.DRA for f in chosen):
+        raise ValidationFailed(
+            _(
+                "The pods' claims ask for part of a GPU through consumable capacity, but "
+                "%(flavours)s is not shared through DRA (its sharing is %(sharing)s): set "
+                "its sharing to 'dra' once its work has finished, or ask for whole GPUs."
+            ),
+            params={
+                "flavours": ", ".join(f.name for f in chosen),
+                "sharing": ", ".join(sorted({f.sharing or "none" for f in chosen})),
+            },
+            field="pod_sets",
+        )
     if not spec.asks_share and not shared:
         return spec.gpus_per_pod
     if not shared:

@@ -14,6 +14,7 @@ from scheduler_bridge.quotas.resource_quota import TenantNamespaces, desired_har
 from scheduler_bridge.quotas.sync import quota_sync
 from tenants.models import AuditEvent, NamespaceBinding
 from tests.bridge.conftest import FakeCluster, Synced
+from tests.conftest import Cast
 from tests.kube_fake.schema import assert_valid_kubernetes
 
 pytestmark = pytest.mark.django_db
@@ -333,3 +334,82 @@ def test_a_device_class_of_gpus_gets_its_key_with_the_guarantee_of_its_flavours(
         "speech-train": "2",
     }
     assert not any(device_class_quota_key("mig.nvidia.com") in h for h in limits.values())
+
+
+def test_a_queued_jobs_claims_count_once_before_the_scheduler_allocates_them(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    """Kubernetes counts the claims of an admitted Job's pods as soon as they exist;
+    Tidegate counts the Job at its full size from admission. Before the scheduler
+    allocates them the pod holds no GPU, yet its claims are the Job's: counted once.
+    A claim made by hand beside it counts on its own."""
+    from django.utils import timezone
+
+    from scheduler_bridge.dra.demand import device_class_quota_key
+    from scheduler_bridge.quotas.sync import used_by_namespace
+    from scheduler_bridge.workloads.models import Workload
+    from tests.dra.devices import H100, gpu, node_slice
+    from tests.factories import WorkloadFactory
+
+    api, cluster = fake_cluster.api, fake_cluster.cluster
+    api.add_node("dra-only", labels={}, allocatable={"cpu": "8"})
+    api.create_object(node_slice("dra-only", [gpu(i, H100, "80Gi") for i in range(4)]))
+    inventory_sync(cluster, fake_cluster.gateway)
+    WorkloadFactory(
+        cluster=cluster,
+        tenant=cast.team_a,
+        source=Workload.Source.JOB,
+        namespace="vision-train",
+        job_name="train",
+        state=Workload.State.RUNNING,
+        admitted_at=timezone.now(),
+        flavour=fake_cluster.h100,
+        gpus=4,
+        pod_sets=[
+            {
+                "name": "main",
+                "count": 2,
+                "gpus_per_pod": 2,
+                "flavours": ["h100-80gb"],
+                "claim_devices": {"gpu.nvidia.com": 2},
+            }
+        ],
+    )
+    requests = [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 2}}]
+    for index in range(2):  # the Job's pods, their claims made, not yet allocated
+        name = f"train-{index}"
+        api.add_pod("vision-train", name, phase="Pending", labels={"job-name": "train"})
+        api.edit_object(
+            "Pod",
+            "vision-train",
+            name,
+            lambda p: p["spec"].update(
+                resourceClaims=[{"name": "gpus", "resourceClaimTemplateName": "two"}]
+            ),
+        )
+        made = api.get_object("Pod", "vision-train", name)
+        assert made is not None
+        uid = made["metadata"]["uid"]
+        api.create_object(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {
+                    "name": f"{name}-gpus",
+                    "namespace": "vision-train",
+                    "ownerReferences": [{"kind": "Pod", "name": name, "uid": uid}],
+                },
+                "spec": {"devices": {"requests": requests}},
+            }
+        )
+    api.create_object(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "by-hand", "namespace": "vision-train"},
+            "spec": {"devices": {"requests": requests}},
+        }
+    )
+    used = used_by_namespace(cluster, fake_cluster.gateway)
+    # the Job's 2 pods x 2 devices, and the hand-made claim's 2; no extended resource
+    assert used["vision-train"] == {device_class_quota_key("gpu.nvidia.com"): 6}

@@ -625,3 +625,86 @@ def test_claims_made_outside_the_queue_are_refused_by_kubernetes_beyond_the_team
         assert answer.status_code == 403 and "exceeded quota" in answer.text, answer.text
     finally:
         gateway.close()
+
+
+PRODUCT_IS_A100 = {
+    "cel": {"expression": "device.attributes['gpu.nvidia.com'].productName.contains('A100')"}
+}
+
+
+@pytest.mark.django_db
+def test_jobs_asking_for_part_of_a_gpu_through_consumable_capacity_share_it(
+    dra: RealCluster, cast: Cast
+) -> None:
+    """A driver publishes one A100 for several claims at once (consumable capacity):
+    its flavour is shared through DRA, in thousandths. Four Jobs whose claims take 20Gi
+    of its 80Gi memory each are a quarter of it each: all four run, on that one device
+    (the real scheduler allocates their claims there), the fifth waits for room."""
+    real = dra
+    real.add_node("dra-shared")
+    shared_slice = node_slice("dra-shared", [gpu(0, A100, "80Gi", shared=True)])
+    real.create_object(shared_slice)
+    try:
+        cluster, gateway = _queue_cluster(real, cast)
+        a100 = Flavour.objects.get(cluster=cluster, name="a100-sxm4-80gb")
+        assert (a100.sharing, a100.capacity) == (Flavour.Sharing.DRA, 1)
+        hand_down([(cast.org, a100, 1), (cast.dept, a100, 1), (cast.team_a, a100, 1)])
+        template = _template(
+            "a100-quarter",
+            [
+                {
+                    "name": "gpu",
+                    "exactly": {
+                        "deviceClassName": "gpu.nvidia.com",
+                        "selectors": [PRODUCT_IS_A100],
+                        "capacity": {"requests": {"memory": "20Gi"}},
+                    },
+                }
+            ],
+        )
+        template["metadata"]["namespace"] = "vision-train"
+        real.create_object(template)
+        names = [f"share-{i}" for i in range(5)]
+        for name in names:
+            real.create_object(_claim_job(name, "a100-quarter"))
+            jobs_sync(cluster, gateway)
+            admission_cycle(cluster, gateway)
+
+        state = {w.job_name: w for w in Workload.objects.filter(cluster=cluster)}
+        running = [n for n in names if state[n].state == Workload.State.RUNNING]
+        assert running == names[:4], {n: (w.state, w.reason) for n, w in state.items()}
+        for name in running:
+            workload = state[name]
+            assert workload.flavour == a100
+            assert [(p.node, p.gpus) for p in workload.placement_records] == [("dra-shared", 250)]
+        assert state["share-4"].state == Workload.State.PENDING
+        assert "a100-sxm4-80gb" in state["share-4"].reason, state["share-4"].reason
+        assert real.read("Job", "vision-train", "share-4")["spec"]["suspend"] is True
+
+        def allocated() -> dict[str, list[dict[str, Any]]] | None:
+            found: dict[str, list[dict[str, Any]]] = {}
+            for claim in real.objects("ResourceClaim", "vision-train"):
+                allocation = (claim.get("status") or {}).get("allocation") or {}
+                results = (allocation.get("devices") or {}).get("results") or []
+                owner = claim["metadata"]["ownerReferences"][0]["name"]
+                if results:
+                    found[owner.rsplit("-", 1)[0]] = results
+            return found if len(found) == 4 else None
+
+        claims = real.wait_for(allocated, "the scheduler to allocate the four shares")
+        assert sorted(claims) == names[:4]
+        for results in claims.values():
+            assert [(r["pool"], r["device"]) for r in results] == [("dra-shared", "gpu-0")]
+            assert results[0].get("consumedCapacity") == {"memory": "20Gi"}, results
+
+        # metered and billed from admission, as a share of that flavour: a quarter of a
+        # GPU (250 thousandths) for the team, for as long as the Job held it
+        usage_collect(cluster=cluster, gateway=gateway, now=timezone.now() + timedelta(hours=2))
+        for name in running:
+            rows = UsageRecord.objects.filter(workload=state[name])
+            assert rows.exists(), name
+            assert {(r.tenant_id, r.flavour_id, r.devices) for r in rows} == {
+                (cast.team_a.pk, a100.pk, 250)
+            }, name
+    finally:
+        real.delete_object("ResourceSlice", None, shared_slice["metadata"]["name"])

@@ -58,3 +58,58 @@ def test_a_job_whose_claims_do_not_exist_is_refused_with_what_to_create(
     assert in_chinese in said, said
     live = fake_cluster.api.get_object("Job", "vision-train", "claims")
     assert live is not None and live["spec"]["suspend"] is True
+
+
+def test_a_share_of_a_gpu_is_refused_on_a_flavour_not_shared_through_dra(
+    fake_cluster: FakeCluster,
+) -> None:
+    """The driver publishes the A100 for several claims, but its flavour is not shared
+    through DRA (an administrator said otherwise): a claim taking part of it is refused
+    with what to change, in the reader's language."""
+    import copy
+
+    from scheduler_bridge.inventory.models import Flavour
+    from scheduler_bridge.inventory.services import inventory_sync
+    from tests.dra.devices import A100, GPU_CLASS, gpu, node_slice
+
+    api = fake_cluster.api
+    api.add_node("dra-shared", labels={}, allocatable={"cpu": "8"})
+    gpu_class = copy.deepcopy(GPU_CLASS)
+    gpu_class["spec"].pop("extendedResourceName")
+    api.create_object(gpu_class)
+    api.create_object(node_slice("dra-shared", [gpu(0, A100, "80Gi", shared=True)]))
+    inventory_sync(fake_cluster.cluster, fake_cluster.gateway)
+    a100 = Flavour.objects.get(cluster=fake_cluster.cluster, name="a100-sxm4-80gb")
+    assert a100.sharing == Flavour.Sharing.DRA  # as the driver publishes it
+    Flavour.objects.filter(pk=a100.pk).update(sharing=Flavour.Sharing.HAMI)
+    api.create_object(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "quarter", "namespace": "vision-train"},
+            "spec": {
+                "spec": {
+                    "devices": {
+                        "requests": [
+                            {
+                                "name": "gpu",
+                                "exactly": {
+                                    "deviceClassName": "gpu.nvidia.com",
+                                    "capacity": {"requests": {"memory": "20Gi"}},
+                                },
+                            }
+                        ]
+                    }
+                }
+            },
+        }
+    )
+    _claiming_job(fake_cluster, "quarter", {"resourceClaimTemplateName": "quarter"})
+    jobs_sync(fake_cluster.cluster, fake_cluster.gateway)
+    workload = Workload.objects.get(job_name="quarter")
+    assert workload.state == Workload.State.REJECTED
+    assert "a100-sxm4-80gb is not shared through DRA (its sharing is hami)" in workload.reason
+    assert "set its sharing to 'dra'" in workload.reason
+    with translation.override("zh-hans"):
+        said = reason(workload)
+    assert "a100-sxm4-80gb 并未通过 DRA 共享" in said, said
