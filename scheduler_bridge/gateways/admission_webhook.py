@@ -82,7 +82,8 @@ SUSPENDED_AS_A_WHOLE = frozenset({"Job", "PyTorchJob", "RayCluster", "RayJob", "
 
 
 def gate_patch(request: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """JSON Patch gating a queue-labelled GPU pod (empty: nothing to change)."""
+    """JSON Patch gating a queue-labelled pod that asks for GPUs, as resources or through
+    ResourceClaims (empty: nothing to change)."""
     kind = request.get("kind") or {}
     if (kind.get("group"), kind.get("kind")) != ("", "Pod") or request.get("operation") != "CREATE":
         return []
@@ -96,8 +97,8 @@ def gate_patch(request: Mapping[str, Any]) -> list[dict[str, Any]]:
     owners = [o for o in meta.get("ownerReferences") or [] if o.get("controller")]
     if any(o.get("kind") in SUSPENDED_AS_A_WHOLE for o in owners):
         return []
-    if not gpu_requests(spec):
-        return []  # no GPU, nothing to queue: it starts as any pod
+    if not gpu_requests(spec) and not spec.get("resourceClaims"):
+        return []  # no GPU, nothing to queue: it starts as any pod (docs/dra.md for claims)
     gates = spec.get("schedulingGates") or []
     if any(g.get("name") == GATE for g in gates if isinstance(g, Mapping)):
         return []

@@ -265,7 +265,7 @@ def schedule_template(
     merged_tolerations += [t for t in tolerations if t not in merged_tolerations]
     node_affinity = copy.deepcopy(original.get("nodeAffinity"))
     if node_names:
-        node_affinity = _pin_to_nodes(node_affinity, node_names)
+        node_affinity = pinned_to_nodes(node_affinity, node_names)
     _set_scheduling(template, selector, merged_tolerations, node_affinity)
 
 
@@ -352,7 +352,7 @@ def _guarded(live: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, A
     return patch
 
 
-def _pin_to_nodes(
+def pinned_to_nodes(
     node_affinity: dict[str, Any] | None, node_names: Sequence[str]
 ) -> dict[str, Any]:
     # Required node-affinity terms are ORed and the requirements within a term ANDed, and

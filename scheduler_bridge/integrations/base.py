@@ -219,7 +219,7 @@ class Integration(abc.ABC):
         for name, template in self.templates(obj):
             request = gpu_request(template, f"pod set {name!r}")
             share = _share(template, f"pod set {name!r}", request)
-            claims, shared_claims = _claims(template, f"pod set {name!r}", request or share)
+            claims, shared_claims = claim_entries(template, f"pod set {name!r}", request or share)
             if request is None and share is None and not claims and not shared_claims:
                 continue
             asks_claims = bool(claims or shared_claims)
@@ -397,7 +397,7 @@ def _share(
 ClaimEntries = tuple[tuple[str, str], ...]
 
 
-def _claims(
+def claim_entries(
     template: Mapping[str, Any], where: str, also: object
 ) -> tuple[ClaimEntries, ClaimEntries]:
     """The pod's own claims (from ResourceClaimTemplates) and the ResourceClaims it

@@ -39,11 +39,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler_bridge.admission.wording import gettext_noop, wording
+from scheduler_bridge.gateways import manifests
 from scheduler_bridge.gateways.admission_webhook import GATE, QUEUE_LABEL, SUSPENDED_AS_A_WHOLE
 from scheduler_bridge.gateways.base import Toleration
 from scheduler_bridge.gateways.parsing import gpu_requests, workload_name
 
-from .base import IntegrationError, ObjectRead, PodSetRead, gpu_request, min_pods
+from .base import (
+    IntegrationError,
+    ObjectRead,
+    PodSetRead,
+    claim_entries,
+    gpu_request,
+    min_pods,
+)
 
 KIND = "PodGroup"
 GROUP_LABEL = "tidegate.io/pod-group"
@@ -141,7 +149,7 @@ def _wanted_by_controllers(
         template_meta = template.get("metadata") or {}
         labels = dict(template_meta.get("labels") or {})
         pod_spec = template.get("spec") or {}
-        if QUEUE_LABEL not in labels or not gpu_requests(pod_spec):
+        if QUEUE_LABEL not in labels or not (gpu_requests(pod_spec) or _names_claims(pod_spec)):
             continue  # its pods are not queued: nothing to ask for
         pod: dict[str, Any] = {
             "metadata": {
@@ -205,7 +213,13 @@ def _group(
     return PodGroup(namespace, name, pods, read)
 
 
+def _names_claims(pod_spec: Mapping[str, Any]) -> bool:
+    return bool(pod_spec.get("resourceClaims"))
+
+
 def _pod_set(members: list[Mapping[str, Any]], count: int) -> PodSetRead:
+    if any(_names_claims(pod.get("spec") or {}) for pod in members):
+        return _claiming_pod_set(members, count)
     requests = set()
     for pod in members:
         found = gpu_request({"spec": pod.get("spec") or {}}, f"pod {pod['metadata']['name']}")
@@ -244,18 +258,77 @@ def _pod_set(members: list[Mapping[str, Any]], count: int) -> PodSetRead:
     )
 
 
+def _claiming_pod_set(members: list[Mapping[str, Any]], count: int) -> PodSetRead:
+    """The pod set of a group whose pods ask for GPUs through ResourceClaims: they must
+    name the same ResourceClaimTemplates and ResourceClaims (as the pods of one
+    controller do) and ask for no GPU as a resource besides."""
+    asked = set()
+    for pod in members:
+        name = pod["metadata"]["name"]
+        resources = gpu_request({"spec": pod.get("spec") or {}}, f"pod {name}")
+        if resources is not None:
+            raise IntegrationError(
+                wording(
+                    gettext_noop(
+                        "pod %(pod)s asks for GPUs both as resources and through "
+                        "ResourceClaims; ask one way"
+                    ),
+                    pod=name,
+                )
+            )
+        asked.add(claim_entries(pod, f"pod {name}", None))
+    if len(asked) > 1:
+        raise IntegrationError(
+            wording(
+                gettext_noop(
+                    "the pods of one group name different ResourceClaims; give each kind of "
+                    "pod its own %(label)s label"
+                ),
+                label=GROUP_LABEL,
+            )
+        )
+    ((claims, shared),) = asked
+    minimum = min_pods(members[0]["metadata"].get("annotations") or {})
+    return PodSetRead(
+        name="main",
+        count=max(count, minimum or 0),
+        gpus_per_pod=0,
+        resource="",
+        min_count=minimum if minimum is not None and minimum < count else None,
+        claims=claims,
+        shared_claims=shared,
+    )
+
+
 # set on a pod when Tidegate removes its gate, so a released pod is still known as queued
 GROUP_ADMITTED = "tidegate.io/admitted"
 
 
 def released(
-    pod: Mapping[str, Any], node_selector: Mapping[str, str], tolerations: Sequence[Toleration]
+    pod: Mapping[str, Any],
+    node_selector: Mapping[str, str],
+    tolerations: Sequence[Toleration],
+    node_names: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """``pod`` with Tidegate's gate removed, the flavour's node selector and tolerations
-    added (only additions: what a gated pod may change) and marked admitted. ValueError
-    when its own node selector contradicts the flavour's."""
+    added (only additions: what a gated pod may change), pinned to ``node_names`` if
+    given, and marked admitted. ValueError when its own node selector contradicts the
+    flavour's, or when it must be pinned but has node affinity of its own (a gated pod's
+    required terms may only be narrowed, not multiplied)."""
     result = copy.deepcopy(dict(pod))
     spec = result.setdefault("spec", {})
+    if node_names:
+        affinity = spec.setdefault("affinity", {})
+        if (affinity.get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ):
+            raise ValueError(
+                "the pod has required node affinity of its own, and its flavour's GPUs "
+                "are found by node: remove the affinity or label the nodes"
+            )
+        affinity["nodeAffinity"] = manifests.pinned_to_nodes(
+            affinity.get("nodeAffinity"), node_names
+        )
     own = spec.get("nodeSelector") or {}
     clashes = sorted(k for k, v in node_selector.items() if k in own and own[k] != v)
     if clashes:

@@ -271,7 +271,7 @@ def _reconcile_pod_groups(
         running = group.released
         try:
             if workload.flavour is not None:
-                release = _releasing(workload.flavour)
+                release = _releasing(workload.flavour, workload)
                 for pod in group.waiting[: max(0, wanted - len(running))]:
                     gateway.update_object(POD_KIND, group.namespace, pod.name, release)
             for pod in list(reversed(running))[: max(0, len(running) - wanted)]:
@@ -292,12 +292,15 @@ def _reconcile_pod_groups(
             result.started.append(workload.pk)
 
 
-def _releasing(flavour: Flavour) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    """What releasing a gated pod onto ``flavour`` makes of it."""
+def _releasing(flavour: Flavour, workload: Workload) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """What releasing a gated pod of ``workload`` onto ``flavour`` makes of it: a flavour
+    without a node selector (GPUs only DRA publishes) is held to by the nodes admission
+    placed the workload on, as Jobs are (_admit_object)."""
     selector, tolerations = dict(flavour.node_selector), list(flavour.tolerations)
+    nodes = None if selector else placement_nodes(workload.placements)
 
     def release(pod: dict[str, Any]) -> dict[str, Any]:
-        return released(pod, selector, tolerations)
+        return released(pod, selector, tolerations, nodes)
 
     return release
 

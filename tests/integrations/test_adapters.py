@@ -396,3 +396,47 @@ def test_a_malformed_claim_entry_says_what_is_wrong() -> None:
     read = integration_for("Job").read(obj)
     assert read.problem is not None
     assert "exactly one of resourceClaimTemplateName and resourceClaimName" in read.problem
+
+
+def test_a_pod_group_asking_through_claims_is_one_pod_set_of_them() -> None:
+    """Pods of one controller name the same claims: one pod set asking through them;
+    pods that name other claims, or GPUs both ways, are refused with what to change."""
+    from scheduler_bridge.integrations.pods import pod_groups, released
+
+    def claiming(name: str, template: str = "two-h100", gpus: int = 0) -> dict[str, Any]:
+        pod = gated_pod(name, owner="web", gpus=gpus)
+        pod["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": template}]
+        if not gpus:
+            pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpus"}]}
+        return pod
+
+    (group,) = pod_groups([claiming("web-0"), claiming("web-1")])
+    (pod_set,) = group.read.pod_sets
+    assert (pod_set.count, pod_set.resource, pod_set.claims) == (2, "", (("gpus", "two-h100"),))
+    (mixed,) = pod_groups([claiming("web-0"), claiming("web-1", template="one-slice")])
+    assert mixed.read.problem is not None and "name different ResourceClaims" in mixed.read.problem
+    (both,) = pod_groups([claiming("web-0", gpus=1)])
+    assert both.read.problem is not None and "both as resources and through" in both.read.problem
+
+    # released pinned to the nodes admission placed it on (a flavour only DRA describes)
+    pinned = released(claiming("web-0"), {}, [], ["dra-h100"])
+    assert "schedulingGates" not in pinned["spec"]
+    assert pinned["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ] == {
+        "nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["dra-h100"]}]}
+        ]
+    }
+    own = claiming("web-1")
+    own["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+                ]
+            }
+        }
+    }
+    with pytest.raises(ValueError, match="required node affinity of its own"):
+        released(own, {}, [], ["dra-h100"])

@@ -708,3 +708,99 @@ def test_jobs_asking_for_part_of_a_gpu_through_consumable_capacity_share_it(
             }, name
     finally:
         real.delete_object("ResourceSlice", None, shared_slice["metadata"]["name"])
+
+
+@pytest.mark.django_db
+def test_a_deployment_asking_through_claims_is_gated_queued_and_released_onto_its_devices(
+    dra: RealCluster, cast: Cast, tidegate_webhook: str
+) -> None:
+    """Tidegate's webhook gates the pods a Deployment's ReplicaSet creates when they name
+    ResourceClaimTemplates; the queue admits the group on the H100s their claims ask for
+    (two each, borrowing two of the sibling's idle ones) and releases the pods pinned to
+    the node it placed them on, where the real scheduler allocates their claims."""
+    from scheduler_bridge.integrations.pods import GATE, group_uid
+
+    real = dra
+    cluster, gateway = _queue_cluster(real, cast)
+    template = _template(
+        "two-h100",
+        [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 2}}],
+    )
+    template["metadata"]["namespace"] = "vision-train"
+    real.create_object(template)
+    pod_spec = _claim_job("unused", "two-h100")["spec"]["template"]["spec"]
+    pod_spec.pop("restartPolicy")
+    real.create_object(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "serve", "namespace": "vision-train"},
+            "spec": {
+                "replicas": 2,
+                "selector": {"matchLabels": {"app": "serve"}},
+                "template": {
+                    "metadata": {"labels": {"app": "serve", "tidegate.io/queue": "vision"}},
+                    "spec": pod_spec,
+                },
+            },
+        }
+    )
+
+    def pods() -> list[dict[str, Any]]:
+        return [
+            p
+            for p in real.objects("Pod", "vision-train")
+            if p["metadata"].get("labels", {}).get("app") == "serve"
+        ]
+
+    def gated(pod: dict[str, Any]) -> bool:
+        return any(g["name"] == GATE for g in pod["spec"].get("schedulingGates") or [])
+
+    made = real.wait_for(
+        lambda: (lambda p: p if len(p) == 2 else None)(pods()),
+        "the ReplicaSet controller to create two pods",
+    )
+    assert all(gated(p) for p in made)
+    try:
+        jobs_sync(cluster, gateway)
+        admission_cycle(cluster, gateway)
+        replica_set = made[0]["metadata"]["ownerReferences"][0]["name"]
+        workload = Workload.objects.get(job_uid=group_uid("vision-train", replica_set))
+        assert (workload.kind, workload.state, workload.gpus) == ("PodGroup", "running", 4), (
+            workload.reason
+        )
+        assert workload.flavour is not None and workload.flavour.name == "h100-80gb"
+        assert [ps.claim_devices for ps in workload.pod_set_records] == [(("gpu.nvidia.com", 2),)]
+
+        def running() -> list[dict[str, Any]] | None:
+            now = pods()
+            bound = [p for p in now if p["spec"].get("nodeName") and not gated(p)]
+            return bound if len(bound) == 2 else None
+
+        for pod in real.wait_for(running, "the released pods to be bound"):
+            assert pod["spec"]["nodeName"] == "dra-h100"
+            terms = pod["spec"]["affinity"]["nodeAffinity"][
+                "requiredDuringSchedulingIgnoredDuringExecution"
+            ]["nodeSelectorTerms"]
+            assert terms == [
+                {
+                    "matchFields": [
+                        {"key": "metadata.name", "operator": "In", "values": ["dra-h100"]}
+                    ]
+                }
+            ]
+
+        def allocated() -> list[dict[str, Any]] | None:
+            found = [
+                c
+                for c in real.objects("ResourceClaim", "vision-train")
+                if (c.get("status") or {}).get("allocation")
+            ]
+            return found if len(found) == 2 else None
+
+        for claim in real.wait_for(allocated, "the scheduler to allocate both pods' claims"):
+            results = claim["status"]["allocation"]["devices"]["results"]
+            assert [r["pool"] for r in results] == ["dra-h100", "dra-h100"]
+    finally:
+        real.delete_object("Deployment", "vision-train", "serve")
+        gateway.close()

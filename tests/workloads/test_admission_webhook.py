@@ -141,6 +141,11 @@ def test_queue_gpu_pods_are_gated_unless_a_suspendable_kind_owns_them() -> None:
     assert patch_of(other) == [{"op": "add", "path": "/spec/schedulingGates/-", "value": gate}]
     assert patch_of(pod_review({})) == []  # not queue work
     assert patch_of(pod_review(queue, gpus=0)) == []  # no GPU: nothing to queue
+    # GPUs through ResourceClaims (docs/dra.md): queued as well
+    claiming = pod_review(
+        queue, gpus=0, spec={"resourceClaims": [{"name": "g", "resourceClaimTemplateName": "t"}]}
+    )
+    assert patch_of(claiming) == [{"op": "add", "path": "/spec/schedulingGates", "value": [gate]}]
     for owner in ("Job", "PyTorchJob", "RayCluster"):  # held by their own suspend
         owned = pod_review(
             queue, ownerReferences=[{"kind": owner, "name": "x", "uid": "1", "controller": True}]
