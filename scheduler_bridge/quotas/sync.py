@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -79,7 +79,7 @@ def desired_quotas(
     bindings: list[NamespaceBinding],
     used: dict[str, dict[str, int]],
     current: dict[str, dict[str, str]] | None = None,
-    device_classes: Mapping[str, Iterable[str]] | None = None,
+    device_classes: Mapping[str, GpuDeviceClass] | None = None,
 ) -> dict[str, dict[str, str]]:
     """`spec.hard` per bound namespace of `cluster` (the inputs of the pure rule);
     ``current`` is what Tidegate's quotas say now (kept while they still hold).
@@ -88,20 +88,30 @@ def desired_quotas(
     tenant's guarantees and loans of those flavours (docs/dra.md#enforcement).
 
     A flavour's guarantee counts toward the way the cluster offers its GPUs: its
-    extended resource where nodes advertise it, its device classes where a DRA driver
-    publishes it (both where both do), so a tenant cannot spend it twice."""
+    extended resource where nodes advertise it or a DeviceClass serves it (DRA's
+    extended-resource mapping), its device classes where a DRA driver publishes it
+    (both where both do), so a tenant cannot spend it twice."""
     flavours = list(Flavour.objects.filter(cluster=cluster))
     through_claims = _published_devices(cluster)
+    classes = device_classes or {}
+    mapped = {
+        (name, c.extended_resource)
+        for c in classes.values()
+        if c.extended_resource
+        for name in c.flavours
+    }
     as_resource = {
         f.pk
         for f in flavours
-        if f.capacity > through_claims.get(f.name, 0) or f.name not in through_claims
+        if f.capacity > through_claims.get(f.name, 0)
+        or f.name not in through_claims
+        or (f.name, f.resource_name) in mapped
     }
     resources = {f.resource_name for f in flavours if f.capacity > 0 and f.pk in as_resource}
     classes_of: dict[str, list[str]] = defaultdict(list)  # flavour name -> its classes' keys
-    for name, served in sorted((device_classes or {}).items()):
+    for name, served in sorted(classes.items()):
         resources.add(device_class_quota_key(name))
-        for flavour_name in served:
+        for flavour_name in served.flavours:
             classes_of[flavour_name].append(device_class_quota_key(name))
     ceiling: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
 
@@ -150,19 +160,32 @@ def _published_devices(cluster: Cluster) -> dict[str, int]:
     return dict(found)
 
 
-def gpu_device_classes(cluster: Cluster, gateway: ClusterGateway) -> dict[str, frozenset[str]]:
-    """DeviceClass name -> the flavours of the published devices it admits, for the
-    classes that admit GPUs (none, and nothing asked of the cluster, where inventory
-    found no GPU published through DRA)."""
+@dataclass(frozen=True)
+class GpuDeviceClass:
+    """A DeviceClass that admits published GPUs: the flavours of those it admits (shared
+    ones left out: a claim counts one device whatever part it takes), and the extended
+    resource it serves pods that ask for it, if any."""
+
+    flavours: frozenset[str]
+    extended_resource: str | None = None
+
+
+def gpu_device_classes(cluster: Cluster, gateway: ClusterGateway) -> dict[str, GpuDeviceClass]:
+    """The DeviceClasses that admit GPUs, by name (none, and nothing asked of the
+    cluster, where inventory found no GPU published through DRA)."""
     if not _published_devices(cluster):
         return {}
     classes = gateway.list_device_classes()
     if not classes:
         return {}
     devices, _ = devices_of_slices(gateway.list_resource_slices() or [])
-    inventory = Inventory(devices, [device_class(c) for c in classes], flavour_of)
+    parsed = {c.name: c for c in map(device_class, classes)}
+    inventory = Inventory(devices, parsed.values(), flavour_of)
     return {
-        name: frozenset(f.name for f in served if not f.shared)
+        name: GpuDeviceClass(
+            frozenset(f.name for f in served if not f.shared),
+            parsed[name].extended_resource_name,
+        )
         for name, served in inventory.class_flavours().items()
         if any(not f.shared for f in served)
     }

@@ -804,3 +804,57 @@ def test_a_deployment_asking_through_claims_is_gated_queued_and_released_onto_it
     finally:
         real.delete_object("Deployment", "vision-train", "serve")
         gateway.close()
+
+
+@pytest.mark.django_db
+def test_a_job_asking_for_nvidia_gpu_is_served_through_the_class_that_maps_it(
+    dra: RealCluster, cast: Cast
+) -> None:
+    """The driver's class serves `nvidia.com/gpu` (DRA extended resource): a queued Job
+    asking for 2 `nvidia.com/gpu` on nodes that offer GPUs only through DRA is admitted
+    on their flavour and pinned there; the scheduler serves its pod from the class's
+    devices. The namespace quota limits the resource as well as the class (a pod asking
+    for the resource outside the queue must not escape it), and the GPUs count once."""
+    real = dra
+
+    def maps(resource: str | None) -> Any:
+        def change(device_class: dict[str, Any]) -> None:
+            if resource:
+                device_class["spec"]["extendedResourceName"] = resource
+            else:
+                device_class["spec"].pop("extendedResourceName", None)
+
+        return change
+
+    real.edit_object("DeviceClass", None, "gpu.nvidia.com", maps("nvidia.com/gpu"))
+    cluster, gateway = _queue_cluster(real, cast)
+    NamespaceBinding.objects.filter(namespace="vision-dev").delete()
+    job = _claim_job("plain", "unused")
+    pod_spec = job["spec"]["template"]["spec"]
+    pod_spec.pop("resourceClaims")
+    pod_spec["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "2"}}
+    try:
+        real.create_object(job)
+        jobs_sync(cluster, gateway)
+        admission_cycle(cluster, gateway)
+        workload = Workload.objects.get(cluster=cluster, job_name="plain")
+        assert workload.state == Workload.State.RUNNING, workload.reason
+        assert workload.flavour is not None and workload.flavour.name == "h100-80gb"
+        hard = real.read("ResourceQuota", "vision-train", "tidegate-gpu")["spec"]["hard"]
+        assert hard["requests.nvidia.com/gpu"] == "2", hard
+        assert hard[device_class_quota_key("gpu.nvidia.com")] == "2", hard
+
+        def served() -> dict[str, Any] | None:
+            pods = real.active_job_pods("vision-train", "plain")
+            if not pods:
+                return None
+            pod = real.read("Pod", "vision-train", pods[0]["metadata"]["name"])
+            return pod if pod["status"].get("phase") == "Running" else None
+
+        pod = real.wait_for(served, "the scheduler to serve the pod through the class")
+        assert pod["spec"]["nodeName"] == "dra-h100"
+        inventory_sync(cluster, gateway)
+        assert Node.objects.get(cluster=cluster, name="dra-h100").busy == {"nvidia.com/gpu": 2}
+    finally:
+        real.edit_object("DeviceClass", None, "gpu.nvidia.com", maps(None))
+        gateway.close()
