@@ -128,7 +128,7 @@ def elastic_parts(
                     PendingWorkload(
                         id=pod_id(core.id, ps.name, index),
                         tenant_id=core.tenant_id,
-                        pod_sets=(PodSet(1, ps.gpus_per_pod, (flavour,), name=ps.name),),
+                        pod_sets=(PodSet(1, ps.per_pod(flavour), (flavour,), name=ps.name),),
                         priority=core.priority,
                         submitted_at=request.submitted_at,
                         gang=False,

@@ -51,6 +51,7 @@ from .model import (
     Node,
     PendingWorkload,
     Placement,
+    PodSet,
     Preemption,
     ReasonCode,
 )
@@ -212,7 +213,7 @@ class AdmissionEngine:
                 node = tree.workload_node[tenant] if tenant is not None else -1
                 raw = (
                     wl.topology,
-                    tuple([(ps.count, ps.gpus_per_pod, ps.flavours) for ps in wl.pod_sets]),
+                    tuple([ps.raw for ps in wl.pod_sets]),
                     wl.preemptible,
                     wl.opportunistic,
                 )
@@ -225,6 +226,13 @@ class AdmissionEngine:
             fresh[wl.id] = item
         self._items = fresh
         return list(fresh.values())
+
+
+def _on_flavour(pod_set: PodSet, flavour: str) -> PodSet:
+    """``pod_set`` as it runs on ``flavour`` alone."""
+    return replace(
+        pod_set, flavours=(flavour,), gpus_per_pod=pod_set.per_pod(flavour), per_flavour=()
+    )
 
 
 def _held_order(
@@ -814,7 +822,7 @@ class _Cycle:
         # option gives it, so the card and the borrowing it estimates are that flavour's.
         wl = item.wl
         pod_sets = tuple(
-            ps if ps.flavours == (self.names[f],) else replace(ps, flavours=(self.names[f],))
+            ps if ps.flavours == (self.names[f],) else _on_flavour(ps, self.names[f])
             for ps, f in zip(wl.pod_sets, option.flavours, strict=True)
         )
         as_run = wl if pod_sets == wl.pod_sets else replace(wl, pod_sets=pod_sets)

@@ -137,13 +137,19 @@ class PodSet:
     ``min_count`` (None: ``count``) makes the pod set elastic: its first ``min_count``
     pods are the core, admitted under the usual rules; the pods above it are elastic,
     added one by one into capacity nobody else waits for and taken back first
-    (admission/elastic.py)."""
+    (admission/elastic.py).
+
+    ``per_flavour`` (empty: ``gpus_per_pod`` on every flavour) says what a pod needs on
+    each of ``flavours``, in order, when that differs: a prioritized list of DRA claims
+    such as "two H100s, or else four MIG slices" (docs/dra.md). ``gpus_per_pod`` is then
+    its first entry."""
 
     count: int
     gpus_per_pod: int
     flavours: tuple[str, ...]
     name: str = "main"
     min_count: int | None = None
+    per_flavour: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.flavours, str):
@@ -155,6 +161,26 @@ class PodSet:
                 f"pod set {self.name}: min_count must be within 1..{self.count} (its count), "
                 f"got {self.min_count}"
             )
+        if self.per_flavour and (
+            len(self.per_flavour) != len(self.flavours)
+            or min(self.per_flavour) < 1
+            or self.per_flavour[0] != self.gpus_per_pod
+        ):
+            raise ValueError(
+                f"pod set {self.name}: per_flavour needs one amount of at least 1 per flavour, "
+                f"the first its gpus_per_pod (got {self.per_flavour} for {self.flavours})"
+            )
+
+    def per_pod(self, flavour: str) -> int:
+        """What one pod needs on ``flavour``."""
+        if self.per_flavour and flavour in self.flavours:
+            return self.per_flavour[self.flavours.index(flavour)]
+        return self.gpus_per_pod
+
+    @property
+    def raw(self) -> tuple[int, int | tuple[int, ...], tuple[str, ...]]:
+        """(count, per pod, flavours) as shapes are built from (pending.build_shape)."""
+        return (self.count, self.per_flavour or self.gpus_per_pod, self.flavours)
 
     @property
     def core(self) -> int:

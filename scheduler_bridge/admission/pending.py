@@ -19,8 +19,11 @@ from dataclasses import dataclass
 from .model import Node, PendingWorkload, PodSet, Topology
 from .placement import Need, NodePool
 
-# (topology, pod sets as (count, GPUs per pod, acceptable flavours), may borrow, elastic)
-RawShape = tuple[Topology, tuple[tuple[int, int, tuple[str, ...]], ...], bool, bool]
+# (topology, per pod set (count, per pod - one amount, or one per flavour -, flavours),
+# may borrow, elastic)
+RawShape = tuple[
+    Topology, tuple[tuple[int, int | tuple[int, ...], tuple[str, ...]], ...], bool, bool
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +67,7 @@ def build_shape(raw: RawShape, shape_id: int, flavour_index: dict[str, int]) -> 
     would borrow (Kueue's ``whenCanBorrow: TryNextFlavor``), see engine._evaluate."""
     topology, pod_sets, may_borrow, elastic = raw
     unknown = sorted({f for _, _, names in pod_sets for f in names if f not in flavour_index})
-    gpus = sum(count * per_pod for count, per_pod, _ in pod_sets)
+    gpus = sum(count * _on(per_pod, 0) for count, per_pod, _ in pod_sets)
     if unknown:
         return Shape(raw, shape_id, topology, (), (), tuple(unknown), gpus, may_borrow, elastic)
     options: list[Option] = []
@@ -75,7 +78,8 @@ def build_shape(raw: RawShape, shape_id: int, flavour_index: dict[str, int]) -> 
             continue
         seen.add(chosen)
         needs = tuple(
-            (f, count, per_pod) for f, (count, per_pod, _) in zip(chosen, pod_sets, strict=True)
+            (f, count, _on(per_pod, k))
+            for f, (count, per_pod, _) in zip(chosen, pod_sets, strict=True)
         )
         totals: dict[int, int] = {}
         for f, count, per_pod in needs:
@@ -83,6 +87,11 @@ def build_shape(raw: RawShape, shape_id: int, flavour_index: dict[str, int]) -> 
         options.append(Option(len(options), chosen, needs, tuple(sorted(totals.items()))))
     flavours = tuple(sorted({f for option in options for f in option.flavours}))
     return Shape(raw, shape_id, topology, tuple(options), flavours, (), gpus, may_borrow, elastic)
+
+
+def _on(per_pod: int | tuple[int, ...], k: int) -> int:
+    """What a pod needs on its ``k``-th flavour (its last one once it has no more)."""
+    return per_pod if isinstance(per_pod, int) else per_pod[min(k, len(per_pod) - 1)]
 
 
 class Item:
@@ -175,7 +184,7 @@ def fits_when_idle(nodes: Sequence[Node], pod_sets: Sequence[PodSet], topology: 
         {f for n in nodes for f in n.capacity} | {f for p in pod_sets for f in p.flavours}
     )
     index = {name: i for i, name in enumerate(names)}
-    raw = (topology, tuple((p.count, p.gpus_per_pod, p.flavours) for p in pod_sets), True, False)
+    raw = (topology, tuple(p.raw for p in pod_sets), True, False)
     shape = build_shape(raw, 0, index)
     idle = [
         Node(n.name, dict(n.capacity), None, n.domain) for n in sorted(nodes, key=lambda n: n.name)

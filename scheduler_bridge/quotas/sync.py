@@ -212,7 +212,7 @@ def used_by_namespace(cluster: Cluster, gateway: ClusterGateway) -> dict[str, di
         for pod_set in workload.pod_set_records:
             if not pod_set.asks_through_claims:
                 continue
-            through_claims += pods.get(pod_set.name, 0) * pod_set.gpus_per_pod
+            through_claims += pods.get(pod_set.name, 0) * pod_set.per_pod_on(workload.flavour.name)
             # (a shared claim is counted below, as the object it is)
             for name, devices in pod_set.claim_devices:
                 used[workload.namespace][device_class_quota_key(name)] += (

@@ -115,16 +115,15 @@ class ClaimResolver:
                 )
             )
         amounts = {alternative.amount for alternative in need}
-        if len(amounts) > 1:
+        if len(amounts) > 1 and need[0].shared:
             raise _refused(
                 wording(
                     gettext_noop(
-                        "%(where)s: its prioritized list asks for different numbers of devices "
-                        "per alternative (%(listed)s); Tidegate queues alternatives that ask "
-                        "for the same number"
+                        "%(where)s: its prioritized list asks for different parts of a GPU "
+                        "per alternative (%(listed)s); Tidegate queues shares of one size"
                     ),
                     where=where,
-                    listed=", ".join(f"{a.flavour}: {a.amount}" for a in need),
+                    listed=", ".join(f"{a.flavour}: {a.amount}/1000" for a in need),
                 )
             )
         return need
@@ -148,14 +147,21 @@ class ClaimResolver:
 
 
 def _asked(need: tuple[Alternative, ...]) -> PodSetSpec:
-    """One pod's ask: ``need`` devices of its flavours, or (consumable capacity) the
-    thousandths of one GPU its claims take."""
+    """One pod's ask: ``need`` devices of its flavours (each alternative its own number),
+    or (consumable capacity) the thousandths of one GPU its claims take."""
     flavours = tuple(a.flavour for a in need)
     if need[0].shared:
         return PodSetSpec(
             count=1, gpus_per_pod=1, gpu_milli=need[0].amount, share_style=DRA, flavours=flavours
         )
-    return PodSetSpec(count=1, gpus_per_pod=need[0].amount, flavours=flavours)
+    amounts = tuple(a.amount for a in need)
+    return PodSetSpec(
+        count=1,
+        gpus_per_pod=amounts[0],
+        flavours=flavours,
+        # (each alternative at its own amount: "two H100s, or else four MIG slices")
+        per_flavour=amounts if len(set(amounts)) > 1 else (),
+    )
 
 
 def _by_name(listed: list[dict[str, Any]] | None) -> dict[tuple[str, str], dict[str, Any]]:

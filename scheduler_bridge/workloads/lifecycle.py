@@ -318,10 +318,9 @@ def release_pods(
 
     def release(locked: Workload) -> None:
         pod_set = locked.pod_set_records[0]
-        freed = min(pods * pod_set.gpus_per_pod, locked.gpus)
-        kept, released = split_placements(
-            locked.placement_records, freed, pod_set.gpus_per_pod, nodes
-        )
+        per_pod = pod_set.per_pod_on(locked.flavour.name if locked.flavour else None)
+        freed = min(pods * per_pod, locked.gpus)
+        kept, released = split_placements(locked.placement_records, freed, per_pod, nodes)
         borrowed = dict(locked.borrowed_gpus)
         given_back = take_borrowed(borrowed, freed)  # borrowed GPUs go back first
         close_part_of_run(locked, now, released, given_back)
@@ -335,7 +334,8 @@ def release_pods(
         locked.pod_sets = dump_pod_sets(records)
         _owe_event(locked, "PodsReleased", message)
 
-    message = worded.pods_released(pods, pods * workload.pod_set_records[0].gpus_per_pod)
+    flavour = workload.flavour.name if workload.flavour else None
+    message = worded.pods_released(pods, pods * workload.pod_set_records[0].per_pod_on(flavour))
     return _single(
         workload,
         "release",

@@ -7,7 +7,9 @@ records instead of indexing raw dicts. (Past runs have theirs in runs.py.)
     pod_sets    [{"name": "main", "count": 2, "gpus_per_pod": 4, "flavours": ["h100-80gb"]}]
                 (elastic ones add "min_count": the core; pods asking through
                 ResourceClaimTemplates add "claim_devices": {"gpu.nvidia.com": 4}, what
-                Kubernetes' ResourceQuota charges each pod's claims per device class)
+                Kubernetes' ResourceQuota charges each pod's claims per device class; a
+                prioritized list whose alternatives ask for different amounts adds
+                "per_flavour": [2, 4], a pod's amount on each of its flavours)
     placements  [{"node": "h100-1", "flavour": "h100-80gb", "gpus": 8}]   (elastic pods
                 included)
     elastic_pods [{"pod_set": "Worker", "index": 0, "node": "h100-1", "flavour": "h100-80gb",
@@ -40,6 +42,15 @@ class PodSetRecord:
     # the ResourceClaim its one "pod" stands for, shared by the workload's pods
     # (Kubernetes counts that claim from its creation, not the pod set)
     shared_claim: str | None = None
+    # what a pod needs on each of ``flavours`` when that differs (a prioritized list of
+    # claims: "two H100s, or else four MIG slices"); empty: gpus_per_pod on each
+    per_flavour: tuple[int, ...] = ()
+
+    def per_pod_on(self, flavour: str | None) -> int:
+        """What one pod needs on ``flavour`` (the one it was admitted on)."""
+        if self.per_flavour and flavour in self.flavours:
+            return self.per_flavour[self.flavours.index(flavour)]
+        return self.gpus_per_pod
 
     @property
     def asks_through_claims(self) -> bool:
@@ -70,6 +81,8 @@ class PodSetRecord:
             dumped["claim_devices"] = dict(self.claim_devices)
         if self.shared_claim is not None:
             dumped["shared_claim"] = self.shared_claim
+        if self.per_flavour:
+            dumped["per_flavour"] = list(self.per_flavour)
         return dumped
 
 
@@ -200,6 +213,7 @@ def parse_pod_sets(raw: Any) -> list[PodSetRecord]:
                         )
                     ),
                     shared_claim=str(item["shared_claim"]) if item.get("shared_claim") else None,
+                    per_flavour=tuple(int(n) for n in item.get("per_flavour") or ()),
                 )
             )
         except (AttributeError, KeyError, TypeError, ValueError) as error:

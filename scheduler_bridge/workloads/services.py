@@ -75,6 +75,9 @@ class PodSetSpec:
     claim_devices: tuple[tuple[str, int], ...] = ()
     # the ResourceClaim a pod set of one stands for, shared by the object's pods
     shared_claim: str | None = None
+    # with ``flavours``: what a pod needs on each when that differs (gpus_per_pod is then
+    # the first), from a prioritized list of claims
+    per_flavour: tuple[int, ...] = ()
 
     @property
     def asks_share(self) -> bool:
@@ -341,7 +344,11 @@ def check_can_ever_run(shape: ClusterShape, pod_sets: list[PodSetRecord], topolo
     """ValidationFailed when no state of the cluster could ever run this workload."""
     for ps in pod_sets:
         needed = ps.gpus
-        fits = [f for f in ps.flavours if shape.total.get(f, 0) >= needed]
+
+        def need_on(flavour: str, ps: PodSetRecord = ps) -> int:
+            return ps.count * ps.per_pod_on(flavour)
+
+        fits = [f for f in ps.flavours if shape.total.get(f, 0) >= need_on(f)]
         best = max(ps.flavours, key=lambda f: shape.total.get(f, 0))
         if not fits:
             raise ValidationFailed(
@@ -358,7 +365,7 @@ def check_can_ever_run(shape: ClusterShape, pod_sets: list[PodSetRecord], topolo
                 },
                 field="pod_sets",
             )
-        if not any(shape.largest_node.get(f, 0) >= ps.gpus_per_pod for f in ps.flavours):
+        if not any(shape.largest_node.get(f, 0) >= ps.per_pod_on(f) for f in ps.flavours):
             raise ValidationFailed(
                 _(
                     "A pod of %(pod_set)s needs %(per_pod)s GPUs on one node; the largest "
@@ -373,7 +380,7 @@ def check_can_ever_run(shape: ClusterShape, pod_sets: list[PodSetRecord], topolo
                 field="pod_sets",
             )
         if topology == Workload.Topology.ONE_NODE and not any(
-            shape.largest_node.get(f, 0) >= needed for f in ps.flavours
+            shape.largest_node.get(f, 0) >= need_on(f) for f in ps.flavours
         ):
             raise ValidationFailed(
                 _("Needs %(need)s GPUs on one node; the largest node has %(have)s %(best)s."),
@@ -381,7 +388,7 @@ def check_can_ever_run(shape: ClusterShape, pod_sets: list[PodSetRecord], topolo
                 field="topology",
             )
         if topology == Workload.Topology.ONE_DOMAIN and not any(
-            shape.largest_domain.get(f, 0) >= needed for f in ps.flavours
+            shape.largest_domain.get(f, 0) >= need_on(f) for f in ps.flavours
         ):
             raise ValidationFailed(
                 _(
@@ -391,7 +398,10 @@ def check_can_ever_run(shape: ClusterShape, pod_sets: list[PodSetRecord], topolo
                 params={"need": needed, "have": shape.largest_domain.get(best, 0), "best": best},
                 field="topology",
             )
-    pod_set_specs = [engine.PodSet(ps.count, ps.gpus_per_pod, ps.flavours) for ps in pod_sets]
+    pod_set_specs = [
+        engine.PodSet(ps.count, ps.gpus_per_pod, ps.flavours, per_flavour=ps.per_flavour)
+        for ps in pod_sets
+    ]
     if not engine.fits_when_idle(shape.nodes, pod_set_specs, engine.Topology(topology)):
         raise _not_together(shape, pod_sets, topology)
 
@@ -537,6 +547,7 @@ def workload_submit(
                 min_count=spec.min_count if spec.min_count != spec.count else None,
                 claim_devices=spec.claim_devices,
                 shared_claim=spec.shared_claim,
+                per_flavour=spec.per_flavour,
             )
         )
     # an elastic workload must be able to run its core; what is above it grows when it can

@@ -95,6 +95,7 @@ def pod_sets_of(workload: Workload) -> tuple[engine.PodSet, ...]:
             flavours=ps.flavours,
             name=ps.name,
             min_count=ps.min_count,
+            per_flavour=ps.per_flavour,
         )
         for ps in workload.pod_set_records
     )

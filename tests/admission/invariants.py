@@ -124,7 +124,11 @@ def reclaim_violations(snapshot: ClusterSnapshot, result: CycleResult) -> list[s
             for p in decision.held:
                 needs[p.flavour] = needs.get(p.flavour, 0) + p.gpus
             if not needs:
-                needs = {decision.flavour: sum(ps.count * ps.gpus_per_pod for ps in wl.pod_sets)}
+                needs = {
+                    decision.flavour: sum(
+                        ps.count * ps.per_pod(decision.flavour) for ps in wl.pod_sets
+                    )
+                }
             for flavour, need in needs.items():
                 key = (wl.tenant_id, flavour)
                 claimed[key] = claimed.get(key, 0) + need

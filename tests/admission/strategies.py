@@ -176,18 +176,20 @@ def tight_cohorts(draw: st.DrawFn) -> World:
 @st.composite
 def multi_pod_set_workloads(draw: st.DrawFn, world: World, wid: str, at: float) -> PendingWorkload:
     """Two or three pod sets, each accepting its own ordered choice of flavours (a
-    launcher on anything, workers on two kinds of GPU), some large enough that only
-    borrowing, or nothing, could hold them."""
+    launcher on anything, workers on two kinds of GPU), some at their own amount per
+    flavour, some large enough that only borrowing, or nothing, could hold them."""
     names = [f.name for f in world.flavours]
-    pod_sets = tuple(
-        PodSet(
-            draw(st.integers(1, 8)),
-            draw(st.sampled_from([1, 2, 4])),
-            tuple(draw(st.permutations(names))[: draw(st.integers(1, len(names)))]),
-            f"set{i}",
+
+    def pod_set(i: int) -> PodSet:
+        flavours = tuple(draw(st.permutations(names))[: draw(st.integers(1, len(names)))])
+        # a prioritized list of claims may ask each alternative for its own number
+        amounts = tuple(draw(st.sampled_from([1, 2, 4])) for _ in flavours)
+        per_flavour = amounts if len(flavours) > 1 and draw(st.booleans()) else ()
+        return PodSet(
+            draw(st.integers(1, 8)), amounts[0], flavours, f"set{i}", per_flavour=per_flavour
         )
-        for i in range(draw(st.integers(2, 3)))
-    )
+
+    pod_sets = tuple(pod_set(i) for i in range(draw(st.integers(2, 3))))
     return PendingWorkload(
         id=wid,
         tenant_id=draw(st.sampled_from([t.id for t in world.tenants])),

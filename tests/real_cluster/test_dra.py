@@ -858,3 +858,66 @@ def test_a_job_asking_for_nvidia_gpu_is_served_through_the_class_that_maps_it(
     finally:
         real.edit_object("DeviceClass", None, "gpu.nvidia.com", maps(None))
         gateway.close()
+
+
+@pytest.mark.django_db
+def test_a_prioritized_list_whose_alternatives_ask_different_numbers_runs_on_its_own(
+    dra: RealCluster, cast: Cast
+) -> None:
+    """ "Two H100s, or else four MIG slices": with the team's two guaranteed H100s taken,
+    the queue admits the slices inside its MIG guarantee (before borrowing H100s) at
+    their own number, four; the real scheduler allocates four slices, and four are
+    charged and metered."""
+    real = dra
+    cluster, gateway = _queue_cluster(real, cast)
+    mig = Flavour.objects.get(cluster=cluster, name="a100-sxm4-80gb-mig-1g.10gb")
+    templates = {
+        "two-h100": [
+            {
+                "name": "gpu",
+                "exactly": {
+                    "deviceClassName": "gpu.nvidia.com",
+                    "count": 2,
+                    "selectors": [PRODUCT_IS_H100],
+                },
+            }
+        ],
+        "h100-or-four-slices": _h100_or_slices(slices=4),
+    }
+    for name, requests in templates.items():
+        made = _template(name, requests)
+        made["metadata"]["namespace"] = "vision-train"
+        real.create_object(made)
+    try:
+        for name, template in (("first", "two-h100"), ("either", "h100-or-four-slices")):
+            real.create_object(_claim_job(name, template))
+            jobs_sync(cluster, gateway)
+            admission_cycle(cluster, gateway)
+        either = Workload.objects.get(cluster=cluster, job_name="either")
+        assert either.state == Workload.State.RUNNING, either.reason
+        assert either.flavour == mig
+        assert [(p.node, p.gpus) for p in either.placement_records] == [("dra-a100-mig", 4)]
+        (pod_set,) = either.pod_set_records
+        assert (pod_set.flavours, pod_set.per_flavour) == (
+            ("h100-80gb", "a100-sxm4-80gb-mig-1g.10gb"),
+            (2, 4),
+        )
+        assert pod_set.claim_devices == (("gpu.nvidia.com", 2), ("mig.nvidia.com", 4))
+
+        def sliced() -> list[dict[str, Any]] | None:
+            for claim in real.objects("ResourceClaim", "vision-train"):
+                owner = claim["metadata"]["ownerReferences"][0]["name"]
+                allocation = (claim.get("status") or {}).get("allocation") or {}
+                results = (allocation.get("devices") or {}).get("results") or []
+                if owner.startswith("either-") and results:
+                    return list(results)
+            return None
+
+        results = real.wait_for(sliced, "the scheduler to allocate the four slices")
+        assert [(r["pool"], r["request"]) for r in results] == [("dra-a100-mig", "gpu/slices")] * 4
+        usage_collect(cluster=cluster, gateway=gateway, now=timezone.now() + timedelta(hours=2))
+        rows = UsageRecord.objects.filter(workload=either)
+        assert rows.exists()
+        assert {(r.flavour_id, r.devices) for r in rows} == {(mig.pk, 4)}
+    finally:
+        gateway.close()
