@@ -96,6 +96,19 @@ PRODUCT_IS_H100 = {
 }
 
 
+# a template's requests: two whole H100s
+TWO_H100: list[dict[str, Any]] = [
+    {
+        "name": "gpu",
+        "exactly": {
+            "deviceClassName": "gpu.nvidia.com",
+            "count": 2,
+            "selectors": [PRODUCT_IS_H100],
+        },
+    }
+]
+
+
 def _h100_or_slices(slices: int) -> list[dict[str, Any]]:
     """Two whole H100s, or else ``slices`` MIG devices: a prioritized list."""
     whole = {
@@ -351,16 +364,7 @@ def test_jobs_asking_through_claims_are_queued_counted_and_admitted_on_their_alt
     the flavour Tidegate admitted it on. A claim for a class no flavour serves is refused."""
     real = dra
     templates: dict[str, list[dict[str, Any]]] = {
-        "two-h100": [
-            {
-                "name": "gpu",
-                "exactly": {
-                    "deviceClassName": "gpu.nvidia.com",
-                    "count": 2,
-                    "selectors": [PRODUCT_IS_H100],
-                },
-            }
-        ],
+        "two-h100": TWO_H100,
         "h100-or-slices": _h100_or_slices(slices=2),
         "tpus": [{"name": "tpu", "exactly": {"deviceClassName": "tpu.example.com"}}],
     }
@@ -872,16 +876,7 @@ def test_a_prioritized_list_whose_alternatives_ask_different_numbers_runs_on_its
     cluster, gateway = _queue_cluster(real, cast)
     mig = Flavour.objects.get(cluster=cluster, name="a100-sxm4-80gb-mig-1g.10gb")
     templates = {
-        "two-h100": [
-            {
-                "name": "gpu",
-                "exactly": {
-                    "deviceClassName": "gpu.nvidia.com",
-                    "count": 2,
-                    "selectors": [PRODUCT_IS_H100],
-                },
-            }
-        ],
+        "two-h100": TWO_H100,
         "h100-or-four-slices": _h100_or_slices(slices=4),
     }
     for name, requests in templates.items():
