@@ -152,8 +152,10 @@ def desired_quotas(
 def _published_devices(cluster: Cluster) -> dict[str, int]:
     """Flavour name -> devices DRA drivers publish of it on the cluster's nodes."""
     found: dict[str, int] = defaultdict(int)
-    for devices in Node.objects.filter(cluster=cluster, present=True).values_list(
-        "dra_devices", flat=True
+    for devices in (
+        Node.objects.filter(cluster=cluster, present=True)
+        .exclude(dra_devices={})
+        .values_list("dra_devices", flat=True)
     ):
         for name, devices_of_flavour in (devices or {}).items():
             found[name] += int(devices_of_flavour)
