@@ -8,6 +8,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.http import HttpRequest
 
+from scheduler_bridge.dra.flavours import mapping_problems
 from scheduler_bridge.inventory.models import Cluster, Flavour, Node
 from scheduler_bridge.inventory.services import cluster_delete, cluster_save
 from scheduler_bridge.quotas.models import Quota, QuotaRequest
@@ -22,8 +23,21 @@ from tenants.admin import AuditedAdmin
 from tenants.errors import TidegateError
 
 
+class ClusterForm(forms.ModelForm):
+    """A cluster's settings (the admin picks the fields); its driver-to-flavour map
+    checked as the API checks it."""
+
+    def clean_dra_flavours(self) -> dict[str, str]:
+        mapped = self.cleaned_data.get("dra_flavours") or {}  # (an emptied box: none)
+        problems = mapping_problems(mapped)
+        if problems:
+            raise forms.ValidationError(problems)
+        return dict(mapped)
+
+
 @admin.register(Cluster)
 class ClusterAdmin(AuditedAdmin):
+    form = ClusterForm
     list_display = ["name", "gateway", "status", "last_synced_at"]
     list_filter = ["gateway", "status"]
     search_fields = ["name", "display_name"]

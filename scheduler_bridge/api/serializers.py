@@ -9,6 +9,7 @@ from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 
 from scheduler_bridge import selectors
+from scheduler_bridge.dra.flavours import mapping_problems
 from scheduler_bridge.gateways.tolerations import untolerated
 from scheduler_bridge.inventory.models import SHARE_UNITS_PER_GPU, Cluster, Flavour, Node
 from scheduler_bridge.quotas.models import TEXT_MAX_LENGTH, Quota, QuotaRequest
@@ -34,12 +35,26 @@ class ClusterSerializer(RejectUnknownFields, serializers.ModelSerializer[Cluster
             "mig_config_namespace",
             "topology_label",
             "prometheus_url",
+            "dra_flavours",
             "status",
             "status_message",
             "last_synced_at",
             "workload_kinds",
         ]
         read_only_fields = ["id", "status", "status_message", "last_synced_at", "workload_kinds"]
+        extra_kwargs = {
+            "dra_flavours": {
+                "help_text": "DRA drivers whose devices do not describe themselves as NVIDIA's "
+                "driver does, mapped to the flavour each device counts as, e.g. "
+                '{"gpu.amd.com": "mi300x"} (docs/dra.md).'
+            }
+        }
+
+    def validate_dra_flavours(self, value: Any) -> dict[str, str]:
+        problems = mapping_problems(value)
+        if problems:
+            raise serializers.ValidationError(problems)
+        return dict(value)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         merged = {**(self.instance.__dict__ if self.instance else {}), **attrs}

@@ -48,7 +48,10 @@ class ClaimedGpus:
     the devices its slices publish."""
 
     def __init__(
-        self, claims: Iterable[ClaimAllocation], resource_slices: Iterable[Mapping[str, Any]]
+        self,
+        claims: Iterable[ClaimAllocation],
+        resource_slices: Iterable[Mapping[str, Any]],
+        mapped: Mapping[str, str] | None = None,
     ) -> None:
         devices = {d.key: d for d in devices_of_slices(resource_slices)[0]}
         self._by_owner: dict[str, dict[str, int]] = {}
@@ -58,7 +61,7 @@ class ClaimedGpus:
             held = self._by_owner.setdefault(claim.owner_uid, {})
             for key in claim.devices:
                 device = devices.get(key)
-                flavour = flavour_of(device) if device is not None else None
+                flavour = flavour_of(device, mapped) if device is not None else None
                 if flavour is not None and not flavour.shared:  # (shares: not yet)
                     held[flavour.resource_name] = held.get(flavour.resource_name, 0) + 1
 

@@ -13,6 +13,7 @@ drivers Tidegate does not know are mapped by an admin (``mapped``), never guesse
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -48,6 +49,38 @@ class DeviceFlavour:
         if self.mig_profile:
             return mig_resource_name(self.mig_profile, MigStrategy.MIXED)
         return FULL_GPU_RESOURCE
+
+
+# names in a driver -> flavour map: a driver is a DNS subdomain (resource.k8s.io), a flavour
+# as Tidegate names its flavours
+DRIVER_NAME = re.compile(
+    r"(?=.{1,63}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+)
+FLAVOUR_NAME = re.compile(r"(?=.{1,120}$)[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+
+
+def mapping_problems(mapped: object) -> list[str]:
+    """What is wrong with an admin's map of DRA drivers to flavours (Cluster.dra_flavours),
+    one sentence each saying how to fix it; empty when it is right."""
+    if not isinstance(mapped, dict):
+        return ['Give an object of driver name to flavour name, e.g. {"gpu.amd.com": "mi300x"}.']
+    problems = []
+    for driver, flavour in mapped.items():
+        if not (isinstance(driver, str) and DRIVER_NAME.fullmatch(driver)):
+            problems.append(
+                f"{driver!r} is not a DRA driver name (a lowercase DNS subdomain of at most "
+                "63 characters, such as gpu.amd.com)."
+            )
+        elif driver == NVIDIA_DRIVER:
+            problems.append(
+                f"{driver} devices are named from their own attributes; map other drivers."
+            )
+        if not (isinstance(flavour, str) and FLAVOUR_NAME.fullmatch(flavour)):
+            problems.append(
+                f"{flavour!r} (for {driver}) is not a flavour name: lowercase letters, digits, "
+                "'-' and '.', at most 120 characters, such as mi300x."
+            )
+    return problems
 
 
 def flavour_of(device: Device, mapped: Mapping[str, str] | None = None) -> DeviceFlavour | None:

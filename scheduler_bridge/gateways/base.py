@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from types import TracebackType
+from types import MappingProxyType, TracebackType
 from typing import Any, Literal
 
 from scheduler_bridge.dra.allocation import ClaimedGpus, claim_allocation
@@ -82,7 +82,8 @@ class PodInfo:
     # whether it names ResourceClaims: what they hold is added to ``gpu_requests`` once
     # allocated (ClusterGateway.list_gpu_pods), and kept apart in ``claimed_gpus`` too
     has_claims: bool = False
-    claimed_gpus: dict[str, int] = field(default_factory=dict)
+    # (None, not an empty dict, for the many pods without claims: no object per pod)
+    claimed_gpus: Mapping[str, int] | None = None
 
     @property
     def resource_requests(self) -> dict[str, int]:
@@ -223,6 +224,9 @@ class ClusterGateway(abc.ABC):
 
     write_concurrency: int = 1
     compares_locally: bool = True
+    # the cluster's DRA drivers mapped to flavours (Cluster.dra_flavours), set by
+    # inventory.connection for every gateway of a cluster
+    dra_flavours: Mapping[str, str] = MappingProxyType({})
 
     @abc.abstractmethod
     def list_nodes(self) -> list[NodeInfo]:
@@ -369,6 +373,7 @@ class ClusterGateway(abc.ABC):
             claimed = ClaimedGpus(
                 (claim_allocation(c) for c in self.list_resource_claims() or []),
                 self.list_resource_slices() or [],
+                self.dra_flavours,
             )
             pods = [_add_claimed(p, claimed.of_pod(p.uid)) if p.has_claims else p for p in pods]
         return [p for p in pods if p.gpu_requests]

@@ -32,6 +32,7 @@ def gateway_for_cluster(cluster: Cluster) -> ClusterGateway:
     if cluster.gateway == Cluster.Gateway.KUBERNETES and settings.TIDEGATE["WATCH_CACHE"]:
         connection["cache_key"] = cache_key(cluster)
     gateway = gateway_for(cluster.gateway, **connection)
+    gateway.dra_flavours = dict(cluster.dra_flavours or {})
     if cluster.gateway == Cluster.Gateway.SIMULATED:
         from scheduler_bridge.gateways.simulated import SimulatedGateway
         from tenants.models import NamespaceBinding
@@ -52,6 +53,7 @@ def cluster_gateway(
     """``gateway`` as it is (its owner closes it), or a new gateway of ``cluster`` that
     is closed when the block ends, whatever happens inside it."""
     if gateway is not None:
+        gateway.dra_flavours = dict(cluster.dra_flavours or {})
         yield gateway
         return
     with gateway_for_cluster(cluster) as opened:

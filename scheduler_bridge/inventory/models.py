@@ -45,6 +45,9 @@ class Cluster(models.Model):
     )
     topology_label = models.CharField(max_length=200, default="nvidia.com/gpu.clique")
     prometheus_url = models.URLField(blank=True)
+    # DRA drivers that do not describe their GPUs as NVIDIA's does, mapped to the flavour
+    # their devices count as: {"gpu.amd.com": "mi300x"} (docs/dra.md#devices-to-flavours)
+    dra_flavours = models.JSONField(default=dict, blank=True)
     status = models.CharField(max_length=8, choices=Status.choices, default=Status.NEW)
     status_message = models.TextField(blank=True)
     last_synced_at = models.DateTimeField(null=True, blank=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -132,7 +133,9 @@ class DraNodes:
 
 
 def _dra_flavours(
-    resource_slices: list[dict[str, Any]], infos: list[NodeInfo]
+    resource_slices: list[dict[str, Any]],
+    infos: list[NodeInfo],
+    mapped: Mapping[str, str] | None = None,
 ) -> tuple[DraNodes, str]:
     """Per node, what its drivers publish through DRA (docs/dra.md), and a note naming
     slices that could not be read (they are left out, the rest still counts)."""
@@ -140,7 +143,7 @@ def _dra_flavours(
     labels = {info.name: info.labels.get(PRODUCT_LABEL) for info in infos}
     found: dict[str, dict[FlavourSpec, int]] = {}
     shared: dict[str, set[str]] = {}
-    for node, flavours in devices_by_node(devices).items():
+    for node, flavours in devices_by_node(devices, mapped).items():
         label = labels.get(node)
         selector = ((PRODUCT_LABEL, label),) if label else ()
         on_node = found.setdefault(node, {})
@@ -369,7 +372,9 @@ def inventory_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> I
     result = InventoryResult()
     busy = _busy_by_node(pods, _queue_jobs(cluster))
     dra, dra_note = (
-        _dra_flavours(resource_slices, infos) if resource_slices else (DraNodes({}, {}), "")
+        _dra_flavours(resource_slices, infos, cluster.dra_flavours)
+        if resource_slices
+        else (DraNodes({}, {}), "")
     )
     flavour_totals: dict[FlavourSpec, int] = {}
     flavours_on_node: dict[str, set[str]] = {}

@@ -13,6 +13,8 @@ from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
+from typing import TYPE_CHECKING
 
 from django.db import transaction
 from django.db.models import Sum
@@ -42,6 +44,9 @@ from scheduler_bridge.quotas.resource_quota import (
 )
 from tenants.audit import audit_record
 from tenants.models import NamespaceBinding
+
+if TYPE_CHECKING:  # (imported where used: workloads sits above quotas)
+    from scheduler_bridge.workloads.models import Workload
 
 logger = logging.getLogger(__name__)
 
@@ -182,7 +187,9 @@ def gpu_device_classes(cluster: Cluster, gateway: ClusterGateway) -> dict[str, G
         return {}
     devices, _ = devices_of_slices(gateway.list_resource_slices() or [])
     parsed = {c.name: c for c in map(device_class, classes)}
-    inventory = Inventory(devices, parsed.values(), flavour_of)
+    inventory = Inventory(
+        devices, parsed.values(), partial(flavour_of, mapped=cluster.dra_flavours)
+    )
     return {
         name: GpuDeviceClass(
             frozenset(f.name for f in served if not f.shared),
@@ -209,17 +216,7 @@ def used_by_namespace(cluster: Cluster, gateway: ClusterGateway) -> dict[str, di
         queue_jobs.add((workload.namespace, workload.job_name))
         if workload.flavour is None:
             continue
-        through_claims = 0
-        pods = workload.pod_counts()
-        for pod_set in workload.pod_set_records:
-            if not pod_set.asks_through_claims:
-                continue
-            through_claims += pods.get(pod_set.name, 0) * pod_set.per_pod_on(workload.flavour.name)
-            # (a shared claim is counted below, as the object it is)
-            for name, devices in pod_set.claim_devices:
-                used[workload.namespace][device_class_quota_key(name)] += (
-                    pods.get(pod_set.name, 0) * devices
-                )
+        through_claims = _claimed_by_queue(workload, used[workload.namespace])
         if workload.gpus > through_claims:
             used[workload.namespace][workload.flavour.resource_name] += (
                 workload.gpus - through_claims
@@ -243,6 +240,26 @@ def used_by_namespace(cluster: Cluster, gateway: ClusterGateway) -> dict[str, di
             for key, devices in counted.items():
                 used[namespace][key] += devices
     return {namespace: dict(counted) for namespace, counted in used.items()}
+
+
+def _claimed_by_queue(workload: Workload, used: dict[str, int]) -> int:
+    """Add to ``used`` what Kubernetes will charge the claims of the admitted
+    ``workload``'s pods, per device-class key; return the GPUs its pods hold through
+    claims (not under its extended resource). Most work asks for none: its stored pod
+    sets are then not read."""
+    if not any("claim_devices" in ps or "shared_claim" in ps for ps in workload.pod_sets):
+        return 0
+    through_claims = 0
+    pods = workload.pod_counts()
+    admitted_on = workload.flavour.name if workload.flavour else None
+    for pod_set in workload.pod_set_records:
+        if not pod_set.asks_through_claims:
+            continue
+        through_claims += pods.get(pod_set.name, 0) * pod_set.per_pod_on(admitted_on)
+        # (a shared claim is counted by _claims_outside, as the object it is)
+        for name, devices in pod_set.claim_devices:
+            used[device_class_quota_key(name)] += pods.get(pod_set.name, 0) * devices
+    return through_claims
 
 
 def _claims_outside(gateway: ClusterGateway, queue_pods: set[str]) -> dict[str, dict[str, int]]:

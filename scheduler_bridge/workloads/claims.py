@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from scheduler_bridge.admission.wording import Wording, gettext_noop, wording
@@ -142,7 +143,8 @@ class ClaimResolver:
         if self._inventory is None:
             devices, _ = devices_of_slices(self.reader.list_resource_slices() or [])
             classes = [device_class(c) for c in self.reader.list_device_classes() or []]
-            self._inventory = Inventory(devices, classes, flavour_of)
+            mapped = self.reader.dra_flavours
+            self._inventory = Inventory(devices, classes, partial(flavour_of, mapped=mapped))
         return self._inventory
 
 

@@ -72,7 +72,8 @@ def test_an_admin_quota_edit_that_breaks_a_rule_is_a_form_error(
 def test_an_admin_cluster_save_is_audited_and_syncs_its_inventory(cast: Cast, client: Any) -> None:
     client.force_login(cast.platform_admin)
     form = client.get("/admin/scheduler_bridge/cluster/add/").context["adminform"].form
-    data = {name: field.initial or "" for name, field in form.fields.items()}
+    # what a browser posts back: each field as the form renders it
+    data = {name: form[name].value() or "" for name in form.fields}
     data |= {"name": "gpu-west", "gateway": "simulated", "in_cluster": ""}
     response = client.post("/admin/scheduler_bridge/cluster/add/", data)
     assert response.status_code == 302, response.content.decode()[:3000]
@@ -89,3 +90,20 @@ def test_a_cluster_still_holding_quotas_cannot_be_deleted_through_the_api(
     assert response.status_code == 409
     assert "remove its quotas first" in response.json()["detail"]
     assert Cluster.objects.filter(name="gpu-east").exists()
+
+
+def test_an_admin_cluster_form_checks_its_dra_driver_map(cast: Cast, client: Any) -> None:
+    client.force_login(cast.platform_admin)
+    form = client.get("/admin/scheduler_bridge/cluster/add/").context["adminform"].form
+    data = {name: form[name].value() or "" for name in form.fields}
+    data |= {"name": "gpu-west", "gateway": "simulated", "in_cluster": ""}
+    refused = client.post(
+        "/admin/scheduler_bridge/cluster/add/", data | {"dra_flavours": '{"gpu.nvidia.com": "h"}'}
+    )
+    assert refused.status_code == 200
+    assert "named from their own attributes" in refused.content.decode()
+    assert not Cluster.objects.filter(name="gpu-west").exists()
+    # an emptied box maps nothing
+    saved = client.post("/admin/scheduler_bridge/cluster/add/", data | {"dra_flavours": ""})
+    assert saved.status_code == 302
+    assert Cluster.objects.get(name="gpu-west").dra_flavours == {}

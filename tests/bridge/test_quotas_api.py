@@ -337,3 +337,27 @@ def test_two_approvals_at_once_never_hand_out_more_than_the_parent_has() -> None
     assert sorted(outcomes) == ["ValidationFailed", "approved"]
     assert sum(Quota.objects.filter(tenant__in=teams).values_list("guaranteed", flat=True)) == 6
     assert QuotaRequest.objects.filter(state="pending").count() == 1
+
+
+def test_an_admin_maps_dra_drivers_to_flavours_and_a_bad_map_says_what_is_wrong(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    url = "/api/v1/clusters/gpu-east/"
+    admin = client_for(cast.platform_admin)
+    mapped = {"gpu.amd.com": "mi300x"}
+    answer = admin.patch(url, {"dra_flavours": mapped}, format="json")
+    assert answer.status_code == 200, answer.json()
+    assert answer.json()["dra_flavours"] == mapped
+    for bad, says in [
+        (["gpu.amd.com"], "Give an object of driver name to flavour name"),
+        ({"Not A Driver": "mi300x"}, "is not a DRA driver name"),
+        ({"gpu.nvidia.com": "h100"}, "named from their own attributes"),
+        ({"gpu.amd.com": "MI 300X"}, "is not a flavour name"),
+    ]:
+        refused = admin.patch(url, {"dra_flavours": bad}, format="json")
+        assert refused.status_code == 400, refused.json()
+        assert says in str(refused.json()["dra_flavours"])
+    lead = client_for(cast.user("lead")).patch(url, {"dra_flavours": {}}, format="json")
+    assert lead.status_code in (403, 404)
+    fake_cluster.cluster.refresh_from_db()
+    assert fake_cluster.cluster.dra_flavours == mapped

@@ -916,3 +916,78 @@ def test_a_prioritized_list_whose_alternatives_ask_different_numbers_runs_on_its
         assert {(r.flavour_id, r.devices) for r in rows} == {(mig.pk, 4)}
     finally:
         gateway.close()
+
+
+@pytest.mark.django_db
+def test_devices_of_a_driver_an_admin_maps_count_as_its_flavour_and_are_queued(
+    dra: RealCluster, cast: Cast
+) -> None:
+    """A driver that does not describe its GPUs as NVIDIA's does is never guessed at;
+    once an admin maps it to a flavour (Cluster.dra_flavours), its devices are that
+    flavour's capacity, and a Job claiming two of them is queued, admitted and
+    allocated there."""
+    real = dra
+    real.add_node("dra-amd")
+    amd_slice: dict[str, Any] = {
+        "apiVersion": RESOURCE,
+        "kind": "ResourceSlice",
+        "metadata": {"name": "dra-amd-gpu.amd.com"},
+        "spec": {
+            "driver": "gpu.amd.com",
+            "nodeName": "dra-amd",
+            "pool": {"name": "dra-amd", "generation": 1, "resourceSliceCount": 1},
+            "devices": [
+                {
+                    "name": f"gpu-{i}",
+                    "attributes": {"productName": {"string": "AMD Instinct MI300X"}},
+                    "capacity": {"memory": {"value": "192Gi"}},
+                }
+                for i in range(4)
+            ],
+        },
+    }
+    amd_class = {
+        "apiVersion": RESOURCE,
+        "kind": "DeviceClass",
+        "metadata": {"name": "gpu.amd.com"},
+        "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.amd.com'"}}]},
+    }
+    real.create_object(amd_slice)
+    real.create_object(amd_class)
+    try:
+        cluster, gateway = _queue_cluster(real, cast)
+        assert not Flavour.objects.filter(cluster=cluster, name="mi300x").exists()
+        cluster.dra_flavours = {"gpu.amd.com": "mi300x"}
+        cluster.save(update_fields=["dra_flavours"])
+        inventory_sync(cluster, gateway)
+        mi300x = Flavour.objects.get(cluster=cluster, name="mi300x")
+        assert mi300x.capacity == 4
+        hand_down([(cast.org, mi300x, 4), (cast.dept, mi300x, 4), (cast.team_a, mi300x, 4)])
+        template = _template(
+            "two-amd", [{"name": "gpu", "exactly": {"deviceClassName": "gpu.amd.com", "count": 2}}]
+        )
+        template["metadata"]["namespace"] = "vision-train"
+        real.create_object(template)
+        real.create_object(_claim_job("amd", "two-amd"))
+        jobs_sync(cluster, gateway)
+        admission_cycle(cluster, gateway)
+        workload = Workload.objects.get(cluster=cluster, job_name="amd")
+        assert workload.state == Workload.State.RUNNING, workload.reason
+        assert workload.flavour == mi300x
+        assert [(p.node, p.gpus) for p in workload.placement_records] == [("dra-amd", 2)]
+
+        def allocated() -> list[dict[str, Any]] | None:
+            for claim in real.objects("ResourceClaim", "vision-train"):
+                results = ((claim.get("status") or {}).get("allocation") or {}).get(
+                    "devices", {}
+                ).get("results") or []
+                if results:
+                    return list(results)
+            return None
+
+        results = real.wait_for(allocated, "the scheduler to allocate the two MI300Xs")
+        assert {(r["driver"], r["pool"]) for r in results} == {("gpu.amd.com", "dra-amd")}
+        assert len(results) == 2
+    finally:
+        real.delete_object("ResourceSlice", None, amd_slice["metadata"]["name"])
+        real.delete_object("DeviceClass", None, "gpu.amd.com")
