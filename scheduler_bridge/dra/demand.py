@@ -27,12 +27,23 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import partial
 from typing import Any
 
 from scheduler_bridge.admission.wording import Wording, chain, gettext_noop, wording
 
-from .flavours import DeviceFlavour
-from .objects import ALL, EXACT_COUNT, ClaimSpec, Device, DeviceClass, DeviceRequest, DraError
+from .flavours import DeviceFlavour, flavour_of
+from .objects import (
+    ALL,
+    EXACT_COUNT,
+    ClaimSpec,
+    Device,
+    DeviceClass,
+    DeviceRequest,
+    DraError,
+    device_class,
+    devices_of_slices,
+)
 from .selectors import SelectorError, check, evaluate, matches
 
 MILLI = 1000
@@ -96,6 +107,19 @@ class Inventory:
         self.classes = {c.name: c for c in classes}
         self._flavours = {d.key: flavour_of(d) for d in self.devices}
 
+    @classmethod
+    def published(
+        cls,
+        resource_slices: Iterable[Mapping[str, Any]],
+        device_classes: Iterable[Mapping[str, Any]],
+        mapped: Mapping[str, str] | None = None,
+    ) -> Inventory:
+        """From a cluster's ResourceSlices and DeviceClasses as its API server returns
+        them (slices that cannot be read left out): NVIDIA's devices are the flavours
+        their attributes name, other drivers' the flavour ``mapped`` gives them."""
+        devices, _ = devices_of_slices(resource_slices)
+        return cls(devices, map(device_class, device_classes), partial(flavour_of, mapped=mapped))
+
     def flavour(self, device: Device) -> DeviceFlavour | None:
         return self._flavours.get(device.key)
 
@@ -104,16 +128,16 @@ class Inventory:
         admit (classes that admit no device of a known flavour are left out). A device
         whose selector cannot be evaluated counts as not admitted."""
         found: dict[str, frozenset[DeviceFlavour]] = {}
-        for name, device_class in sorted(self.classes.items()):
+        for name, selecting in sorted(self.classes.items()):
             try:
-                check(device_class.selectors)
+                check(selecting.selectors)
             except SelectorError:
                 continue  # a class no claim can be served from admits nothing
             flavours = {
                 flavour
                 for device in self.devices
                 if (flavour := self.flavour(device)) is not None
-                and matches(device_class.selectors, device)
+                and matches(selecting.selectors, device)
             }
             if flavours:
                 found[name] = frozenset(flavours)

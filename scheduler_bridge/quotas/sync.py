@@ -13,7 +13,6 @@ from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import partial
 from typing import TYPE_CHECKING
 
 from django.db import transaction
@@ -23,8 +22,7 @@ from django.utils import timezone
 from scheduler_bridge.admission.wording import chain, gettext_noop, wording
 from scheduler_bridge.dra.allocation import claim_allocation
 from scheduler_bridge.dra.demand import Inventory, device_class_counts, device_class_quota_key
-from scheduler_bridge.dra.flavours import flavour_of
-from scheduler_bridge.dra.objects import DraError, claim_spec, device_class, devices_of_slices
+from scheduler_bridge.dra.objects import DraError, claim_spec
 from scheduler_bridge.gateways import (
     ApplyResult,
     ClusterGateway,
@@ -185,15 +183,13 @@ def gpu_device_classes(cluster: Cluster, gateway: ClusterGateway) -> dict[str, G
     classes = gateway.list_device_classes()
     if not classes:
         return {}
-    devices, _ = devices_of_slices(gateway.list_resource_slices() or [])
-    parsed = {c.name: c for c in map(device_class, classes)}
-    inventory = Inventory(
-        devices, parsed.values(), partial(flavour_of, mapped=cluster.dra_flavours)
+    inventory = Inventory.published(
+        gateway.list_resource_slices() or [], classes, cluster.dra_flavours
     )
     return {
         name: GpuDeviceClass(
             frozenset(f.name for f in served if not f.shared),
-            parsed[name].extended_resource_name,
+            inventory.classes[name].extended_resource_name,
         )
         for name, served in inventory.class_flavours().items()
         if any(not f.shared for f in served)

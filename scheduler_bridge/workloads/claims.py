@@ -12,17 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from functools import partial
 from typing import Any
 
 from scheduler_bridge.admission.wording import Wording, gettext_noop, wording
 from scheduler_bridge.dra.demand import Alternative, Inventory, device_class_counts, pod_need
-from scheduler_bridge.dra.flavours import flavour_of
 from scheduler_bridge.dra.objects import (
     DraError,
     claim_spec,
-    device_class,
-    devices_of_slices,
 )
 from scheduler_bridge.gateways import ClusterGateway
 from scheduler_bridge.integrations import PodSetRead
@@ -141,10 +137,11 @@ class ClaimResolver:
 
     def _devices(self) -> Inventory:
         if self._inventory is None:
-            devices, _ = devices_of_slices(self.reader.list_resource_slices() or [])
-            classes = [device_class(c) for c in self.reader.list_device_classes() or []]
-            mapped = self.reader.dra_flavours
-            self._inventory = Inventory(devices, classes, partial(flavour_of, mapped=mapped))
+            self._inventory = Inventory.published(
+                self.reader.list_resource_slices() or [],
+                self.reader.list_device_classes() or [],
+                self.reader.dra_flavours,
+            )
         return self._inventory
 
 
