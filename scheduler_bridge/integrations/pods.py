@@ -218,7 +218,13 @@ def _names_claims(pod_spec: Mapping[str, Any]) -> bool:
 
 
 def _pod_set(members: list[Mapping[str, Any]], count: int) -> PodSetRead:
-    if any(_names_claims(pod.get("spec") or {}) for pod in members):
+    # pods asking for GPUs as resources keep their claims for other devices (a NIC), as
+    # the other kinds do (base.claim_entries); pods asking for none ask through claims
+    if any(
+        _names_claims(pod.get("spec") or {})
+        and gpu_request({"spec": pod.get("spec") or {}}, f"pod {pod['metadata']['name']}") is None
+        for pod in members
+    ):
         return _claiming_pod_set(members, count)
     requests = set()
     for pod in members:

@@ -333,6 +333,8 @@ def _observed(
     if not label and dra:  # no GPU Feature Discovery labels: DRA says what it has
         product_name = min(spec.product for spec in dra)
         layouts, count, mig_capable = _dra_layouts(product_name, dra_gpus)
+        # (a mapped driver's GPUs are whole devices the NVIDIA reading does not list)
+        count = count or sum(n for spec, n in dra.items() if not spec.mig_profile)
     return {
         "labels": dict(info.labels),
         "allocatable": dict(info.allocatable),

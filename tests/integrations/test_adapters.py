@@ -415,7 +415,13 @@ def test_a_pod_group_asking_through_claims_is_one_pod_set_of_them() -> None:
     assert (pod_set.count, pod_set.resource, pod_set.claims) == (2, "", (("gpus", "two-h100"),))
     (mixed,) = pod_groups([claiming("web-0"), claiming("web-1", template="one-slice")])
     assert mixed.read.problem is not None and "name different ResourceClaims" in mixed.read.problem
-    (both,) = pod_groups([claiming("web-0", gpus=1)])
+    # a pod asking for its GPU as a resource keeps its claims for other devices (a NIC),
+    # as every other kind does
+    (nic,) = pod_groups([claiming("web-0", gpus=1)])
+    assert nic.read.problem is None
+    (resource_set,) = nic.read.pod_sets
+    assert (resource_set.resource, resource_set.claims) == ("nvidia.com/gpu", ())
+    (both,) = pod_groups([claiming("web-0"), claiming("web-1", gpus=1)])
     assert both.read.problem is not None and "both as resources and through" in both.read.problem
 
     # released pinned to the nodes admission placed it on (a flavour only DRA describes)

@@ -962,6 +962,7 @@ def test_devices_of_a_driver_an_admin_maps_count_as_its_flavour_and_are_queued(
         inventory_sync(cluster, gateway)
         mi300x = Flavour.objects.get(cluster=cluster, name="mi300x")
         assert mi300x.capacity == 4
+        assert Node.objects.get(cluster=cluster, name="dra-amd").gpu_count == 4
         hand_down([(cast.org, mi300x, 4), (cast.dept, mi300x, 4), (cast.team_a, mi300x, 4)])
         template = _template(
             "two-amd", [{"name": "gpu", "exactly": {"deviceClassName": "gpu.amd.com", "count": 2}}]
