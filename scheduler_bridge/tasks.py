@@ -109,7 +109,12 @@ def mig_reconcile(cluster_id: int) -> dict[str, int] | None:
     result = _on_cluster(cluster_id, "MIG reconcile", reconcile)
     if result is None:
         return None
-    return {"requested": result.requested, "succeeded": result.succeeded, "failed": result.failed}
+    return {
+        "requested": result.requested,
+        "succeeded": result.succeeded,
+        "failed": result.failed,
+        "laid_out": result.laid_out,
+    }
 
 
 @background_task()

@@ -138,6 +138,7 @@ class NodeSerializer(serializers.ModelSerializer[Node]):
             "busy",
             "allocatable",
             "dra_devices",
+            "partitionable_gpus",
             "topology_domain",
             "unschedulable",
             "pinned_layout",

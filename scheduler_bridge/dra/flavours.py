@@ -124,10 +124,12 @@ def devices_by_node(
 ) -> dict[str, dict[DeviceFlavour, int]]:
     """Per node, how many devices of each flavour its drivers publish. Devices several
     nodes reach (``allNodes``, a node selector) belong to no one node and are left out;
-    a shared GPU counts once, however many claims may share it."""
+    a shared GPU counts once, however many claims may share it. Devices drawing on shared
+    counters are a partitionable GPU's alternatives, counted through their GPU
+    (dra.partitions), never each."""
     found: dict[str, dict[DeviceFlavour, int]] = {}
     for device in devices:
-        if device.node is None:
+        if device.node is None or device.consumes:
             continue
         flavour = flavour_of(device, mapped)
         if flavour is None:
@@ -141,10 +143,11 @@ def gpus_by_node(devices: Iterable[Device]) -> dict[str, list[dict[str, int] | N
     """Per node, its physical GPUs in name order as its NVIDIA devices show them: None for
     a GPU published whole, else how many MIG devices of each profile it is split into
     (MIG devices name their parent in ``parentUUID``, or by the ``gpu-<minor>-mig-``
-    prefix of their name). What the MIG planner reads as the node's current layout."""
+    prefix of their name). What the MIG planner reads as the node's current layout.
+    Partitionable GPUs (devices drawing on shared counters) are dra.partitions'."""
     found: dict[str, dict[str, dict[str, int] | None]] = {}
     for device in devices:
-        if device.node is None or device.driver != NVIDIA_DRIVER:
+        if device.node is None or device.driver != NVIDIA_DRIVER or device.consumes:
             continue
         kind = device.attribute("type")
         gpus = found.setdefault(device.node, {})

@@ -172,11 +172,13 @@ def devices_of_slice(resource_slice: Mapping[str, Any]) -> list[Device]:
             counters = consumes.setdefault(str(use.get("counterSet") or ""), {})
             for counter, value in (use.get("counters") or {}).items():
                 counters[counter] = _quantity((value or {}).get("value"), at)
+        # a slice with perDeviceNodeSelection names each device's node on the device
+        on = raw.get("nodeName") or node
         found.append(
             Device(
                 driver=driver,
                 pool=pool,
-                node=str(node) if node else None,
+                node=str(on) if on else None,
                 name=name,
                 attributes=attributes,
                 capacity=capacity,

@@ -102,6 +102,11 @@ class Node(models.Model):
     # Devices its drivers publish for it through DRA (ResourceSlices), per flavour: GPUs or
     # MIG devices (docs/dra.md#devices-to-flavours)
     dra_devices = models.JSONField(default=dict)
+    # One entry per GPU a DRA driver splits when a claim asks (partitionable devices; the
+    # node's first GPUs in gpu_layouts): whether claims hold any part of it now. Their
+    # layouts take effect as the MIG planner sets them, without MIG Manager
+    # (docs/dra.md#partitionable-gpus)
+    partitionable_gpus = models.JSONField(default=list)
     # An admin pin: the layout the MIG planner must keep (same shape as gpu_layouts).
     pinned_layout = models.JSONField(null=True, blank=True)
     # What Tidegate last asked MIG Manager for, and whether a failure was reported.

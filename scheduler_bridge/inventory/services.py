@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -16,8 +16,16 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from scheduler_bridge.admission.wording import chain, gettext_noop, wording
+from scheduler_bridge.dra.allocation import claim_allocation
 from scheduler_bridge.dra.flavours import DeviceFlavour, devices_by_node, gpus_by_node
 from scheduler_bridge.dra.objects import devices_of_slices
+from scheduler_bridge.dra.partitions import (
+    PartitionableGpu,
+    layout_devices,
+    most_of,
+    partition_layout,
+    partitionable_gpus,
+)
 from scheduler_bridge.followups import queue_admission_cycle, queue_inventory_sync
 from scheduler_bridge.gateways import ClusterGateway, GatewayConfigError, GatewayError, NodeInfo
 from scheduler_bridge.gateways.base import GPU_RESOURCE, PodInfo, Taint
@@ -39,7 +47,12 @@ from scheduler_bridge.inventory.catalogue import (
     sharing_of_node,
 )
 from scheduler_bridge.inventory.connection import cluster_gateway
-from scheduler_bridge.inventory.layouts import derive_gpu_layouts, layout_from_json, layout_to_json
+from scheduler_bridge.inventory.layouts import (
+    StoredLayout,
+    derive_gpu_layouts,
+    layout_from_json,
+    layout_to_json,
+)
 from scheduler_bridge.inventory.models import Cluster, Flavour, Node
 from scheduler_bridge.mig.layouts import counts_realisable, layout_from_counts
 from scheduler_bridge.rows import RememberedRows, update_rows
@@ -121,31 +134,93 @@ def _flavours_of_shape(
 
 
 @dataclass(frozen=True)
+class NodeDra:
+    """What DRA publishes for one node: devices per flavour, its GPUs as the MIG planner
+    reads them (None: whole; else MIG devices per profile), and the layouts of its
+    partitionable GPUs (the first GPUs of the node)."""
+
+    flavours: dict[FlavourSpec, int] = field(default_factory=dict)
+    gpus: list[dict[str, int] | None] = field(default_factory=list)
+    partitioned: list[StoredLayout] = field(default_factory=list)
+    # per partitionable GPU, whether claims hold any part of it now
+    held: list[bool] = field(default_factory=list)
+    # whole GPUs published as such (not partitionable), of any driver
+    whole: int = 0
+    # per flavour, the most devices it could offer here (a partitionable GPU counts every
+    # profile it can be split into, whatever its layout now): the flavour's capacity
+    capacity: dict[FlavourSpec, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class DraNodes:
-    """What DRA publishes per node: devices per flavour, and its GPUs as the MIG planner
-    reads them (None: whole; else MIG devices per profile)."""
+    """What DRA publishes per node (see NodeDra)."""
 
     flavours: dict[str, dict[FlavourSpec, int]]
     gpus: dict[str, list[dict[str, int] | None]]
     # per node, the flavours whose GPUs it publishes for several claims at once
     # (consumable capacity): shared, in thousandths, as Flavour.Sharing.DRA
     shared: dict[str, set[str]] = field(default_factory=dict)
+    # per node, its GPUs split when a claim asks (partitionable devices)
+    partitionable: dict[str, list[PartitionableGpu]] = field(default_factory=dict)
+
+    def of_node(self, info: NodeInfo, requested: list[StoredLayout] | None) -> NodeDra:
+        """``info``'s devices, its partitionable GPUs laid out as the MIG planner last
+        chose (``requested``, the node's mig_requested_layouts) where that still holds."""
+        flavours = dict(self.flavours.get(info.name, {}))
+        whole = sum(n for spec, n in flavours.items() if not spec.mig_profile)
+        capacity = dict(flavours)
+        layouts: list[StoredLayout] = []
+        held: list[bool] = []
+        selector = _product_selector(info)
+        for index, gpu in enumerate(self.partitionable.get(info.name, [])):
+            chosen = (
+                layout_from_json(requested[index])
+                if requested is not None and index < len(requested)
+                else None
+            )
+            product = _catalogue_product(gpu.product)
+            layout = partition_layout(gpu, product, chosen)
+            layouts.append(layout_to_json(layout))
+            held.append(any(gpu.in_use.values()))
+            for flavour, count in layout_devices(gpu, layout).items():
+                spec = _dra_spec(flavour, selector)
+                flavours[spec] = flavours.get(spec, 0) + count
+            for profile, flavour in gpu.flavours.items():
+                spec = _dra_spec(flavour, selector)
+                capacity[spec] = capacity.get(spec, 0) + most_of(gpu, product, profile)
+        return NodeDra(flavours, self.gpus.get(info.name, []), layouts, held, whole, capacity)
+
+
+def _product_selector(info: NodeInfo) -> tuple[tuple[str, str], ...]:
+    """The node selector of the flavours a node's DRA devices count as: its GPU Feature
+    Discovery product label where it has one (nodes only DRA describes have none)."""
+    label = info.labels.get(PRODUCT_LABEL)
+    return ((PRODUCT_LABEL, label),) if label else ()
+
+
+def _catalogue_product(name: str) -> GpuProduct | None:
+    try:
+        return product_by_name(name)
+    except UnknownGpuProduct:
+        return None
 
 
 def _dra_flavours(
     resource_slices: list[dict[str, Any]],
     infos: list[NodeInfo],
     mapped: Mapping[str, str] | None = None,
+    allocated: Collection[tuple[str, str, str]] = (),
 ) -> tuple[DraNodes, str]:
     """Per node, what its drivers publish through DRA (docs/dra.md), and a note naming
-    slices that could not be read (they are left out, the rest still counts)."""
+    slices that could not be read (they are left out, the rest still counts).
+    ``allocated``: the devices claims hold (what partitionable GPUs are split into now)."""
     devices, unreadable = devices_of_slices(resource_slices)
-    labels = {info.name: info.labels.get(PRODUCT_LABEL) for info in infos}
+    by_name = {info.name: info for info in infos}
     found: dict[str, dict[FlavourSpec, int]] = {}
     shared: dict[str, set[str]] = {}
     for node, flavours in devices_by_node(devices, mapped).items():
-        label = labels.get(node)
-        selector = ((PRODUCT_LABEL, label),) if label else ()
+        info = by_name.get(node)
+        selector = _product_selector(info) if info is not None else ()
         on_node = found.setdefault(node, {})
         for flavour, count in flavours.items():
             spec = _dra_spec(flavour, selector)
@@ -153,34 +228,43 @@ def _dra_flavours(
             if flavour.shared:
                 shared.setdefault(node, set()).add(flavour.name)
     note = "; DRA slices left out: " + "; ".join(unreadable) if unreadable else ""
-    return DraNodes(found, gpus_by_node(devices), shared), note
+    partitionable = partitionable_gpus(devices, allocated, mapped)
+    return DraNodes(found, gpus_by_node(devices), shared, partitionable), note
 
 
-def _dra_layouts(product_name: str, gpus: list[dict[str, int] | None]) -> tuple[list, int, bool]:
-    """(per-GPU layouts, GPU count, MIG capable) of a node only DRA describes: a GPU split
-    into MIG devices gets a legal layout of those profiles (placements derived, as for
-    extended resources), a whole GPU none."""
-    try:
-        product: GpuProduct | None = product_by_name(product_name)
-    except UnknownGpuProduct:
-        product = None
-    layouts: list = []
+def _allocated(claims: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    """The devices claims hold, (driver, pool, device) each."""
+    return {key for claim in claims for key in claim_allocation(claim).devices}
+
+
+def _has_partitions(resource_slices: list[dict[str, Any]]) -> bool:
+    """Some slice publishes devices drawing on shared counters (partitionable GPUs)."""
+    return any(
+        device.get("consumesCounters")
+        for resource_slice in resource_slices
+        for device in (resource_slice.get("spec") or {}).get("devices") or []
+    )
+
+
+def _dra_layouts(product_name: str, gpus: list[dict[str, int] | None]) -> list[StoredLayout]:
+    """Per-GPU layouts of GPUs only DRA describes: a GPU split into MIG devices gets a
+    legal layout of those profiles (placements derived, as for extended resources), a
+    whole GPU none."""
+    product = _catalogue_product(product_name)
+    layouts: list[StoredLayout] = []
     for counts in gpus:
         if counts is None or product is None or not counts_realisable(product, counts):
             layouts.append(None)
         else:
             layouts.append(layout_to_json(layout_from_counts(product, counts)))
-    return layouts, len(gpus), bool(product and product.mig_capable)
+    return layouts
 
 
 def _dra_spec(flavour: DeviceFlavour, selector: tuple[tuple[str, str], ...]) -> FlavourSpec:
     """The flavour a DRA device counts as, with the extended resource the same GPUs have
     (one Flavour row, one quota, whichever way they are asked for)."""
     profile = flavour.mig_profile or None
-    try:
-        product = product_by_name(flavour.product)
-    except UnknownGpuProduct:
-        product = None
+    product = _catalogue_product(flavour.product)
     return FlavourSpec(
         name=flavour.name,
         product=flavour.product,
@@ -287,6 +371,7 @@ _NODE_FIELDS = {
     "unschedulable": "boolean",
     "present": "boolean",
     "dra_devices": "jsonb",
+    "partitionable_gpus": "jsonb",
 }
 
 
@@ -317,12 +402,10 @@ def _observed(
     stored: dict[str, Any] | None,
     cluster: Cluster,
     busy: tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]],
-    dra: dict[FlavourSpec, int],
-    dra_gpus: list[dict[str, int] | None],
+    dra: NodeDra,
 ) -> dict[str, Any]:
     """A Node row's inventory fields (:data:`_NODE_FIELDS`) as the cluster reports them;
-    ``dra``: the flavours its drivers publish through DRA, ``dra_gpus`` its GPUs as they
-    show them (gpus_by_node)."""
+    ``dra``: what its drivers publish through DRA."""
     label = info.labels.get(PRODUCT_LABEL)
     memory = _int(info.labels.get(MEMORY_LABEL))
     count = _int(info.labels.get(COUNT_LABEL)) or 0
@@ -330,15 +413,23 @@ def _observed(
     product_name = product.name if product else ""
     layouts = _node_layouts(stored, info, product, count) if product else []
     mig_capable = info.labels.get(MIG_CAPABLE_LABEL) == "true"
-    if not label and dra:  # no GPU Feature Discovery labels: DRA says what it has
-        product_name = min(spec.product for spec in dra)
-        layouts, count, mig_capable = _dra_layouts(product_name, dra_gpus)
+    split = len(dra.partitioned)
+    if not label and dra.flavours:  # no GPU Feature Discovery labels: DRA says what it has
+        product_name = min(spec.product for spec in dra.flavours)
+        layouts = _dra_layouts(product_name, dra.gpus)
+        catalogued = _catalogue_product(product_name)
+        mig_capable = bool(catalogued and catalogued.mig_capable)
         # (a mapped driver's GPUs are whole devices the NVIDIA reading does not list)
-        count = count or sum(n for spec, n in dra.items() if not spec.mig_profile)
+        count = split + (len(dra.gpus) or dra.whole)
+    # the first GPUs are those split when a claim asks, laid out as inventory chose
+    layouts = [*dra.partitioned, *layouts[split:]] if split else layouts
     return {
         "labels": dict(info.labels),
         "allocatable": dict(info.allocatable),
-        "dra_devices": {spec.name: n for spec, n in sorted(dra.items(), key=lambda kv: kv[0].name)},
+        "dra_devices": {
+            spec.name: n for spec, n in sorted(dra.flavours.items(), key=lambda kv: kv[0].name) if n
+        },
+        "partitionable_gpus": dra.held,
         "product": product_name,
         "gpu_count": count,
         "gpu_memory_mib": memory,
@@ -367,6 +458,11 @@ def inventory_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> I
             infos = reader.list_nodes()
             pods = reader.list_gpu_pods()
             resource_slices = reader.list_resource_slices()
+            claims = (
+                reader.list_resource_claims() or []
+                if resource_slices and _has_partitions(resource_slices)
+                else []
+            )
     except GatewayError as error:
         _mark_cluster(cluster, Cluster.Status.ERROR, str(error))
         raise
@@ -374,7 +470,7 @@ def inventory_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> I
     result = InventoryResult()
     busy = _busy_by_node(pods, _queue_jobs(cluster))
     dra, dra_note = (
-        _dra_flavours(resource_slices, infos, cluster.dra_flavours)
+        _dra_flavours(resource_slices, infos, cluster.dra_flavours, _allocated(claims))
         if resource_slices
         else (DraNodes({}, {}), "")
     )
@@ -394,9 +490,8 @@ def inventory_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> I
         columns: set[str] = set()
         for info in infos:
             stored = existing.get(info.name)
-            on_node = dra.flavours.get(info.name, {})
-            dra_gpus = dra.gpus.get(info.name, [])
-            observed = _observed(info, stored, cluster, busy, on_node, dra_gpus)
+            node_dra = dra.of_node(info, stored["mig_requested_layouts"] if stored else None)
+            observed = _observed(info, stored, cluster, busy, node_dra)
             if stored is None:
                 created.append(Node(cluster=cluster, name=info.name, last_seen_at=now, **observed))
             else:
@@ -409,7 +504,7 @@ def inventory_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> I
             offered = flavours_of_node(info)
             # the same GPUs offered both ways (device plugin and DRA) count once
             names = {spec.name for spec in offered}
-            offered.update((s, n) for s, n in on_node.items() if s.name not in names)
+            offered.update((s, n) for s, n in node_dra.capacity.items() if s.name not in names)
             shared_through_dra = dra.shared.get(info.name, set())
             for spec, amount in offered.items():
                 flavour_totals[spec] = flavour_totals.get(spec, 0) + amount

@@ -61,6 +61,9 @@ class ReconcileResult:
     succeeded: int = 0
     failed: int = 0
     in_flight: int = 0
+    # nodes whose GPUs a DRA driver splits on claim (partitionable devices), laid out
+    # at once without MIG Manager
+    laid_out: int = 0
     plan: MigPlan | None = None
     failures: list[str] = field(default_factory=list)
 
@@ -119,9 +122,12 @@ def _gpu_states(nodes: list[Node]) -> tuple[list[GpuState], dict[str, NodePin]]:
             pins[node.name] = NodePin(per_gpu=dict(enumerate(layouts)))
             gpus.extend(GpuState(node.name, i, product, x) for i, x in enumerate(layouts))
             continue
+        # a GPU split on claim whose parts claims hold keeps them (inventory's flags)
+        held = node.partitionable_gpus
         for index, (layout, busy) in enumerate(
             zip(layouts, busy_gpu_flags(layouts, node.busy), strict=True)
         ):
+            busy = busy or (index < len(held) and bool(held[index]))
             gpus.append(GpuState(node.name, index, product, layout, busy))
         if node.pinned_layout is not None:
             pins[node.name] = NodePin(
@@ -259,17 +265,32 @@ def _mig_reconcile(cluster: Cluster, gateway: ClusterGateway) -> ReconcileResult
     _follow_up(cluster, result)
     plan = mig_plan(cluster)
     result.plan = plan
-    changed_nodes = plan.nodes_to_reconfigure
+    changed = plan.nodes_to_reconfigure
+    split_on_claim = set(
+        Node.objects.filter(
+            cluster=cluster, name__in=changed, partitionable_gpus__gt=0
+        ).values_list("name", flat=True)
+    )
+    changed_nodes = [name for name in changed if name not in split_on_claim]
     with transaction.atomic():
-        for name in changed_nodes:
+        for name in changed:
             node = Node.objects.select_for_update().get(cluster=cluster, name=name)
             layouts = [layout_to_json(g.target) for g in plan.node(name)]
-            node.mig_requested_config = config_name(layouts)
             node.mig_requested_layouts = layouts
-            node.mig_request_open = True
+            if name in split_on_claim:
+                # a DRA driver splits these GPUs when a claim asks: the layout holds as
+                # soon as inventory counts it, nothing to ask MIG Manager
+                node.mig_requested_config = ""
+                node.mig_request_open = False
+            else:
+                node.mig_requested_config = config_name(layouts)
+                node.mig_request_open = True
             node.save(
                 update_fields=["mig_requested_config", "mig_requested_layouts", "mig_request_open"]
             )
+    if split_on_claim:
+        inventory_sync(cluster, gateway)  # count what the new layouts offer now
+        result.laid_out = len(split_on_claim)
     if has_requested_configs(cluster):
         # Idempotent: also restores the ConfigMap if somebody edited or deleted it.
         gateway.apply_config_map(

@@ -84,3 +84,48 @@ def node_slice(node: str, devices: list[dict[str, Any]]) -> dict[str, Any]:
 
 H100 = "NVIDIA H100 80GB HBM3"
 A100 = "NVIDIA A100-SXM4-80GB"
+
+
+# H100 MIG placements (NVIDIA's MIG user guide, H100 profiles): 1g.10gb on any of the
+# 7 first memory slices, 3g.40gb at slice 0 or 4, each taking that many memory slices
+H100_PARTITIONS = {"1g.10gb": (range(7), 1, 16), "3g.40gb": ((0, 4), 4, 60)}
+
+
+def partitionable_gpu_slices(node: str, gpus: int) -> list[dict[str, Any]]:
+    """``gpus`` H100s on ``node`` as a driver splitting GPUs on claim publishes them
+    (partitionable devices, resource.k8s.io/v1): a slice of counter sets (per GPU one
+    counter per memory slice and the streaming multiprocessors) and a slice of devices,
+    each GPU whole (taking every counter) and each MIG placement (taking its slices)."""
+    pool = {"name": f"{node}-split", "generation": 1, "resourceSliceCount": 2}
+    everything = {f"memory-slice-{i}": {"value": "1"} for i in range(8)}
+    everything["multiprocessors"] = {"value": "132"}
+    counter_sets = []
+    devices = []
+    for index in range(gpus):
+        counter_set = f"gpu-{index}-counter-set"
+        counter_sets.append({"name": counter_set, "counters": everything})
+        whole = gpu(index, H100, "80Gi")
+        whole["consumesCounters"] = [{"counterSet": counter_set, "counters": everything}]
+        devices.append(whole)
+        for profile, (starts, size, multiprocessors) in H100_PARTITIONS.items():
+            for start in starts:
+                partition = mig(index, profile, start, H100)
+                taken = {f"memory-slice-{s}": {"value": "1"} for s in range(start, start + size)}
+                taken["multiprocessors"] = {"value": str(multiprocessors)}
+                partition["consumesCounters"] = [{"counterSet": counter_set, "counters": taken}]
+                devices.append(partition)
+    spec = {"driver": "gpu.nvidia.com", "nodeName": node, "pool": pool}
+    return [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-counters"},
+            "spec": {**spec, "sharedCounters": counter_sets},
+        },
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-devices"},
+            "spec": {**spec, "devices": devices},
+        },
+    ]
