@@ -227,7 +227,10 @@ def pod_allocations(
             continue
         runs = workloads.get((pod.namespace, pod.job_name or ""), ()) if pod.job_name else ()
         workload = _run_of(pod, window[0], runs)
-        for resource, devices in sorted(pod.gpu_requests.items()):
+        # devices it asks for, then thousandths of shared GPUs its claims hold (DRA)
+        held = [(r, n, False) for r, n in sorted(pod.gpu_requests.items())]
+        held += [(r, n, True) for r, n in sorted((pod.claimed_shares or {}).items())]
+        for resource, devices, in_thousandths in held:
             if devices <= 0 or not is_gpu_resource(resource):
                 continue
             flavour = flavours.for_pod(pod.node_name, resource)
@@ -240,8 +243,15 @@ def pod_allocations(
             # a share is metered from its admission (what it holds of one GPU), not from
             # the replicas or vGPUs its pods request (workload_allocations); its pods only
             # say how busy it was
+            if in_thousandths and not flavour.shared:
+                result.problems.append(
+                    f"pod {pod.namespace}/{pod.name}: its claims hold part of a {resource} "
+                    f"GPU, but flavour {flavour.name} is not shared; set its sharing to dra "
+                    "(PATCH /api/v1/flavours/{id}/)"
+                )
+                continue
             billed = not (flavour.shared and workload is not None)
-            if flavour.shared:
+            if flavour.shared and not in_thousandths:
                 devices *= flavour.milli_per_unit
             for hour in hours:
                 seconds = overlap_seconds(window[0], window[1], hour)

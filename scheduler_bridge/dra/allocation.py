@@ -5,18 +5,24 @@ device); the pod that owns the claim (a claim made from the pod's template is ow
 the pod) holds those devices for as long as it runs. Counted as the extended resource the
 same GPUs have (``DeviceFlavour.resource_name``), a pod's claimed GPUs join what it asks
 as resources, so inventory's busy GPUs, quota usage and the ledger treat them alike
-(docs/dra.md#metering). A claim several pods share (owned by none of them) is not
-counted per pod.
+(docs/dra.md#metering). Part of a GPU several claims share (consumable capacity) is
+counted in thousandths, by the capacity the allocation consumed. A claim several pods
+share (owned by none of them) is not counted per pod.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
+from scheduler_bridge.quantity import InvalidQuantity, parse_quantity
+
+from .demand import MILLI
 from .flavours import flavour_of
-from .objects import devices_of_slices
+from .objects import Device, devices_of_slices
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +31,9 @@ class ClaimAllocation:
     name: str
     owner_uid: str | None  # the pod that owns it, if a pod does
     devices: tuple[tuple[str, str, str], ...]  # (driver, pool, device) allocated
+    # per device (in the same order), the capacity its claim takes of it where several
+    # claims share it (consumable capacity; ``consumedCapacity``), by capacity name
+    consumed: tuple[Mapping[str, Decimal], ...] = ()
 
 
 def claim_allocation(claim: Mapping[str, Any]) -> ClaimAllocation:
@@ -40,7 +49,18 @@ def claim_allocation(claim: Mapping[str, Any]) -> ClaimAllocation:
         devices=tuple(
             (str(r.get("driver")), str(r.get("pool")), str(r.get("device"))) for r in results
         ),
+        consumed=tuple(_consumed(r.get("consumedCapacity") or {}) for r in results),
     )
+
+
+def _consumed(raw: Mapping[str, Any]) -> dict[str, Decimal]:
+    found = {}
+    for key, value in raw.items():
+        try:
+            found[str(key).rpartition("/")[2]] = parse_quantity(str(value))
+        except InvalidQuantity:
+            continue  # the API server validated it; nothing Tidegate can do better
+    return found
 
 
 class ClaimedGpus:
@@ -55,16 +75,43 @@ class ClaimedGpus:
     ) -> None:
         devices = {d.key: d for d in devices_of_slices(resource_slices)[0]}
         self._by_owner: dict[str, dict[str, int]] = {}
+        self._shares_by_owner: dict[str, dict[str, int]] = {}
         for claim in claims:
             if claim.owner_uid is None:
                 continue
-            held = self._by_owner.setdefault(claim.owner_uid, {})
-            for key in claim.devices:
+            consumed = claim.consumed or ({},) * len(claim.devices)
+            for key, taken in zip(claim.devices, consumed, strict=False):
                 device = devices.get(key)
                 flavour = flavour_of(device, mapped) if device is not None else None
-                if flavour is not None and not flavour.shared:  # (shares: not yet)
-                    held[flavour.resource_name] = held.get(flavour.resource_name, 0) + 1
+                if flavour is None or device is None:
+                    continue
+                resource = flavour.resource_name
+                if flavour.shared:
+                    shares = self._shares_by_owner.setdefault(claim.owner_uid, {})
+                    shares[resource] = shares.get(resource, 0) + share_taken(taken, device)
+                else:
+                    held = self._by_owner.setdefault(claim.owner_uid, {})
+                    held[resource] = held.get(resource, 0) + 1
 
     def of_pod(self, uid: str) -> dict[str, int]:
         """Resource name -> devices the pod ``uid`` holds through its own claims."""
         return dict(self._by_owner.get(uid, {}))
+
+    def shares_of_pod(self, uid: str) -> dict[str, int]:
+        """Resource name -> thousandths of shared GPUs the pod ``uid`` holds through its
+        own claims (consumable capacity)."""
+        return dict(self._shares_by_owner.get(uid, {}))
+
+
+def share_taken(consumed: Mapping[str, Decimal], device: Device) -> int:
+    """Thousandths of a shared ``device`` a claim holds: the largest part of any of its
+    capacities the allocation consumed (all of it when none is named), as admission
+    prices the same request (demand._share)."""
+    share = Decimal(0)
+    for name, amount in consumed.items():
+        total = device.capacity_of(name)
+        if total:
+            share = max(share, amount / total)
+    if not consumed:
+        return MILLI
+    return min(MILLI, max(1, math.ceil(share * MILLI)))

@@ -84,6 +84,9 @@ class PodInfo:
     has_claims: bool = False
     # (None, not an empty dict, for the many pods without claims: no object per pod)
     claimed_gpus: Mapping[str, int] | None = None
+    # thousandths of shared GPUs its own claims hold (consumable capacity), per resource
+    # name; kept out of ``gpu_requests``, which count devices
+    claimed_shares: Mapping[str, int] | None = None
 
     @property
     def resource_requests(self) -> dict[str, int]:
@@ -375,8 +378,13 @@ class ClusterGateway(abc.ABC):
                 self.list_resource_slices() or [],
                 self.dra_flavours,
             )
-            pods = [_add_claimed(p, claimed.of_pod(p.uid)) if p.has_claims else p for p in pods]
-        return [p for p in pods if p.gpu_requests]
+            pods = [
+                _add_claimed(p, claimed.of_pod(p.uid), claimed.shares_of_pod(p.uid))
+                if p.has_claims
+                else p
+                for p in pods
+            ]
+        return [p for p in pods if p.gpu_requests or p.claimed_shares]
 
     def _list_if_served(self, kind: KindRef) -> list[dict[str, Any]] | None:
         if not self.serves(kind):
@@ -428,10 +436,15 @@ class ClusterGateway(abc.ABC):
         self.close()
 
 
-def _add_claimed(pod: PodInfo, held: Mapping[str, int]) -> PodInfo:
-    if not held:
+def _add_claimed(pod: PodInfo, held: Mapping[str, int], shares: Mapping[str, int]) -> PodInfo:
+    if not held and not shares:
         return pod
     requests = dict(pod.gpu_requests)
     for resource, devices in held.items():
         requests[resource] = requests.get(resource, 0) + devices
-    return dataclasses.replace(pod, gpu_requests=requests, claimed_gpus=dict(held))
+    return dataclasses.replace(
+        pod,
+        gpu_requests=requests,
+        claimed_gpus=dict(held) if held else None,
+        claimed_shares=dict(shares) if shares else None,
+    )

@@ -199,6 +199,21 @@ def test_a_replica_taken_outside_the_queue_counts_as_its_part_of_a_gpu() -> None
     assert (row.devices, row.seconds) == (500, 3600)  # two quarter-GPU replicas
 
 
+def test_part_of_a_gpu_a_pods_claims_hold_is_metered_in_thousandths_as_held() -> None:
+    """Consumable capacity (DRA): the claims of a pod outside the queue hold 400
+    thousandths of a shared GPU; metered as such, never multiplied by replica units."""
+    outsider = pod(
+        node_name="t1", started_at=T0, gpu_requests={}, claimed_shares={"nvidia.com/gpu": 400}
+    )
+    (row,) = metering.pod_allocations([outsider], HOURS[:1], SHARED_NODES, {}).allocations
+    assert (row.flavour, row.devices, row.seconds) == (SHARED, 400, 3600)
+    # a flavour an admin made whole again is not billed 400 GPUs: named as a problem
+    whole = FlavourMap([WHOLE], [NodeRef("t1", "H100-80GB")])
+    metered = metering.pod_allocations([outsider], HOURS[:1], whole, {})
+    assert metered.allocations == []
+    assert "not shared; set its sharing to dra" in metered.problems[0]
+
+
 def readings(hour: datetime, pod_name: str, *, dcgm: str | None = None, hami: str | None = None):
     key = ("ns", pod_name, "", hour)
     hourly = HourlyBusy(

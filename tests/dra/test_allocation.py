@@ -47,9 +47,24 @@ def test_a_pod_keeps_what_it_asks_as_resources_apart_from_what_its_claims_hold()
     from scheduler_bridge.gateways.base import PodInfo, _add_claimed
 
     asked = PodInfo("u", "p", "ml", "h100-1", "Running", gpu_requests={"nvidia.com/gpu": 1})
-    pod = _add_claimed(asked, {"nvidia.com/gpu": 2, "nvidia.com/mig-1g.10gb": 1})
+    pod = _add_claimed(asked, {"nvidia.com/gpu": 2, "nvidia.com/mig-1g.10gb": 1}, {})
     assert pod.gpu_requests == {"nvidia.com/gpu": 3, "nvidia.com/mig-1g.10gb": 1}
     assert pod.resource_requests == {"nvidia.com/gpu": 1}
-    only_claims = _add_claimed(replace(asked, gpu_requests={}), {"nvidia.com/gpu": 2})
+    only_claims = _add_claimed(replace(asked, gpu_requests={}), {"nvidia.com/gpu": 2}, {})
     assert only_claims.resource_requests == {}
     assert asked.resource_requests == {"nvidia.com/gpu": 1}
+
+
+def test_part_of_a_shared_gpu_counts_in_thousandths_by_the_capacity_consumed() -> None:
+    """Consumable capacity: claims sharing one 80Gi A100 hold what their allocation
+    consumed of it (20Gi: 250 thousandths), kept apart from whole devices."""
+    slices = [*SLICES, node_slice("shared-1", [gpu(0, A100, "80Gi", shared=True)])]
+    quarter = claim("quarter", "pod-q", [("shared-1", "gpu-0")])
+    quarter["status"]["allocation"]["devices"]["results"][0]["consumedCapacity"] = {
+        "memory": "20Gi"
+    }
+    everything = claim("all", "pod-all", [("shared-1", "gpu-0")])  # consumed nothing named
+    held = ClaimedGpus((claim_allocation(c) for c in (quarter, everything)), slices)
+    assert held.shares_of_pod("pod-q") == {"nvidia.com/gpu": 250}
+    assert held.shares_of_pod("pod-all") == {"nvidia.com/gpu": 1000}
+    assert held.of_pod("pod-q") == held.of_pod("pod-all") == {}

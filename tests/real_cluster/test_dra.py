@@ -715,6 +715,77 @@ def test_jobs_asking_for_part_of_a_gpu_through_consumable_capacity_share_it(
 
 
 @pytest.mark.django_db
+def test_a_share_a_pod_outside_the_queue_holds_is_metered_for_its_team(
+    dra: RealCluster, cast: Cast
+) -> None:
+    """A pod of speech's namespace, outside the queue, takes 40Gi of a shared 80Gi A100
+    through its own claim: the scheduler allocates it that much of the device, and the
+    ledger bills speech half a GPU for as long as the pod holds it."""
+    real = dra
+    real.add_node("dra-shared")
+    real.add_namespace("speech-train")
+    shared_slice = node_slice("dra-shared", [gpu(0, A100, "80Gi", shared=True)])
+    real.create_object(shared_slice)
+    try:
+        cluster, gateway = _queue_cluster(real, cast)
+        a100 = Flavour.objects.get(cluster=cluster, name="a100-sxm4-80gb")
+        assert a100.sharing == Flavour.Sharing.DRA
+        template = _template(
+            "a100-half",
+            [
+                {
+                    "name": "gpu",
+                    "exactly": {
+                        "deviceClassName": "gpu.nvidia.com",
+                        "selectors": [PRODUCT_IS_A100],
+                        "capacity": {"requests": {"memory": "40Gi"}},
+                    },
+                }
+            ],
+        )
+        template["metadata"]["namespace"] = "speech-train"
+        real.create_object(template)
+        real.create_object(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "notebook", "namespace": "speech-train"},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "a100-half"}],
+                    "containers": [
+                        {
+                            "name": "lab",
+                            "image": "registry.example/lab:1",
+                            "resources": {"claims": [{"name": "gpu"}]},
+                        }
+                    ],
+                },
+            }
+        )
+
+        def running() -> dict[str, Any] | None:
+            pod = real.read("Pod", "speech-train", "notebook")
+            return pod if (pod.get("status") or {}).get("phase") == "Running" else None
+
+        pod = real.wait_for(running, "the scheduler to place the notebook on its share")
+        (claim,) = real.objects("ResourceClaim", "speech-train")
+        (result,) = claim["status"]["allocation"]["devices"]["results"]
+        assert (result["device"], result.get("consumedCapacity")) == ("gpu-0", {"memory": "40Gi"})
+
+        usage_collect(cluster=cluster, gateway=gateway, now=timezone.now() + timedelta(hours=2))
+        rows = UsageRecord.objects.filter(
+            pod_uid=pod["metadata"]["uid"], source=UsageRecord.Source.POD
+        )
+        assert rows.exists()
+        assert {(r.tenant_id, r.flavour_id, r.devices) for r in rows} == {
+            (cast.team_b.pk, a100.pk, 500)
+        }
+    finally:
+        real.delete_object("ResourceSlice", None, shared_slice["metadata"]["name"])
+
+
+@pytest.mark.django_db
 def test_a_deployment_asking_through_claims_is_gated_queued_and_released_onto_its_devices(
     dra: RealCluster, cast: Cast, tidegate_webhook: str
 ) -> None:
