@@ -111,18 +111,6 @@ class ClaimResolver:
                     ),
                 )
             )
-        amounts = {alternative.amount for alternative in need}
-        if len(amounts) > 1 and need[0].shared:
-            raise _refused(
-                wording(
-                    gettext_noop(
-                        "%(where)s: its prioritized list asks for different parts of a GPU "
-                        "per alternative (%(listed)s); Tidegate queues shares of one size"
-                    ),
-                    where=where,
-                    listed=", ".join(f"{a.flavour}: {a.amount}/1000" for a in need),
-                )
-            )
         return need
 
     def _claim(self, namespace: str, name: str, where: str) -> dict[str, Any]:
@@ -146,14 +134,20 @@ class ClaimResolver:
 
 
 def _asked(need: tuple[Alternative, ...]) -> PodSetSpec:
-    """One pod's ask: ``need`` devices of its flavours (each alternative its own number),
-    or (consumable capacity) the thousandths of one GPU its claims take."""
+    """One pod's ask: ``need`` devices of its flavours, or (consumable capacity) the
+    thousandths of one GPU its claims take; each alternative at its own amount ("two
+    H100s, or else four MIG slices"; "60Gi of an H100, or else 20Gi of an A100")."""
     flavours = tuple(a.flavour for a in need)
+    amounts = tuple(a.amount for a in need)
     if need[0].shared:
         return PodSetSpec(
-            count=1, gpus_per_pod=1, gpu_milli=need[0].amount, share_style=DRA, flavours=flavours
+            count=1,
+            gpus_per_pod=1,
+            gpu_milli=amounts[0],
+            share_style=DRA,
+            flavours=flavours,
+            per_flavour=amounts if len(set(amounts)) > 1 else (),
         )
-    amounts = tuple(a.amount for a in need)
     return PodSetSpec(
         count=1,
         gpus_per_pod=amounts[0],

@@ -715,6 +715,103 @@ def test_jobs_asking_for_part_of_a_gpu_through_consumable_capacity_share_it(
 
 
 @pytest.mark.django_db
+def test_a_prioritized_list_of_shares_of_different_sizes_takes_each_at_its_own_size(
+    dra: RealCluster, cast: Cast
+) -> None:
+    """Each pod asks for 36Gi of a shared 48Gi L40S (750 thousandths), or else 20Gi of a
+    shared 80Gi A100 (250): the first Job takes the L40S at 750, the second no longer fits
+    there and takes the A100 at 250, and the scheduler allocates each that much of the
+    device Tidegate admitted it on."""
+    real = dra
+    slices = [
+        node_slice("dra-l40s", [gpu(0, "NVIDIA L40S", "48Gi", shared=True)]),
+        node_slice("dra-shared", [gpu(0, A100, "80Gi", shared=True)]),
+    ]
+    for made in slices:
+        real.add_node(made["spec"]["nodeName"])
+        real.create_object(made)
+    try:
+        cluster, gateway = _queue_cluster(real, cast)
+        l40s = Flavour.objects.get(cluster=cluster, name="l40s")
+        a100 = Flavour.objects.get(cluster=cluster, name="a100-sxm4-80gb")
+        assert {l40s.sharing, a100.sharing} == {Flavour.Sharing.DRA}
+        for flavour in (l40s, a100):
+            hand_down([(cast.org, flavour, 1), (cast.dept, flavour, 1), (cast.team_a, flavour, 1)])
+        product_is_l40s = {
+            "cel": {
+                "expression": "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA L40S'"
+            }
+        }
+        template = _template(
+            "l40s-or-a100",
+            [
+                {
+                    "name": "gpu",
+                    "firstAvailable": [
+                        {
+                            "name": "l40s",
+                            "deviceClassName": "gpu.nvidia.com",
+                            "selectors": [product_is_l40s],
+                            "capacity": {"requests": {"memory": "36Gi"}},
+                        },
+                        {
+                            "name": "a100",
+                            "deviceClassName": "gpu.nvidia.com",
+                            "selectors": [PRODUCT_IS_A100],
+                            "capacity": {"requests": {"memory": "20Gi"}},
+                        },
+                    ],
+                }
+            ],
+        )
+        template["metadata"]["namespace"] = "vision-train"
+        real.create_object(template)
+        for name in ("first", "second"):
+            real.create_object(_claim_job(name, "l40s-or-a100"))
+            jobs_sync(cluster, gateway)
+            admission_cycle(cluster, gateway)
+
+        state = {w.job_name: w for w in Workload.objects.filter(cluster=cluster)}
+        assert {n: w.state for n, w in state.items()} == {
+            "first": Workload.State.RUNNING,
+            "second": Workload.State.RUNNING,
+        }, {n: w.reason for n, w in state.items()}
+        assert [ps.per_flavour for ps in state["first"].pod_set_records] == [(750, 250)]
+        placed = {
+            n: (
+                w.flavour.name if w.flavour else None,
+                [(p.node, p.gpus) for p in w.placement_records],
+            )
+            for n, w in state.items()
+        }
+        assert placed == {
+            "first": ("l40s", [("dra-l40s", 750)]),
+            "second": ("a100-sxm4-80gb", [("dra-shared", 250)]),
+        }
+
+        def allocated() -> dict[str, dict[str, Any]] | None:
+            found: dict[str, dict[str, Any]] = {}
+            for claim in real.objects("ResourceClaim", "vision-train"):
+                allocation = (claim.get("status") or {}).get("allocation") or {}
+                results = (allocation.get("devices") or {}).get("results") or []
+                owner = claim["metadata"]["ownerReferences"][0]["name"]
+                if results:
+                    found[owner.rsplit("-", 1)[0]] = results[0]
+            return found if len(found) == 2 else None
+
+        claims = real.wait_for(allocated, "the scheduler to allocate both shares")
+        assert {
+            job: (r["pool"], r["request"], r.get("consumedCapacity")) for job, r in claims.items()
+        } == {
+            "first": ("dra-l40s", "gpu/l40s", {"memory": "36Gi"}),
+            "second": ("dra-shared", "gpu/a100", {"memory": "20Gi"}),
+        }
+    finally:
+        for made in slices:
+            real.delete_object("ResourceSlice", None, made["metadata"]["name"])
+
+
+@pytest.mark.django_db
 def test_a_share_a_pod_outside_the_queue_holds_is_metered_for_its_team(
     dra: RealCluster, cast: Cast
 ) -> None:
