@@ -96,21 +96,6 @@ class ClaimResolver:
             raise _refused(
                 wording(gettext_noop("%(where)s: its claims ask for no device"), where=where)
             )
-        if len({alternative.shared for alternative in need}) > 1:
-            raise _refused(
-                wording(
-                    gettext_noop(
-                        "%(where)s: its prioritized list mixes a share of a GPU (consumable "
-                        "capacity) with whole devices (%(listed)s); Tidegate queues "
-                        "alternatives of one kind"
-                    ),
-                    where=where,
-                    listed=", ".join(
-                        f"{a.flavour}: {a.amount}/1000" if a.shared else f"{a.flavour}: {a.amount}"
-                        for a in need
-                    ),
-                )
-            )
         return need
 
     def _claim(self, namespace: str, name: str, where: str) -> dict[str, Any]:
@@ -136,9 +121,20 @@ class ClaimResolver:
 def _asked(need: tuple[Alternative, ...]) -> PodSetSpec:
     """One pod's ask: ``need`` devices of its flavours, or (consumable capacity) the
     thousandths of one GPU its claims take; each alternative at its own amount ("two
-    H100s, or else four MIG slices"; "60Gi of an H100, or else 20Gi of an A100")."""
+    H100s, or else four MIG slices"; "36Gi of an L40S, or else 20Gi of an A100"; "a
+    whole H100, or else 20Gi of an A100")."""
     flavours = tuple(a.flavour for a in need)
     amounts = tuple(a.amount for a in need)
+    if len({a.shared for a in need}) > 1:
+        # "a whole H100, or else a quarter of an A100": each in its flavour's unit
+        return PodSetSpec(
+            count=1,
+            gpus_per_pod=amounts[0],
+            share_style=DRA,
+            flavours=flavours,
+            per_flavour=amounts,
+            share_flavours=tuple(a.flavour for a in need if a.shared),
+        )
     if need[0].shared:
         return PodSetSpec(
             count=1,

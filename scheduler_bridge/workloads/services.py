@@ -78,6 +78,10 @@ class PodSetSpec:
     # with ``flavours``: what a pod needs on each when that differs (gpus_per_pod is then
     # the first), from a prioritized list of claims
     per_flavour: tuple[int, ...] = ()
+    # of ``flavours``, those its claims take part of a GPU of (consumable capacity), when
+    # its prioritized list mixes them with whole devices: ``per_flavour`` is then in
+    # thousandths on these, in devices on the others
+    share_flavours: tuple[str, ...] = ()
 
     @property
     def asks_share(self) -> bool:
@@ -215,6 +219,8 @@ def units_per_pod(cluster: Cluster, spec: PodSetSpec, flavours: list[str]) -> in
     flavour thousandths of one GPU (the larger of the compute share and the memory
     share). ValidationFailed, saying what to change, for a share that no GPU can give."""
     chosen = list(Flavour.objects.filter(cluster=cluster, name__in=flavours))
+    if spec.share_flavours:
+        return _mixed_units(spec, chosen)
     shared = [f for f in chosen if f.is_shared]
     if spec.share_style == DRA and any(f.sharing != Flavour.Sharing.DRA for f in chosen):
         raise ValidationFailed(
@@ -338,6 +344,32 @@ def units_per_pod(cluster: Cluster, spec: PodSetSpec, flavours: list[str]) -> in
             )
         units = max(units, -(-spec.gpu_memory_mib * SHARE_UNITS_PER_GPU // memory))
     return max(1, units)
+
+
+def _mixed_units(spec: PodSetSpec, chosen: list[Flavour]) -> int:
+    """A prioritized list of claims mixing whole devices and parts of GPUs: each
+    alternative is already in its flavour's unit; ValidationFailed where a flavour's
+    sharing says otherwise (an administrator changed it)."""
+    wrong = sorted(
+        f.name
+        for f in chosen
+        if (f.name in spec.share_flavours) != (f.sharing == Flavour.Sharing.DRA)
+    )
+    if wrong:
+        raise ValidationFailed(
+            _(
+                "The pods' claims take part of a GPU of %(shares)s and whole devices of the "
+                "other alternatives, but the sharing of %(flavours)s says otherwise: set "
+                "'dra' on flavours whose GPUs several claims share (and only on those) once "
+                "their work has finished."
+            ),
+            params={
+                "shares": ", ".join(spec.share_flavours),
+                "flavours": ", ".join(wrong),
+            },
+            field="pod_sets",
+        )
+    return spec.per_flavour[0] if spec.per_flavour else spec.gpus_per_pod
 
 
 def check_can_ever_run(shape: ClusterShape, pod_sets: list[PodSetRecord], topology: str) -> None:

@@ -812,6 +812,86 @@ def test_a_prioritized_list_of_shares_of_different_sizes_takes_each_at_its_own_s
 
 
 @pytest.mark.django_db
+def test_a_prioritized_list_of_whole_gpus_or_else_a_share_runs_on_either(
+    dra: RealCluster, cast: Cast
+) -> None:
+    """Each pod asks for two whole H100s, or else 20Gi of a shared 80Gi A100: the first
+    Job takes the team's two H100s, the second (more H100s would be borrowed) a quarter
+    of the A100 within the team's guarantee, each in its flavour's unit, and the
+    scheduler allocates each on what Tidegate admitted it on."""
+    real = dra
+    real.add_node("dra-shared")
+    shared_slice = node_slice("dra-shared", [gpu(0, A100, "80Gi", shared=True)])
+    real.create_object(shared_slice)
+    try:
+        cluster, gateway = _queue_cluster(real, cast)
+        a100 = Flavour.objects.get(cluster=cluster, name="a100-sxm4-80gb")
+        hand_down([(cast.org, a100, 1), (cast.dept, a100, 1), (cast.team_a, a100, 1)])
+        template = _template(
+            "h100s-or-a100-quarter",
+            [
+                {
+                    "name": "gpu",
+                    "firstAvailable": [
+                        {
+                            "name": "whole",
+                            "deviceClassName": "gpu.nvidia.com",
+                            "count": 2,
+                            "selectors": [PRODUCT_IS_H100],
+                        },
+                        {
+                            "name": "quarter",
+                            "deviceClassName": "gpu.nvidia.com",
+                            "selectors": [PRODUCT_IS_A100],
+                            "capacity": {"requests": {"memory": "20Gi"}},
+                        },
+                    ],
+                }
+            ],
+        )
+        template["metadata"]["namespace"] = "vision-train"
+        real.create_object(template)
+        for name in ("first", "second"):
+            real.create_object(_claim_job(name, "h100s-or-a100-quarter"))
+            jobs_sync(cluster, gateway)
+            admission_cycle(cluster, gateway)
+
+        state = {w.job_name: w for w in Workload.objects.filter(cluster=cluster)}
+        placed = {
+            n: (
+                w.state,
+                w.flavour.name if w.flavour else None,
+                [(p.node, p.gpus) for p in w.placement_records],
+            )
+            for n, w in state.items()
+        }
+        assert placed == {
+            "first": (Workload.State.RUNNING, "h100-80gb", [("dra-h100", 2)]),
+            "second": (Workload.State.RUNNING, "a100-sxm4-80gb", [("dra-shared", 250)]),
+        }, {n: w.reason for n, w in state.items()}
+
+        def allocated() -> dict[str, list[tuple[str, str]]] | None:
+            found: dict[str, list[tuple[str, str]]] = {}
+            for claim in real.objects("ResourceClaim", "vision-train"):
+                allocation = (claim.get("status") or {}).get("allocation") or {}
+                results = (allocation.get("devices") or {}).get("results") or []
+                owner = claim["metadata"]["ownerReferences"][0]["name"]
+                if results:
+                    found[owner.rsplit("-", 1)[0]] = [
+                        (r["request"], str(r.get("consumedCapacity") or "")) for r in results
+                    ]
+            return found if len(found) == 2 else None
+
+        claims = real.wait_for(allocated, "the scheduler to allocate both claims")
+        assert claims == {
+            "first": [("gpu/whole", "")] * 2,
+            "second": [("gpu/quarter", "{'memory': '20Gi'}")],
+        }
+    finally:
+        real.delete_object("ResourceSlice", None, shared_slice["metadata"]["name"])
+
+
+@pytest.mark.django_db
 def test_a_share_a_pod_outside_the_queue_holds_is_metered_for_its_team(
     dra: RealCluster, cast: Cast
 ) -> None:

@@ -113,3 +113,62 @@ def test_a_share_of_a_gpu_is_refused_on_a_flavour_not_shared_through_dra(
     with translation.override("zh-hans"):
         said = reason(workload)
     assert "a100-sxm4-80gb 并未通过 DRA 共享" in said, said
+
+
+def test_whole_gpus_or_else_a_share_is_refused_where_a_flavours_sharing_says_otherwise(
+    fake_cluster: FakeCluster,
+) -> None:
+    """ "Two whole H100s, or else 20Gi of an A100" counts each alternative in its own
+    unit; when an administrator made the A100's flavour other than shared through DRA,
+    its thousandths would be read as GPUs: refused with what to change instead."""
+    import copy
+
+    from scheduler_bridge.inventory.models import Flavour
+    from scheduler_bridge.inventory.services import inventory_sync
+    from tests.dra.devices import A100, GPU_CLASS, H100, gpu, node_slice
+
+    api = fake_cluster.api
+    api.add_node("dra-shared", labels={}, allocatable={"cpu": "8"})
+    api.add_node("dra-h100", labels={}, allocatable={"cpu": "8"})
+    gpu_class = copy.deepcopy(GPU_CLASS)
+    gpu_class["spec"].pop("extendedResourceName")
+    api.create_object(gpu_class)
+    api.create_object(node_slice("dra-shared", [gpu(0, A100, "80Gi", shared=True)]))
+    api.create_object(node_slice("dra-h100", [gpu(i, H100, "80Gi") for i in range(2)]))
+    inventory_sync(fake_cluster.cluster, fake_cluster.gateway)
+    a100 = Flavour.objects.get(cluster=fake_cluster.cluster, name="a100-sxm4-80gb")
+    Flavour.objects.filter(pk=a100.pk).update(sharing=Flavour.Sharing.TIME_SLICING)
+    product = "device.attributes['gpu.nvidia.com'].productName.contains('{}')"
+    options = [
+        {
+            "name": "whole",
+            "deviceClassName": "gpu.nvidia.com",
+            "count": 2,
+            "selectors": [{"cel": {"expression": product.format("H100")}}],
+        },
+        {
+            "name": "quarter",
+            "deviceClassName": "gpu.nvidia.com",
+            "selectors": [{"cel": {"expression": product.format("A100")}}],
+            "capacity": {"requests": {"memory": "20Gi"}},
+        },
+    ]
+    api.create_object(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "either", "namespace": "vision-train"},
+            "spec": {
+                "spec": {"devices": {"requests": [{"name": "gpu", "firstAvailable": options}]}}
+            },
+        }
+    )
+    _claiming_job(fake_cluster, "either", {"resourceClaimTemplateName": "either"})
+    jobs_sync(fake_cluster.cluster, fake_cluster.gateway)
+    workload = Workload.objects.get(job_name="either")
+    assert workload.state == Workload.State.REJECTED
+    assert "take part of a GPU of a100-sxm4-80gb" in workload.reason, workload.reason
+    assert "the sharing of a100-sxm4-80gb says otherwise" in workload.reason
+    with translation.override("zh-hans"):
+        said = reason(workload)
+    assert "a100-sxm4-80gb 的共享设置与此不符" in said, said
