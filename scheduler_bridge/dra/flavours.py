@@ -140,25 +140,36 @@ def devices_by_node(
 
 
 def gpus_by_node(devices: Iterable[Device]) -> dict[str, list[dict[str, int] | None]]:
-    """Per node, its physical GPUs in name order as its NVIDIA devices show them: None for
-    a GPU published whole, else how many MIG devices of each profile it is split into
-    (MIG devices name their parent in ``parentUUID``, or by the ``gpu-<minor>-mig-``
-    prefix of their name). What the MIG planner reads as the node's current layout.
-    Partitionable GPUs (devices drawing on shared counters) are dra.partitions'."""
-    found: dict[str, dict[str, dict[str, int] | None]] = {}
+    """Per node, its physical GPUs in index order as its NVIDIA devices show them: None for
+    a GPU published whole, else how many MIG devices of each profile it is split into.
+    A whole GPU says its place in ``index``, a MIG device its GPU's in ``parentIndex``
+    (NVIDIA's driver publishes both); without them, GPUs are told apart by ``uuid`` and
+    ``parentUUID``, then by name (a MIG device's ``gpu-<minor>-mig-`` prefix). What the
+    MIG planner reads as the node's current layout. Partitionable GPUs (devices drawing
+    on shared counters) are dra.partitions'."""
+    found: dict[str, dict[tuple[int, int | str], dict[str, int] | None]] = {}
     for device in devices:
         if device.node is None or device.driver != NVIDIA_DRIVER or device.consumes:
             continue
         kind = device.attribute("type")
         gpus = found.setdefault(device.node, {})
         if kind == "gpu":
-            gpus.setdefault(device.name, None)
+            gpus.setdefault(_gpu_key(device, "index", "uuid", device.name), None)
         elif kind == "mig":
-            parent = device.attribute("parentUUID")
-            key = parent if isinstance(parent, str) else device.name.split("-mig-")[0]
+            key = _gpu_key(device, "parentIndex", "parentUUID", device.name.split("-mig-")[0])
             profile = device.attribute("profile")
             counts = gpus.get(key) or {}
             if isinstance(profile, str):
                 counts[profile] = counts.get(profile, 0) + 1
             gpus[key] = counts
     return {node: [gpus[key] for key in sorted(gpus)] for node, gpus in found.items()}
+
+
+def _gpu_key(device: Device, index: str, uuid: str, name: str) -> tuple[int, int | str]:
+    """Which physical GPU ``device`` is (or is part of), in an order that sorts GPUs by
+    index where the driver says it."""
+    number = device.attribute(index)
+    if isinstance(number, int) and not isinstance(number, bool):
+        return (0, number)
+    text = device.attribute(uuid)
+    return (1, text if isinstance(text, str) else name)

@@ -25,7 +25,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from .parsing import gpu_requests
+from .parsing import may_hold_gpus
 
 QUEUE_LABEL = "tidegate.io/queue"
 API_VERSION = "admission.k8s.io/v1"
@@ -97,7 +97,7 @@ def gate_patch(request: Mapping[str, Any]) -> list[dict[str, Any]]:
     owners = [o for o in meta.get("ownerReferences") or [] if o.get("controller")]
     if any(o.get("kind") in SUSPENDED_AS_A_WHOLE for o in owners):
         return []
-    if not gpu_requests(spec) and not spec.get("resourceClaims"):
+    if not may_hold_gpus(spec):
         return []  # no GPU, nothing to queue: it starts as any pod (docs/dra.md for claims)
     gates = spec.get("schedulingGates") or []
     if any(g.get("name") == GATE for g in gates if isinstance(g, Mapping)):

@@ -21,7 +21,7 @@ from kubernetes import client as k8s
 from kubernetes.watch.watch import iter_resp_lines
 
 from .base import LAST_APPLIED_ANNOTATION, MANAGED_BY_LABEL, NodeInfo, PodInfo
-from .parsing import gpu_requests, node_info, pod_info
+from .parsing import may_hold_gpus, node_info, pod_info
 from .watch_cache import ClusterCache, WatchedCollection
 
 PAGE = 500
@@ -122,7 +122,7 @@ def gpu_pod(obj: Mapping[str, Any]) -> PodInfo | None:
     """A pod that requests a GPU or MIG slice, or names ResourceClaims (which may hold
     some); None for every other pod (most of a cluster's), which is then not kept."""
     spec = obj.get("spec") or {}
-    if not gpu_requests(spec) and not spec.get("resourceClaims"):
+    if not may_hold_gpus(spec):
         return None
     return pod_info(obj)
 

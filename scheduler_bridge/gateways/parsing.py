@@ -56,6 +56,17 @@ def _add(total: dict[str, int], more: Mapping[str, int]) -> None:
         total[key] = total.get(key, 0) + amount
 
 
+def names_claims(pod_spec: Mapping[str, Any]) -> bool:
+    """The pod names ResourceClaims (its own from templates, or shared ones): DRA devices,
+    GPUs among them perhaps, come to it that way (docs/dra.md)."""
+    return bool(pod_spec.get("resourceClaims"))
+
+
+def may_hold_gpus(pod_spec: Mapping[str, Any]) -> bool:
+    """The pod asks for GPUs as resources, or names claims that may hold some."""
+    return bool(gpu_requests(pod_spec)) or names_claims(pod_spec)
+
+
 def gpu_requests(pod_spec: Mapping[str, Any]) -> dict[str, int]:
     """GPU and MIG resources a pod holds: the sum over its containers (and restartable
     sidecar init containers), or the largest plain init container if that is more,
@@ -143,7 +154,7 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
         finished_at=finished,
         job_name=job_name,
         labels=dict(meta.get("labels") or {}),
-        has_claims=bool(spec.get("resourceClaims")),
+        has_claims=names_claims(spec),
     )
 
 

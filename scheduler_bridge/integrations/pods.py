@@ -42,7 +42,11 @@ from scheduler_bridge.admission.wording import gettext_noop, wording
 from scheduler_bridge.gateways import manifests
 from scheduler_bridge.gateways.admission_webhook import GATE, QUEUE_LABEL, SUSPENDED_AS_A_WHOLE
 from scheduler_bridge.gateways.base import Toleration
-from scheduler_bridge.gateways.parsing import gpu_requests, workload_name
+from scheduler_bridge.gateways.parsing import (
+    may_hold_gpus,
+    names_claims,
+    workload_name,
+)
 
 from .base import (
     IntegrationError,
@@ -149,7 +153,7 @@ def _wanted_by_controllers(
         template_meta = template.get("metadata") or {}
         labels = dict(template_meta.get("labels") or {})
         pod_spec = template.get("spec") or {}
-        if QUEUE_LABEL not in labels or not (gpu_requests(pod_spec) or _names_claims(pod_spec)):
+        if QUEUE_LABEL not in labels or not may_hold_gpus(pod_spec):
             continue  # its pods are not queued: nothing to ask for
         pod: dict[str, Any] = {
             "metadata": {
@@ -213,15 +217,11 @@ def _group(
     return PodGroup(namespace, name, pods, read)
 
 
-def _names_claims(pod_spec: Mapping[str, Any]) -> bool:
-    return bool(pod_spec.get("resourceClaims"))
-
-
 def _pod_set(members: list[Mapping[str, Any]], count: int) -> PodSetRead:
     # pods asking for GPUs as resources keep their claims for other devices (a NIC), as
     # the other kinds do (base.claim_entries); pods asking for none ask through claims
     if any(
-        _names_claims(pod.get("spec") or {})
+        names_claims(pod.get("spec") or {})
         and gpu_request({"spec": pod.get("spec") or {}}, f"pod {pod['metadata']['name']}") is None
         for pod in members
     ):

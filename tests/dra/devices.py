@@ -44,6 +44,8 @@ def gpu(index: int, product: str, memory: str, *, shared: bool = False) -> dict[
         "name": f"gpu-{index}",
         "attributes": {
             "type": {"string": "gpu"},
+            "index": {"int": index},
+            "uuid": {"string": f"GPU-{index}"},
             "productName": {"string": product},
             "architecture": {"string": "Hopper"},
             "driverVersion": {"version": "570.124.6"},
@@ -63,6 +65,7 @@ def mig(parent: int, profile: str, placement: int, product: str) -> dict[str, An
             "profile": {"string": profile},
             "productName": {"string": product},
             "parentUUID": {"string": f"GPU-{parent}"},
+            "parentIndex": {"int": parent},
         },
         "capacity": {"memory": {"value": "9856Mi"}, "multiprocessors": {"value": "16"}},
     }

@@ -320,3 +320,27 @@ def test_device_class_quota_key_is_kubernetes_own() -> None:
         device_class_quota_key("gpu.nvidia.com")
         == "gpu.nvidia.com.deviceclass.resource.k8s.io/devices"
     )
+
+
+def test_a_nodes_gpus_are_read_in_index_order_whether_whole_or_split() -> None:
+    """GPU 0 whole, GPU 1 split into two 3g devices, GPU 2 whole: the MIG planner's
+    layouts follow the GPUs' indexes (a wrong order would reconfigure the wrong GPU)."""
+    from scheduler_bridge.dra.flavours import gpus_by_node
+
+    devices = devices_of_slice(
+        node_slice(
+            "mixed",
+            [
+                gpu(2, A100, "80Gi"),
+                mig(1, "3g.40gb", 4, A100),
+                gpu(0, A100, "80Gi"),
+                mig(1, "3g.40gb", 0, A100),
+            ],
+        )
+    )
+    assert gpus_by_node(devices) == {"mixed": [None, {"3g.40gb": 2}, None]}
+    # a driver without indexes: told apart by UUIDs (GPU-0 < GPU-1 < GPU-2)
+    for device in devices:
+        for kind in ("index", "parentIndex"):
+            device.attributes["gpu.nvidia.com"].pop(kind, None)  # type: ignore[attr-defined]
+    assert gpus_by_node(devices) == {"mixed": [None, {"3g.40gb": 2}, None]}
