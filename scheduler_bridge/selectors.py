@@ -6,7 +6,7 @@ from typing import Any
 
 from django.db.models import Q, QuerySet, Sum
 
-from scheduler_bridge.inventory.models import Cluster, Flavour, Node
+from scheduler_bridge.inventory.models import Cluster, Flavour, FlavourQuerySet, Node
 from scheduler_bridge.quotas.models import Quota, QuotaRequest
 from scheduler_bridge.quotas.rules import is_overcommitted
 from tenants import access
@@ -27,8 +27,11 @@ def nodes_visible_to(user: Any) -> QuerySet[Node]:
     return Node.objects.filter(cluster__in=clusters_visible_to(user)).select_related("cluster")
 
 
-def flavours_visible_to(user: Any) -> QuerySet[Flavour]:
-    return Flavour.objects.filter(cluster__in=clusters_visible_to(user)).select_related("cluster")
+def flavours_visible_to(user: Any) -> FlavourQuerySet:
+    found: FlavourQuerySet = Flavour.objects.filter(
+        cluster__in=clusters_visible_to(user)
+    ).select_related("cluster")
+    return found
 
 
 def quotas_visible_to(user: Any) -> QuerySet[Quota]:
@@ -51,13 +54,19 @@ def top_level_guaranteed(flavour: Flavour) -> int:
 
 
 def overcommitted_flavour_ids(flavour_ids: list[int] | None = None) -> set[int]:
-    """Flavours whose top-level guarantees exceed the cluster's capacity."""
+    """Flavours whose top-level guarantees exceed what the cluster can give them (GPUs
+    split on claim counted as if laid out for each: Flavour.guarantee_ceiling)."""
     rows = Quota.objects.filter(tenant__parent__isnull=True)
     if flavour_ids is not None:
         rows = rows.filter(flavour_id__in=flavour_ids)
-    totals = rows.values("flavour_id", "flavour__capacity").annotate(total=Sum("guaranteed"))
+    totals = rows.values("flavour_id", "flavour__capacity", "flavour__most_capacity").annotate(
+        total=Sum("guaranteed")
+    )
     return {
         row["flavour_id"]
         for row in totals
-        if is_overcommitted(top_level_guaranteed=row["total"], capacity=row["flavour__capacity"])
+        if is_overcommitted(
+            top_level_guaranteed=row["total"],
+            capacity=max(row["flavour__capacity"], row["flavour__most_capacity"]),
+        )
     }

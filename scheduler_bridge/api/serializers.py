@@ -138,7 +138,8 @@ class NodeSerializer(serializers.ModelSerializer[Node]):
             "busy",
             "allocatable",
             "dra_devices",
-            "partitionable_gpus",
+            "partitionable_held",
+            "dra_most",
             "topology_domain",
             "unschedulable",
             "pinned_layout",
@@ -189,6 +190,7 @@ class FlavourSerializer(RejectUnknownFields, serializers.ModelSerializer[Flavour
             "mig_profile",
             "gpu_equivalent",
             "capacity",
+            "most_capacity",
             "node_selector",
             "tolerations",
             "node_taints",
@@ -235,7 +237,7 @@ class VisibleFlavourField(serializers.RelatedField[Flavour, Flavour, str]):
         cluster, name = data.split("/")
         flavour = self.get_queryset().filter(cluster__name=cluster, name=name).first()
         if flavour is None:
-            names = self.get_queryset().filter(cluster__name=cluster, capacity__gt=0)
+            names = self.get_queryset().filter(cluster__name=cluster).offered()
             choices = ", ".join(names.values_list("name", flat=True)) or "nothing you may see"
             self.fail("missing", value=data, choices=choices)
         return flavour

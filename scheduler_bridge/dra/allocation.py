@@ -12,7 +12,6 @@ share (owned by none of them) is not counted per pod.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -20,9 +19,9 @@ from typing import Any
 
 from scheduler_bridge.quantity import InvalidQuantity, parse_quantity
 
-from .demand import MILLI
+from .demand import MILLI, thousandths
 from .flavours import flavour_of
-from .objects import Device, devices_of_slices
+from .objects import Device, DraError, devices_of_slices
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,14 +103,10 @@ class ClaimedGpus:
 
 
 def share_taken(consumed: Mapping[str, Decimal], device: Device) -> int:
-    """Thousandths of a shared ``device`` a claim holds: the largest part of any of its
-    capacities the allocation consumed (all of it when none is named), as admission
-    prices the same request (demand._share)."""
-    share = Decimal(0)
-    for name, amount in consumed.items():
-        total = device.capacity_of(name)
-        if total:
-            share = max(share, amount / total)
-    if not consumed:
+    """Thousandths of a shared ``device`` a claim holds, by what its allocation consumed,
+    as admission prices the same request (demand.thousandths); all of it where the
+    allocation names capacities the device does not publish."""
+    try:
+        return thousandths(consumed, device)
+    except DraError:
         return MILLI
-    return min(MILLI, max(1, math.ceil(share * MILLI)))

@@ -227,7 +227,7 @@ class Inventory:
             flavour = self.flavour(devices[0])
             assert flavour is not None
             if flavour.shared:
-                found.append(Alternative(name, _share(sub.capacity, devices[0]), shared=True))
+                found.append(Alternative(name, thousandths(sub.capacity, devices[0]), shared=True))
             elif sub.mode == ALL:
                 found.append(Alternative(name, len(devices)))
             elif sub.count <= len(devices):
@@ -252,9 +252,10 @@ class Inventory:
         return found, None
 
 
-def _share(requests: Mapping[str, Decimal], device: Device) -> int:
-    """Thousandths of ``device`` a shared request takes: the largest share of any
-    capacity it asks for (all of it when it asks for none)."""
+def thousandths(requests: Mapping[str, Decimal], device: Device) -> int:
+    """Thousandths of ``device`` a shared request takes (or an allocation consumed): the
+    largest share of any capacity it names, all of it when it names none. DraError for
+    a capacity the device does not publish, or more than it has."""
     if not requests:
         return MILLI
     share = Decimal(0)

@@ -129,7 +129,7 @@ def devices_by_node(
     (dra.partitions), never each."""
     found: dict[str, dict[DeviceFlavour, int]] = {}
     for device in devices:
-        if device.node is None or device.consumes:
+        if device.node is None or device.is_partition:
             continue
         flavour = flavour_of(device, mapped)
         if flavour is None:
@@ -149,7 +149,7 @@ def gpus_by_node(devices: Iterable[Device]) -> dict[str, list[dict[str, int] | N
     on shared counters) are dra.partitions'."""
     found: dict[str, dict[tuple[int, int | str], dict[str, int] | None]] = {}
     for device in devices:
-        if device.node is None or device.driver != NVIDIA_DRIVER or device.consumes:
+        if device.node is None or device.driver != NVIDIA_DRIVER or device.is_partition:
             continue
         kind = device.attribute("type")
         gpus = found.setdefault(device.node, {})

@@ -75,6 +75,12 @@ class Device:
         """(driver, pool, device): how a claim's allocation result names it."""
         return (self.driver, self.pool, self.name)
 
+    @property
+    def is_partition(self) -> bool:
+        """It draws on shared counters: one of a partitionable GPU's alternatives, counted
+        through its GPU (dra.partitions), never on its own."""
+        return bool(self.consumes)
+
     def attribute(self, name: str) -> AttributeValue | None:
         """An attribute of the driver's own domain, or None."""
         return self.attributes.get(self.driver, {}).get(name)
@@ -186,6 +192,29 @@ def devices_of_slice(resource_slice: Mapping[str, Any]) -> list[Device]:
                 consumes=consumes,
             )
         )
+    return found
+
+
+def counter_sets_of_slices(
+    resource_slices: Iterable[Mapping[str, Any]],
+) -> dict[tuple[str, str, str], dict[str, Decimal]]:
+    """The shared counter sets the slices publish (``spec.sharedCounters``), by (driver,
+    pool, counter set): what a partitionable GPU's devices draw on together. Sets that
+    cannot be read are left out (their GPUs are then checked by profile counts only)."""
+    found: dict[tuple[str, str, str], dict[str, Decimal]] = {}
+    for resource_slice in resource_slices:
+        spec = resource_slice.get("spec") or {}
+        driver = str(spec.get("driver") or "")
+        pool = str((spec.get("pool") or {}).get("name") or "")
+        for counter_set in spec.get("sharedCounters") or []:
+            name = str(counter_set.get("name") or "")
+            try:
+                found[(driver, pool, name)] = {
+                    counter: _quantity((value or {}).get("value"), f"counter set {name}")
+                    for counter, value in (counter_set.get("counters") or {}).items()
+                }
+            except DraError:
+                continue
     return found
 
 

@@ -106,7 +106,10 @@ class Node(models.Model):
     # node's first GPUs in gpu_layouts): whether claims hold any part of it now. Their
     # layouts take effect as the MIG planner sets them, without MIG Manager
     # (docs/dra.md#partitionable-gpus)
-    partitionable_gpus = models.JSONField(default=list)
+    partitionable_held = models.JSONField(default=list)
+    # Per flavour those GPUs serve, the most the node could offer were they laid out for
+    # it (dra_devices says what it offers now)
+    dra_most = models.JSONField(default=dict)
     # An admin pin: the layout the MIG planner must keep (same shape as gpu_layouts).
     pinned_layout = models.JSONField(null=True, blank=True)
     # What Tidegate last asked MIG Manager for, and whether a failure was reported.
@@ -142,6 +145,13 @@ class Node(models.Model):
         return f"…{fabric[-4:]}.{clique}" if fabric else self.topology_domain
 
 
+class FlavourQuerySet(models.QuerySet["Flavour"]):
+    def offered(self) -> FlavourQuerySet:
+        """Flavours the cluster offers now, or could where GPUs split on claim are laid
+        out for them: what teams can ask for and work can name."""
+        return self.filter(models.Q(capacity__gt=0) | models.Q(most_capacity__gt=0))
+
+
 class Flavour(models.Model):
     """A schedulable GPU resource on a cluster: a whole GPU of a product, a MIG profile,
     or a shared GPU (several pods on one GPU, counted in thousandths of it)."""
@@ -163,6 +173,9 @@ class Flavour(models.Model):
     mig_profile = models.CharField(max_length=40, blank=True)
     gpu_equivalent = models.DecimalField(max_digits=6, decimal_places=4, default=Decimal("1"))
     capacity = models.PositiveIntegerField(default=0)
+    # the most it could offer where GPUs split on claim were laid out for it (DRA
+    # partitionable devices; docs/dra.md#partitionable-gpus): how far it may be guaranteed
+    most_capacity = models.PositiveIntegerField(default=0)
     node_selector = models.JSONField(default=dict)
     # Tolerations admission injects into the pods it admits here: an admin's choice
     # (API: PATCH /flavours/{id}/), never node-condition taints (gateways/tolerations.py).
@@ -173,6 +186,8 @@ class Flavour(models.Model):
     sharing = models.CharField(max_length=16, choices=Sharing.choices, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+
+    objects = FlavourQuerySet.as_manager()
 
     class Meta:
         ordering = ["cluster__name", "name"]
@@ -190,6 +205,12 @@ class Flavour(models.Model):
     @property
     def is_shared(self) -> bool:
         return bool(self.sharing)
+
+    @property
+    def guarantee_ceiling(self) -> int:
+        """How much of it teams may be guaranteed in all: what it offers now, or more
+        where GPUs split on claim can be laid out for it."""
+        return max(self.capacity, self.most_capacity)
 
     @property
     def unit_equivalent(self) -> float:

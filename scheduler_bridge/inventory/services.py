@@ -18,7 +18,7 @@ from django.utils.translation import gettext_lazy as _
 from scheduler_bridge.admission.wording import chain, gettext_noop, wording
 from scheduler_bridge.dra.allocation import claim_allocation
 from scheduler_bridge.dra.flavours import DeviceFlavour, devices_by_node, gpus_by_node
-from scheduler_bridge.dra.objects import devices_of_slices
+from scheduler_bridge.dra.objects import counter_sets_of_slices, devices_of_slices
 from scheduler_bridge.dra.partitions import (
     PartitionableGpu,
     layout_devices,
@@ -146,9 +146,10 @@ class NodeDra:
     held: list[bool] = field(default_factory=list)
     # whole GPUs published as such (not partitionable), of any driver
     whole: int = 0
-    # per flavour, the most devices it could offer here (a partitionable GPU counts every
-    # profile it can be split into, whatever its layout now): the flavour's capacity
-    capacity: dict[FlavourSpec, int] = field(default_factory=dict)
+    # per flavour its partitionable GPUs serve, the most devices the node could offer if
+    # they were laid out for it (every profile counted as if alone): how far teams may be
+    # guaranteed it and what work can ever get (Node.dra_most, Flavour.most_capacity)
+    most: dict[FlavourSpec, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -168,9 +169,9 @@ class DraNodes:
         chose (``requested``, the node's mig_requested_layouts) where that still holds."""
         flavours = dict(self.flavours.get(info.name, {}))
         whole = sum(n for spec, n in flavours.items() if not spec.mig_profile)
-        capacity = dict(flavours)
         layouts: list[StoredLayout] = []
         held: list[bool] = []
+        most: dict[FlavourSpec, int] = {}
         selector = _product_selector(info)
         for index, gpu in enumerate(self.partitionable.get(info.name, [])):
             chosen = (
@@ -180,15 +181,18 @@ class DraNodes:
             )
             product = _catalogue_product(gpu.product)
             layout = partition_layout(gpu, product, chosen)
-            layouts.append(layout_to_json(layout))
+            # (held partitions no known layout describes: counted as held, shown whole)
+            layouts.append(layout_to_json(layout) if layout is not None else None)
             held.append(any(gpu.in_use.values()))
             for flavour, count in layout_devices(gpu, layout).items():
                 spec = _dra_spec(flavour, selector)
                 flavours[spec] = flavours.get(spec, 0) + count
             for profile, flavour in gpu.flavours.items():
                 spec = _dra_spec(flavour, selector)
-                capacity[spec] = capacity.get(spec, 0) + most_of(gpu, product, profile)
-        return NodeDra(flavours, self.gpus.get(info.name, []), layouts, held, whole, capacity)
+                most[spec] = most.get(spec, 0) + most_of(gpu, product, profile)
+        for spec in most:  # beside the same flavour's other devices on the node
+            most[spec] += self.flavours.get(info.name, {}).get(spec, 0)
+        return NodeDra(flavours, self.gpus.get(info.name, []), layouts, held, whole, most)
 
 
 def _product_selector(info: NodeInfo) -> tuple[tuple[str, str], ...]:
@@ -228,7 +232,9 @@ def _dra_flavours(
             if flavour.shared:
                 shared.setdefault(node, set()).add(flavour.name)
     note = "; DRA slices left out: " + "; ".join(unreadable) if unreadable else ""
-    partitionable = partitionable_gpus(devices, allocated, mapped)
+    partitionable = partitionable_gpus(
+        devices, allocated, mapped, counter_sets_of_slices(resource_slices)
+    )
     return DraNodes(found, gpus_by_node(devices), shared, partitionable), note
 
 
@@ -371,7 +377,8 @@ _NODE_FIELDS = {
     "unschedulable": "boolean",
     "present": "boolean",
     "dra_devices": "jsonb",
-    "partitionable_gpus": "jsonb",
+    "partitionable_held": "jsonb",
+    "dra_most": "jsonb",
 }
 
 
@@ -414,22 +421,29 @@ def _observed(
     layouts = _node_layouts(stored, info, product, count) if product else []
     mig_capable = info.labels.get(MIG_CAPABLE_LABEL) == "true"
     split = len(dra.partitioned)
-    if not label and dra.flavours:  # no GPU Feature Discovery labels: DRA says what it has
-        product_name = min(spec.product for spec in dra.flavours)
-        layouts = _dra_layouts(product_name, dra.gpus)
+    published = {**dra.most, **dra.flavours}
+    if not label and published:  # no GPU Feature Discovery labels: DRA says what it has
+        product_name = min(spec.product for spec in published)
         catalogued = _catalogue_product(product_name)
         mig_capable = bool(catalogued and catalogued.mig_capable)
-        # (a mapped driver's GPUs are whole devices the NVIDIA reading does not list)
+        # its GPUs split on claim first, then those published whole or split already (a
+        # mapped driver's GPUs are whole devices the NVIDIA reading does not list)
+        layouts = [*dra.partitioned, *_dra_layouts(product_name, dra.gpus)]
         count = split + (len(dra.gpus) or dra.whole)
-    # the first GPUs are those split when a claim asks, laid out as inventory chose
-    layouts = [*dra.partitioned, *layouts[split:]] if split else layouts
+    elif split:
+        # the labels count every GPU: the first ones are split on claim, laid out as
+        # inventory chose
+        layouts = [*dra.partitioned, *layouts[split:]]
     return {
         "labels": dict(info.labels),
         "allocatable": dict(info.allocatable),
         "dra_devices": {
             spec.name: n for spec, n in sorted(dra.flavours.items(), key=lambda kv: kv[0].name) if n
         },
-        "partitionable_gpus": dra.held,
+        "partitionable_held": dra.held,
+        "dra_most": {
+            spec.name: n for spec, n in sorted(dra.most.items(), key=lambda kv: kv[0].name)
+        },
         "product": product_name,
         "gpu_count": count,
         "gpu_memory_mib": memory,
@@ -475,6 +489,8 @@ def inventory_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> I
         else (DraNodes({}, {}), "")
     )
     flavour_totals: dict[FlavourSpec, int] = {}
+    # per flavour, the most its nodes could offer (GPUs split on claim laid out for it)
+    most_totals: dict[str, int] = defaultdict(int)
     flavours_on_node: dict[str, set[str]] = {}
     # per whole-GPU flavour, how its nodes' labels say they share their GPUs
     sharing_seen: dict[str, set[str]] = defaultdict(set)
@@ -504,10 +520,13 @@ def inventory_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> I
             offered = flavours_of_node(info)
             # the same GPUs offered both ways (device plugin and DRA) count once
             names = {spec.name for spec in offered}
-            offered.update((s, n) for s, n in node_dra.capacity.items() if s.name not in names)
+            offered.update((s, n) for s, n in node_dra.flavours.items() if s.name not in names)
+            # (a flavour its GPUs split on claim could serve is known while they offer none)
+            offered.update((s, 0) for s in node_dra.most if s not in offered)
             shared_through_dra = dra.shared.get(info.name, set())
             for spec, amount in offered.items():
                 flavour_totals[spec] = flavour_totals.get(spec, 0) + amount
+                most_totals[spec.name] += max(amount, node_dra.most.get(spec, 0))
                 flavours_on_node.setdefault(info.name, set()).add(spec.name)
                 if not spec.mig_profile:
                     sharing_seen[spec.name].add(
@@ -529,7 +548,7 @@ def inventory_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> I
             present=False, last_seen_at=cluster.last_synced_at or now
         )
         result.flavours, untolerated_note = _store_flavours(
-            cluster, flavour_totals, _node_taints(infos, flavours_on_node)
+            cluster, flavour_totals, most_totals, _node_taints(infos, flavours_on_node)
         )
         sharing_note = _adopt_sharing(cluster, sharing_seen, new_since=now)
         _mark_cluster(
@@ -558,7 +577,10 @@ def _node_taints(
 
 
 def _store_flavours(
-    cluster: Cluster, totals: dict[FlavourSpec, int], taints: dict[str, list[dict[str, str]]]
+    cluster: Cluster,
+    totals: dict[FlavourSpec, int],
+    most: dict[str, int],
+    taints: dict[str, list[dict[str, str]]],
 ) -> tuple[int, str]:
     """Save the flavours offered now (their tolerations are left as the admin set
     them); returns how many, and a note naming flavours whose tolerations leave a taint
@@ -579,6 +601,7 @@ def _store_flavours(
                 "mig_profile": spec.mig_profile,
                 "gpu_equivalent": spec.gpu_equivalent,
                 "capacity": amount,
+                "most_capacity": max(amount, most.get(name, 0)),
                 "node_selector": dict(spec.node_selector),
                 "node_taints": taints.get(name, []),
             },
@@ -589,10 +612,14 @@ def _store_flavours(
             left_out.append(f"{name} ({keys})")
         seen.add(name)
     # Flavours no node offers any more keep their quotas (history) but have no capacity.
-    gone = Flavour.objects.filter(cluster=cluster).exclude(name__in=seen).exclude(capacity=0)
+    gone = (
+        Flavour.objects.filter(cluster=cluster)
+        .exclude(name__in=seen)
+        .exclude(capacity=0, most_capacity=0)
+    )
     gone_ids = list(gone.values_list("pk", flat=True))
     if gone_ids:
-        Flavour.objects.filter(pk__in=gone_ids).update(capacity=0)
+        Flavour.objects.filter(pk__in=gone_ids).update(capacity=0, most_capacity=0)
         record_capacities((pk, 0) for pk in gone_ids)
     note = (
         "; nodes of " + "; ".join(left_out) + " carry taints the flavour does not tolerate: "

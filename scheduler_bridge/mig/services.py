@@ -122,17 +122,23 @@ def _gpu_states(nodes: list[Node]) -> tuple[list[GpuState], dict[str, NodePin]]:
             pins[node.name] = NodePin(per_gpu=dict(enumerate(layouts)))
             gpus.extend(GpuState(node.name, i, product, x) for i, x in enumerate(layouts))
             continue
-        # a GPU split on claim whose parts claims hold keeps them (inventory's flags)
-        held = node.partitionable_gpus
-        for index, (layout, busy) in enumerate(
+        # a GPU split on claim is busy exactly while claims hold part of it (inventory's
+        # flags); the GPUs beside it on such a node keep their layout (no MIG Manager)
+        held = node.partitionable_held
+        kept: dict[int, MigLayout] = {}
+        for index, (layout, guess) in enumerate(
             zip(layouts, busy_gpu_flags(layouts, node.busy), strict=True)
         ):
-            busy = busy or (index < len(held) and bool(held[index]))
-            gpus.append(GpuState(node.name, index, product, layout, busy))
+            if index < len(held):
+                gpus.append(GpuState(node.name, index, product, layout, bool(held[index])))
+                continue
+            gpus.append(GpuState(node.name, index, product, layout, guess))
+            if held:
+                kept[index] = layout
         if node.pinned_layout is not None:
-            pins[node.name] = NodePin(
-                per_gpu={i: layout_from_json(entry) for i, entry in enumerate(node.pinned_layout)}
-            )
+            kept = {i: layout_from_json(entry) for i, entry in enumerate(node.pinned_layout)}
+        if kept:
+            pins[node.name] = NodePin(per_gpu=kept)
     return gpus, pins
 
 
@@ -267,9 +273,9 @@ def _mig_reconcile(cluster: Cluster, gateway: ClusterGateway) -> ReconcileResult
     result.plan = plan
     changed = plan.nodes_to_reconfigure
     split_on_claim = set(
-        Node.objects.filter(
-            cluster=cluster, name__in=changed, partitionable_gpus__gt=0
-        ).values_list("name", flat=True)
+        Node.objects.filter(cluster=cluster, name__in=changed)
+        .exclude(partitionable_held=[])
+        .values_list("name", flat=True)
     )
     changed_nodes = [name for name in changed if name not in split_on_claim]
     with transaction.atomic():

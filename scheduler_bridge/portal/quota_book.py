@@ -76,7 +76,7 @@ class QuotaBook:
             if tenant.parent_id
             else 0,
             children_guaranteed=self._sum(flavour, parent_id=tenant.pk, without=None),
-            capacity=flavour.capacity,
+            capacity=flavour.guarantee_ceiling,
             other_top_level_guaranteed=self._sum(flavour, parent_id=None, without=tenant.pk),
         )
 

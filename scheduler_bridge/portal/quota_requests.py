@@ -133,9 +133,7 @@ class QuotaRequestForm(forms.Form):
 def flavour_asks(user: Any, tenant: Tenant) -> dict[int, FlavourAsk]:
     """Flavour id -> what `tenant` holds and could ask for, for every flavour with
     capacity on the clusters `user` sees (a constant number of queries)."""
-    flavours = list(
-        selectors.flavours_visible_to(user).filter(capacity__gt=0).order_by("cluster__name", "name")
-    )
+    flavours = list(selectors.flavours_visible_to(user).offered().order_by("cluster__name", "name"))
     book = QuotaBook(f.pk for f in flavours)
     parent_slug = tenant.parent.slug if tenant.parent else None
     return {f.pk: book.ask(tenant, f, parent_slug) for f in flavours}

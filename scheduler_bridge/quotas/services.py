@@ -56,7 +56,7 @@ def quota_context(tenant: Tenant, flavour: Flavour) -> QuotaContext:
         if parent
         else 0,
         children_guaranteed=_sum(same_flavour.filter(tenant__parent=tenant)),
-        capacity=flavour.capacity,
+        capacity=flavour.guarantee_ceiling,
         other_top_level_guaranteed=_sum(
             same_flavour.filter(tenant__parent__isnull=True).exclude(tenant=tenant)
         ),
@@ -333,7 +333,7 @@ def quota_request_create(
         )
     if not justification.strip():
         raise ValidationFailed(_("Say why the team needs this change."), field="justification")
-    if flavour.capacity == 0:
+    if flavour.guarantee_ceiling == 0:
         raise ValidationFailed(
             _("Cluster %(cluster)s currently has no %(flavour)s; ask for one of: %(available)s.")
             % {
@@ -462,7 +462,7 @@ def largest_ask(tenant: Tenant, flavour: Flavour) -> int | None:
 
 
 def _available_flavours(flavour: Flavour) -> list[str]:
-    names = Flavour.objects.filter(cluster_id=flavour.cluster_id, capacity__gt=0)
+    names = Flavour.objects.filter(cluster_id=flavour.cluster_id).offered()
     return list(names.values_list("name", flat=True)) or [_("(none: sync the inventory first)")]
 
 

@@ -106,6 +106,8 @@ def cluster_shape(cluster: Cluster) -> ClusterShape:
     nodes = []
     for node in Node.objects.filter(cluster=cluster, present=True).order_by("name"):
         capacity = node_flavours(node, by_key)
+        for name, most in node.dra_most.items():  # GPUs split on claim, laid out for it
+            capacity[name] = max(capacity.get(name, 0), most)
         if capacity:
             nodes.append(engine.Node(node.name, capacity, None, node.topology_domain or None))
         for name, amount in capacity.items():
@@ -120,7 +122,7 @@ def cluster_shape(cluster: Cluster) -> ClusterShape:
 
 def resolve_flavours(cluster: Cluster, spec: PodSetSpec) -> list[str]:
     """Acceptable flavours of a pod set, best first; ValidationFailed naming the valid ones."""
-    flavours = list(Flavour.objects.filter(cluster=cluster, capacity__gt=0).order_by("name"))
+    flavours = list(Flavour.objects.filter(cluster=cluster).offered().order_by("name"))
     names = [f.name for f in flavours]
     if spec.flavour:
         if spec.flavour not in names:

@@ -171,15 +171,19 @@ def test_gpus_split_on_claim_count_once_and_are_laid_out_by_the_planner(
     try:
         inventory_sync(cluster, gateway)
         node = Node.objects.get(cluster=cluster, name=NODE)
-        assert (node.gpu_count, node.partitionable_gpus, node.gpu_layouts) == (
+        assert (node.gpu_count, node.partitionable_held, node.gpu_layouts) == (
             2,
             [False, False],
             [None, None],
         )
         assert node.dra_devices == {WHOLE: 2}
-        # a flavour's capacity: the most its GPUs could offer, whichever the layout
-        capacity = dict(Flavour.objects.filter(cluster=cluster).values_list("name", "capacity"))
-        assert capacity == {WHOLE: 2, SMALL: 14, HALF: 4}
+        # a flavour's capacity: what its GPUs offer now; the most they could, if laid out
+        # for it, is how far teams may be guaranteed it
+        capacity = {
+            f.name: (f.capacity, f.most_capacity) for f in Flavour.objects.filter(cluster=cluster)
+        }
+        assert capacity == {WHOLE: (2, 2), SMALL: (0, 14), HALF: (0, 4)}
+        assert node.dra_most == {WHOLE: 2, SMALL: 14, HALF: 4}
 
         # a pod outside the queue takes half a GPU: that GPU is split as claims hold it
         real.create_object(_template("small", "mig.nvidia.com", "1g.10gb"))
@@ -194,7 +198,7 @@ def test_gpus_split_on_claim_count_once_and_are_laid_out_by_the_planner(
         )
         inventory_sync(cluster, gateway)
         node = Node.objects.get(cluster=cluster, name=NODE)
-        assert sorted(node.partitionable_gpus) == [False, True]
+        assert sorted(node.partitionable_held) == [False, True]
         assert sorted(_layouts(node), key=str) == [None, {"3g.40gb": 1}]
         assert node.dra_devices == {WHOLE: 1, HALF: 1}
 
@@ -229,17 +233,28 @@ def test_gpus_split_on_claim_count_once_and_are_laid_out_by_the_planner(
         held = real.wait_for(partitions, "the scheduler to allocate seven 1g partitions")
         assert len(set(held)) == 7 and all("mig-1g10gb" in d for d in held), held
 
-        # Kubernetes is the judge: no whole GPU is left, and Tidegate offers none
+        # Kubernetes is the judge: no whole GPU is left, and Tidegate offers none; the
+        # 1g slices it offers beyond the seven held are ones the scheduler still gives
         real.create_object(_outside_pod("outside-whole", "whole"))
         inventory_sync(cluster, gateway)
         node = Node.objects.get(cluster=cluster, name=NODE)
-        assert node.partitionable_gpus == [True, True]
+        assert node.partitionable_held == [True, True]
         assert WHOLE not in node.dra_devices
-        assert sum(node.dra_devices.values()) >= 8
+        assert node.dra_devices[HALF] == 1 and node.dra_devices[SMALL] > 7, node.dra_devices
         real.wait_for(
             lambda: _unschedulable(real.read("Pod", OUTSIDE, "outside-whole")),
             "the scheduler to find no whole GPU",
         )
         assert not real.read("Pod", OUTSIDE, "outside-whole")["spec"].get("nodeName")
+        real.create_object(_template("small", "mig.nvidia.com", "1g.10gb", OUTSIDE))
+        for extra in range(node.dra_devices[SMALL] - 7):
+            real.create_object(_outside_pod(f"outside-small-{extra}", "small"))
+        real.wait_for(
+            lambda: (
+                sum(1 for name, ds in _allocated(real).items() if "outside-small" in name and ds)
+                == node.dra_devices[SMALL] - 7
+            ),
+            "the scheduler to give every 1g slice Tidegate counts free",
+        )
     finally:
         gateway.close()
