@@ -50,7 +50,7 @@ typecheck: $(STAMP)
 
 pytest: $(STAMP)
 	$(DEMO_ENV) $(BIN)/python manage.py compile_catalogues
-	$(BIN)/pytest -n 2 --dist loadgroup
+	$(BIN)/pytest -n 2 --dist loadgroup $(if $(CI),--create-db,)
 
 bench: $(STAMP) services
 	for script in benchmarks/*.py; do $(BIN)/python $$script || exit 1; done
