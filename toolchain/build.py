@@ -108,6 +108,7 @@ _MAIN_MODULES = {
     "kuberay": "github.com/ray-project/kuberay/ray-operator",
     "lws": "sigs.k8s.io/lws",
     "kubeflow": "github.com/kubeflow/training-operator",
+    "kueue": "sigs.k8s.io/kueue",
 }
 
 
@@ -148,6 +149,31 @@ MODULE_FILES: dict[str, tuple[str, tuple[str, ...]]] = {
     "kubeflow": (
         "github.com/kubeflow/training-operator",
         ("manifests/base/crds/kubeflow.org_pytorchjobs.yaml",),
+    ),
+    # Kueue's scheduler performance test: its CRDs (the runner installs them in its API
+    # server), its scenarios and their thresholds, read as Kueue ships them
+    "kueue": (
+        "sigs.k8s.io/kueue",
+        (
+            *(
+                f"config/components/crd/bases/{crd}"
+                for crd in (
+                    "kueue.x-k8s.io_admissionchecks.yaml",
+                    "kueue.x-k8s.io_clusterqueues.yaml",
+                    "kueue.x-k8s.io_cohorts.yaml",
+                    "kueue.x-k8s.io_localqueues.yaml",
+                    "kueue.x-k8s.io_multikueueclusters.yaml",
+                    "kueue.x-k8s.io_multikueueconfigs.yaml",
+                    "kueue.x-k8s.io_provisioningrequestconfigs.yaml",
+                    "kueue.x-k8s.io_resourceflavors.yaml",
+                    "kueue.x-k8s.io_topologies.yaml",
+                    "kueue.x-k8s.io_workloadpriorityclasses.yaml",
+                    "kueue.x-k8s.io_workloads.yaml",
+                )
+            ),
+            "test/performance/scheduler/configs/baseline/generator.yaml",
+            "test/performance/scheduler/configs/baseline/rangespec.yaml",
+        ),
     ),
 }
 
@@ -279,9 +305,19 @@ def _build_locked(module: GoModule, folder: Path, log: Path | None) -> Path:
     return folder
 
 
+# Modules built only when named (``python -m toolchain.build kueue``): what a benchmark runs,
+# not the tests.
+ON_REQUEST = frozenset({"kueue"})
+
+
 def build_all(names: list[str] | None = None, *, quiet: bool = False) -> dict[str, Path]:
-    """Build every module (or those named), showing progress; the folder of each."""
-    wanted = [m for m in modules() if not names or m.name in names]
+    """Build every module the tests need (or those named), showing progress; the folder
+    of each."""
+    wanted = (
+        [m for m in modules() if m.name in names]
+        if names
+        else [m for m in modules() if m.name not in ON_REQUEST]
+    )
     unknown = set(names or ()) - {m.name for m in wanted}
     if unknown:
         raise ToolchainError(
