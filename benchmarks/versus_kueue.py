@@ -22,7 +22,7 @@ creation intervals) so that a 2-core machine can run it in minutes; 1.0 is Kueue
 scenario. Only the ``kueue`` line is printed so far; Tidegate's run of the same scenario
 (the ``tidegate`` line) is to go beside it.
 
-    python benchmarks/versus_kueue.py --scale 0.2
+    python benchmarks/versus_kueue.py --scale 0.2 [--scenario baseline --scenario tas]
 """
 
 from __future__ import annotations
@@ -44,7 +44,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks._support import emit, progress  # noqa: E402
 from toolchain import build  # noqa: E402
 
-SCENARIO = "baseline"
+# Kueue's scenarios this runs: its baseline, and the same queues and workloads placed
+# with topology-aware scheduling on 640 nodes (its runner's --enableTAS)
+SCENARIOS = ("baseline", "tas")
 CONFIGS = "test/performance/scheduler/configs"
 CRDS = "config/components/crd/bases"
 
@@ -106,14 +108,14 @@ def within_thresholds(figures: dict[str, float], spec: dict[str, Any]) -> dict[s
     return checks
 
 
-def run_kueue(scale: float, timeout_s: int) -> dict[str, Any]:
-    """Kueue's runner and minimalkueue on the scenario; its figures and checks."""
+def run_kueue(scenario_name: str, scale: float, timeout_s: int) -> dict[str, Any]:
+    """Kueue's runner and minimalkueue on ``scenario_name``; its figures and checks."""
     progress("building Kueue's performance test and the control plane (cached once built)")
     folders = build.build_all(["kueue", "kubernetes", "etcd"])
     kueue = next(m for m in build.modules() if m.name == "kueue")
     files = build.files_folder(kueue)
-    config = yaml.safe_load((files / CONFIGS / SCENARIO / "generator.yaml").read_text())
-    spec = yaml.safe_load((files / CONFIGS / SCENARIO / "rangespec.yaml").read_text())
+    config = yaml.safe_load((files / CONFIGS / scenario_name / "generator.yaml").read_text())
+    spec = yaml.safe_load((files / CONFIGS / scenario_name / "rangespec.yaml").read_text())
     scenario = scaled_scenario(config, scale)
     with tempfile.TemporaryDirectory(prefix="versus-kueue-") as work:
         workdir = Path(work)
@@ -133,8 +135,9 @@ def run_kueue(scale: float, timeout_s: int) -> dict[str, Any]:
             f"--generatorConfig={generator}",
             f"--minimalKueue={folders['kueue'] / 'minimalkueue'}",
             f"--timeout={timeout_s}s",
+            *(["--enableTAS"] if scenario_name == "tas" else []),
         ]
-        progress(f"running Kueue's {SCENARIO} ({workload_count(scenario):,} workloads)")
+        progress(f"running Kueue's {scenario_name} ({workload_count(scenario):,} workloads)")
         started = time.monotonic()
         with open(workdir / "runner.log", "w") as log:
             finished = subprocess.run(
@@ -155,7 +158,7 @@ def run_kueue(scale: float, timeout_s: int) -> dict[str, Any]:
     checks = within_thresholds(figures, spec)
     return {
         "bench": "versus_kueue",
-        "scenario": SCENARIO,
+        "scenario": scenario_name,
         "system": "kueue",
         "version": kueue.main_version,
         "workloads": workload_count(scenario),
@@ -175,10 +178,17 @@ def main(argv: list[str] | None = None) -> int:
         help="multiply every workload count (1.0: Kueue's own 15,000)",
     )
     parser.add_argument("--timeout", type=int, default=1800, help="seconds for each system")
+    parser.add_argument(
+        "--scenario",
+        action="append",
+        choices=SCENARIOS,
+        help="Kueue's scenario to run (repeat for several; default: baseline)",
+    )
     args = parser.parse_args(argv)
     if not 0 < args.scale <= 1:
         parser.error("--scale is a factor in (0, 1]")
-    emit(**run_kueue(args.scale, args.timeout))
+    for scenario_name in args.scenario or ["baseline"]:
+        emit(**run_kueue(scenario_name, args.scale, args.timeout))
     return 0
 
 

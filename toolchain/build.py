@@ -171,8 +171,11 @@ MODULE_FILES: dict[str, tuple[str, tuple[str, ...]]] = {
                     "kueue.x-k8s.io_workloads.yaml",
                 )
             ),
-            "test/performance/scheduler/configs/baseline/generator.yaml",
-            "test/performance/scheduler/configs/baseline/rangespec.yaml",
+            *(
+                f"test/performance/scheduler/configs/{scenario}/{name}.yaml"
+                for scenario in ("baseline", "tas")
+                for name in ("generator", "rangespec")
+            ),
         ),
     ),
 }
