@@ -108,15 +108,23 @@ def within_thresholds(figures: dict[str, float], spec: dict[str, Any]) -> dict[s
     return checks
 
 
+def kueue_scenario(scenario_name: str, scale: float) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Kueue's scenario (scaled) and its thresholds, as the pinned release ships them."""
+    build.build_all(["kueue"])
+    kueue = next(m for m in build.modules() if m.name == "kueue")
+    files = build.files_folder(kueue)
+    config = yaml.safe_load((files / CONFIGS / scenario_name / "generator.yaml").read_text())
+    spec = yaml.safe_load((files / CONFIGS / scenario_name / "rangespec.yaml").read_text())
+    return scaled_scenario(config, scale), spec
+
+
 def run_kueue(scenario_name: str, scale: float, timeout_s: int) -> dict[str, Any]:
     """Kueue's runner and minimalkueue on ``scenario_name``; its figures and checks."""
     progress("building Kueue's performance test and the control plane (cached once built)")
     folders = build.build_all(["kueue", "kubernetes", "etcd"])
     kueue = next(m for m in build.modules() if m.name == "kueue")
     files = build.files_folder(kueue)
-    config = yaml.safe_load((files / CONFIGS / scenario_name / "generator.yaml").read_text())
-    spec = yaml.safe_load((files / CONFIGS / scenario_name / "rangespec.yaml").read_text())
-    scenario = scaled_scenario(config, scale)
+    scenario, spec = kueue_scenario(scenario_name, scale)
     with tempfile.TemporaryDirectory(prefix="versus-kueue-") as work:
         workdir = Path(work)
         # envtest finds kube-apiserver and etcd in KUBEBUILDER_ASSETS
@@ -169,6 +177,30 @@ def run_kueue(scenario_name: str, scale: float, timeout_s: int) -> dict[str, Any
     }
 
 
+def run_tidegate(
+    scenario_name: str, scale: float, timeout_s: int, queue_tick_s: float | None = None
+) -> dict[str, Any]:
+    """Tidegate on the same scenario (benchmarks/_versus_tidegate.py), with the same
+    checks against Kueue's thresholds."""
+    from benchmarks._versus_tidegate import run_tidegate as run
+
+    if scenario_name != "baseline":
+        raise SystemExit("Tidegate runs Kueue's baseline scenario only")
+    build.build_all(["kubernetes", "etcd", "kwok"])
+    scenario, spec = kueue_scenario(scenario_name, scale)
+    figures = run(scenario, timeout_s, queue_tick_s)
+    checks = within_thresholds(figures, spec)
+    return {
+        "bench": "versus_kueue",
+        "scenario": scenario_name,
+        "system": "tidegate",
+        **figures,
+        "scale": scale,
+        "within_kueue_thresholds": int(all(checks.values())),
+        **{f"check_{name}": int(ok) for name, ok in checks.items()},
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -184,11 +216,29 @@ def main(argv: list[str] | None = None) -> int:
         choices=SCENARIOS,
         help="Kueue's scenario to run (repeat for several; default: baseline)",
     )
+    parser.add_argument(
+        "--system",
+        action="append",
+        choices=("kueue", "tidegate"),
+        help="which system to run (repeat for both; default: both, Kueue first)",
+    )
+    parser.add_argument(
+        "--queue-tick",
+        type=float,
+        action="append",
+        help="Tidegate's queue tick in seconds (TIDEGATE_QUEUE_TICK_S; repeat for several "
+        "runs; default: the production default)",
+    )
     args = parser.parse_args(argv)
     if not 0 < args.scale <= 1:
         parser.error("--scale is a factor in (0, 1]")
     for scenario_name in args.scenario or ["baseline"]:
-        emit(**run_kueue(scenario_name, args.scale, args.timeout))
+        for system in args.system or ["kueue", "tidegate"]:
+            if system == "kueue":
+                emit(**run_kueue(scenario_name, args.scale, args.timeout))
+            for tick in args.queue_tick or [None]:
+                if system == "tidegate":
+                    emit(**run_tidegate(scenario_name, args.scale, args.timeout, tick))
     return 0
 
 

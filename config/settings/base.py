@@ -219,9 +219,10 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
         "task": "scheduler_bridge.tasks.quota_sync_all",
         "schedule": timedelta(minutes=2),
     },
+    # how soon new and ended queue work is seen (Job sync, then an admission cycle)
     "queue-tick": {
         "task": "scheduler_bridge.tasks.queue_tick_all",
-        "schedule": timedelta(seconds=30),
+        "schedule": timedelta(seconds=env.float("TIDEGATE_QUEUE_TICK_S", default=30.0)),
     },
     "billing-collect-usage": {
         "task": "billing.tasks.usage_collect_all",
