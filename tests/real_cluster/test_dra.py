@@ -714,6 +714,43 @@ def test_jobs_asking_for_part_of_a_gpu_through_consumable_capacity_share_it(
         real.delete_object("ResourceSlice", None, shared_slice["metadata"]["name"])
 
 
+def _queue_in_turn(
+    real: RealCluster,
+    cluster: Cluster,
+    gateway: KubernetesGateway,
+    template: str,
+    requests: list[dict[str, Any]],
+    jobs: tuple[str, ...],
+) -> dict[str, Workload]:
+    """``template`` in vision-train, then a Job of each of ``jobs`` naming it, each synced
+    and given an admission cycle before the next: their workloads by Job name."""
+    made = _template(template, requests)
+    made["metadata"]["namespace"] = "vision-train"
+    real.create_object(made)
+    for name in jobs:
+        real.create_object(_claim_job(name, template))
+        jobs_sync(cluster, gateway)
+        admission_cycle(cluster, gateway)
+    return {w.job_name: w for w in Workload.objects.filter(cluster=cluster)}
+
+
+def _claim_results(real: RealCluster, jobs: int) -> dict[str, list[dict[str, Any]]]:
+    """Per Job of vision-train, its pod's claim's allocation results, once ``jobs`` Jobs'
+    claims are allocated."""
+
+    def allocated() -> dict[str, list[dict[str, Any]]] | None:
+        found: dict[str, list[dict[str, Any]]] = {}
+        for claim in real.objects("ResourceClaim", "vision-train"):
+            allocation = (claim.get("status") or {}).get("allocation") or {}
+            results = (allocation.get("devices") or {}).get("results") or []
+            owner = claim["metadata"]["ownerReferences"][0]["name"]
+            if results:
+                found[owner.rsplit("-", 1)[0]] = results
+        return found if len(found) == jobs else None
+
+    return real.wait_for(allocated, f"the scheduler to allocate {jobs} Jobs' claims")
+
+
 @pytest.mark.django_db
 def test_a_prioritized_list_of_shares_of_different_sizes_takes_each_at_its_own_size(
     dra: RealCluster, cast: Cast
@@ -742,7 +779,10 @@ def test_a_prioritized_list_of_shares_of_different_sizes_takes_each_at_its_own_s
                 "expression": "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA L40S'"
             }
         }
-        template = _template(
+        state = _queue_in_turn(
+            real,
+            cluster,
+            gateway,
             "l40s-or-a100",
             [
                 {
@@ -763,15 +803,8 @@ def test_a_prioritized_list_of_shares_of_different_sizes_takes_each_at_its_own_s
                     ],
                 }
             ],
+            ("first", "second"),
         )
-        template["metadata"]["namespace"] = "vision-train"
-        real.create_object(template)
-        for name in ("first", "second"):
-            real.create_object(_claim_job(name, "l40s-or-a100"))
-            jobs_sync(cluster, gateway)
-            admission_cycle(cluster, gateway)
-
-        state = {w.job_name: w for w in Workload.objects.filter(cluster=cluster)}
         assert {n: w.state for n, w in state.items()} == {
             "first": Workload.State.RUNNING,
             "second": Workload.State.RUNNING,
@@ -789,17 +822,7 @@ def test_a_prioritized_list_of_shares_of_different_sizes_takes_each_at_its_own_s
             "second": ("a100-sxm4-80gb", [("dra-shared", 250)]),
         }
 
-        def allocated() -> dict[str, dict[str, Any]] | None:
-            found: dict[str, dict[str, Any]] = {}
-            for claim in real.objects("ResourceClaim", "vision-train"):
-                allocation = (claim.get("status") or {}).get("allocation") or {}
-                results = (allocation.get("devices") or {}).get("results") or []
-                owner = claim["metadata"]["ownerReferences"][0]["name"]
-                if results:
-                    found[owner.rsplit("-", 1)[0]] = results[0]
-            return found if len(found) == 2 else None
-
-        claims = real.wait_for(allocated, "the scheduler to allocate both shares")
+        claims = {job: results[0] for job, results in _claim_results(real, 2).items()}
         assert {
             job: (r["pool"], r["request"], r.get("consumedCapacity")) for job, r in claims.items()
         } == {
@@ -827,7 +850,10 @@ def test_a_prioritized_list_of_whole_gpus_or_else_a_share_runs_on_either(
         cluster, gateway = _queue_cluster(real, cast)
         a100 = Flavour.objects.get(cluster=cluster, name="a100-sxm4-80gb")
         hand_down([(cast.org, a100, 1), (cast.dept, a100, 1), (cast.team_a, a100, 1)])
-        template = _template(
+        state = _queue_in_turn(
+            real,
+            cluster,
+            gateway,
             "h100s-or-a100-quarter",
             [
                 {
@@ -848,15 +874,8 @@ def test_a_prioritized_list_of_whole_gpus_or_else_a_share_runs_on_either(
                     ],
                 }
             ],
+            ("first", "second"),
         )
-        template["metadata"]["namespace"] = "vision-train"
-        real.create_object(template)
-        for name in ("first", "second"):
-            real.create_object(_claim_job(name, "h100s-or-a100-quarter"))
-            jobs_sync(cluster, gateway)
-            admission_cycle(cluster, gateway)
-
-        state = {w.job_name: w for w in Workload.objects.filter(cluster=cluster)}
         placed = {
             n: (
                 w.state,
@@ -870,19 +889,10 @@ def test_a_prioritized_list_of_whole_gpus_or_else_a_share_runs_on_either(
             "second": (Workload.State.RUNNING, "a100-sxm4-80gb", [("dra-shared", 250)]),
         }, {n: w.reason for n, w in state.items()}
 
-        def allocated() -> dict[str, list[tuple[str, str]]] | None:
-            found: dict[str, list[tuple[str, str]]] = {}
-            for claim in real.objects("ResourceClaim", "vision-train"):
-                allocation = (claim.get("status") or {}).get("allocation") or {}
-                results = (allocation.get("devices") or {}).get("results") or []
-                owner = claim["metadata"]["ownerReferences"][0]["name"]
-                if results:
-                    found[owner.rsplit("-", 1)[0]] = [
-                        (r["request"], str(r.get("consumedCapacity") or "")) for r in results
-                    ]
-            return found if len(found) == 2 else None
-
-        claims = real.wait_for(allocated, "the scheduler to allocate both claims")
+        claims = {
+            job: [(r["request"], str(r.get("consumedCapacity") or "")) for r in results]
+            for job, results in _claim_results(real, 2).items()
+        }
         assert claims == {
             "first": [("gpu/whole", "")] * 2,
             "second": [("gpu/quarter", "{'memory': '20Gi'}")],
