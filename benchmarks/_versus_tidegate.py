@@ -26,8 +26,8 @@ import sys
 import threading
 import time
 from collections import defaultdict
-from datetime import timedelta
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
