@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._support import ROOT, bench_database, progress
+from benchmarks.versus_kueue import workload_count
 
 GPUS_PER_NODE = 40
 FLAVOUR = "h100-80gb"
@@ -456,12 +457,7 @@ def _run(
     _set_up_tenants(scenario, cluster)
     quota_sync(cluster, gateway)
     gateway.close()
-    total = sum(
-        cohort["count"] * queues_set["count"] * workloads["count"] * len(workloads["workloads"])
-        for cohort in scenario["cohorts"]
-        for queues_set in cohort["queuesSets"]
-        for workloads in queues_set["workloadsSets"]
-    )
+    total = workload_count(scenario)
     processes = _start_celery(workdir, connection.settings_dict["NAME"], queue_tick_s)
     run = Run()
     stop = threading.Event()
