@@ -7,8 +7,8 @@ quotas (KWOK nodes of 40 GPUs); cohorts lend nothing to each other, as Kueue's s
 cohorts do not. Workloads are queue-labelled Jobs of one pod asking for the workload's
 request in GPUs, created through the real API server on the scenario's schedule, with
 the workload class's priority as a Tidegate priority class. Admission runs as in
-production: a Celery worker and beat on Redis and PostgreSQL, nothing called in this
-process. Execution is mimicked as Kueue's runner does: a workload ends its runtime after it
+production: a Celery worker and beat on Redis and PostgreSQL and the queue watch
+(``manage.py watch_queues``), nothing called in this process. Execution is mimicked as Kueue's runner does: a workload ends its runtime after it
 started (this driver deletes the Job then); a preempted run ends there, and the runtime
 starts again at the next admission.
 
@@ -18,9 +18,9 @@ unsuspended), not when it was decided; time to admission runs from just before i
 was sent to its last admission; a queue class's usage is the GPU-seconds its runs held
 over the run (first creation to last end) against its nominal quota; wall time is first
 creation to last end (Kueue's is minimalkueue's whole life, start and exit included:
-this difference favours Tidegate by a few seconds); CPU time is the worker's and
-beat's, their ended children included (PostgreSQL's and Redis' are not); memory the
-largest sum of their proportional set sizes. Tidegate's priority preemption within a
+this difference favours Tidegate by a few seconds); CPU time is the worker's, beat's and
+the queue watch's, their ended children included (PostgreSQL's and Redis' are not);
+memory the largest sum of their proportional set sizes. Tidegate's priority preemption within a
 team is off (its engine's default), where Kueue's scenario preempts lower priority
 within a queue; Tidegate also places pods on nodes (40 GPUs each), where Kueue's
 scenario counts quota only.
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -361,10 +362,14 @@ def _cpu_seconds(pid: int) -> float:
     return cpu
 
 
-def _start_celery(
-    workdir: Path, database: str, queue_tick_s: float | None
+def _start_tidegate(
+    workdir: Path, database: str, queue_tick_s: float | None, watch: bool
 ) -> list[subprocess.Popen[bytes]]:
+    """Celery's worker and beat, and the queue watch (``manage.py watch_queues``) unless
+    ``watch`` is off (admission then follows the queue tick alone)."""
     tick = {"TIDEGATE_QUEUE_TICK_S": str(queue_tick_s)} if queue_tick_s else {}
+    # VERSUS_KUEUE_LOG_LEVEL=INFO keeps every task's run time in worker.log for profiling
+    level = os.environ.get("VERSUS_KUEUE_LOG_LEVEL", "WARNING")
     env = (
         os.environ
         | tick
@@ -375,36 +380,54 @@ def _start_celery(
             "CELERY_BROKER_URL": "redis://127.0.0.1:6379/14",
             "CELERY_RESULT_BACKEND": "redis://127.0.0.1:6379/14",
             "CELERY_TASK_DEFAULT_QUEUE": "versus-kueue",
-            "LOG_LEVEL": "WARNING",
+            "LOG_LEVEL": level,
         }
     )
     import redis
 
     redis.Redis.from_url("redis://127.0.0.1:6379/14").flushdb()
+    celery = [sys.executable, "-m", "celery", "-A", "config"]
     commands = {
-        "worker": ["worker", "--concurrency", "2", "--queues", "versus-kueue", "--without-gossip"],
-        "beat": ["beat", "--schedule", str(workdir / "beat-schedule")],
+        "worker": [
+            *celery,
+            "worker",
+            "--concurrency",
+            "2",
+            "--queues",
+            "versus-kueue",
+            "--without-gossip",
+            "--loglevel",
+            level,
+        ],
+        "beat": [
+            *celery,
+            "beat",
+            "--schedule",
+            str(workdir / "beat-schedule"),
+            "--loglevel",
+            level,
+        ],
     }
+    if watch:
+        commands["watch"] = [sys.executable, "manage.py", "watch_queues"]
     processes = []
-    for name, args in commands.items():
+    for name, command in commands.items():
         log = open(workdir / f"{name}.log", "wb")  # noqa: SIM115 - the process keeps it
         processes.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "celery", "-A", "config", *args, "--loglevel", "WARNING"],
-                cwd=ROOT,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
+            subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         )
     return processes
 
 
 def run_tidegate(
-    scenario: dict[str, Any], timeout_s: int, queue_tick_s: float | None = None
+    scenario: dict[str, Any],
+    timeout_s: int,
+    queue_tick_s: float | None = None,
+    watch: bool = True,
 ) -> dict[str, Any]:
     """Tidegate's figures on ``scenario`` (Kueue's generator config, already scaled);
-    ``queue_tick_s`` sets the beat's queue tick (TIDEGATE_QUEUE_TICK_S), else its default."""
+    ``queue_tick_s`` sets the beat's queue tick (TIDEGATE_QUEUE_TICK_S), else its default;
+    ``watch`` runs the queue watch beside them, as production does."""
     import tempfile
 
     from toolchain.control_plane import ControlPlane
@@ -416,9 +439,14 @@ def run_tidegate(
         plane.start()
         try:
             with bench_database("versus_kueue"):
-                return _run(plane, scenario, workdir, timeout_s, queue_tick_s)
+                return _run(plane, scenario, workdir, timeout_s, queue_tick_s, watch)
         finally:
             plane.stop()
+            kept = os.environ.get("VERSUS_KUEUE_LOGS")  # a folder to keep the logs in
+            if kept:
+                Path(kept).mkdir(parents=True, exist_ok=True)
+                for log in workdir.glob("*.log"):
+                    shutil.copy(log, Path(kept) / log.name)
 
 
 def _run(
@@ -427,6 +455,7 @@ def _run(
     workdir: Path,
     timeout_s: int,
     queue_tick_s: float | None,
+    watch: bool,
 ) -> dict[str, Any]:
     from django.db import connection
 
@@ -458,7 +487,7 @@ def _run(
     quota_sync(cluster, gateway)
     gateway.close()
     total = workload_count(scenario)
-    processes = _start_celery(workdir, connection.settings_dict["NAME"], queue_tick_s)
+    processes = _start_tidegate(workdir, connection.settings_dict["NAME"], queue_tick_s, watch)
     run = Run()
     stop = threading.Event()
     sampler = threading.Thread(
@@ -507,6 +536,7 @@ def _run(
     default_tick = schedule.total_seconds() if isinstance(schedule, timedelta) else 0.0
     figures: dict[str, Any] = {
         "queue_tick_s": queue_tick_s or default_tick,
+        "queue_watch": int(watch),
         "workloads": len(run.jobs),
         "creation_errors": len(run.errors),
         "evictions": sum(job.evictions for job in run.jobs.values()),

@@ -178,7 +178,11 @@ def run_kueue(scenario_name: str, scale: float, timeout_s: int) -> dict[str, Any
 
 
 def run_tidegate(
-    scenario_name: str, scale: float, timeout_s: int, queue_tick_s: float | None = None
+    scenario_name: str,
+    scale: float,
+    timeout_s: int,
+    queue_tick_s: float | None = None,
+    watch: bool = True,
 ) -> dict[str, Any]:
     """Tidegate on the same scenario (benchmarks/_versus_tidegate.py), with the same
     checks against Kueue's thresholds."""
@@ -188,7 +192,7 @@ def run_tidegate(
         raise SystemExit("Tidegate runs Kueue's baseline scenario only")
     build.build_all(["kubernetes", "etcd", "kwok"])
     scenario, spec = kueue_scenario(scenario_name, scale)
-    figures = run(scenario, timeout_s, queue_tick_s)
+    figures = run(scenario, timeout_s, queue_tick_s, watch)
     checks = within_thresholds(figures, spec)
     return {
         "bench": "versus_kueue",
@@ -229,6 +233,12 @@ def main(argv: list[str] | None = None) -> int:
         help="Tidegate's queue tick in seconds (TIDEGATE_QUEUE_TICK_S; repeat for several "
         "runs; default: the production default)",
     )
+    parser.add_argument(
+        "--without-watch",
+        action="store_true",
+        help="run Tidegate without its queue watch (manage.py watch_queues): admission "
+        "then follows the queue tick alone",
+    )
     args = parser.parse_args(argv)
     if not 0 < args.scale <= 1:
         parser.error("--scale is a factor in (0, 1]")
@@ -238,7 +248,11 @@ def main(argv: list[str] | None = None) -> int:
                 emit(**run_kueue(scenario_name, args.scale, args.timeout))
             for tick in args.queue_tick or [None]:
                 if system == "tidegate":
-                    emit(**run_tidegate(scenario_name, args.scale, args.timeout, tick))
+                    emit(
+                        **run_tidegate(
+                            scenario_name, args.scale, args.timeout, tick, not args.without_watch
+                        )
+                    )
     return 0
 
 

@@ -3,12 +3,23 @@ imports the task module, which imports the services): one function per kind of w
 
 from __future__ import annotations
 
-from tenants.transactions import queue_after_commit
+from tenants.transactions import queue_after_commit, queue_now
 
 
 def queue_admission_cycle(cluster_id: int) -> None:
     """Decide, then reconcile, the cluster's queue after commit: waiting work may fit now."""
     queue_after_commit("scheduler_bridge.tasks.admission_cycle", cluster_id)
+
+
+def queue_admission_cycle_now(cluster_id: int) -> None:
+    """The same from a task that changed nothing itself (the Job sync after its tick):
+    queued at once, or joined to the one already waiting."""
+    queue_now("scheduler_bridge.tasks.admission_cycle", cluster_id)
+
+
+def queue_jobs_sync_now(cluster_id: int) -> None:
+    """Read the cluster's queued objects again (the queue watch saw one change)."""
+    queue_now("scheduler_bridge.tasks.jobs_sync", cluster_id)
 
 
 def queue_quota_sync(cluster_id: int) -> None:

@@ -157,13 +157,15 @@ def cluster_reconcile(cluster_id: int) -> dict[str, int] | None:
 
 @retrying_task
 def jobs_sync(cluster_id: int) -> dict[str, int] | None:
-    """Pick up queue-labelled Jobs and close workloads whose Job ended; then a cycle."""
+    """Pick up queue-labelled Jobs and close workloads whose Job ended; then a cycle
+    (queued once however many syncs ask: time alone may have changed what fits)."""
+    from scheduler_bridge.followups import queue_admission_cycle_now
     from scheduler_bridge.workloads.jobs import jobs_sync as sync
 
     result = _on_cluster(cluster_id, "Job sync", sync)
     if result is None:
         return None
-    admission_cycle.delay(cluster_id)  # the tick's own cycle: one per tick interval
+    queue_admission_cycle_now(cluster_id)
     return {
         "created": len(result.created),
         "rejected": len(result.rejected),

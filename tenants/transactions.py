@@ -18,7 +18,7 @@ from django.db import transaction
 from tenants import outbox
 from tenants.outbox import task_for
 
-__all__ = ["queue_after_commit", "task_for"]
+__all__ = ["queue_after_commit", "queue_now", "task_for"]
 
 
 class _RelayAfterCommit:
@@ -52,3 +52,11 @@ def queue_after_commit(task_path: str, *args: Hashable) -> None:
     if any(func == callback for _, func, _ in pending):
         return
     transaction.on_commit(callback)
+
+
+def queue_now(task_path: str, *args: Hashable) -> None:
+    """Queue Celery task `task_path(*args)` from outside any change (a task, the queue
+    watch): written to the outbox and sent at once, still at most once while one waits
+    unstarted, and sent by the relay if the broker is down."""
+    task_for(task_path)
+    outbox.relay_keys([outbox.write(task_path, args)])

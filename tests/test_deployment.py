@@ -39,11 +39,12 @@ def _template(name: str) -> str:
     return (CHART / "templates" / name).read_text()
 
 
-def test_only_the_workers_carry_the_cluster_service_account() -> None:
+def test_only_the_workers_and_the_queue_watch_carry_the_cluster_service_account() -> None:
     web = _template("web.yaml")
     workers, beat = _template("workers.yaml").split("\n---\n")
     assert "serviceAccountName" not in web and "automountServiceAccountToken: false" in web
     assert "serviceAccountName: {{ .Values.serviceAccount.name }}" in workers
+    assert "serviceAccountName: {{ .Values.serviceAccount.name }}" in _template("watch.yaml")
     assert "automountServiceAccountToken: false" in beat
     assert "/healthz" in web and "/readyz" in web and "/accounts/login/" not in web
 
@@ -61,6 +62,7 @@ def test_every_pod_and_container_runs_locked_down() -> None:
     pods = [
         _template("web.yaml"),
         *_template("workers.yaml").split("\n---\n"),
+        _template("watch.yaml"),
         _template("migrate-job.yaml"),
     ]
     for pod in pods:
@@ -159,7 +161,7 @@ def test_compose_migrates_once_before_web_and_workers_and_probes_readiness() -> 
     compose = yaml.safe_load((CHART.parents[2] / "docker-compose.yml").read_text())
     services = compose["services"]
     assert services["migrate"]["command"] == ["python", "manage.py", "migrate", "--noinput"]
-    for name in ("web", "worker", "beat"):
+    for name in ("web", "worker", "beat", "watch"):
         assert "migrate" not in str(services[name]["command"]), name
         after = services[name]["depends_on"]["migrate"]
         assert after == {"condition": "service_completed_successfully"}, name
@@ -180,6 +182,7 @@ def test_the_chart_serves_metrics_from_every_process_of_a_pod() -> None:
         ("web", web),
         ("worker", workers),
         ("beat", beat),
+        ("watch", _template("watch.yaml")),
         ("migrate", _template("migrate-job.yaml")),
     ):
         # each pod that mounts the directory (through containerSecurity) declares it

@@ -312,7 +312,7 @@ TIDEGATE = {
     # cancels arriving meanwhile join the next cycle instead of queuing one each.
     "TASK_MIN_INTERVAL_S": {
         "scheduler_bridge.tasks.admission_cycle": env.float(
-            "TIDEGATE_ADMISSION_CYCLE_INTERVAL_S", default=5.0
+            "TIDEGATE_ADMISSION_CYCLE_INTERVAL_S", default=1.0
         ),
     },
 }

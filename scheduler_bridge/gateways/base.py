@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType, TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from scheduler_bridge.dra.allocation import ClaimedGpus, claim_allocation
 
@@ -209,6 +209,14 @@ class ApplyResult:
         return bool(self.drift)
 
 
+class Watching(Protocol):
+    """Watches a gateway keeps open (:meth:`ClusterGateway.watch_labelled`)."""
+
+    def health(self) -> dict[str, dict[str, Any]]: ...
+
+    def stop(self) -> None: ...
+
+
 class ClusterGateway(abc.ABC):
     """Everything Tidegate reads from or writes to one cluster.
 
@@ -344,6 +352,19 @@ class ClusterGateway(abc.ABC):
         """Whether the cluster serves ``kind`` (its CRD is installed). Gateways that
         serve nothing but built-in kinds answer for batch/v1 Jobs only."""
         return kind == JOB_KIND
+
+    def watch_labelled(
+        self,
+        kinds: Sequence[KindRef],
+        label_selector: str,
+        project: Callable[[KindRef, Mapping[str, Any]], Any],
+        on_change: Callable[[], None],
+    ) -> Watching | None:
+        """Follow the objects of ``kinds`` carrying ``label_selector`` from now on,
+        calling ``on_change`` (from another thread) when what ``project(kind, obj)``
+        keeps of them changed: an object added or deleted, or its projection changed.
+        None where the gateway cannot watch (it is then read on timers alone)."""
+        return None
 
     def list_objects(self, kind: KindRef, label_selector: str) -> list[dict[str, Any]]:
         """Objects of ``kind`` in every namespace matching ``label_selector``, as the

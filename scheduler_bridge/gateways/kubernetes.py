@@ -296,6 +296,24 @@ class KubernetesGateway(ClusterGateway):
         _SERVED[key] = (served, time.monotonic())
         return served
 
+    def watch_labelled(
+        self,
+        kinds: Sequence[KindRef],
+        label_selector: str,
+        project: Callable[[KindRef, Mapping[str, Any]], Any],
+        on_change: Callable[[], None],
+    ) -> ClusterCache:
+        # on a client of their own: the watches outlive this gateway's requests
+        return kubernetes_cache.labelled_collections(
+            _api_client(self._api.configuration),
+            kinds,
+            label_selector,
+            project,
+            on_change,
+            connect_timeout=self._timeout[0],
+            read_timeout=self._timeout[1],
+        )
+
     def list_objects(self, kind: KindRef, label_selector: str) -> list[dict[str, Any]]:
         def attempt() -> list[dict[str, Any]]:
             if kind == POD_KIND:

@@ -11,16 +11,17 @@ ResourceSlices drivers publish (on clusters that serve DRA).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import socket
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes.watch.watch import iter_resp_lines
 
-from .base import LAST_APPLIED_ANNOTATION, MANAGED_BY_LABEL, NodeInfo, PodInfo
+from .base import LAST_APPLIED_ANNOTATION, MANAGED_BY_LABEL, POD_KIND, KindRef, NodeInfo, PodInfo
 from .parsing import may_hold_gpus, node_info, pod_info
 from .watch_cache import ClusterCache, WatchedCollection
 
@@ -224,3 +225,47 @@ def cluster_cache(
             ),
         }
     )
+
+
+def labelled_collections(
+    api_client: k8s.ApiClient,
+    kinds: Sequence[KindRef],
+    label_selector: str,
+    project: Callable[[KindRef, Mapping[str, Any]], Any],
+    on_change: Callable[[], None],
+    *,
+    connect_timeout: float,
+    read_timeout: float,
+    watch_timeout_s: float = 300.0,
+) -> ClusterCache:
+    """One watched collection per kind of the objects carrying ``label_selector`` in
+    every namespace, each keeping ``project(kind, obj)`` and calling ``on_change``
+    when what it keeps changed; started here."""
+    core, custom = k8s.CoreV1Api(api_client), k8s.CustomObjectsApi(api_client)
+    collections: dict[str, WatchedCollection[Any]] = {}
+    for kind in kinds:
+        method: Callable[..., Any] = (
+            core.list_pod_for_all_namespaces
+            if kind == POD_KIND
+            else functools.partial(
+                custom.list_cluster_custom_object, kind.group, kind.version, kind.plural
+            )
+        )
+        name = f"{kind.plural}.{kind.group}" if kind.group else kind.plural
+        collections[name] = WatchedCollection(
+            name,
+            ApiSource(
+                method,
+                connect_timeout=connect_timeout,
+                read_timeout=read_timeout,
+                label_selector=label_selector,
+            ),
+            functools.partial(project, kind),
+            watch_timeout_s=watch_timeout_s,
+            stale_after_s=watch_timeout_s + read_timeout + 30,
+            on_change=on_change,
+        )
+    cache = ClusterCache(collections)
+    for collection in collections.values():
+        collection.start()
+    return cache

@@ -100,7 +100,10 @@ class WatchedCollection(Generic[T]):
     ``watch_timeout_s`` is asked of the server for each watch (it closes the stream
     then and the collection resumes); ``stale_after_s``: how long without a word from
     the server (an event, a bookmark, a watch opened or closed) before reads give up
-    (:class:`CacheUnavailable`); it must outlast a quiet watch.
+    (:class:`CacheUnavailable`); it must outlast a quiet watch. ``on_change``, when
+    given, is called from the watch thread after each list and after each event that
+    changed what is kept (a projection that stayed the same, such as Tidegate's own
+    write seen again, calls nothing).
     """
 
     name: str
@@ -111,6 +114,7 @@ class WatchedCollection(Generic[T]):
     max_backoff_s: float = 30.0
     clock: Callable[[], float] = time.monotonic
     health: CollectionHealth = field(default_factory=CollectionHealth)
+    on_change: Callable[[], None] | None = None
 
     def __post_init__(self) -> None:
         self._entries: dict[str, _Entry[T]] = {}
@@ -237,6 +241,7 @@ class WatchedCollection(Generic[T]):
         self.health.lists += 1
         self.health.synced_at = self.health.in_touch_at = self.clock()
         self._synced.set()
+        self._changed()
 
     def _watch_once(self) -> None:
         assert self._version is not None
@@ -266,11 +271,22 @@ class WatchedCollection(Generic[T]):
             self.health.bookmarks += 1
         elif kind in ("ADDED", "MODIFIED", "DELETED"):
             self.health.events += 1
-            self._apply(kind, obj)
+            if self._apply(kind, obj):
+                self._changed()
         if version:
             self._version = version
 
-    def _apply(self, kind: str, obj: Mapping[str, Any]) -> None:
+    def _changed(self) -> None:
+        if self.on_change is None:
+            return
+        try:
+            self.on_change()
+        except Exception:  # noqa: BLE001 - a listener's failure must not stop the watch
+            logger.exception("%s: the change listener failed", self.name)
+
+    def _apply(self, kind: str, obj: Mapping[str, Any]) -> bool:
+        """Keep what ``obj`` projects to (drop it when deleted or projected to None);
+        True when what is kept changed."""
         meta = obj.get("metadata") or {}
         key = _key(meta)
         version = _number(meta.get("resourceVersion"))
@@ -285,11 +301,11 @@ class WatchedCollection(Generic[T]):
                 and version is not None
                 and version < held.version
             ):
-                return
+                return False
             if value is None:
-                self._entries.pop(key, None)
-            else:
-                self._entries[key] = _Entry(version, value)
+                return self._entries.pop(key, None) is not None
+            self._entries[key] = _Entry(version, value)
+            return held is None or held.value != value
 
 
 class _Relist(Exception):

@@ -17,7 +17,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 
+from django.db.models import Q
 from django.utils import timezone
 
 from scheduler_bridge.gateways import ClusterGateway
@@ -31,8 +33,9 @@ from scheduler_bridge.inventory.models import Cluster
 from scheduler_bridge.workloads import lifecycle
 from scheduler_bridge.workloads import wording as worded
 from scheduler_bridge.workloads.claims import ClaimResolver
+from scheduler_bridge.workloads.locks import held_sync_lock
 from scheduler_bridge.workloads.models import Workload
-from scheduler_bridge.workloads.services import PodSetSpec, workload_submit
+from scheduler_bridge.workloads.services import ClusterFacts, PodSetSpec, workload_submit
 from tenants.errors import Conflict, TidegateError
 from tenants.models import NamespaceBinding, Tenant
 
@@ -122,9 +125,10 @@ def jobs_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> JobSyn
     workloads whose object ended. Reads the cluster only: what it decides (a
     rejection's Event, a stop) the reconciler applies."""
     result = JobSyncResult()
-    with cluster_gateway(cluster, gateway) as reader:
+    with held_sync_lock(cluster.pk), cluster_gateway(cluster, gateway) as reader:
         gpu_pods: list[PodInfo] | None = None
         claims = ClaimResolver(reader)  # reads DRA objects only if a pod set has claims
+        facts = _SyncFacts(cluster)  # read once for every Job this sync queues
 
         def completed_on(job: ObjectRead) -> list[str]:
             """Nodes the Job's completed pods ran on (pods read once, when needed)."""
@@ -157,12 +161,13 @@ def jobs_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> JobSyn
                 completed_on,
                 result,
                 claims,
+                facts,
             )
         if reader.serves(POD_KIND):
             groups = queued_pod_groups(reader, QUEUE_LABEL)
             result.kinds[POD_GROUP] = QUEUED
             reads = [g.read for g in groups]
-            _sync_objects(cluster, POD_GROUP, False, reads, completed_on, result, claims)
+            _sync_objects(cluster, POD_GROUP, False, reads, completed_on, result, claims, facts)
     if cluster.workload_kinds != result.kinds:
         cluster.workload_kinds = result.kinds
         Cluster.objects.filter(pk=cluster.pk).update(workload_kinds=result.kinds)
@@ -177,16 +182,23 @@ def _sync_objects(
     completed_on: Callable[[ObjectRead], list[str]],
     result: JobSyncResult,
     claims: ClaimResolver,
+    facts: _SyncFacts,
 ) -> None:
     bindings = {
         b.namespace: b.tenant
         for b in NamespaceBinding.objects.filter(cluster_name=cluster.name).select_related("tenant")
     }
     kinds = [kind] + ([""] if kind == "Job" else [])
+    # the workloads of the objects listed, and the open ones (whose object may be gone);
+    # never every workload the cluster ever ran
+    listed = [job.uid for job in objects]
     known = {
         w.job_uid: w
         for w in Workload.objects.filter(
-            cluster=cluster, source=Workload.Source.JOB, kind__in=kinds
+            Q(job_uid__in=listed) | Q(state__in=Workload.OPEN_STATES),
+            cluster=cluster,
+            source=Workload.Source.JOB,
+            kind__in=kinds,
         ).exclude(job_uid="")
     }
     seen = set()
@@ -205,7 +217,7 @@ def _sync_objects(
         owner = bindings.get(job.namespace)
         if owner is None or job.finished or job.failed:
             continue  # not a namespace Tidegate manages, or already over
-        refusal, tenant = _refusal(pins_nodes, job, owner)
+        refusal, tenant = _refusal(pins_nodes, job, owner, facts.tenants)
         if refusal is not None:
             result.rejected.append(_reject(cluster, job, tenant, refusal).pk)
             continue
@@ -229,6 +241,7 @@ def _sync_objects(
                 audit_source="system",
                 labels=job.labels,
                 annotations=_kept_annotations(job.annotations),
+                facts=facts,
             )
         except TidegateError as error:
             result.rejected.append(_reject(cluster, job, tenant, worded.refused(error)).pk)
@@ -257,11 +270,21 @@ def _follow_scale(workload: Workload, group: ObjectRead) -> bool:
     return True
 
 
-def _refusal(pins_nodes: bool, job: ObjectRead, owner: Tenant) -> tuple[str | None, Tenant]:
+class _SyncFacts(ClusterFacts):
+    """The cluster's facts, and the tenants queue labels name, for one sync."""
+
+    @cached_property
+    def tenants(self) -> dict[str, Tenant]:
+        return {t.slug: t for t in Tenant.objects.all()}
+
+
+def _refusal(
+    pins_nodes: bool, job: ObjectRead, owner: Tenant, tenants: dict[str, Tenant]
+) -> tuple[str | None, Tenant]:
     """Why ``job`` cannot queue (None when it can), and the tenant the workload is
     recorded for."""
     slug = job.labels.get(QUEUE_LABEL, "")
-    tenant = Tenant.objects.filter(slug=slug).first()
+    tenant = tenants.get(slug)
     if tenant is None:
         return worded.unknown_queue(slug), owner
     if not tenant.path.startswith(owner.path):

@@ -53,6 +53,7 @@ from scheduler_bridge.inventory.models import Flavour
 from scheduler_bridge.workloads import wording as worded
 from scheduler_bridge.workloads.locks import hold_admission_lock
 from scheduler_bridge.workloads.models import Workload, dump_reason
+from scheduler_bridge.workloads.persist import update_workloads
 from scheduler_bridge.workloads.records import (
     ElasticPodRecord,
     Placement,
@@ -70,7 +71,7 @@ from scheduler_bridge.workloads.runs import (
     close_run,
     take_borrowed,
 )
-from tenants.audit import audit_event, audit_record, snapshot
+from tenants.audit import audit_event, audit_record, audit_save_many, snapshot
 from tenants.errors import Conflict
 from tenants.models import AuditEvent
 
@@ -303,6 +304,49 @@ def start(workload: Workload, *, now: datetime | None = None) -> Workload:
         source="system",
         change=lambda w: _mark_started(w, now or timezone.now()),
     )
+
+
+def start_many(workloads: Sequence[Workload], *, now: datetime | None = None) -> list[int]:
+    """:func:`start` for many workloads of one cluster at once, as a reconcile that just
+    told the cluster to run them does: one transaction, their rows locked together,
+    one UPDATE and one insert of the audit records. Work no longer admitted (cancelled
+    or preempted meanwhile) is left out; the next reconcile suspends its Job. Returns
+    the ids started."""
+    if not workloads:
+        return []
+    now = now or timezone.now()
+    order = [w.pk for w in workloads]
+    with transaction.atomic():
+        hold_admission_lock(workloads[0].cluster_id)
+        locked = (
+            Workload.objects.select_for_update(of=("self",))
+            .select_related("flavour", "tenant")
+            .in_bulk(order)
+        )
+        started: list[Workload] = []
+        events: list[AuditEvent] = []
+        for pk in order:
+            workload = locked.get(pk)
+            if workload is None or workload.state not in TRANSITIONS["start"][0]:
+                continue
+            before = workload.state
+            _mark_started(workload, now)
+            workload.state = check(workload, "start")
+            started.append(workload)
+            events.append(_transition_event(workload, "start", before, worded.started()))
+        update_workloads(
+            [_columns(w, START_COLUMNS) for w in started], START_COLUMNS, only_in_state=None
+        )
+        audit_save_many(events)
+    return [w.pk for w in started]
+
+
+# what :func:`_mark_started` and the state change write
+START_COLUMNS = ("state", "started_at", "apply_error", "apply_attempts", "job_events")
+
+
+def _columns(workload: Workload, columns: Sequence[str]) -> dict[str, Any]:
+    return {"id": workload.pk} | {column: getattr(workload, column) for column in columns}
 
 
 def release_pods(

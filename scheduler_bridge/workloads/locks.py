@@ -1,4 +1,5 @@
-"""The admission lock: one cycle per cluster at a time, and cancels never land mid-cycle.
+"""The admission lock: one cycle per cluster at a time, and cancels never land mid-cycle;
+the sync lock: one Job sync per cluster at a time.
 
 On PostgreSQL it is a transaction-scoped advisory lock keyed by the cluster, so it guards
 the admission cycle only: the inventory sync, the billing collector and the portal still
@@ -9,11 +10,16 @@ writer at once fails with "database is locked" instead of waiting.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from django.db import connection
 
 # The lock's bigint key: "tidegate admission" in the high 32 bits (a constant no other
 # lock of this database uses), the cluster's id in the low 32 bits.
 ADMISSION_LOCK_BASE = 0x7464_6701 << 32
+# The sync lock's: "tidegate Job sync", then the cluster's id.
+SYNC_LOCK_BASE = 0x7464_6702 << 32
 
 
 def hold_admission_lock(cluster_id: int) -> None:
@@ -23,9 +29,32 @@ def hold_admission_lock(cluster_id: int) -> None:
         return
     if not connection.in_atomic_block:
         raise RuntimeError("the admission lock is held for a transaction: open one first")
-    if not 0 < cluster_id < 1 << 32:
-        raise ValueError(f"cluster id {cluster_id} does not fit the admission lock's key")
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT pg_advisory_xact_lock(%s::bigint)", [ADMISSION_LOCK_BASE + cluster_id]
+            "SELECT pg_advisory_xact_lock(%s::bigint)",
+            [ADMISSION_LOCK_BASE + _cluster_key(cluster_id)],
         )
+
+
+@contextmanager
+def held_sync_lock(cluster_id: int) -> Iterator[None]:
+    """Wait for, then hold for the block, the Job sync lock of ``cluster_id`` (a
+    session lock: the sync commits as it goes). Two syncs of one cluster at once would
+    both take a new Job for theirs; the second now waits and then finds it taken."""
+    if connection.vendor != "postgresql":
+        yield
+        return
+    key = SYNC_LOCK_BASE + _cluster_key(cluster_id)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_lock(%s::bigint)", [key])
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s::bigint)", [key])
+
+
+def _cluster_key(cluster_id: int) -> int:
+    if not 0 < cluster_id < 1 << 32:
+        raise ValueError(f"cluster id {cluster_id} does not fit the lock's key")
+    return cluster_id

@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, timedelta
 from functools import partial
 from typing import Any
 
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -98,8 +100,7 @@ def _reconcile(cluster: Cluster, gateway: ClusterGateway, sync_quotas: bool) -> 
     if to_start or result.suspended or sync_quotas:
         # Raise ceilings before any Job starts, so its pods are never refused.
         result.quota_writes += quota_sync(cluster, gateway).writes
-    for workload in to_start:
-        _start(gateway, workload, live.get(workload.job_uid), result)
+    _start_all(gateway, to_start, live, result)
     _scale_elastic(cluster, gateway, live, result)
     _announce_preemptions(cluster, gateway, live, result)
     _reconcile_pod_groups(cluster, gateway, result)
@@ -149,26 +150,63 @@ def _work_to_do(
     return to_suspend, to_start
 
 
-def _start(
-    gateway: ClusterGateway, workload: Workload, job: ObjectRead | None, result: ReconcileResult
+def _start_all(
+    gateway: ClusterGateway,
+    to_start: list[Workload],
+    live: dict[str, ObjectRead],
+    result: ReconcileResult,
 ) -> None:
-    if workload.source == Workload.Source.JOB:
-        if job is None:
-            return  # the Job is gone or over: the Job sync closes the workload
-        if job.suspended:
-            try:
-                _admit_object(gateway, workload)
-            except ClusterUnreachable:
-                raise
-            except GatewayError as error:
-                _start_failed(workload, str(error), result)
-                return
-    if workload.state == State.ADMITTED:
+    """Tell the cluster to run each admitted workload (up to the gateway's
+    ``write_concurrency`` writes at once), then record the starts in one transaction."""
+    jobs = [w for w in to_start if w.source == Workload.Source.JOB]
+    # a Job gone or over is left to the Job sync, which closes its workload
+    waiting = {w.pk for w in jobs if live.get(w.job_uid) is not None}
+    to_resume = [w for w in jobs if w.pk in waiting and live[w.job_uid].suspended]
+    failures = _in_parallel(gateway, to_resume, partial(_admit_object, gateway))
+    told: list[Workload] = []
+    for workload in to_start:
+        if workload.source == Workload.Source.JOB and workload.pk not in waiting:
+            continue
+        error = failures.get(workload.pk)
+        if isinstance(error, ClusterUnreachable):
+            raise error
+        if error is not None:
+            _start_failed(workload, str(error), result)
+            continue
+        told.append(workload)
+    admitted = [w for w in told if w.state == State.ADMITTED]
+    started = set(lifecycle.start_many(admitted, now=timezone.now()))
+    # running work whose Job was resumed again counts as started too
+    result.started += [w.pk for w in told if w.state != State.ADMITTED or w.pk in started]
+
+
+def _in_parallel(
+    gateway: ClusterGateway, workloads: list[Workload], call: Callable[[Workload], None]
+) -> dict[int, GatewayError]:
+    """``call`` for each workload, up to ``gateway.write_concurrency`` at once; the
+    errors by workload id. Once the cluster stops answering, calls not yet made are
+    skipped (each given that ClusterUnreachable)."""
+    unreachable: list[ClusterUnreachable] = []
+
+    def one(workload: Workload) -> GatewayError | None:
+        if unreachable:
+            return unreachable[0]
         try:
-            lifecycle.start(workload, now=timezone.now())
-        except Conflict:
-            return  # cancelled or preempted meanwhile; the next run suspends it
-    result.started.append(workload.pk)
+            call(workload)
+        except ClusterUnreachable as error:
+            unreachable.append(error)
+            return error
+        except GatewayError as error:
+            return error
+        return None
+
+    workers = min(gateway.write_concurrency, len(workloads))
+    if workers > 1:
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="reconcile") as pool:
+            outcomes = list(pool.map(one, workloads))
+    else:
+        outcomes = [one(w) for w in workloads]
+    return {w.pk: error for w, error in zip(workloads, outcomes, strict=True) if error is not None}
 
 
 def _admit_object(gateway: ClusterGateway, workload: Workload) -> None:
@@ -342,15 +380,21 @@ def _start_failed(workload: Workload, error: str, result: ReconcileResult) -> No
 
 
 def _post_events(cluster: Cluster, gateway: ClusterGateway) -> int:
-    """Post the Events transitions owe Jobs' owners, oldest workload first, then clear
-    them (only if no new one was owed meanwhile). Best effort: the decision is saved and
-    shown in Tidegate, a lost Event costs a log line."""
-    posted = 0
-    owing = Workload.objects.filter(cluster=cluster).exclude(job_events=[]).order_by("pk")
-    for workload in owing.only("pk", "namespace", "job_name", "job_uid", "kind", "job_events"):
-        events = list(workload.job_events or [])
+    """Post the Events transitions owe Jobs' owners (each object's in order, up to the
+    gateway's ``write_concurrency`` objects at once), then clear them (only if no new
+    one was owed meanwhile). Best effort: the decision is saved and shown in Tidegate,
+    a lost Event costs a log line."""
+    owing = list(
+        Workload.objects.filter(cluster=cluster)
+        .exclude(job_events=[])
+        .order_by("pk")
+        .only("pk", "namespace", "job_name", "job_uid", "kind", "job_events")
+    )
+    posted: dict[int, int] = {}
+
+    def post(workload: Workload) -> None:
         ref = _object_ref(workload)
-        for event in events:
+        for event in workload.job_events or []:
             try:
                 gateway.record_job_event(
                     ref,
@@ -358,13 +402,24 @@ def _post_events(cluster: Cluster, gateway: ClusterGateway) -> int:
                     str(event.get("message", "")),
                     warning=bool(event.get("warning")),
                 )
-                posted += 1
+                posted[workload.pk] = posted.get(workload.pk, 0) + 1
             except ClusterUnreachable:
                 raise
             except GatewayError as error:
                 logger.warning("no Event on %s %s/%s: %s", ref.kind, ref.namespace, ref.name, error)
-        Workload.objects.filter(pk=workload.pk, job_events=events).update(job_events=[])
-    return posted
+
+    failures = _in_parallel(gateway, owing, post)
+    with transaction.atomic():
+        for workload in owing:
+            if isinstance(failures.get(workload.pk), ClusterUnreachable):
+                continue  # owed still: posted by the next run
+            Workload.objects.filter(pk=workload.pk, job_events=workload.job_events).update(
+                job_events=[]
+            )
+    unreachable = next((e for e in failures.values() if isinstance(e, ClusterUnreachable)), None)
+    if unreachable is not None:
+        raise unreachable
+    return sum(posted.values())
 
 
 def _object_ref(workload: Workload) -> JobRef:

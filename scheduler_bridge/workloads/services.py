@@ -8,6 +8,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import Any
 
 from django.db import transaction
@@ -120,9 +121,52 @@ def cluster_shape(cluster: Cluster) -> ClusterShape:
     return ClusterShape(dict(total), dict(largest_node), dict(largest_domain), tuple(nodes))
 
 
-def resolve_flavours(cluster: Cluster, spec: PodSetSpec) -> list[str]:
-    """Acceptable flavours of a pod set, best first; ValidationFailed naming the valid ones."""
-    flavours = list(Flavour.objects.filter(cluster=cluster).offered().order_by("name"))
+@dataclass
+class ClusterFacts:
+    """What every submit to one cluster reads alike (its flavours, its shape, the
+    priority classes), read once for many submits: a Job sync queues hundreds at a time.
+    A lone submit makes its own."""
+
+    cluster: Cluster
+
+    @cached_property
+    def flavours(self) -> list[Flavour]:
+        return list(Flavour.objects.filter(cluster=self.cluster).order_by("name"))
+
+    @cached_property
+    def offered(self) -> list[Flavour]:
+        """Flavours with capacity now or once laid out (FlavourQuerySet.offered)."""
+        return list(Flavour.objects.filter(cluster=self.cluster).offered().order_by("name"))
+
+    @cached_property
+    def shape(self) -> ClusterShape:
+        return cluster_shape(self.cluster)
+
+    @cached_property
+    def priority_classes(self) -> dict[str, PriorityClass]:
+        return {p.name: p for p in PriorityClass.objects.all()}
+
+    def priority_class(self, name: str | None) -> PriorityClass | None:
+        """The class called ``name``, the default one for no name; ValidationFailed
+        naming the classes there are for an unknown one."""
+        classes = self.priority_classes
+        if not name:
+            return next((p for p in classes.values() if p.is_default), None)
+        if name not in classes:
+            raise ValidationFailed(
+                _("Unknown priority class '%(name)s'; use one of: %(known)s."),
+                params={"name": name, "known": ", ".join(classes) or _("none defined")},
+                field="priority_class",
+            )
+        return classes[name]
+
+
+def resolve_flavours(
+    cluster: Cluster, spec: PodSetSpec, offered: list[Flavour] | None = None
+) -> list[str]:
+    """Acceptable flavours of a pod set, best first; ValidationFailed naming the valid ones.
+    ``offered``: the cluster's offered flavours by name, when the caller has read them."""
+    flavours = ClusterFacts(cluster).offered if offered is None else offered
     names = [f.name for f in flavours]
     if spec.flavour:
         if spec.flavour not in names:
@@ -177,13 +221,13 @@ def resolve_flavours(cluster: Cluster, spec: PodSetSpec) -> list[str]:
                 continue
         mig = [f for f in candidates if f.mig_profile == spec.mig_profile]
         if not mig:
-            offered = sorted({f.mig_profile for f in candidates if f.mig_profile})
+            profiles = sorted({f.mig_profile for f in candidates if f.mig_profile})
             raise ValidationFailed(
                 _("No MIG profile %(profile)s on %(cluster)s; profiles there: %(offered)s."),
                 params={
                     "profile": spec.mig_profile,
                     "cluster": cluster.name,
-                    "offered": ", ".join(offered) or _("none"),
+                    "offered": ", ".join(profiles) or _("none"),
                 },
                 field="pod_sets",
             )
@@ -216,11 +260,15 @@ def resolve_flavours(cluster: Cluster, spec: PodSetSpec) -> list[str]:
     return whole
 
 
-def units_per_pod(cluster: Cluster, spec: PodSetSpec, flavours: list[str]) -> int:
+def units_per_pod(
+    cluster: Cluster, spec: PodSetSpec, flavours: list[str], known: list[Flavour] | None = None
+) -> int:
     """What one pod asks, in its flavours' unit: GPUs or MIG devices, or on a shared
     flavour thousandths of one GPU (the larger of the compute share and the memory
-    share). ValidationFailed, saying what to change, for a share that no GPU can give."""
-    chosen = list(Flavour.objects.filter(cluster=cluster, name__in=flavours))
+    share). ValidationFailed, saying what to change, for a share that no GPU can give.
+    ``known``: the cluster's flavours, when the caller has read them."""
+    known = ClusterFacts(cluster).flavours if known is None else known
+    chosen = [f for f in known if f.name in flavours]
     if spec.share_flavours:
         return _mixed_units(spec, chosen)
     shared = [f for f in chosen if f.is_shared]
@@ -490,20 +538,6 @@ def _join_now(amounts: list[str]) -> str:
 _joined = lazy(_join_now, str)
 
 
-def priority_class_named(name: str | None) -> PriorityClass | None:
-    if not name:
-        return PriorityClass.objects.filter(is_default=True).first()
-    found = PriorityClass.objects.filter(name=name).first()
-    if found is None:
-        known = ", ".join(PriorityClass.objects.values_list("name", flat=True)) or _("none defined")
-        raise ValidationFailed(
-            _("Unknown priority class '%(name)s'; use one of: %(known)s."),
-            params={"name": name, "known": known},
-            field="priority_class",
-        )
-    return found
-
-
 MAX_SECONDS = 2**31 - 1
 
 
@@ -528,9 +562,12 @@ def workload_submit(
     audit_source: str = "api",
     labels: Mapping[str, str] | None = None,
     annotations: Mapping[str, str] | None = None,
+    facts: ClusterFacts | None = None,
 ) -> Workload:
     """Queue a workload for admission. Raises PermissionDenied for users who may not run
-    work for `tenant`, ValidationFailed when the workload could never run on `cluster`."""
+    work for `tenant`, ValidationFailed when the workload could never run on `cluster`.
+    ``facts``: the cluster's, shared by a burst of submits (read here otherwise)."""
+    facts = facts or ClusterFacts(cluster)
     if actor is not None and not access.has_role(actor, tenant, SUBMIT_ROLES):
         raise PermissionDenied(
             _("Submitting work for %(tenant)s needs a member role on it."),
@@ -571,12 +608,12 @@ def workload_submit(
                 params={"index": index, "min_count": spec.min_count, "count": spec.count},
                 field="pod_sets",
             )
-        flavours = resolve_flavours(cluster, spec)
+        flavours = resolve_flavours(cluster, spec, facts.offered)
         stored.append(
             PodSetRecord(
                 name=spec.name or f"set-{index}",
                 count=spec.count,
-                gpus_per_pod=units_per_pod(cluster, spec, flavours),
+                gpus_per_pod=units_per_pod(cluster, spec, flavours, facts.flavours),
                 flavours=tuple(flavours),
                 min_count=spec.min_count if spec.min_count != spec.count else None,
                 claim_devices=spec.claim_devices,
@@ -585,8 +622,8 @@ def workload_submit(
             )
         )
     # an elastic workload must be able to run its core; what is above it grows when it can
-    check_can_ever_run(cluster_shape(cluster), [ps.core_record for ps in stored], topology)
-    pclass = priority_class_named(priority_class)
+    check_can_ever_run(facts.shape, [ps.core_record for ps in stored], topology)
+    pclass = facts.priority_class(priority_class)
     workload = Workload(
         cluster=cluster,
         tenant=tenant,

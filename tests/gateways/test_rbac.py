@@ -16,6 +16,8 @@ from scheduler_bridge.gateways.base import JobRef
 from scheduler_bridge.gateways.kubernetes import KubernetesGateway
 from scheduler_bridge.gateways.manifests import managed_labels, quota_hard
 from scheduler_bridge.gateways.watch_cache import drop_shared_caches
+from scheduler_bridge.integrations import INTEGRATIONS
+from scheduler_bridge.workloads.queue_watch import signature
 from tests.gateways.conftest import kubernetes_gateway
 from tests.gateways.test_kubernetes_gateway import _make_job
 from tests.kube_fake.rbac import Rules
@@ -124,6 +126,15 @@ def test_every_gateway_call_is_allowed_and_every_grant_is_used(kube_api, gateway
         while kube_api.open_watches < 6 and time.monotonic() < deadline:
             time.sleep(0.02)
     drop_shared_caches("rbac-test:")
+    # what the queue watch does: watch every served kind's queue-labelled objects
+    kinds = [i.ref for i in INTEGRATIONS] + [POD_KIND]
+    watching = gateway.watch_labelled(kinds, "tidegate.io/queue", signature, lambda: None)
+    try:
+        deadline = time.monotonic() + 5
+        while kube_api.open_watches < len(kinds) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        watching.stop()
 
     assert [r for r in kube_api.requests if r.status == 403] == []
     assert granted.used == granted.granted(), granted.granted() - granted.used

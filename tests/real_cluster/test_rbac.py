@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from scheduler_bridge.gateways.base import JobRef
+from scheduler_bridge.gateways.base import JOB_KIND, POD_KIND, JobRef
 from scheduler_bridge.gateways.kubernetes import KubernetesGateway, RetryPolicy
 from scheduler_bridge.gateways.manifests import managed_labels, quota_hard
+from scheduler_bridge.workloads.queue_watch import signature
 from tests.kube_real.chart import NAMESPACE, rendered_chart
 from tests.kube_real.cluster import RealCluster
 
@@ -94,6 +95,23 @@ def test_every_gateway_call_is_allowed_to_the_charts_service_account_and_no_more
             JobRef(job.namespace, job.name, job.uid), "Preempted", "preempted for a reclaim"
         )
         assert gateway.delete_resource_quota("team-a", "tidegate-gpu") is True
+        # the queue watch: Jobs (the kinds whose CRDs are installed likewise) and pods,
+        # each listed, then watched
+        watching = gateway.watch_labelled(
+            [JOB_KIND, POD_KIND], "tidegate.io/queue", signature, lambda: None
+        )
+        try:
+            real.wait_for(
+                lambda: all(h["watches"] >= 1 for h in watching.health().values()),
+                f"both collections to list and watch: {watching.health()}",
+            )
+            real.create_object(job_manifest("team-a", "later", queue="a", gpus=1))
+            real.wait_for(
+                lambda: watching.health()["jobs.batch"]["events"] >= 1,
+                f"the new Job through the watch: {watching.health()}",
+            )
+        finally:
+            watching.stop()
 
         # outside the roles: Secrets are nobody's business here, and no other ConfigMap
         with pytest.raises(ApiException) as secrets:
@@ -102,6 +120,16 @@ def test_every_gateway_call_is_allowed_to_the_charts_service_account_and_no_more
         with pytest.raises(ApiException) as config_map:
             gateway._core.read_namespaced_config_map("kube-root-ca.crt", "gpu-operator")
         assert config_map.value.status == 403
+
+    # the chart runs the queue watch as that same account
+    (watch,) = [
+        d
+        for d in rendered_chart()
+        if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("-watch")
+    ]
+    pod = watch["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == account["metadata"]["name"]
+    assert pod["containers"][0]["command"][:3] == ["python", "manage.py", "watch_queues"]
 
     # every request the ServiceAccount made was allowed, as the audit log records it
     user = f"system:serviceaccount:{NAMESPACE}:{account['metadata']['name']}"
