@@ -17,8 +17,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -201,27 +202,77 @@ def _sync_objects(
             kind__in=kinds,
         ).exclude(job_uid="")
     }
-    seen = set()
-    for job in objects:
-        seen.add(job.uid)
-        workload = known.get(job.uid)
-        if workload is not None:
-            over = (job.finished or job.failed) and workload.state in Workload.OPEN_STATES
-            if over and _job_ended(workload, job.kind, failed=job.failed):
-                result.finished.append(workload.pk)
-            elif not over and _release_completed_pods(workload, job, completed_on):
-                result.released.append(workload.pk)
-            elif kind == POD_GROUP and job.pod_sets and _follow_scale(workload, job):
-                result.rescaled.append(workload.pk)
-            continue
-        owner = bindings.get(job.namespace)
-        if owner is None or job.finished or job.failed:
-            continue  # not a namespace Tidegate manages, or already over
-        refusal, tenant = _refusal(pins_nodes, job, owner, facts.tenants)
-        if refusal is not None:
-            result.rejected.append(_reject(cluster, job, tenant, refusal).pk)
-            continue
-        try:
+    seen = {job.uid for job in objects}
+    steps: list[Callable[[], None]] = [
+        partial(
+            _sync_one,
+            cluster,
+            kind,
+            pins_nodes,
+            job,
+            known,
+            bindings,
+            completed_on,
+            result,
+            claims,
+            facts,
+        )
+        for job in objects
+    ]
+    for uid, workload in known.items():
+        if uid not in seen and workload.state in Workload.OPEN_STATES:
+            steps.append(partial(_close_gone, workload, kind, result))
+    # one commit per batch (and one admission cycle asked for), not one per object; each
+    # object in a savepoint of its own, so one that fails rolls back alone
+    for first in range(0, len(steps), SYNC_BATCH):
+        with transaction.atomic():
+            for step in steps[first : first + SYNC_BATCH]:
+                with transaction.atomic():
+                    step()
+
+
+# objects whose changes are saved in one transaction
+SYNC_BATCH = 200
+
+
+def _close_gone(workload: Workload, kind: str, result: JobSyncResult) -> None:
+    if _job_ended(workload, kind, deleted=True):
+        result.finished.append(workload.pk)
+
+
+def _sync_one(
+    cluster: Cluster,
+    kind: str,
+    pins_nodes: bool,
+    job: ObjectRead,
+    known: dict[str, Workload],
+    bindings: dict[str, Tenant],
+    completed_on: Callable[[ObjectRead], list[str]],
+    result: JobSyncResult,
+    claims: ClaimResolver,
+    facts: _SyncFacts,
+) -> None:
+    """One listed object: close, release or rescale its workload, or queue a new one."""
+    workload = known.get(job.uid)
+    if workload is not None:
+        over = (job.finished or job.failed) and workload.state in Workload.OPEN_STATES
+        if over and _job_ended(workload, job.kind, failed=job.failed):
+            result.finished.append(workload.pk)
+        elif not over and _release_completed_pods(workload, job, completed_on):
+            result.released.append(workload.pk)
+        elif kind == POD_GROUP and job.pod_sets and _follow_scale(workload, job):
+            result.rescaled.append(workload.pk)
+        return
+    owner = bindings.get(job.namespace)
+    if owner is None or job.finished or job.failed:
+        return  # not a namespace Tidegate manages, or already over
+    refusal, tenant = _refusal(pins_nodes, job, owner, facts.tenants)
+    if refusal is not None:
+        result.rejected.append(_reject(cluster, job, tenant, refusal).pk)
+        return
+    try:
+        # a savepoint: a database error here leaves the rest of the batch usable
+        with transaction.atomic():
             created = workload_submit(
                 actor=None,
                 cluster=cluster,
@@ -243,18 +294,14 @@ def _sync_objects(
                 annotations=_kept_annotations(job.annotations),
                 facts=facts,
             )
-        except TidegateError as error:
-            result.rejected.append(_reject(cluster, job, tenant, worded.refused(error)).pk)
-            continue
-        except Exception as error:  # noqa: BLE001 - one odd object must not stop the sync
-            logger.exception("%s %s/%s could not be queued", job.kind, job.namespace, job.name)
-            result.rejected.append(_reject(cluster, job, tenant, worded.not_queued(str(error))).pk)
-            continue
-        result.created.append(created.pk)
-    for uid, workload in known.items():
-        gone = uid not in seen and workload.state in Workload.OPEN_STATES
-        if gone and _job_ended(workload, kind, deleted=True):
-            result.finished.append(workload.pk)
+    except TidegateError as error:
+        result.rejected.append(_reject(cluster, job, tenant, worded.refused(error)).pk)
+        return
+    except Exception as error:  # noqa: BLE001 - one odd object must not stop the sync
+        logger.exception("%s %s/%s could not be queued", job.kind, job.namespace, job.name)
+        result.rejected.append(_reject(cluster, job, tenant, worded.not_queued(str(error))).pk)
+        return
+    result.created.append(created.pk)
 
 
 def _follow_scale(workload: Workload, group: ObjectRead) -> bool:
