@@ -92,11 +92,19 @@ def _reconcile(cluster: Cluster, gateway: ClusterGateway, sync_quotas: bool) -> 
     result = ReconcileResult()
     live = _live_objects(cluster, gateway)
     to_suspend, to_start = _work_to_do(cluster, live)
+    # each stop waits for the object's pods to go before restoring its placement: up to
+    # write_concurrency at once
+    stopped = _in_parallel(gateway, to_suspend, partial(_stop_object, gateway))
     for workload in to_suspend:
-        integration = integration_for(workload.kind)
-        stop = partial(objects.stop, gateway, integration, workload.namespace, workload.job_name)
-        if _tried("suspend", workload, stop):
-            result.suspended.append(workload.pk)
+        error = stopped.get(workload.pk)
+        if isinstance(error, ClusterUnreachable):
+            raise error
+        if error is not None:
+            logger.warning(
+                "could not suspend %s/%s: %s", workload.namespace, workload.job_name, error
+            )
+            continue
+        result.suspended.append(workload.pk)
     if to_start or result.suspended or sync_quotas:
         # Raise ceilings before any Job starts, so its pods are never refused.
         result.quota_writes += quota_sync(cluster, gateway).writes
@@ -207,6 +215,10 @@ def _in_parallel(
     else:
         outcomes = [one(w) for w in workloads]
     return {w.pk: error for w, error in zip(workloads, outcomes, strict=True) if error is not None}
+
+
+def _stop_object(gateway: ClusterGateway, workload: Workload) -> None:
+    objects.stop(gateway, integration_for(workload.kind), workload.namespace, workload.job_name)
 
 
 def _admit_object(gateway: ClusterGateway, workload: Workload) -> None:
