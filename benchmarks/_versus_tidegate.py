@@ -20,10 +20,10 @@ over the run (first creation to last end) against its nominal quota; wall time i
 creation to last end (Kueue's is minimalkueue's whole life, start and exit included:
 this difference favours Tidegate by a few seconds); CPU time is the worker's, beat's and
 the queue watch's, their ended children included (PostgreSQL's and Redis' are not);
-memory the largest sum of their proportional set sizes. Tidegate's priority preemption within a
-team is off (its engine's default), where Kueue's scenario preempts lower priority
-within a queue; Tidegate also places pods on nodes (40 GPUs each), where Kueue's
-scenario counts quota only.
+memory the largest sum of their proportional set sizes. Where the scenario's queues
+preempt lower priority (``withinClusterQueue: LowerPriority``), Tidegate's priority
+preemption within a team is on (``TIDEGATE_PRIORITY_PREEMPTION``); Tidegate also places
+pods on nodes (40 GPUs each), where Kueue's scenario counts quota only.
 """
 
 from __future__ import annotations
@@ -85,6 +85,14 @@ def _queues(config: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
                 for q in range(queue_set["count"]):
                     found.append((cohort, f"{queue_set['className']}-{s}-{q}-{cohort}", queue_set))
     return found
+
+
+def preempts_lower_priority(config: dict[str, Any]) -> bool:
+    """Whether the scenario's ClusterQueues let higher priority preempt lower within the
+    queue (``withinClusterQueue: LowerPriority``, every queue set): Tidegate's
+    ``TIDEGATE_PRIORITY_PREEMPTION`` then does the same within each team."""
+    sets = [queue_set for _, _, queue_set in _queues(config)]
+    return bool(sets) and all(s.get("withinClusterQueue") == "LowerPriority" for s in sets)
 
 
 def _node(name: str) -> dict[str, Any]:
@@ -363,7 +371,11 @@ def _cpu_seconds(pid: int) -> float:
 
 
 def _start_tidegate(
-    workdir: Path, database: str, queue_tick_s: float | None, watch: bool
+    workdir: Path,
+    database: str,
+    queue_tick_s: float | None,
+    watch: bool,
+    priority_preemption: bool,
 ) -> list[subprocess.Popen[bytes]]:
     """Celery's worker and beat, and the queue watch (``manage.py watch_queues``) unless
     ``watch`` is off (admission then follows the queue tick alone)."""
@@ -380,6 +392,8 @@ def _start_tidegate(
             "CELERY_BROKER_URL": "redis://127.0.0.1:6379/14",
             "CELERY_RESULT_BACKEND": "redis://127.0.0.1:6379/14",
             "CELERY_TASK_DEFAULT_QUEUE": "versus-kueue",
+            # the scenario's queues preempt lower priority (withinClusterQueue: LowerPriority)
+            "TIDEGATE_PRIORITY_PREEMPTION": str(priority_preemption).lower(),
             "LOG_LEVEL": level,
         }
     )
@@ -424,10 +438,14 @@ def run_tidegate(
     timeout_s: int,
     queue_tick_s: float | None = None,
     watch: bool = True,
+    pods: bool = False,
 ) -> dict[str, Any]:
     """Tidegate's figures on ``scenario`` (Kueue's generator config, already scaled);
     ``queue_tick_s`` sets the beat's queue tick (TIDEGATE_QUEUE_TICK_S), else its default;
-    ``watch`` runs the queue watch beside them, as production does."""
+    ``watch`` runs the queue watch beside them, as production does; ``pods`` runs the
+    whole control plane (the Job controller creates each started Job's pod, the
+    scheduler binds it, KWOK runs it), where by default only the API server and etcd
+    run, as in Kueue's test."""
     import tempfile
 
     from toolchain.control_plane import ControlPlane
@@ -436,10 +454,11 @@ def run_tidegate(
         workdir = Path(tmp)
         progress("starting the real control plane ...")
         plane = ControlPlane.prepare(workdir / "plane")
-        plane.start()
+        plane.start(pods=pods)
         try:
             with bench_database("versus_kueue"):
-                return _run(plane, scenario, workdir, timeout_s, queue_tick_s, watch)
+                figures = _run(plane, scenario, workdir, timeout_s, queue_tick_s, watch)
+                return {"pods": int(pods)} | figures
         finally:
             plane.stop()
             kept = os.environ.get("VERSUS_KUEUE_LOGS")  # a folder to keep the logs in
@@ -487,7 +506,13 @@ def _run(
     quota_sync(cluster, gateway)
     gateway.close()
     total = workload_count(scenario)
-    processes = _start_tidegate(workdir, connection.settings_dict["NAME"], queue_tick_s, watch)
+    processes = _start_tidegate(
+        workdir,
+        connection.settings_dict["NAME"],
+        queue_tick_s,
+        watch,
+        preempts_lower_priority(scenario),
+    )
     run = Run()
     stop = threading.Event()
     sampler = threading.Thread(
@@ -537,6 +562,7 @@ def _run(
     figures: dict[str, Any] = {
         "queue_tick_s": queue_tick_s or default_tick,
         "queue_watch": int(watch),
+        "priority_preemption": int(preempts_lower_priority(scenario)),
         "workloads": len(run.jobs),
         "creation_errors": len(run.errors),
         "evictions": sum(job.evictions for job in run.jobs.values()),

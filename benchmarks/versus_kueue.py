@@ -183,6 +183,7 @@ def run_tidegate(
     timeout_s: int,
     queue_tick_s: float | None = None,
     watch: bool = True,
+    pods: bool = False,
 ) -> dict[str, Any]:
     """Tidegate on the same scenario (benchmarks/_versus_tidegate.py), with the same
     checks against Kueue's thresholds."""
@@ -192,7 +193,7 @@ def run_tidegate(
         raise SystemExit("Tidegate runs Kueue's baseline scenario only")
     build.build_all(["kubernetes", "etcd", "kwok"])
     scenario, spec = kueue_scenario(scenario_name, scale)
-    figures = run(scenario, timeout_s, queue_tick_s, watch)
+    figures = run(scenario, timeout_s, queue_tick_s, watch, pods)
     checks = within_thresholds(figures, spec)
     return {
         "bench": "versus_kueue",
@@ -239,6 +240,12 @@ def main(argv: list[str] | None = None) -> int:
         help="run Tidegate without its queue watch (manage.py watch_queues): admission "
         "then follows the queue tick alone",
     )
+    parser.add_argument(
+        "--with-pods",
+        action="store_true",
+        help="run Tidegate on the whole control plane, pods created, bound and run for "
+        "every started Job (default: the API server and etcd alone, as Kueue's test)",
+    )
     args = parser.parse_args(argv)
     if not 0 < args.scale <= 1:
         parser.error("--scale is a factor in (0, 1]")
@@ -250,7 +257,12 @@ def main(argv: list[str] | None = None) -> int:
                 if system == "tidegate":
                     emit(
                         **run_tidegate(
-                            scenario_name, args.scale, args.timeout, tick, not args.without_watch
+                            scenario_name,
+                            args.scale,
+                            args.timeout,
+                            tick,
+                            not args.without_watch,
+                            args.with_pods,
                         )
                     )
     return 0

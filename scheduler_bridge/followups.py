@@ -3,17 +3,37 @@ imports the task module, which imports the services): one function per kind of w
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
 from tenants.transactions import queue_after_commit, queue_now
+
+# Clusters whose admission cycle the running code runs itself once it is done.
+_cycle_runs_next: ContextVar[frozenset[int]] = ContextVar("cycle_runs_next", default=frozenset())
+
+
+@contextmanager
+def cycle_runs_next(cluster_id: int) -> Iterator[None]:
+    """Within the block, changes to ``cluster_id`` queue no admission cycle: the caller
+    runs one right after (the Job sync does, for the Jobs it queued and closed)."""
+    token = _cycle_runs_next.set(_cycle_runs_next.get() | {cluster_id})
+    try:
+        yield
+    finally:
+        _cycle_runs_next.reset(token)
 
 
 def queue_admission_cycle(cluster_id: int) -> None:
     """Decide, then reconcile, the cluster's queue after commit: waiting work may fit now."""
+    if cluster_id in _cycle_runs_next.get():
+        return
     queue_after_commit("scheduler_bridge.tasks.admission_cycle", cluster_id)
 
 
 def queue_admission_cycle_now(cluster_id: int) -> None:
-    """The same from a task that changed nothing itself (the Job sync after its tick):
-    queued at once, or joined to the one already waiting."""
+    """The same from outside any change: queued at once, or joined to the one already
+    waiting."""
     queue_now("scheduler_bridge.tasks.admission_cycle", cluster_id)
 
 

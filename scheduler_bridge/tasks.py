@@ -157,19 +157,28 @@ def cluster_reconcile(cluster_id: int) -> dict[str, int] | None:
 
 @retrying_task
 def jobs_sync(cluster_id: int) -> dict[str, int] | None:
-    """Pick up queue-labelled Jobs and close workloads whose Job ended; then a cycle
-    (queued once however many syncs ask: time alone may have changed what fits)."""
-    from scheduler_bridge.followups import queue_admission_cycle_now
+    """Pick up queue-labelled Jobs and close workloads whose Job ended, then run an
+    admission cycle right here (time alone may have changed what fits, and the Jobs just
+    queued or closed should not wait for another task): the sync's own changes queue no
+    cycle of their own. If the sync fails, a cycle is queued instead."""
+    from scheduler_bridge.followups import cycle_runs_next, queue_admission_cycle_now
+    from scheduler_bridge.workloads.cycle import admission_cycle as cycle
     from scheduler_bridge.workloads.jobs import jobs_sync as sync
 
-    result = _on_cluster(cluster_id, "Job sync", sync)
+    try:
+        with cycle_runs_next(cluster_id):
+            result = _on_cluster(cluster_id, "Job sync", sync)
+    except BaseException:
+        queue_admission_cycle_now(cluster_id)  # for what the sync saved before it failed
+        raise
     if result is None:
         return None
-    queue_admission_cycle_now(cluster_id)
+    outcome = _on_cluster(cluster_id, "admission cycle", cycle)
     return {
         "created": len(result.created),
         "rejected": len(result.rejected),
         "finished": len(result.finished),
+        "admitted": len(outcome.admitted) if outcome else 0,
     }
 
 

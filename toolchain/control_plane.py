@@ -62,6 +62,14 @@ CONTROLLERS = (
     "node-lifecycle-controller",
     "resourceclaim-controller",
 )
+# Those that keep namespaces and their service accounts, for a plane that runs no pods.
+NAMESPACE_CONTROLLERS = (
+    "namespace-controller",
+    "serviceaccount-controller",
+    "serviceaccount-token-controller",
+    "root-ca-certificate-publisher-controller",
+    "clusterrole-aggregation-controller",
+)
 # Admission plugins switched on explicitly (the release's defaults are on as well).
 ADMISSION_PLUGINS = (
     "NamespaceLifecycle",
@@ -234,11 +242,15 @@ class ControlPlane:
         plane._write_kwok_config(kwok_stages)
         return plane
 
-    def start(self) -> None:
+    def start(self, *, pods: bool = True) -> None:
+        """Start every component; with ``pods`` off, the API server and etcd with only
+        the controllers that keep namespaces and service accounts (the footing of
+        Kueue's envtest-based performance test): nothing creates, schedules or runs
+        pods."""
         try:
             self._start_etcd()
             self._start_apiserver()
-            self._start_controllers()
+            self._start_controllers(pods)
             self.wait_for_default_service_account("default")
         except BaseException:
             self.stop()
@@ -475,8 +487,9 @@ class ControlPlane:
         )
         self._wait(component, self._apiserver_ready)
 
-    def _start_controllers(self) -> None:
+    def _start_controllers(self, pods: bool = True) -> None:
         pki = self.workdir / "pki"
+        controllers = CONTROLLERS if pods else NAMESPACE_CONTROLLERS
         kcm_config = self.workdir / "kube-controller-manager.kubeconfig"
         kcm = self._component(
             "kube-controller-manager",
@@ -488,13 +501,16 @@ class ControlPlane:
                 "--bind-address=127.0.0.1",
                 f"--secure-port={free_port()}",
                 "--leader-elect=false",
-                f"--controllers={','.join(CONTROLLERS)}",
+                f"--controllers={','.join(controllers)}",
                 f"--service-account-private-key-file={pki / 'sa.key'}",
                 f"--root-ca-file={pki / 'ca.crt'}",
                 "--use-service-account-credentials=false",
                 "--v=1",
             ],
         )
+        if not pods:
+            self._wait(kcm, lambda: True, settle_s=0.5)
+            return
         scheduler_config = self.workdir / "kube-scheduler.kubeconfig"
         scheduler = self._component(
             "kube-scheduler",

@@ -293,6 +293,9 @@ TIDEGATE = {
     # Seconds work inside its guarantee waits for GPUs to free on their own before it
     # preempts other tenants' borrowed work (0: at once; docs/admission.md).
     "RECLAIM_WAIT_S": env.float("TIDEGATE_RECLAIM_WAIT_S", default=0.0),
+    # Whether higher-priority work may preempt its own tenant's lower-priority work
+    # (Kueue's withinClusterQueue: LowerPriority); off: priority orders the queue only.
+    "PRIORITY_PREEMPTION": env.bool("TIDEGATE_PRIORITY_PREEMPTION", default=False),
     # Which GPU a share of a shared flavour takes: "fgd" (where the recent mix of share
     # sizes loses least to fragments) or "best-fit" (the fullest GPU that holds it).
     "SHARE_PACKING": env("TIDEGATE_SHARE_PACKING", default="fgd"),

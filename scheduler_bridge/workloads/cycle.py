@@ -63,6 +63,7 @@ def engine_config() -> engine.EngineConfig:
         reclaim_min_run_s=settings.TIDEGATE["RECLAIM_MIN_RUN_S"],
         reclaim_wait_s=settings.TIDEGATE["RECLAIM_WAIT_S"],
         share_packing=settings.TIDEGATE["SHARE_PACKING"],
+        priority_preemption=settings.TIDEGATE.get("PRIORITY_PREEMPTION", False),
     )
 
 

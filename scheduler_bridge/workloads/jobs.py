@@ -203,6 +203,12 @@ def _sync_objects(
         ).exclude(job_uid="")
     }
     seen = {job.uid for job in objects}
+    # workloads whose object ended or is gone: closed together below
+    closing = [
+        _closing(workload, kind, deleted=True)
+        for uid, workload in known.items()
+        if uid not in seen and workload.state in Workload.OPEN_STATES
+    ]
     steps: list[Callable[[], None]] = [
         partial(
             _sync_one,
@@ -216,12 +222,10 @@ def _sync_objects(
             result,
             claims,
             facts,
+            closing,
         )
         for job in objects
     ]
-    for uid, workload in known.items():
-        if uid not in seen and workload.state in Workload.OPEN_STATES:
-            steps.append(partial(_close_gone, workload, kind, result))
     # one commit per batch (and one admission cycle asked for), not one per object; each
     # object in a savepoint of its own, so one that fails rolls back alone
     for first in range(0, len(steps), SYNC_BATCH):
@@ -229,15 +233,12 @@ def _sync_objects(
             for step in steps[first : first + SYNC_BATCH]:
                 with transaction.atomic():
                     step()
+    for first in range(0, len(closing), SYNC_BATCH):
+        result.finished += lifecycle.close_many(closing[first : first + SYNC_BATCH])
 
 
 # objects whose changes are saved in one transaction
 SYNC_BATCH = 200
-
-
-def _close_gone(workload: Workload, kind: str, result: JobSyncResult) -> None:
-    if _job_ended(workload, kind, deleted=True):
-        result.finished.append(workload.pk)
 
 
 def _sync_one(
@@ -251,13 +252,15 @@ def _sync_one(
     result: JobSyncResult,
     claims: ClaimResolver,
     facts: _SyncFacts,
+    closing: list[tuple[Workload, str, str]],
 ) -> None:
-    """One listed object: close, release or rescale its workload, or queue a new one."""
+    """One listed object: release or rescale its workload (or leave it in ``closing``
+    when its object ended), or queue a new one."""
     workload = known.get(job.uid)
     if workload is not None:
         over = (job.finished or job.failed) and workload.state in Workload.OPEN_STATES
-        if over and _job_ended(workload, job.kind, failed=job.failed):
-            result.finished.append(workload.pk)
+        if over:
+            closing.append(_closing(workload, job.kind, failed=job.failed))
         elif not over and _release_completed_pods(workload, job, completed_on):
             result.released.append(workload.pk)
         elif kind == POD_GROUP and job.pod_sets and _follow_scale(workload, job):
@@ -357,26 +360,18 @@ def _refusal(
 _SUSPEND_FIELD = {"PyTorchJob": "spec.runPolicy.suspend"}
 
 
-def _job_ended(
+def _closing(
     workload: Workload, kind: str, *, failed: bool = False, deleted: bool = False
-) -> bool:
-    """Close the workload of an object that completed, failed or was deleted: work that
-    held GPUs finishes (or fails), work still waiting is cancelled. False when it had
-    already changed meanwhile (nothing to do)."""
+) -> tuple[Workload, str, str]:
+    """How the workload of an object that completed, failed or was deleted is closed:
+    work that held GPUs finishes (or fails), work still waiting is cancelled."""
     if deleted and kind == POD_GROUP:
         reason = worded.pods_gone()
     else:
         reason = worded.object_ended(kind, failed=failed, deleted=deleted)
-    try:
-        if workload.state not in Workload.ACTIVE_STATES:
-            lifecycle.cancel(workload, reason)
-        elif failed:
-            lifecycle.fail(workload, reason)
-        else:
-            lifecycle.finish(workload, reason)
-    except Conflict:
-        return False
-    return True
+    if workload.state not in Workload.ACTIVE_STATES:
+        return workload, "cancel", reason
+    return workload, "fail" if failed else "finish", reason
 
 
 MAX_RUN_TIME_S = 2**31 - 1

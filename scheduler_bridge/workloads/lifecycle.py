@@ -551,6 +551,69 @@ def _close(
     )
 
 
+def close_many(closing: Sequence[tuple[Workload, str, str]]) -> list[int]:
+    """Close many workloads of one cluster at once, as a Job sync that saw their objects
+    end does: each ``(workload, transition, reason)`` with ``finish``, ``fail`` or
+    ``cancel``, as :func:`finish`, :func:`fail` and :func:`cancel` close one, in one
+    transaction (the admission lock once, their rows locked together, one UPDATE, one
+    insert of the audit records). Work that changed meanwhile so that it can no longer
+    take its transition is left out. Returns the ids closed."""
+    if not closing:
+        return []
+    now = timezone.now()
+    with transaction.atomic():
+        hold_admission_lock(closing[0][0].cluster_id)
+        locked = (
+            Workload.objects.select_for_update(of=("self",))
+            .select_related("tenant")
+            .in_bulk([w.pk for w, _, _ in closing])
+        )
+        closed: list[Workload] = []
+        events: list[AuditEvent] = []
+        lowered = False
+        for workload, transition, reason in closing:
+            row = locked.get(workload.pk)
+            if row is None or row.state not in _sources(transition):
+                continue
+            before = row.state
+            lowered = lowered or bool(row.borrowed)
+            if before in ACTIVE:
+                row.finished_at = now
+            row.queue_position = None
+            row.reason_code = str(TRANSITIONS[transition][1])
+            _say(row, reason)
+            row.apply_error = ""
+            if transition == "cancel" and row.started_at is not None:
+                _owe_event(row, "Cancelled", reason)
+            row.state = check(row, transition)
+            closed.append(row)
+            events.append(_transition_event(row, transition, before, reason))
+        update_workloads([_columns(w, CLOSE_COLUMNS) for w in closed], CLOSE_COLUMNS)
+        audit_save_many(events)
+        if closed:
+            queue_admission_cycle(closed[0].cluster_id)
+        if lowered:
+            queue_quota_sync(closed[0].cluster_id)  # lower the ceilings their borrowing raised
+    return [w.pk for w in closed]
+
+
+# what closing a workload writes
+CLOSE_COLUMNS = (
+    "state",
+    "finished_at",
+    "queue_position",
+    "reason_code",
+    "reason",
+    "reason_args",
+    "apply_error",
+    "job_events",
+)
+
+
+def _sources(transition: str) -> tuple[str, ...]:
+    return tuple(TRANSITIONS[transition][0])
+
+
 def _single(
     workload: Workload,
     transition: str,

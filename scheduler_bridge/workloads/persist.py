@@ -17,6 +17,7 @@ COLUMN_TYPES = {
     "state": "varchar",
     "admitted_at": "timestamptz",
     "started_at": "timestamptz",
+    "finished_at": "timestamptz",
     "flavour_id": "bigint",
     "placements": "jsonb",
     "borrowed": "jsonb",

@@ -4,13 +4,15 @@ preemption suspends and restores; bad queue labels are refused, never crash the 
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
+from django.db import connections
 
 from scheduler_bridge.gateways.simulated_objects import job as job_manifest
 from scheduler_bridge.workloads.cycle import admission_cycle
-from scheduler_bridge.workloads.jobs import jobs_sync
+from scheduler_bridge.workloads.jobs import JobSyncResult, jobs_sync
 from scheduler_bridge.workloads.models import Workload
 from tenants.models import AuditEvent
 from tests.conftest import Cast
@@ -384,3 +386,32 @@ def test_a_queued_job_keeps_its_labels_and_annotations_for_cost_allocation(
     workload = Workload.objects.get(pk=synced.created[0])
     assert workload.labels == {"tidegate.io/queue": "vision", "team": "cv"}
     assert workload.annotations == {"owner": "ada"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_syncs_at_once_queue_each_job_once(fake_cluster: FakeCluster, cast: Cast) -> None:
+    """The queue watch and the tick may ask for syncs of one cluster that two workers
+    run at the same time: the sync lock makes the second find the first one's work."""
+    for i in range(20):
+        create_job(fake_cluster, "vision-train", f"burst-{i}", "vision", 1)
+    start = threading.Barrier(2)
+    results: list[JobSyncResult] = []
+    errors: list[BaseException] = []
+
+    def sync() -> None:
+        try:
+            start.wait()
+            results.append(jobs_sync(fake_cluster.cluster))
+        except BaseException as error:  # noqa: BLE001 - reported by the test
+            errors.append(error)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=sync) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert errors == []
+    assert sorted(len(r.created) for r in results) == [0, 20]
+    assert Workload.objects.filter(job_name__startswith="burst-").count() == 20

@@ -16,7 +16,7 @@ from scheduler_bridge.workloads.cycle import admission_cycle
 from scheduler_bridge.workloads.models import Workload
 from scheduler_bridge.workloads.reconcile import reconcile
 from scheduler_bridge.workloads.records import Placement
-from tenants.models import AuditEvent
+from tenants.models import AuditEvent, OutboxMessage
 from tests.conftest import Cast, client_for
 from tests.factories import WorkloadFactory
 from tests.tenants.test_portal import logged_in
@@ -267,3 +267,49 @@ def test_a_job_unsuspended_by_hand_while_it_waits_is_suspended_again(
     result = reconcile(fake_cluster.cluster, fake_cluster.gateway)
     assert result.suspended == [Workload.objects.get(job_name="huge").pk]
     assert job(fake_cluster, "vision-train", "huge")["spec"]["suspend"] is True
+
+
+def test_closing_many_at_once_closes_each_as_one_would_and_leaves_out_work_that_moved_on(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    running = stored(fake_cluster, cast, State.RUNNING, borrowed={"nvidia.com/gpu": 1})
+    pending = stored(fake_cluster, cast, State.PENDING)
+    moved_on = stored(fake_cluster, cast, State.RUNNING)
+    Workload.objects.filter(pk=moved_on.pk).update(state=State.FINISHED)  # closed meanwhile
+    OutboxMessage.objects.all().delete()
+    closed = lifecycle.close_many(
+        [
+            (running, "fail", "its Job failed"),
+            (pending, "cancel", "its Job was deleted"),
+            (moved_on, "finish", "its Job completed"),
+        ]
+    )
+    assert closed == [running.pk, pending.pk]
+    failed, cancelled = (Workload.objects.get(pk=w.pk) for w in (running, pending))
+    assert (failed.state, failed.reason, failed.queue_position) == (
+        State.FAILED,
+        "its Job failed",
+        None,
+    )
+    assert failed.finished_at is not None and cancelled.finished_at is None
+    assert cancelled.state == State.CANCELLED
+    assert [audit_count(w) for w in (running, pending, moved_on)] == [1, 1, 0]
+    assert Workload.objects.get(pk=moved_on.pk).state == State.FINISHED
+    # a cycle for the GPUs freed, and a quota sync to lower the borrower's ceiling
+    assert sorted(OutboxMessage.objects.values_list("task", flat=True)) == [
+        "scheduler_bridge.tasks.admission_cycle",
+        "scheduler_bridge.tasks.quota_sync",
+    ]
+
+
+def test_starting_many_at_once_starts_admitted_work_only(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    admitted = stored(fake_cluster, cast, State.ADMITTED)
+    cancelled = stored(fake_cluster, cast, State.ADMITTED)
+    Workload.objects.filter(pk=cancelled.pk).update(state=State.CANCELLED)
+    assert lifecycle.start_many([admitted, cancelled]) == [admitted.pk]
+    started = Workload.objects.get(pk=admitted.pk)
+    assert started.state == State.RUNNING and started.started_at is not None
+    assert Workload.objects.get(pk=cancelled.pk).state == State.CANCELLED
+    assert [audit_count(w) for w in (admitted, cancelled)] == [1, 0]
