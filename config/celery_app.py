@@ -23,3 +23,17 @@ def _serve_metrics(**_: Any) -> None:
 
     if settings.TIDEGATE_METRICS_PORT:
         serve_worker_metrics(settings.TIDEGATE_METRICS_PORT)
+
+
+@signals.worker_init.connect
+def _import_before_forking(**_: Any) -> None:
+    """Import what the cluster tasks use once, in the parent: every pool process forked
+    from it then starts warm, instead of each paying for the imports (the Kubernetes
+    client loads its API classes on first use) inside its first admission cycle."""
+    from kubernetes import client
+
+    import scheduler_bridge.workloads.cycle
+    import scheduler_bridge.workloads.jobs  # noqa: F401
+
+    for api in ("CoreV1Api", "BatchV1Api", "CustomObjectsApi", "ResourceV1Api", "ApiClient"):
+        getattr(client, api)

@@ -162,23 +162,31 @@ def jobs_sync(cluster_id: int) -> dict[str, int] | None:
     queued or closed should not wait for another task): the sync's own changes queue no
     cycle of their own. If the sync fails, a cycle is queued instead."""
     from scheduler_bridge.followups import cycle_runs_next, queue_admission_cycle_now
+    from scheduler_bridge.inventory.connection import cluster_gateway
+    from scheduler_bridge.workloads.cycle import CycleOutcome
     from scheduler_bridge.workloads.cycle import admission_cycle as cycle
+    from scheduler_bridge.workloads.jobs import JobSyncResult
     from scheduler_bridge.workloads.jobs import jobs_sync as sync
 
-    try:
-        with cycle_runs_next(cluster_id):
-            result = _on_cluster(cluster_id, "Job sync", sync)
-    except BaseException:
-        queue_admission_cycle_now(cluster_id)  # for what the sync saved before it failed
-        raise
-    if result is None:
+    def sync_then_cycle(cluster: Cluster) -> tuple[JobSyncResult, CycleOutcome]:
+        with cluster_gateway(cluster) as gateway:  # one connection for both
+            try:
+                with cycle_runs_next(cluster.pk):
+                    synced = sync(cluster, gateway)
+            except BaseException:
+                queue_admission_cycle_now(cluster.pk)  # for what it saved before failing
+                raise
+            return synced, cycle(cluster, gateway)
+
+    done = _on_cluster(cluster_id, "Job sync", sync_then_cycle)
+    if done is None:
         return None
-    outcome = _on_cluster(cluster_id, "admission cycle", cycle)
+    result, outcome = done
     return {
         "created": len(result.created),
         "rejected": len(result.rejected),
         "finished": len(result.finished),
-        "admitted": len(outcome.admitted) if outcome else 0,
+        "admitted": len(outcome.admitted),
     }
 
 

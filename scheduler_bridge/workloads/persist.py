@@ -4,13 +4,16 @@ PostgreSQL instead of Django's bulk_update)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
+
+from django.db import connection
 
 from scheduler_bridge.rows import COPY_FROM_ROWS, update_rows
 from scheduler_bridge.workloads.models import Workload
 
-__all__ = ["COLUMN_TYPES", "COPY_FROM_ROWS", "update_workloads"]
+__all__ = ["COLUMN_TYPES", "COPY_FROM_ROWS", "clear_job_events", "update_workloads"]
 
 # column -> SQL type used to cast the VALUES list
 COLUMN_TYPES = {
@@ -44,3 +47,27 @@ def update_workloads(
     `only_in_state`, only of the workloads still in that state."""
     only_where = None if only_in_state is None else ("state", only_in_state)
     update_rows(Workload, rows, {c: COLUMN_TYPES[c] for c in columns}, only_where=only_where)
+
+
+def clear_job_events(posted: Sequence[tuple[int, list[Any]]]) -> None:
+    """Empty the owed Events of each ``(workload id, events posted)``, unless more were
+    owed meanwhile (the column no longer equals what was posted): one UPDATE."""
+    if not posted:
+        return
+    if connection.vendor != "postgresql":
+        for pk, events in posted:
+            Workload.objects.filter(pk=pk, job_events=events).update(job_events=[])
+        return
+    table = Workload._meta.db_table
+    values = ", ".join(["(%s::bigint, %s::jsonb)"] * len(posted))
+    params: list[Any] = []
+    for pk, events in posted:
+        params += [pk, json.dumps(events)]
+    with connection.cursor() as cursor:
+        # the table's name and placeholders only; every value is a bound parameter
+        sql = (
+            f'UPDATE "{table}" AS t SET "job_events" = \'[]\'::jsonb '  # noqa: S608
+            f"FROM (VALUES {values}) AS v(id, events) "
+            'WHERE t."id" = v.id AND t."job_events" = v.events'
+        )
+        cursor.execute(sql, params)

@@ -32,7 +32,6 @@ from datetime import UTC, timedelta
 from functools import partial
 from typing import Any
 
-from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -51,6 +50,7 @@ from scheduler_bridge.workloads import lifecycle
 from scheduler_bridge.workloads import wording as worded
 from scheduler_bridge.workloads.jobs import QUEUE_LABEL, QUEUED
 from scheduler_bridge.workloads.models import Workload
+from scheduler_bridge.workloads.persist import clear_job_events
 from scheduler_bridge.workloads.records import placement_nodes
 from tenants.errors import Conflict
 
@@ -421,13 +421,14 @@ def _post_events(cluster: Cluster, gateway: ClusterGateway) -> int:
                 logger.warning("no Event on %s %s/%s: %s", ref.kind, ref.namespace, ref.name, error)
 
     failures = _in_parallel(gateway, owing, post)
-    with transaction.atomic():
-        for workload in owing:
-            if isinstance(failures.get(workload.pk), ClusterUnreachable):
-                continue  # owed still: posted by the next run
-            Workload.objects.filter(pk=workload.pk, job_events=workload.job_events).update(
-                job_events=[]
-            )
+    clear_job_events(
+        [
+            (w.pk, list(w.job_events or []))
+            for w in owing
+            # owed still when the cluster stopped answering: posted by the next run
+            if not isinstance(failures.get(w.pk), ClusterUnreachable)
+        ]
+    )
     unreachable = next((e for e in failures.values() if isinstance(e, ClusterUnreachable)), None)
     if unreachable is not None:
         raise unreachable

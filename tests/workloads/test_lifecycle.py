@@ -14,6 +14,7 @@ from django.utils import timezone
 from scheduler_bridge.workloads import lifecycle
 from scheduler_bridge.workloads.cycle import admission_cycle
 from scheduler_bridge.workloads.models import Workload
+from scheduler_bridge.workloads.persist import clear_job_events
 from scheduler_bridge.workloads.reconcile import reconcile
 from scheduler_bridge.workloads.records import Placement
 from tenants.models import AuditEvent, OutboxMessage
@@ -313,3 +314,16 @@ def test_starting_many_at_once_starts_admitted_work_only(
     assert started.state == State.RUNNING and started.started_at is not None
     assert Workload.objects.get(pk=cancelled.pk).state == State.CANCELLED
     assert [audit_count(w) for w in (admitted, cancelled)] == [1, 0]
+
+
+def test_posted_events_are_cleared_unless_more_were_owed_meanwhile(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    owed = [{"reason": "Admitted", "message": "admitted", "warning": False}]
+    quiet = stored(fake_cluster, cast, State.RUNNING, job_events=owed)
+    busy = stored(fake_cluster, cast, State.RUNNING, job_events=owed)
+    later = [*owed, {"reason": "Preempted", "message": "preempted", "warning": True}]
+    Workload.objects.filter(pk=busy.pk).update(job_events=later)  # owed while posting
+    clear_job_events([(quiet.pk, owed), (busy.pk, owed)])
+    assert Workload.objects.get(pk=quiet.pk).job_events == []
+    assert Workload.objects.get(pk=busy.pk).job_events == later
