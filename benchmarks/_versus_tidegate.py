@@ -3,7 +3,7 @@
 The scenario (Kueue's ``generator.yaml``) becomes Tidegate's terms: every cohort a
 parent tenant, every ClusterQueue a tenant below it with its nominal quota as guarantee
 and its borrowing limit, on one GPU flavour whose nodes hold the sum of the nominal
-quotas (KWOK nodes of 40 GPUs); cohorts lend nothing to each other, as Kueue's separate
+quotas; cohorts lend nothing to each other, as Kueue's separate
 cohorts do not. Workloads are queue-labelled Jobs of one pod asking for the workload's
 request in GPUs, created through the real API server on the scenario's schedule, with
 the workload class's priority as a Tidegate priority class. Admission runs as in
@@ -22,8 +22,9 @@ this difference favours Tidegate by a few seconds); CPU time is the worker's, be
 the queue watch's, their ended children included (PostgreSQL's and Redis' are not);
 memory the largest sum of their proportional set sizes. Where the scenario's queues
 preempt lower priority (``withinClusterQueue: LowerPriority``), Tidegate's priority
-preemption within a team is on (``TIDEGATE_PRIORITY_PREEMPTION``); Tidegate also places
-pods on nodes (40 GPUs each), where Kueue's scenario counts quota only.
+preemption within a team is on (``TIDEGATE_PRIORITY_PREEMPTION``). Kueue's scenario
+counts quota only; Tidegate also places every pod on a node, so the GPUs are one node
+that holds them all (``gpus_per_node`` smaller splits them, and fragments them).
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ from typing import Any
 from benchmarks._support import ROOT, bench_database, progress
 from benchmarks.versus_kueue import workload_count
 
-GPUS_PER_NODE = 40
+# GPUs of one node; None: one node holds them all (Kueue's scenario counts quota only)
+GPUS_PER_NODE: int | None = None
 FLAVOUR = "h100-80gb"
 
 
@@ -95,8 +97,8 @@ def preempts_lower_priority(config: dict[str, Any]) -> bool:
     return bool(sets) and all(s.get("withinClusterQueue") == "LowerPriority" for s in sets)
 
 
-def _node(name: str) -> dict[str, Any]:
-    resources = {"cpu": "256", "memory": "2Ti", "pods": "500", "nvidia.com/gpu": str(GPUS_PER_NODE)}
+def _node(name: str, gpus: int) -> dict[str, Any]:
+    resources = {"cpu": "4096", "memory": "32Ti", "pods": "5000", "nvidia.com/gpu": str(gpus)}
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -106,7 +108,7 @@ def _node(name: str) -> dict[str, Any]:
                 "kubernetes.io/hostname": name,
                 "type": "kwok",
                 "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
-                "nvidia.com/gpu.count": str(GPUS_PER_NODE),
+                "nvidia.com/gpu.count": str(gpus),
                 "nvidia.com/gpu.memory": "81559",
             },
             "annotations": {"kwok.x-k8s.io/node": "fake"},
@@ -486,8 +488,9 @@ def _run(
     admin = plane.admin
     queues = _queues(scenario)
     nominal = sum(int(queue_set["nominalQuota"]) for _, _, queue_set in queues)
-    for n in range(math.ceil(nominal / GPUS_PER_NODE)):
-        _send(admin, "POST", "/api/v1/nodes", _node(f"gpu-{n:03d}"))
+    per_node = GPUS_PER_NODE or nominal
+    for n in range(math.ceil(nominal / per_node)):
+        _send(admin, "POST", "/api/v1/nodes", _node(f"gpu-{n:03d}", per_node))
     for _, queue, _ in queues:
         _send(admin, "POST", "/api/v1/namespaces", {"metadata": {"name": queue}})
     for _, queue, _ in queues:
