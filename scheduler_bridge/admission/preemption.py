@@ -38,7 +38,8 @@ are stopped. Order:
    again);
 3. priority (EngineConfig.priority_preemption) - the preemptor's own tenant's running
    work of strictly lower priority, if that makes the preemptor fit inside its
-   tenant's guarantee.
+   tenant's guarantee; such a preemptor may then also reclaim (2.) what its tenant
+   lent, its own lower-priority work taken first.
 
 Every preemptor must end inside its guarantee. Next cycle it is then guaranteed work,
 which queues before borrowing work and, within its tenant, before the lower-priority
@@ -152,13 +153,16 @@ class Preemptor:
             tree.access[f][node] and st.rigid_usage(f, node) + need <= tree.guaranteed[f][node]
             for f, need in option.totals
         )
-        reclaim = st.config.reclaim and within
-        if not reclaim and not st.config.priority_preemption:
+        if not (st.config.reclaim and within) and not st.config.priority_preemption:
             return None
         root = tree.root[node]
         flavours = [f for f, _ in option.totals]
         indexes = [self._index(root, f) for f in flavours]
         own = self._own(item, option, indexes, within) if st.config.priority_preemption else []
+        # inside its guarantee once its own lower-priority work is gone (_own): it may
+        # then take back what its tenant lent as well, as Kueue's reclaimWithinCohort
+        # with withinClusterQueue: LowerPriority does
+        reclaim = st.config.reclaim and (within or bool(own))
         if not reclaim and not own:
             return None
         evicting = _merge([[r for r in ix.evicting if not r.claimed] for ix in indexes])
@@ -188,12 +192,15 @@ class Preemptor:
             done = search.take_in_order(evicting)
         if not done and elastic:
             done = search.take_in_order(elastic)
+        if not done and own and not within:
+            # its own first: only without them does the reclaim stay inside the guarantee
+            done = search.take_in_order(own)
         if not done and borrowers:
             queues: dict[int, list[Run]] = {}
             done = search.take_reclaim(borrowers, indexes, queues, flavours, strict=True)
             if not done:
                 done = search.take_reclaim(borrowers, indexes, queues, flavours, strict=False)
-        if not done and own:
+        if not done and own and within:
             done = search.take_in_order(own)
         if not done:
             if remember:

@@ -566,3 +566,38 @@ def test_two_reclaimers_of_one_tenant_price_what_the_second_victim_really_gives_
     assert first == ([], [("r1", "B"), ("v1", "A"), ("v2", "B")])
     assert second == (["A", "B"], [])
     assert third == ([], [])
+
+
+def test_with_priority_preemption_an_owner_takes_its_own_lower_priority_work_and_what_it_lent():
+    """A 20-GPU job of a (guarantee 20) while a runs 10 small ones of lower priority and
+    b borrows a's other 10: stopping a's own small ones brings it inside its guarantee,
+    and then it reclaims what b borrowed, as Kueue's reclaimWithinCohort together with
+    withinClusterQueue: LowerPriority does. Before, it waited for GPUs to free."""
+    tree, quotas = two_teams(a=20, b=20)
+    busy = [running(f"a-small-{i}", "a", {"n000": 1}, priority=1) for i in range(10)]
+    busy += [running(f"b-small-{i}", "b", {"n000": 1}, admitted=float(i)) for i in range(30)]
+    large = workload("a-large", "a", 20, priority=9)
+    snap = snapshot(tree, quotas, nodes(1, gpus=40), [large], busy)
+    result = AdmissionEngine(EngineConfig(priority_preemption=True)).run_cycle(snap)
+    check_cycle(snap, result)
+    codes = {p.victim_id: p.code for p in result.preemptions}
+    assert sorted(v for v, c in codes.items() if c is PreemptionCode.PRIORITY) == sorted(
+        f"a-small-{i}" for i in range(10)
+    )
+    reclaimed = [v for v, c in codes.items() if c is PreemptionCode.RECLAIM]
+    assert len(reclaimed) == 10 and all(v.startswith("b-small-") for v in reclaimed)
+    # b keeps its own guarantee: only what it borrowed goes
+    assert result.pending[0].code is ReasonCode.PREEMPTING
+
+
+def test_with_priority_preemption_higher_priority_does_not_reclaim_while_its_tenant_borrows():
+    """Without lower-priority work of its own to stop, work that would leave its tenant
+    above its guarantee takes nothing from another tenant."""
+    tree, quotas = two_teams(a=20, b=20)
+    busy = [running(f"a-same-{i}", "a", {"n000": 1}, priority=9) for i in range(10)]
+    busy += [running(f"b-small-{i}", "b", {"n000": 1}) for i in range(30)]
+    snap = snapshot(
+        tree, quotas, nodes(1, gpus=40), [workload("a-large", "a", 20, priority=9)], busy
+    )
+    result = AdmissionEngine(EngineConfig(priority_preemption=True)).run_cycle(snap)
+    assert result.preemptions == ()
