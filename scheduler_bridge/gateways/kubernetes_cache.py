@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import socket
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import orjson
 from kubernetes import client as k8s
 from kubernetes.watch.watch import iter_resp_lines
 
@@ -32,7 +32,7 @@ QUOTA_SELECTOR = f"{MANAGED_BY_LABEL}=tidegate"
 def decode(response: Any) -> dict[str, Any]:
     """The JSON body of a raw client response; the connection goes back to its pool."""
     try:
-        return json.loads(response.data)
+        return orjson.loads(response.data)
     finally:
         response.release_conn()
 
@@ -61,7 +61,7 @@ class _Stream:
 
     def __iter__(self) -> Iterator[Mapping[str, Any]]:
         for line in iter_resp_lines(self._response):
-            yield json.loads(line)
+            yield orjson.loads(line)
 
     def close(self) -> None:
         # Shutting the socket down wakes a thread blocked reading it; close alone may not.
