@@ -19,10 +19,11 @@ definitions, with the checker's thresholds beside them:
 
 ``--scale`` multiplies every workload count (not the queues, quotas, sizes, runtimes or
 creation intervals) so that a 2-core machine can run it in minutes; 1.0 is Kueue's own
-scenario. Only the ``kueue`` line is printed so far; Tidegate's run of the same scenario
-(the ``tidegate`` line) is to go beside it.
+scenario. The ``tidegate`` line runs the same scenario on Tidegate, as production runs
+it (``benchmarks/_versus_tidegate.py``), right after Kueue's, on the same machine.
 
     python benchmarks/versus_kueue.py --scale 0.2 [--scenario baseline --scenario tas]
+    python benchmarks/versus_kueue.py --scale 0.05 --system tidegate [--with-pods]
 """
 
 from __future__ import annotations

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+
+from benchmarks._versus_tidegate import preempts_lower_priority
 from benchmarks.versus_kueue import (
     kueue_figures,
     scaled_scenario,
@@ -90,3 +93,15 @@ def test_the_figures_and_checks_are_the_checkers() -> None:
         "admission_medium": False,
         "admission_small": True,
     }
+
+
+def test_tidegate_preempts_lower_priority_only_where_every_queue_of_the_scenario_does() -> None:
+    assert not preempts_lower_priority(SCENARIO)  # the queues say nothing: Kueue's Never
+    every = copy.deepcopy(SCENARIO)
+    every["cohorts"][0]["queuesSets"][0]["withinClusterQueue"] = "LowerPriority"
+    assert preempts_lower_priority(every)
+    mixed = copy.deepcopy(every)
+    other = copy.deepcopy(mixed["cohorts"][0]["queuesSets"][0])
+    other["className"], other["withinClusterQueue"] = "strict", "Never"
+    mixed["cohorts"][0]["queuesSets"].append(other)
+    assert not preempts_lower_priority(mixed)

@@ -11,6 +11,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
 from scheduler_bridge.gateways.base import JOB_KIND, POD_KIND
 from scheduler_bridge.gateways.watch_cache import WatchedCollection
 from scheduler_bridge.workloads.queue_watch import Batcher, signature
@@ -184,3 +188,10 @@ def test_a_failed_send_is_logged_and_the_next_change_asks_again() -> None:
         assert batcher.sent == 1
     finally:
         batcher.stop()
+
+
+def test_watch_queues_refuses_a_gap_that_is_not_seconds() -> None:
+    with pytest.raises(CommandError, match="'soon' is not a number of seconds"):
+        call_command("watch_queues", "--gap", "soon")
+    with pytest.raises(CommandError, match="--refresh must be more than 0"):
+        call_command("watch_queues", "--refresh", "0")
