@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 from benchmarks._versus_tidegate import preempts_lower_priority
 from benchmarks.versus_kueue import (
@@ -12,7 +13,7 @@ from benchmarks.versus_kueue import (
     workload_count,
 )
 
-SCENARIO = {
+SCENARIO: dict[str, Any] = {
     "cohorts": [
         {
             "className": "cohort",

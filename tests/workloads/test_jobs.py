@@ -4,17 +4,16 @@ preemption suspends and restores; bad queue labels are refused, never crash the 
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import pytest
-from django.db import connections
 
 from scheduler_bridge.gateways.simulated_objects import job as job_manifest
 from scheduler_bridge.workloads.cycle import admission_cycle
-from scheduler_bridge.workloads.jobs import JobSyncResult, jobs_sync
+from scheduler_bridge.workloads.jobs import jobs_sync
 from scheduler_bridge.workloads.models import Workload
 from tenants.models import AuditEvent
+from tests.concurrency import at_once
 from tests.conftest import Cast
 from tests.kube_fake.schema import assert_valid_kubernetes
 from tests.workloads.conftest import FakeCluster
@@ -394,24 +393,6 @@ def test_two_syncs_at_once_queue_each_job_once(fake_cluster: FakeCluster, cast: 
     run at the same time: the sync lock makes the second find the first one's work."""
     for i in range(20):
         create_job(fake_cluster, "vision-train", f"burst-{i}", "vision", 1)
-    start = threading.Barrier(2)
-    results: list[JobSyncResult] = []
-    errors: list[BaseException] = []
-
-    def sync() -> None:
-        try:
-            start.wait()
-            results.append(jobs_sync(fake_cluster.cluster))
-        except BaseException as error:  # noqa: BLE001 - reported by the test
-            errors.append(error)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=sync) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
-    assert errors == []
+    results = at_once(lambda: jobs_sync(fake_cluster.cluster))
     assert sorted(len(r.created) for r in results) == [0, 20]
     assert Workload.objects.filter(job_name__startswith="burst-").count() == 20

@@ -22,6 +22,7 @@ from scheduler_bridge.workloads.locks import hold_admission_lock
 from scheduler_bridge.workloads.models import Workload
 from scheduler_bridge.workloads.snapshot import decayed_usage
 from tenants.models import AuditEvent
+from tests.concurrency import at_once
 from tests.conftest import ROLE_NAMES, Cast, client_for
 from tests.workloads.conftest import FakeCluster
 
@@ -263,24 +264,7 @@ def test_two_cycles_at_once_admit_no_more_than_fits(fake_cluster: FakeCluster, c
     fake = fake_cluster
     for i in range(6):
         submit(cast.platform_admin, "vision", 4, name=f"w{i}")
-    barrier = threading.Barrier(2)
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        barrier.wait()
-        try:
-            decide_and_persist(fake.cluster)
-        except BaseException as error:  # noqa: BLE001 - reported below
-            errors.append(error)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=run) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
+    at_once(lambda: decide_and_persist(fake.cluster))
     admitted = Workload.objects.filter(state="running")
     assert admitted.count() == 3
     per_node: dict[str, int] = {}
