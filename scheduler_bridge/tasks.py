@@ -161,12 +161,17 @@ def jobs_sync(cluster_id: int) -> dict[str, int] | None:
     admission cycle right here (time alone may have changed what fits, and the Jobs just
     queued or closed should not wait for another task): the sync's own changes queue no
     cycle of their own. If the sync fails, a cycle is queued instead."""
-    from scheduler_bridge.followups import cycle_runs_next, queue_admission_cycle_now
+    from scheduler_bridge.followups import (
+        cycle_runs_next,
+        queue_admission_cycle_now,
+        queue_jobs_sync_now,
+    )
     from scheduler_bridge.inventory.connection import cluster_gateway
     from scheduler_bridge.workloads.cycle import CycleOutcome
     from scheduler_bridge.workloads.cycle import admission_cycle as cycle
     from scheduler_bridge.workloads.jobs import JobSyncResult
     from scheduler_bridge.workloads.jobs import jobs_sync as sync
+    from scheduler_bridge.workloads.locks import sync_lock_if_free
 
     def sync_then_cycle(cluster: Cluster) -> tuple[JobSyncResult, CycleOutcome]:
         with cluster_gateway(cluster) as gateway:  # one connection for both
@@ -178,7 +183,13 @@ def jobs_sync(cluster_id: int) -> dict[str, int] | None:
                 raise
             return synced, cycle(cluster, gateway)
 
-    done = _on_cluster(cluster_id, "Job sync", sync_then_cycle)
+    with sync_lock_if_free(cluster_id) as free:
+        if not free:
+            # another worker syncs this cluster now and may have listed before the change
+            # that asked for this sync: ask again, after the task's shortest interval
+            queue_jobs_sync_now(cluster_id)
+            return {"busy": 1}
+        done = _on_cluster(cluster_id, "Job sync", sync_then_cycle)
     if done is None:
         return None
     result, outcome = done

@@ -317,6 +317,8 @@ TIDEGATE = {
         "scheduler_bridge.tasks.admission_cycle": env.float(
             "TIDEGATE_ADMISSION_CYCLE_INTERVAL_S", default=1.0
         ),
+        # a sync asked for while another runs waits this long before it tries again
+        "scheduler_bridge.tasks.jobs_sync": 0.5,
     },
 }
 if TIDEGATE["SHARE_PACKING"] not in ("fgd", "best-fit"):

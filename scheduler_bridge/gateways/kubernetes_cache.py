@@ -265,7 +265,7 @@ def labelled_collections(
             stale_after_s=watch_timeout_s + read_timeout + 30,
             on_change=on_change,
         )
-    cache = ClusterCache(collections)
+    cache = ClusterCache(collections, on_stop=api_client.close)
     for collection in collections.values():
         collection.start()
     return cache

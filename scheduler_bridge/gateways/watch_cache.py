@@ -328,8 +328,13 @@ def _number(version: Any) -> int | None:
 class ClusterCache:
     """The watched collections of one cluster, by name, started on first read."""
 
-    def __init__(self, collections: Mapping[str, WatchedCollection[Any]]) -> None:
+    def __init__(
+        self,
+        collections: Mapping[str, WatchedCollection[Any]],
+        on_stop: Callable[[], None] | None = None,
+    ) -> None:
         self.collections = dict(collections)
+        self._on_stop = on_stop  # e.g. closing the client the watches used
 
     def __getitem__(self, name: str) -> WatchedCollection[Any]:
         return self.collections[name]
@@ -340,6 +345,8 @@ class ClusterCache:
     def stop(self) -> None:
         for collection in self.collections.values():
             collection.stop()
+        if self._on_stop is not None:
+            self._on_stop()
 
 
 _shared: dict[str, ClusterCache] = {}

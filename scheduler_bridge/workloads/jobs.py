@@ -23,7 +23,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from scheduler_bridge.gateways import ClusterGateway
+from scheduler_bridge.gateways import ClusterGateway, ClusterUnreachable
 from scheduler_bridge.gateways.admission_webhook import QUEUE_LABEL
 from scheduler_bridge.gateways.base import POD_KIND, PodInfo
 from scheduler_bridge.integrations import INTEGRATIONS, ObjectRead, PodSetRead
@@ -209,32 +209,51 @@ def _sync_objects(
         for uid, workload in known.items()
         if uid not in seen and workload.state in Workload.OPEN_STATES
     ]
+    # running workloads whose object may have given back pods or been scaled: followed
+    # after the batches, each in its own short transaction (they take the admission lock)
+    following: list[tuple[Workload, ObjectRead]] = []
     steps: list[Callable[[], None]] = [
         partial(
             _sync_one,
             cluster,
-            kind,
             pins_nodes,
             job,
             known,
             bindings,
-            completed_on,
             result,
             claims,
             facts,
             closing,
+            following,
         )
         for job in objects
     ]
     # one commit per batch (and one admission cycle asked for), not one per object; each
-    # object in a savepoint of its own, so one that fails rolls back alone
+    # object in a savepoint of its own, so one that fails rolls back alone (and is tried
+    # again by the next sync)
     for first in range(0, len(steps), SYNC_BATCH):
         with transaction.atomic():
             for step in steps[first : first + SYNC_BATCH]:
-                with transaction.atomic():
-                    step()
+                _in_savepoint(step)
     for first in range(0, len(closing), SYNC_BATCH):
         result.finished += lifecycle.close_many(closing[first : first + SYNC_BATCH])
+    for workload, job in following:
+        if _release_completed_pods(workload, job, completed_on):
+            result.released.append(workload.pk)
+        elif kind == POD_GROUP and job.pod_sets and _follow_scale(workload, job):
+            result.rescaled.append(workload.pk)
+
+
+def _in_savepoint(step: Callable[[], None]) -> None:
+    """Run ``step`` in a savepoint; an error rolls back its changes alone and is logged
+    (an unreachable cluster still stops the sync: the task retries it)."""
+    try:
+        with transaction.atomic():
+            step()
+    except ClusterUnreachable:
+        raise
+    except Exception:  # noqa: BLE001 - one odd object must not stop the others
+        logger.exception("Job sync: an object could not be synced; the next sync tries again")
 
 
 # objects whose changes are saved in one transaction
@@ -243,28 +262,24 @@ SYNC_BATCH = 200
 
 def _sync_one(
     cluster: Cluster,
-    kind: str,
     pins_nodes: bool,
     job: ObjectRead,
     known: dict[str, Workload],
     bindings: dict[str, Tenant],
-    completed_on: Callable[[ObjectRead], list[str]],
     result: JobSyncResult,
     claims: ClaimResolver,
     facts: _SyncFacts,
     closing: list[tuple[Workload, str, str]],
+    following: list[tuple[Workload, ObjectRead]],
 ) -> None:
-    """One listed object: release or rescale its workload (or leave it in ``closing``
-    when its object ended), or queue a new one."""
+    """One listed object: queue a new workload, or leave its workload in ``closing``
+    (its object ended) or ``following`` (it goes on)."""
     workload = known.get(job.uid)
     if workload is not None:
-        over = (job.finished or job.failed) and workload.state in Workload.OPEN_STATES
-        if over:
+        if (job.finished or job.failed) and workload.state in Workload.OPEN_STATES:
             closing.append(_closing(workload, job.kind, failed=job.failed))
-        elif not over and _release_completed_pods(workload, job, completed_on):
-            result.released.append(workload.pk)
-        elif kind == POD_GROUP and job.pod_sets and _follow_scale(workload, job):
-            result.rescaled.append(workload.pk)
+        else:
+            following.append((workload, job))
         return
     owner = bindings.get(job.namespace)
     if owner is None or job.finished or job.failed:

@@ -54,6 +54,27 @@ def held_sync_lock(cluster_id: int) -> Iterator[None]:
             cursor.execute("SELECT pg_advisory_unlock(%s::bigint)", [key])
 
 
+@contextmanager
+def sync_lock_if_free(cluster_id: int) -> Iterator[bool]:
+    """Hold the Job sync lock of ``cluster_id`` for the block if no other sync holds it
+    (True), else hold nothing (False): a worker never sits waiting behind another's
+    sync. The sync inside takes the same lock again (PostgreSQL counts a session's
+    holds)."""
+    if connection.vendor != "postgresql":
+        yield True
+        return
+    key = SYNC_LOCK_BASE + _cluster_key(cluster_id)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s::bigint)", [key])
+        held = bool(cursor.fetchone()[0])
+    try:
+        yield held
+    finally:
+        if held:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s::bigint)", [key])
+
+
 def _cluster_key(cluster_id: int) -> int:
     if not 0 < cluster_id < 1 << 32:
         raise ValueError(f"cluster id {cluster_id} does not fit the lock's key")

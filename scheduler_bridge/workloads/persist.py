@@ -10,7 +10,7 @@ from typing import Any
 
 from django.db import connection
 
-from scheduler_bridge.rows import COPY_FROM_ROWS, update_rows
+from scheduler_bridge.rows import COPY_FROM_ROWS, MAX_PARAMETERS, update_rows
 from scheduler_bridge.workloads.models import Workload
 
 __all__ = ["COLUMN_TYPES", "COPY_FROM_ROWS", "clear_job_events", "update_workloads"]
@@ -59,15 +59,18 @@ def clear_job_events(posted: Sequence[tuple[int, list[Any]]]) -> None:
             Workload.objects.filter(pk=pk, job_events=events).update(job_events=[])
         return
     table = Workload._meta.db_table
-    values = ", ".join(["(%s::bigint, %s::jsonb)"] * len(posted))
-    params: list[Any] = []
-    for pk, events in posted:
-        params += [pk, json.dumps(events)]
+    chunk = MAX_PARAMETERS // 2
     with connection.cursor() as cursor:
-        # the table's name and placeholders only; every value is a bound parameter
-        sql = (
-            f'UPDATE "{table}" AS t SET "job_events" = \'[]\'::jsonb '  # noqa: S608
-            f"FROM (VALUES {values}) AS v(id, events) "
-            'WHERE t."id" = v.id AND t."job_events" = v.events'
-        )
-        cursor.execute(sql, params)
+        for start in range(0, len(posted), chunk):
+            part = posted[start : start + chunk]
+            values = ", ".join(["(%s::bigint, %s::jsonb)"] * len(part))
+            params: list[Any] = []
+            for pk, events in part:
+                params += [pk, json.dumps(events)]
+            # the table's name and placeholders only; every value is a bound parameter
+            sql = (
+                f'UPDATE "{table}" AS t SET "job_events" = \'[]\'::jsonb '  # noqa: S608
+                f"FROM (VALUES {values}) AS v(id, events) "
+                'WHERE t."id" = v.id AND t."job_events" = v.events'
+            )
+            cursor.execute(sql, params)

@@ -5,15 +5,16 @@ queue-labelled objects on a timer, so new work waits up to a tick before it is e
 seen. ``manage.py watch_queues`` runs beside beat and makes admission follow events:
 for every Kubernetes cluster it watches the queue-labelled objects of each workload
 kind the cluster serves (and queue-labelled pods, for pod groups), and when one is
-created, ends, is deleted, gives back completed pods or changes its pod count, it
-queues ``jobs_sync`` for that cluster, which picks the change up and queues an
+created, ends, is deleted or gives back completed pods (or a queued pod changes
+phase), it queues ``jobs_sync`` for that cluster, which picks the change up and runs an
 admission cycle. Queuing goes through the outbox (tenants.outbox): one queued sync per
-cluster however many events arrive before it starts.
+cluster however many events arrive before it starts, and a sync asked for while another
+runs tries again half a second later (``TASK_MIN_INTERVAL_S``).
 
 * A burst is one sync: the first change of a burst waits ``settle_s`` for the rest,
   and one cluster's syncs are queued at most every ``gap_s``.
-* Tidegate's own writes (admitting, suspending, scaling) change nothing a sync acts on
-  (:func:`signature`), so they queue nothing.
+* Tidegate's own writes (admitting, suspending, scaling elastic work) change nothing a
+  sync acts on (:func:`signature`), so they queue nothing.
 * The tick stays as the backstop: a change missed while a watch was down is picked up
   at the next tick, and every list (the first, and one after an expired watch) queues
   a sync anyway.
@@ -45,9 +46,10 @@ logger = logging.getLogger(__name__)
 
 
 def signature(kind: KindRef, obj: Mapping[str, Any]) -> Hashable:
-    """What a Job sync acts on in one watched object: whether it ended, how many of its
-    pods completed, how many pods each pod set asks for (a pod: its phase). Fields
-    Tidegate itself writes when it admits or stops work are left out."""
+    """What a Job sync acts on in one watched object: whether it ended and how many of
+    its pods completed (a pod: its phase; a pod group's size is its pods). Fields
+    Tidegate itself writes when it admits, stops or scales work are left out, and so is
+    a pod set's count (read once, when the object is queued)."""
     meta = obj.get("metadata") or {}
     if kind == POD_KIND:
         return (meta.get("uid"), (obj.get("status") or {}).get("phase"))
@@ -58,13 +60,7 @@ def signature(kind: KindRef, obj: Mapping[str, Any]) -> Hashable:
         read = integration.read(dict(obj))
     except Exception:  # noqa: BLE001 - an object the sync will refuse still changed
         return (meta.get("uid"), meta.get("generation"))
-    return (
-        read.uid,
-        read.finished,
-        read.failed,
-        read.reclaimable_pods,
-        tuple((pod_set.name, pod_set.count) for pod_set in read.pod_sets),
-    )
+    return (read.uid, read.finished, read.failed, read.reclaimable_pods)
 
 
 @dataclass

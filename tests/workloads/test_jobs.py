@@ -4,13 +4,17 @@ preemption suspends and restores; bad queue labels are refused, never crash the 
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
+from django.db import connections
 
+from scheduler_bridge import tasks
 from scheduler_bridge.gateways.simulated_objects import job as job_manifest
 from scheduler_bridge.workloads.cycle import admission_cycle
 from scheduler_bridge.workloads.jobs import jobs_sync
+from scheduler_bridge.workloads.locks import held_sync_lock
 from scheduler_bridge.workloads.models import Workload
 from tenants.models import AuditEvent
 from tests.concurrency import at_once
@@ -396,3 +400,37 @@ def test_two_syncs_at_once_queue_each_job_once(fake_cluster: FakeCluster, cast: 
     results = at_once(lambda: jobs_sync(fake_cluster.cluster))
     assert sorted(len(r.created) for r in results) == [0, 20]
     assert Workload.objects.filter(job_name__startswith="burst-").count() == 20
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_sync_asked_for_while_another_runs_is_asked_again_rather_than_waited_for(
+    fake_cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker never sits behind another's sync: it asks for the sync again (the outbox
+    sends it after the task's shortest interval) and is free at once."""
+    cluster_id = fake_cluster.cluster.pk
+    holding, release = threading.Event(), threading.Event()
+
+    def other_sync() -> None:
+        with held_sync_lock(cluster_id):
+            holding.set()
+            release.wait(30)
+        connections.close_all()
+
+    asked: list[int] = []
+    monkeypatch.setattr("scheduler_bridge.followups.queue_jobs_sync_now", asked.append)
+    other = threading.Thread(target=other_sync)
+    other.start()
+    try:
+        assert holding.wait(30)
+        assert tasks.jobs_sync(cluster_id) == {"busy": 1}
+        assert asked == [cluster_id]
+    finally:
+        release.set()
+        other.join(30)
+    assert tasks.jobs_sync(cluster_id) == {
+        "created": 0,
+        "rejected": 0,
+        "finished": 0,
+        "admitted": 0,
+    }
