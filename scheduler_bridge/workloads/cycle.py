@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -32,7 +31,7 @@ from scheduler_bridge.workloads import lifecycle
 from scheduler_bridge.workloads.budget_gate import budget_gate_for
 from scheduler_bridge.workloads.locks import hold_admission_lock
 from scheduler_bridge.workloads.models import Workload, dump_reason
-from scheduler_bridge.workloads.persist import COLUMN_TYPES, update_workloads
+from scheduler_bridge.workloads.persist import COLUMN_TYPES, save_workloads, update_workloads
 from scheduler_bridge.workloads.reconcile import reconcile
 from scheduler_bridge.workloads.records import ElasticPodRecord, Placement, dump_placements
 from scheduler_bridge.workloads.services import stop_overrunning
@@ -205,11 +204,11 @@ def _decide_and_persist_once(cluster: Cluster) -> tuple[CycleOutcome, engine.Cyc
                 outcome.shrunk.append(workload.pk)
         audit_save_many(events)
         admitted = [workloads[pk] for pk in outcome.admitted]
-        update_workloads([_row(w, ADMIT_COLUMNS) for w in admitted], ADMIT_COLUMNS)
+        save_workloads(admitted, ADMIT_COLUMNS)
         victims = [workloads[pk] for pk in [*outcome.preempted, *outcome.announced]]
-        update_workloads([_row(w, COLUMN_TYPES) for w in victims], list(COLUMN_TYPES))
+        save_workloads(victims, list(COLUMN_TYPES))
         resized = [workloads[pk] for pk in outcome.resized]
-        update_workloads([_row(w, RESIZE_COLUMNS) for w in resized], RESIZE_COLUMNS)
+        save_workloads(resized, RESIZE_COLUMNS)
         _reword_elastic(snapshot, waiting, set(outcome.resized))
         # Waiting work only changes its place and its reason.
         update_workloads(
@@ -272,7 +271,7 @@ def _preempt_after_grace(cluster: Cluster, now: datetime) -> list[int]:
         message = said if isinstance(said, str) else workload.reason.split(": ", 1)[-1]
         events.append(lifecycle.preempt(workload, now=now, by="grace", message=message))
     audit_save_many(events)
-    update_workloads([_row(w, COLUMN_TYPES) for w in due], list(COLUMN_TYPES))
+    save_workloads(due, list(COLUMN_TYPES))
     return [w.pk for w in due]
 
 
@@ -344,10 +343,6 @@ def _per_workload(borrowing: dict[str, dict[str, int]]) -> dict[str, dict[str, i
         for flavour, amount in by_flavour.items():
             into[flavour] = into.get(flavour, 0) + amount
     return folded
-
-
-def _row(workload: Workload, columns: Iterable[str]) -> dict[str, Any]:
-    return {"id": workload.pk} | {column: getattr(workload, column) for column in columns}
 
 
 def _rebalance_borrowing(

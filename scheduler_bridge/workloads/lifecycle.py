@@ -53,7 +53,7 @@ from scheduler_bridge.inventory.models import Flavour
 from scheduler_bridge.workloads import wording as worded
 from scheduler_bridge.workloads.locks import hold_admission_lock
 from scheduler_bridge.workloads.models import Workload, dump_reason
-from scheduler_bridge.workloads.persist import update_workloads
+from scheduler_bridge.workloads.persist import save_workloads
 from scheduler_bridge.workloads.records import (
     ElasticPodRecord,
     Placement,
@@ -334,19 +334,13 @@ def start_many(workloads: Sequence[Workload], *, now: datetime | None = None) ->
             workload.state = check(workload, "start")
             started.append(workload)
             events.append(_transition_event(workload, "start", before, worded.started()))
-        update_workloads(
-            [_columns(w, START_COLUMNS) for w in started], START_COLUMNS, only_in_state=None
-        )
+        save_workloads(started, START_COLUMNS)
         audit_save_many(events)
     return [w.pk for w in started]
 
 
 # what :func:`_mark_started` and the state change write
 START_COLUMNS = ("state", "started_at", "apply_error", "apply_attempts", "job_events")
-
-
-def _columns(workload: Workload, columns: Sequence[str]) -> dict[str, Any]:
-    return {"id": workload.pk} | {column: getattr(workload, column) for column in columns}
 
 
 def release_pods(
@@ -573,7 +567,7 @@ def close_many(closing: Sequence[tuple[Workload, str, str]]) -> list[int]:
         lowered = False
         for workload, transition, reason in closing:
             row = locked.get(workload.pk)
-            if row is None or row.state not in _sources(transition):
+            if row is None or row.state not in TRANSITIONS[transition][0]:
                 continue
             before = row.state
             lowered = lowered or bool(row.borrowed)
@@ -588,7 +582,7 @@ def close_many(closing: Sequence[tuple[Workload, str, str]]) -> list[int]:
             row.state = check(row, transition)
             closed.append(row)
             events.append(_transition_event(row, transition, before, reason))
-        update_workloads([_columns(w, CLOSE_COLUMNS) for w in closed], CLOSE_COLUMNS)
+        save_workloads(closed, CLOSE_COLUMNS)
         audit_save_many(events)
         if closed:
             queue_admission_cycle(closed[0].cluster_id)
@@ -608,10 +602,6 @@ CLOSE_COLUMNS = (
     "apply_error",
     "job_events",
 )
-
-
-def _sources(transition: str) -> tuple[str, ...]:
-    return tuple(TRANSITIONS[transition][0])
 
 
 def _single(

@@ -5,7 +5,7 @@ PostgreSQL instead of Django's bulk_update)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.db import connection
@@ -13,7 +13,13 @@ from django.db import connection
 from scheduler_bridge.rows import COPY_FROM_ROWS, MAX_PARAMETERS, update_rows
 from scheduler_bridge.workloads.models import Workload
 
-__all__ = ["COLUMN_TYPES", "COPY_FROM_ROWS", "clear_job_events", "update_workloads"]
+__all__ = [
+    "COLUMN_TYPES",
+    "COPY_FROM_ROWS",
+    "clear_job_events",
+    "save_workloads",
+    "update_workloads",
+]
 
 # column -> SQL type used to cast the VALUES list
 COLUMN_TYPES = {
@@ -47,6 +53,12 @@ def update_workloads(
     `only_in_state`, only of the workloads still in that state."""
     only_where = None if only_in_state is None else ("state", only_in_state)
     update_rows(Workload, rows, {c: COLUMN_TYPES[c] for c in columns}, only_where=only_where)
+
+
+def save_workloads(workloads: Iterable[Workload], columns: Sequence[str]) -> None:
+    """Write ``columns`` of each workload as it is in memory (what a transition set)."""
+    rows = [{"id": w.pk} | {column: getattr(w, column) for column in columns} for w in workloads]
+    update_workloads(rows, columns)
 
 
 def clear_job_events(posted: Sequence[tuple[int, list[Any]]]) -> None:
