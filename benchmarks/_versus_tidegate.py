@@ -5,10 +5,12 @@ parent tenant, every ClusterQueue a tenant below it with its nominal quota as gu
 and its borrowing limit, on one GPU flavour whose nodes hold the sum of the nominal
 quotas; cohorts lend nothing to each other, as Kueue's separate
 cohorts do not. Workloads are queue-labelled Jobs of one pod asking for the workload's
-request in GPUs, created through the real API server on the scenario's schedule, with
+request in GPUs, created through the real API server on the scenario's schedule
+(``creation_schedule``: Kueue's generator's offsets, sent by a pool of threads), with
 the workload class's priority as a Tidegate priority class. Admission runs as in
 production: a Celery worker and beat on Redis and PostgreSQL and the queue watch
-(``manage.py watch_queues``), nothing called in this process. Execution is mimicked as Kueue's runner does: a workload ends its runtime after it
+(``manage.py watch_queues``), nothing called in this process. Execution is mimicked
+as Kueue's runner does: a workload ends its runtime after it
 started (this driver deletes the Job then); a preempted run ends there, and the runtime
 starts again at the next admission.
 
@@ -43,6 +45,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._support import ROOT, bench_database, progress
+from benchmarks._versus_figures import Observed, measured_figures
+from benchmarks._versus_scenarios import queues_of, scenario_queues
 from benchmarks.versus_kueue import workload_count
 
 # GPUs of one node; None: one node holds them all (Kueue's scenario counts quota only)
@@ -63,7 +67,13 @@ class Submitted:
     admitted: float | None = None  # its last run's start (Kueue counts the last admission)
     due: float | None = None  # when the current run ends (its start + runtime)
     run_start: float | None = None  # the current run's start, None while not running
-    held_s: float = 0.0  # seconds its runs held their GPUs
+    runs: list[tuple[float, float]] = field(default_factory=list)  # (start, end) of each
+
+    @property
+    def held_s(self) -> float:
+        """Seconds its runs held their GPUs."""
+        return sum(end - start for start, end in self.runs)
+
     evictions: int = 0
     ended: float | None = None
 
@@ -77,23 +87,11 @@ class Run:
     peak_pss_mb: float = 0.0
 
 
-def _queues(config: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
-    """(cohort, queue, queue set) per ClusterQueue, named as Kueue's generator names them."""
-    found = []
-    for cohort_set in config.get("cohorts") or []:
-        for c in range(cohort_set["count"]):
-            cohort = f"{cohort_set['className']}-{c}"
-            for s, queue_set in enumerate(cohort_set.get("queuesSets") or []):
-                for q in range(queue_set["count"]):
-                    found.append((cohort, f"{queue_set['className']}-{s}-{q}-{cohort}", queue_set))
-    return found
-
-
 def preempts_lower_priority(config: dict[str, Any]) -> bool:
     """Whether the scenario's ClusterQueues let higher priority preempt lower within the
     queue (``withinClusterQueue: LowerPriority``, every queue set): Tidegate's
     ``TIDEGATE_PRIORITY_PREEMPTION`` then does the same within each team."""
-    sets = [queue_set for _, _, queue_set in _queues(config)]
+    sets = [queue_set for _, _, queue_set in scenario_queues(config)]
     return bool(sets) and all(s.get("withinClusterQueue") == "LowerPriority" for s in sets)
 
 
@@ -183,7 +181,7 @@ def _set_up_tenants(config: dict[str, Any], cluster: Any) -> None:
     org.save(update_fields=["path"])
     cohorts: dict[str, Any] = {}
     totals: dict[str, int] = defaultdict(int)
-    for cohort, queue, queue_set in _queues(config):
+    for cohort, queue, queue_set in scenario_queues(config):
         if cohort not in cohorts:
             parent = Tenant.objects.create(slug=cohort, name=cohort, parent=org, depth=1, path="")
             parent.path = f"{org.path}{parent.pk}/"
@@ -211,7 +209,7 @@ def _set_up_tenants(config: dict[str, Any], cluster: Any) -> None:
     Quota.objects.create(tenant=org, flavour=flavour, guaranteed=sum(totals.values()))
     classes = {
         w["className"]: w["priority"]
-        for _, _, queue_set in _queues(config)
+        for _, _, queue_set in scenario_queues(config)
         for workloads in queue_set["workloadsSets"]
         for w in workloads["workloads"]
     }
@@ -219,44 +217,65 @@ def _set_up_tenants(config: dict[str, Any], cluster: Any) -> None:
         PriorityClass.objects.get_or_create(name=name, defaults={"value": value})
 
 
-def _generate(admin: Any, config: dict[str, Any], run: Run) -> None:
-    """Each queue's workload sets, each on its own schedule, as Kueue's generator."""
+def creation_schedule(config: dict[str, Any]) -> list[tuple[float, str, str, str, dict[str, Any]]]:
+    """Every workload's creation as (seconds after the start, namespace, queue class,
+    name, workload), in time order: Kueue's generator creates the ``k``-th workload of a
+    set (counting from 1) ``k`` intervals after the start, every set at once."""
+    schedule = []
+    for _, queue, queue_set in scenario_queues(config):
+        for index, workloads in enumerate(queue_set["workloadsSets"]):
+            interval = workloads["creationIntervalMs"] / 1000
+            k = 0
+            for s in range(workloads["count"]):
+                for i, workload in enumerate(workloads["workloads"]):
+                    k += 1
+                    name = f"{workload['className']}-{index}-{s}-{i}"
+                    schedule.append((k * interval, queue, queue_set["className"], name, workload))
+    schedule.sort(key=lambda entry: entry[0])
+    return schedule
 
-    def one_set(namespace: str, queue_class: str, index: int, workloads: dict[str, Any]) -> None:
-        delay = workloads["creationIntervalMs"] / 1000
-        for s in range(workloads["count"]):
-            for i, workload in enumerate(workloads["workloads"]):
-                time.sleep(delay)
-                name = f"{workload['className']}-{index}-{s}-{i}"
-                body = _job(namespace, name, workload["className"], int(workload["request"]))
-                submitted = Submitted(
-                    namespace,
-                    name,
-                    namespace,
-                    workload["className"],
-                    workload["runtimeMs"] / 1000,
-                    int(workload["request"]),
-                    queue_class,
-                    time.time(),
-                )
-                try:
-                    _send(admin, "POST", f"/apis/batch/v1/namespaces/{namespace}/jobs", body)
-                except Exception as error:  # noqa: BLE001 - counted and reported, never lost
-                    with run.lock:
-                        run.errors.append(f"{namespace}/{name}: {error}")
-                    continue
+
+def _generate(admin: Any, config: dict[str, Any], run: Run, senders: int = 8) -> None:
+    """Each workload created on its schedule (``creation_schedule``) by a pool of
+    ``senders`` threads, as Kueue's generator creates each set on its own."""
+    import queue as queues
+
+    due: queues.Queue[tuple[str, str, str, dict[str, Any]] | None] = queues.Queue()
+
+    def send() -> None:
+        while (entry := due.get()) is not None:
+            namespace, queue_class, name, workload = entry
+            body = _job(namespace, name, workload["className"], int(workload["request"]))
+            submitted = Submitted(
+                namespace,
+                name,
+                namespace,
+                workload["className"],
+                workload["runtimeMs"] / 1000,
+                int(workload["request"]),
+                queue_class,
+                time.time(),
+            )
+            try:
+                _send(admin, "POST", f"/apis/batch/v1/namespaces/{namespace}/jobs", body)
+            except Exception as error:  # noqa: BLE001 - counted and reported, never lost
                 with run.lock:
-                    run.jobs[(namespace, name)] = submitted
+                    run.errors.append(f"{namespace}/{name}: {error}")
+                continue
+            with run.lock:
+                run.jobs[(namespace, name)] = submitted
 
-    threads = [
-        threading.Thread(
-            target=one_set, args=(queue, queue_set["className"], index, workloads), daemon=True
-        )
-        for _, queue, queue_set in _queues(config)
-        for index, workloads in enumerate(queue_set["workloadsSets"])
-    ]
+    threads = [threading.Thread(target=send, daemon=True) for _ in range(senders)]
     for thread in threads:
         thread.start()
+    start = time.monotonic()
+    for offset, namespace, queue_class, name, workload in creation_schedule(config):
+        wait = start + offset - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        due.put((namespace, queue_class, name, workload))
+    for _ in threads:
+        due.put(None)
     for thread in threads:
         thread.join()
     run.generated.set()
@@ -272,9 +291,11 @@ def _execute(admin: Any, cluster: Any, run: Run, total: int, timeout_s: float) -
     from scheduler_bridge.workloads.models import Workload
 
     deadline = time.monotonic() + timeout_s
+    running: set[tuple[str, str]] = set()  # what has a run open
+    finished = 0
     while time.monotonic() < deadline:
         close_old_connections()
-        running = list(
+        started = list(
             Workload.objects.filter(
                 cluster=cluster, state=Workload.State.RUNNING, started_at__isnull=False
             ).values_list("namespace", "job_name", "started_at")
@@ -282,7 +303,7 @@ def _execute(admin: Any, cluster: Any, run: Run, total: int, timeout_s: float) -
         now = time.time()
         with run.lock:
             seen = set()
-            for namespace, name, started_at in running:
+            for namespace, name, started_at in started:
                 job = run.jobs.get((namespace, name))
                 if job is None or job.ended is not None or started_at is None:
                     continue
@@ -291,22 +312,21 @@ def _execute(admin: Any, cluster: Any, run: Run, total: int, timeout_s: float) -
                 if job.run_start is not None and start > job.run_start:
                     # preempted and started again between two looks: the old run
                     # counted to the new one's start
-                    job.held_s += start - job.run_start
+                    job.runs.append((job.run_start, start))
                     job.evictions += 1
                     job.run_start = None
                 if job.run_start is None:
                     job.run_start = job.admitted = start
                     job.due = start + job.runtime_s
-            for key, job in run.jobs.items():
-                if job.run_start is not None and job.ended is None and key not in seen:
-                    job.held_s += now - job.run_start  # preempted before its end
-                    job.run_start = job.due = None
+                    running.add((namespace, name))
+            for key in running - seen:
+                job = run.jobs[key]
+                if job.run_start is not None:
+                    job.runs.append((job.run_start, now))  # preempted before its end
                     job.evictions += 1
-            due = [
-                key
-                for key, job in run.jobs.items()
-                if job.ended is None and job.due is not None and job.due <= now
-            ]
+                job.run_start = job.due = None
+            running &= seen
+            due = [key for key in running if (run.jobs[key].due or now + 1) <= now]
         for namespace, name in due:
             _send(
                 admin,
@@ -318,14 +338,15 @@ def _execute(admin: Any, cluster: Any, run: Run, total: int, timeout_s: float) -
             with run.lock:
                 job = run.jobs[(namespace, name)]
                 if job.run_start is not None:
-                    job.held_s += ended - job.run_start
+                    job.runs.append((job.run_start, ended))
                 job.ended, job.run_start, job.due = ended, None, None
+                running.discard((namespace, name))
+                finished += 1
         with run.lock:
-            finished = sum(1 for job in run.jobs.values() if job.ended is not None)
             failed = len(run.errors)
         if run.generated.is_set() and finished + failed >= total:
             return
-        time.sleep(0.1)
+        time.sleep(0.05)
     raise RuntimeError(f"not every workload ended within {timeout_s:.0f} s")
 
 
@@ -441,13 +462,15 @@ def run_tidegate(
     queue_tick_s: float | None = None,
     watch: bool = True,
     pods: bool = False,
+    detailed: bool = False,
 ) -> dict[str, Any]:
     """Tidegate's figures on ``scenario`` (Kueue's generator config, already scaled);
     ``queue_tick_s`` sets the beat's queue tick (TIDEGATE_QUEUE_TICK_S), else its default;
     ``watch`` runs the queue watch beside them, as production does; ``pods`` runs the
     whole control plane (the Job controller creates each started Job's pod, the
     scheduler binds it, KWOK runs it), where by default only the API server and etcd
-    run, as in Kueue's test."""
+    run, as in Kueue's test; ``detailed`` adds the figures of
+    benchmarks/_versus_figures.py (waits, preemptions, share fairness, utilisation)."""
     import tempfile
 
     from toolchain.control_plane import ControlPlane
@@ -459,7 +482,7 @@ def run_tidegate(
         plane.start(pods=pods)
         try:
             with bench_database("versus_kueue"):
-                figures = _run(plane, scenario, workdir, timeout_s, queue_tick_s, watch)
+                figures = _run(plane, scenario, workdir, timeout_s, queue_tick_s, watch, detailed)
                 return {"pods": int(pods)} | figures
         finally:
             plane.stop()
@@ -477,6 +500,7 @@ def _run(
     timeout_s: int,
     queue_tick_s: float | None,
     watch: bool,
+    detailed: bool,
 ) -> dict[str, Any]:
     from django.db import connection
 
@@ -486,7 +510,7 @@ def _run(
     from scheduler_bridge.quotas.sync import quota_sync
 
     admin = plane.admin
-    queues = _queues(scenario)
+    queues = scenario_queues(scenario)
     nominal = sum(int(queue_set["nominalQuota"]) for _, _, queue_set in queues)
     per_node = GPUS_PER_NODE or nominal
     for n in range(math.ceil(nominal / per_node)):
@@ -576,4 +600,14 @@ def _run(
     }
     for name, values in sorted(waits.items()):
         figures[f"mean_admission_s_{name}"] = round(sum(values) / len(values), 3)
+    if detailed:
+        figures |= measured_figures(observed(run.jobs.values()), queues_of(scenario))
     return figures
+
+
+def observed(run_jobs: Any) -> list[Observed]:
+    """Each workload of a run as benchmarks/_versus_figures.py measures it."""
+    return [
+        Observed(job.namespace, job.class_name, job.gpus, job.created, list(job.runs))
+        for job in run_jobs
+    ]

@@ -22,8 +22,22 @@ creation intervals) so that a 2-core machine can run it in minutes; 1.0 is Kueue
 scenario. The ``tidegate`` line runs the same scenario on Tidegate, as production runs
 it (``benchmarks/_versus_tidegate.py``), right after Kueue's, on the same machine.
 
+Two scenarios of Tidegate's own, in the same generator form
+(``benchmarks/_versus_scenarios.py``): ``contention`` (owners coming back to quota their
+cohort lent) and ``philly`` (the shipped Philly slice, arrivals and runtimes divided by
+``--compress``). On them every system prints the figures of
+``benchmarks/_versus_figures.py``, computed the same way from what each workload went
+through (utilisation, mean and p95 wait, waits per class, owners' wait, preemptions,
+share fairness); Kueue's side is watched from beside its runner. Systems: ``kueue``
+(minimalkueue: classic cohort preemption), ``kueue-fair-sharing`` (the same core with
+Kueue's fair sharing on, ``toolchain/kueue/fairsharing``), ``tidegate``, and
+``tidegate-simulator`` (Tidegate's replay simulator on the same workloads).
+
     python benchmarks/versus_kueue.py --scale 0.2 [--scenario baseline --scenario tas]
     python benchmarks/versus_kueue.py --scale 0.05 --system tidegate [--with-pods]
+    python benchmarks/versus_kueue.py --scenario contention --system kueue \
+        --system kueue-fair-sharing --system tidegate --system tidegate-simulator
+    python benchmarks/versus_kueue.py --scenario philly --compress 5000 --system ...
 """
 
 from __future__ import annotations
@@ -35,6 +49,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +57,30 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks._kueue_workloads import WorkloadWatch  # noqa: E402
 from benchmarks._support import emit, progress  # noqa: E402
+from benchmarks._versus_figures import measured_figures  # noqa: E402
+from benchmarks._versus_scenarios import (  # noqa: E402
+    contention_scenario,
+    philly_scenario,
+    queues_of,
+    simulated_figures,
+)
 from toolchain import build  # noqa: E402
 
 # Kueue's scenarios this runs: its baseline, and the same queues and workloads placed
 # with topology-aware scheduling on 640 nodes (its runner's --enableTAS)
-SCENARIOS = ("baseline", "tas")
+KUEUE_SCENARIOS = ("baseline", "tas")
+# Tidegate's, in the same form (benchmarks/_versus_scenarios.py): owners coming back to
+# borrowed quota, and the Philly slice time-compressed
+OWN_SCENARIOS = ("contention", "philly")
+SCENARIOS = KUEUE_SCENARIOS + OWN_SCENARIOS
+# Kueue's programs: its minimalkueue (classic cohort preemption), and the same core with
+# fair sharing on (toolchain/kueue/fairsharing)
+KUEUE_PROGRAMS = {"kueue": "minimalkueue", "kueue-fair-sharing": "fairsharing"}
+SYSTEMS = (*KUEUE_PROGRAMS, "tidegate", "tidegate-simulator")
+# the simulator's spacing of cycles after a change, as production's admission cycle
+SIMULATOR_CYCLE_S = 1.0
 CONFIGS = "test/performance/scheduler/configs"
 CRDS = "config/components/crd/bases"
 
@@ -109,6 +142,25 @@ def within_thresholds(figures: dict[str, float], spec: dict[str, Any]) -> dict[s
     return checks
 
 
+@dataclass(frozen=True)
+class Options:
+    """How to run each scenario (the command line)."""
+
+    scale: float = 0.2
+    timeout_s: int = 1800
+    compress: float = 5000.0
+    philly_days: float | None = None
+
+
+def scenario_of(name: str, options: Options) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """A scenario's generator config and, for Kueue's own, its thresholds."""
+    if name == "contention":
+        return contention_scenario(), None
+    if name == "philly":
+        return philly_scenario(options.compress, options.philly_days), None
+    return kueue_scenario(name, options.scale)
+
+
 def kueue_scenario(scenario_name: str, scale: float) -> tuple[dict[str, Any], dict[str, Any]]:
     """Kueue's scenario (scaled) and its thresholds, as the pinned release ships them."""
     build.build_all(["kueue"])
@@ -119,13 +171,16 @@ def kueue_scenario(scenario_name: str, scale: float) -> tuple[dict[str, Any], di
     return scaled_scenario(config, scale), spec
 
 
-def run_kueue(scenario_name: str, scale: float, timeout_s: int) -> dict[str, Any]:
-    """Kueue's runner and minimalkueue on ``scenario_name``; its figures and checks."""
+def run_kueue(scenario_name: str, options: Options, system: str = "kueue") -> dict[str, Any]:
+    """Kueue's runner on ``scenario_name`` with ``system``'s program (minimalkueue, or
+    the fair-sharing core); Kueue's own figures and checks for its own scenarios, the
+    figures of benchmarks/_versus_figures.py (from a watch on its Workloads) for ours."""
     progress("building Kueue's performance test and the control plane (cached once built)")
     folders = build.build_all(["kueue", "kubernetes", "etcd"])
     kueue = next(m for m in build.modules() if m.name == "kueue")
     files = build.files_folder(kueue)
-    scenario, spec = kueue_scenario(scenario_name, scale)
+    scenario, spec = scenario_of(scenario_name, options)
+    program = KUEUE_PROGRAMS[system]
     with tempfile.TemporaryDirectory(prefix="versus-kueue-") as work:
         workdir = Path(work)
         # envtest finds kube-apiserver and etcd in KUBEBUILDER_ASSETS
@@ -142,11 +197,12 @@ def run_kueue(scenario_name: str, scale: float, timeout_s: int) -> dict[str, Any
             f"--o={out}",
             f"--crds={files / CRDS}",
             f"--generatorConfig={generator}",
-            f"--minimalKueue={folders['kueue'] / 'minimalkueue'}",
-            f"--timeout={timeout_s}s",
+            f"--minimalKueue={folders['kueue'] / program}",
+            f"--timeout={options.timeout_s}s",
             *(["--enableTAS"] if scenario_name == "tas" else []),
         ]
-        progress(f"running Kueue's {scenario_name} ({workload_count(scenario):,} workloads)")
+        watch = WorkloadWatch(out).start() if spec is None else None
+        progress(f"running {scenario_name} on {system} ({workload_count(scenario):,} workloads)")
         started = time.monotonic()
         with open(workdir / "runner.log", "w") as log:
             finished = subprocess.run(
@@ -154,54 +210,87 @@ def run_kueue(scenario_name: str, scale: float, timeout_s: int) -> dict[str, Any
                 env={**os.environ, "KUBEBUILDER_ASSETS": str(assets)},
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                timeout=timeout_s + 300,
+                timeout=options.timeout_s + 300,
                 check=False,
             )
+        seen = watch.stop() if watch is not None else []
         if finished.returncode != 0:
             tail = (workdir / "runner.log").read_text()[-3000:]
             raise SystemExit(f"Kueue's runner failed ({finished.returncode}):\n{tail}")
         progress(f"Kueue's runner done in {time.monotonic() - started:.0f} s")
         summary = yaml.safe_load((out / "summary.yaml").read_text())
-        stats = yaml.safe_load((out / "minimalkueue.stats.yaml").read_text())
+        stats = yaml.safe_load((out / f"{program}.stats.yaml").read_text())
     figures = kueue_figures(summary, stats)
-    checks = within_thresholds(figures, spec)
-    return {
+    line: dict[str, Any] = {
         "bench": "versus_kueue",
         "scenario": scenario_name,
-        "system": "kueue",
+        "system": system,
         "version": kueue.main_version,
         "workloads": workload_count(scenario),
+    }
+    if spec is None:
+        measured = measured_figures(seen, queues_of(scenario))
+        kept = ("wall_s", "cpu_s", "peak_rss_mb")
+        return (
+            line
+            | measured
+            | {k: figures[k] for k in kept}
+            | _scenario_facts(options, scenario_name)
+        )
+    checks = within_thresholds(figures, spec)
+    return {
+        **line,
         **figures,
-        "scale": scale,
+        "scale": options.scale,
         "within_kueue_thresholds": int(all(checks.values())),
         **{f"check_{name}": int(ok) for name, ok in checks.items()},
     }
 
 
+def _scenario_facts(options: Options, scenario_name: str) -> dict[str, Any]:
+    """What a line of one of Tidegate's scenarios says about how it was run."""
+    if scenario_name == "philly":
+        return {"compress": options.compress, "philly_days": options.philly_days}
+    return {}
+
+
+def run_simulator(scenario_name: str, options: Options) -> dict[str, Any]:
+    """Tidegate's replay simulator on the same workloads (benchmarks/_versus_scenarios.py)."""
+    if scenario_name not in OWN_SCENARIOS:
+        raise SystemExit("the simulator runs the contention and philly scenarios")
+    scenario, _ = scenario_of(scenario_name, options)
+    return {
+        "bench": "versus_kueue",
+        "scenario": scenario_name,
+        "system": "tidegate-simulator",
+        **simulated_figures(scenario, SIMULATOR_CYCLE_S),
+        **_scenario_facts(options, scenario_name),
+    }
+
+
 def run_tidegate(
     scenario_name: str,
-    scale: float,
-    timeout_s: int,
+    options: Options,
     queue_tick_s: float | None = None,
     watch: bool = True,
     pods: bool = False,
 ) -> dict[str, Any]:
     """Tidegate on the same scenario (benchmarks/_versus_tidegate.py), with the same
-    checks against Kueue's thresholds."""
+    checks against Kueue's thresholds on Kueue's scenarios."""
     from benchmarks._versus_tidegate import run_tidegate as run
 
-    if scenario_name != "baseline":
-        raise SystemExit("Tidegate runs Kueue's baseline scenario only")
+    if scenario_name == "tas":
+        raise SystemExit("Tidegate runs Kueue's baseline scenario and its own ones, not tas")
     build.build_all(["kubernetes", "etcd", "kwok"])
-    scenario, spec = kueue_scenario(scenario_name, scale)
-    figures = run(scenario, timeout_s, queue_tick_s, watch, pods)
+    scenario, spec = scenario_of(scenario_name, options)
+    figures = run(scenario, options.timeout_s, queue_tick_s, watch, pods, spec is None)
+    line = {"bench": "versus_kueue", "scenario": scenario_name, "system": "tidegate", **figures}
+    if spec is None:
+        return line | _scenario_facts(options, scenario_name)
     checks = within_thresholds(figures, spec)
     return {
-        "bench": "versus_kueue",
-        "scenario": scenario_name,
-        "system": "tidegate",
-        **figures,
-        "scale": scale,
+        **line,
+        "scale": options.scale,
         "within_kueue_thresholds": int(all(checks.values())),
         **{f"check_{name}": int(ok) for name, ok in checks.items()},
     }
@@ -217,6 +306,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--timeout", type=int, default=1800, help="seconds for each system")
     parser.add_argument(
+        "--compress",
+        type=float,
+        default=5000.0,
+        help="the philly scenario's time compression: arrivals and runtimes divided by it",
+    )
+    parser.add_argument(
+        "--philly-days",
+        type=float,
+        help="the philly scenario's first days only (default: the whole two weeks)",
+    )
+    parser.add_argument(
         "--scenario",
         action="append",
         choices=SCENARIOS,
@@ -225,8 +325,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--system",
         action="append",
-        choices=("kueue", "tidegate"),
-        help="which system to run (repeat for both; default: both, Kueue first)",
+        choices=SYSTEMS,
+        help="which system to run (repeat for several; default: Kueue, then Tidegate; "
+        "kueue-fair-sharing is Kueue's core with fair sharing on; tidegate-simulator is "
+        "Tidegate's replay simulator on the contention and philly scenarios)",
     )
     parser.add_argument(
         "--queue-tick",
@@ -250,17 +352,23 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 0 < args.scale <= 1:
         parser.error("--scale is a factor in (0, 1]")
+    if args.compress < 1:
+        parser.error("--compress divides time: give a factor of 1 or more")
+    if args.philly_days is not None and args.philly_days <= 0:
+        parser.error("--philly-days is a number of days above 0")
+    options = Options(args.scale, args.timeout, args.compress, args.philly_days)
     for scenario_name in args.scenario or ["baseline"]:
         for system in args.system or ["kueue", "tidegate"]:
-            if system == "kueue":
-                emit(**run_kueue(scenario_name, args.scale, args.timeout))
-            for tick in args.queue_tick or [None]:
-                if system == "tidegate":
+            if system in KUEUE_PROGRAMS:
+                emit(**run_kueue(scenario_name, options, system))
+            elif system == "tidegate-simulator":
+                emit(**run_simulator(scenario_name, options))
+            else:
+                for tick in args.queue_tick or [None]:
                     emit(
                         **run_tidegate(
                             scenario_name,
-                            args.scale,
-                            args.timeout,
+                            options,
                             tick,
                             not args.without_watch,
                             args.with_pods,

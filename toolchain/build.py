@@ -55,6 +55,10 @@ class GoModule:
         digest = hashlib.sha256()
         for file in ("go.mod", "go.sum"):
             digest.update((self.folder / file).read_bytes())
+        # a module's own Go programs (toolchain/kueue/fairsharing) build anew when edited
+        for source in sorted(self.folder.rglob("*.go")):
+            digest.update(source.relative_to(self.folder).as_posix().encode())
+            digest.update(source.read_bytes())
         digest.update(self.ldflags.encode())
         return f"{self.name}-{self.main_version}-{digest.hexdigest()[:10]}"
 

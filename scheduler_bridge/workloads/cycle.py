@@ -56,6 +56,19 @@ class CycleOutcome:
     announced: list[int] = field(default_factory=list)  # told it is preempted after a grace
     shrunk: list[int] = field(default_factory=list)  # elastic work that gave back pods
 
+    def then(self, later: CycleOutcome) -> CycleOutcome:
+        """This decision followed by ``later``'s, as one cycle's outcome."""
+        return CycleOutcome(
+            admitted=self.admitted + later.admitted,
+            preempted=self.preempted + later.preempted,
+            pending=later.pending,
+            apply_errors=self.apply_errors | later.apply_errors,
+            rebalanced=self.rebalanced + later.rebalanced,
+            resized=self.resized + later.resized,
+            announced=self.announced + later.announced,
+            shrunk=self.shrunk + later.shrunk,
+        )
+
 
 def engine_config() -> engine.EngineConfig:
     return engine.EngineConfig(
@@ -94,12 +107,15 @@ class _Withdrawn(Exception):
 DECIDE_ATTEMPTS = 5
 
 
-def decide_and_persist(cluster: Cluster) -> tuple[CycleOutcome, engine.CycleResult]:
+def decide_and_persist(
+    cluster: Cluster, keep_reasons_of: frozenset[int] = frozenset()
+) -> tuple[CycleOutcome, engine.CycleResult]:
     """Lock the cluster, decide one cycle and save every decision, in one transaction;
-    decide again when work it decided about was cancelled meanwhile."""
+    decide again when work it decided about was cancelled meanwhile. Waiting work in
+    ``keep_reasons_of`` keeps its reason (it was preempted a moment ago)."""
     for attempt in range(1, DECIDE_ATTEMPTS + 1):
         try:
-            return _decide_and_persist_once(cluster)
+            return _decide_and_persist_once(cluster, keep_reasons_of)
         except _Withdrawn as withdrawn:
             _engines.pop(cluster.pk, None)  # its cache saw decisions that were rolled back
             if attempt == DECIDE_ATTEMPTS:
@@ -108,7 +124,9 @@ def decide_and_persist(cluster: Cluster) -> tuple[CycleOutcome, engine.CycleResu
     raise AssertionError("unreachable")
 
 
-def _decide_and_persist_once(cluster: Cluster) -> tuple[CycleOutcome, engine.CycleResult]:
+def _decide_and_persist_once(
+    cluster: Cluster, keep_reasons_of: frozenset[int]
+) -> tuple[CycleOutcome, engine.CycleResult]:
     outcome = CycleOutcome()
     with transaction.atomic():
         hold_admission_lock(cluster.pk)
@@ -210,25 +228,32 @@ def _decide_and_persist_once(cluster: Cluster) -> tuple[CycleOutcome, engine.Cyc
         resized = [workloads[pk] for pk in outcome.resized]
         save_workloads(resized, RESIZE_COLUMNS)
         _reword_elastic(snapshot, waiting, set(outcome.resized))
-        # Waiting work only changes its place and its reason.
-        update_workloads(
-            [
-                {
-                    "id": int(d.workload_id),
-                    "queue_position": d.position,
-                    "reason_code": d.code.value,
-                    "reason": d.message,
-                    "reason_args": dump_reason(d.message),
-                    "held_placements": dump_placements(
-                        Placement(p.node, p.flavour, p.gpus, p.gpu) for p in d.held
-                    ),
-                }
-                for d in result.pending
-            ],
-            ["queue_position", "reason_code", "reason", "reason_args", "held_placements"],
-            # a cancel does not wait for the cycle: work withdrawn meanwhile keeps its words
-            only_in_state=Workload.State.PENDING,
-        )
+        # Waiting work only changes its place and its reason; work preempted a moment ago
+        # (the first pass of this cycle) keeps saying so
+        rows = [
+            {
+                "id": int(d.workload_id),
+                "queue_position": d.position,
+                "reason_code": d.code.value,
+                "reason": d.message,
+                "reason_args": dump_reason(d.message),
+                "held_placements": dump_placements(
+                    Placement(p.node, p.flavour, p.gpus, p.gpu) for p in d.held
+                ),
+            }
+            for d in result.pending
+        ]
+        placed = ["queue_position", "held_placements"]
+        for kept, columns in (
+            (False, [*placed, "reason_code", "reason", "reason_args"]),
+            (True, placed),
+        ):
+            update_workloads(
+                [row for row in rows if (row["id"] in keep_reasons_of) == kept],
+                columns,
+                # a cancel does not wait for the cycle: work withdrawn meanwhile keeps its words
+                only_in_state=Workload.State.PENDING,
+            )
         outcome.pending = len(result.pending)
         outcome.preempted += graced
         borrowing = _per_workload(admission_engine.borrowing_after(snapshot, decided))
@@ -394,12 +419,18 @@ REWORDED_CODES = {"borrowing", "within_guarantee"}
 
 
 def admission_cycle(cluster: Cluster, gateway: ClusterGateway | None = None) -> CycleOutcome:
-    """Decide, then apply: stop work past its time limit, run and save one cycle, then
-    reconcile the cluster with what was saved. A failure to apply (the cluster refusing
+    """Decide, then apply: stop work past its time limit, run and save one cycle (and a
+    second one right after it when the first preempted), then reconcile the cluster with
+    what was saved. A failure to apply (the cluster refusing
     or not answering) never undoes a decision: it is retried by the next reconcile."""
     started = time.monotonic()
     stop_overrunning(cluster)  # frees their GPUs for this very cycle
     outcome, _ = decide_and_persist(cluster)
+    if outcome.preempted:
+        # the victims gave their GPUs back just now: decide once more, so that the work
+        # that preempted them starts in this same pass instead of at the next change
+        again, _ = decide_and_persist(cluster, frozenset(outcome.preempted))
+        outcome = outcome.then(again)
     changed = bool(
         outcome.admitted
         or outcome.preempted

@@ -143,7 +143,9 @@ def test_preemption_suspends_the_job_and_restores_its_template(
     assert preempted["involvedObject"]["uid"] == victim["metadata"]["uid"]
     for event in (started, preempted):
         assert_valid_kubernetes(event)
-    assert [e["reason"] for e in events_on(fake_cluster, "vision-train", "urgent")] == []
+    # the victim's GPUs are free once it is stopped: the owner starts in this same cycle
+    assert job(fake_cluster, "vision-train", "urgent")["spec"]["suspend"] is False
+    assert [e["reason"] for e in events_on(fake_cluster, "vision-train", "urgent")] == ["Admitted"]
 
 
 def test_a_queue_label_naming_a_foreign_or_unknown_tenant_is_refused_with_a_reason(

@@ -88,8 +88,9 @@ def test_a_borrower_is_preempted_when_the_owner_needs_its_guarantee(
     outcome = admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
     big.refresh_from_db()
     assert outcome.preempted == [big.pk]
+    # the victim says why it waits; the owner starts in the same cycle, on the GPUs freed
     assert big.state == "pending" and big.reason_code == "preempted" and big.preemptions == 1
-    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    assert outcome.admitted == [owner]
     assert Workload.objects.get(pk=owner).state == "running"
 
 
@@ -622,7 +623,7 @@ def test_a_reclaimer_keeps_the_gpus_it_freed_from_one_cycle_to_the_next(
     admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
     big_nodes = {p["node"] for p in Workload.objects.get(pk=borrower).placements}
     owner = submit(cast.lead, "vision", 6, name="owner").json()["id"]
-    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    decide_and_persist(fake_cluster.cluster)  # one decision: preempt, and hold the GPUs
     waiting = Workload.objects.get(pk=owner)
     assert waiting.reason_code == "preempting"
     held = {p["node"] for p in waiting.held_placements}

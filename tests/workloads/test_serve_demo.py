@@ -7,7 +7,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from scheduler_bridge.management.commands.serve_demo import QueueTicker
-from scheduler_bridge.workloads.cycle import admission_cycle
+from scheduler_bridge.workloads.cycle import admission_cycle, decide_and_persist
 from scheduler_bridge.workloads.models import Workload
 from tests.conftest import Cast
 from tests.workloads.conftest import FakeCluster
@@ -26,7 +26,7 @@ def test_a_tick_admits_the_reclaimer_once_its_victims_stopped(
     submit(cast.platform_admin, "speech", 8, name="big")
     admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
     owner = submit(cast.lead, "vision", 6, name="owner").json()["id"]
-    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)  # preempts "big"
+    decide_and_persist(fake_cluster.cluster)  # decides to preempt "big"; nothing applied
     assert Workload.objects.get(pk=owner).reason_code == "preempting"
     assert QueueTicker(every_s=60).tick() == 1  # nobody clicked anything
     assert Workload.objects.get(pk=owner).state == "running"
