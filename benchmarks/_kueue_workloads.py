@@ -56,6 +56,8 @@ class WorkloadWatch:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._follow, daemon=True)
         self.error: str | None = None
+        # whether any ClusterQueue reported a fair-sharing status (Kueue's fair sharing on)
+        self.fair_sharing_seen = False
 
     def start(self) -> WorkloadWatch:
         self._thread.start()
@@ -101,9 +103,10 @@ class WorkloadWatch:
         time.sleep(0.2)  # written whole
         api = client.CustomObjectsApi(config.new_client_from_config(str(kubeconfig)))
         failures = 0
+        version: str | None = None  # where the watch goes on from; None: list first
         while not self._stop.is_set():
             try:
-                self._list_and_watch(api, watch)
+                version = self._list_and_watch(api, watch, version)
                 failures = 0
             except Exception as error:  # noqa: BLE001 - retried, then reported
                 if self._stop.is_set() or (self.out / "summary.yaml").exists():
@@ -112,25 +115,43 @@ class WorkloadWatch:
                 if failures >= 5:
                     self.error = f"{type(error).__name__}: {error}"
                     return
+                version = None  # too old, or the connection broke: list again
                 time.sleep(0.2)
 
-    def _list_and_watch(self, api: Any, watch: Any) -> None:
-        """One list, then its watch until it times out (30 s) or the watch is stopped."""
-        listed = api.list_cluster_custom_object(GROUP, VERSION, PLURAL)
-        now = time.time()
-        for workload in listed.get("items") or []:
-            self.observe(workload, now)
+    def _list_and_watch(self, api: Any, watch: Any, version: str | None) -> str:
+        """List (unless going on from ``version``), then watch until the watch times out
+        (30 s) or is stopped; the resource version to go on from. Going on from the last
+        version seen, rather than listing again, misses no change in between."""
+        if version is None:
+            queues = api.list_cluster_custom_object(GROUP, VERSION, "clusterqueues")
+            self.fair_sharing_seen |= any(
+                "fairSharing" in (q.get("status") or {}) for q in queues.get("items") or []
+            )
+            listed = api.list_cluster_custom_object(GROUP, VERSION, PLURAL)
+            now = time.time()
+            for workload in listed.get("items") or []:
+                self.observe(workload, now)
+            version = listed["metadata"]["resourceVersion"]
         stream = watch.Watch()
         for event in stream.stream(
             api.list_cluster_custom_object,
             GROUP,
             VERSION,
             PLURAL,
-            resource_version=listed["metadata"]["resourceVersion"],
+            resource_version=version,
             timeout_seconds=30,
         ):
+            if event["type"] == "ERROR":
+                raise RuntimeError(f"watch ended: {event['object']}")
             if event["type"] in ("ADDED", "MODIFIED"):
                 self.observe(event["object"], time.time())
+                version = event["object"]["metadata"]["resourceVersion"]
             if self._stop.is_set():
                 stream.stop()
-                return
+                break
+        if not self.fair_sharing_seen:
+            queues = api.list_cluster_custom_object(GROUP, VERSION, "clusterqueues")
+            self.fair_sharing_seen = any(
+                "fairSharing" in (q.get("status") or {}) for q in queues.get("items") or []
+            )
+        return version

@@ -198,10 +198,12 @@ def simulated_figures(config: dict[str, Any], cycle_interval_s: float) -> dict[s
         ReplayOptions(cycle_interval_s=cycle_interval_s),
     )
     figures = run.figures
+    # waits per workload class, where each queue holds one class (the replay keeps waits
+    # per tenant): a class's waits are then its queues' waits
     by_class: dict[str, list[float]] = {}
     classes = _classes_by_queue(config)
-    for queue, waits in run.tenant_wait_samples.items():
-        if len(classes.get(queue, ())) == 1:  # one class only: its waits are the class's
+    if all(len(found) == 1 for found in classes.values()):
+        for queue, waits in run.tenant_wait_samples.items():
             by_class.setdefault(next(iter(classes[queue])), []).extend(waits)
     return {
         "workloads": figures.jobs,

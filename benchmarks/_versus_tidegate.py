@@ -411,6 +411,10 @@ def _start_tidegate(
         | {
             "DJANGO_SETTINGS_MODULE": "config.settings.test",
             "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{database}",
+            # connections kept between tasks, as production keeps them (CONN_MAX_AGE)
+            "CONN_MAX_AGE": "60",
+            # pods, nodes and quotas read from watched caches, as production does
+            "TIDEGATE_WATCH_CACHE": "true",
             "CELERY_TASK_ALWAYS_EAGER": "false",
             "CELERY_BROKER_URL": "redis://127.0.0.1:6379/14",
             "CELERY_RESULT_BACKEND": "redis://127.0.0.1:6379/14",

@@ -230,6 +230,8 @@ def run_kueue(scenario_name: str, options: Options, system: str = "kueue") -> di
     }
     if spec is None:
         measured = measured_figures(seen, queues_of(scenario))
+        assert watch is not None
+        measured["fair_sharing_status"] = int(watch.fair_sharing_seen)
         kept = ("wall_s", "cpu_s", "peak_rss_mb")
         return (
             line

@@ -181,7 +181,8 @@ def jobs_sync(cluster_id: int) -> dict[str, int] | None:
             except BaseException:
                 queue_admission_cycle_now(cluster.pk)  # for what it saved before failing
                 raise
-            return synced, cycle(cluster, gateway)
+            # the cycle's reconcile reads the objects the sync just listed
+            return synced, cycle(cluster, gateway, synced.listed)
 
     with sync_lock_if_free(cluster_id) as free:
         if not free:

@@ -19,6 +19,11 @@ from .base import PREEMPT_AT_ANNOTATION, Integration, ObjectRead
 from .job import JobIntegration
 from .pods import PodGroup, pod_groups
 
+# The last reads of each kind's listed objects, by (uid, resourceVersion): an object the
+# API server has not changed since (same version) is not read again. Per process; each
+# listing keeps only what it saw, so it never outgrows one listing.
+_reads: dict[tuple[str, str], dict[tuple[str, str], ObjectRead]] = {}
+
 
 def list_queued(
     gateway: ClusterGateway, integration: Integration, label_selector: str
@@ -31,7 +36,21 @@ def list_queued(
         objects = gateway.list_objects(integration.ref, label_selector)
     except ObjectMissing:
         return None
-    return [integration.read(obj) for obj in objects]
+    known = _reads.get((integration.kind, label_selector), {})
+    kept: dict[tuple[str, str], ObjectRead] = {}
+    found = []
+    for obj in objects:
+        meta = obj.get("metadata") or {}
+        version = meta.get("resourceVersion")
+        if not version:  # nothing says whether it changed: read it
+            found.append(integration.read(obj))
+            continue
+        key = (str(meta.get("uid") or ""), str(version))
+        read = known.get(key) or integration.read(obj)
+        kept[key] = read
+        found.append(read)
+    _reads[(integration.kind, label_selector)] = kept
+    return found
 
 
 def queued_pod_groups(gateway: ClusterGateway, label_selector: str) -> list[PodGroup]:

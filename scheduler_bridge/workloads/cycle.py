@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -26,6 +27,7 @@ from scheduler_bridge import metrics
 from scheduler_bridge.admission import reasons
 from scheduler_bridge.admission.elastic import SEPARATOR, parse_pod_id
 from scheduler_bridge.gateways import ClusterGateway
+from scheduler_bridge.integrations import ObjectRead
 from scheduler_bridge.inventory.models import Cluster, Flavour
 from scheduler_bridge.workloads import lifecycle
 from scheduler_bridge.workloads.budget_gate import budget_gate_for
@@ -418,7 +420,11 @@ def _rebalance_borrowing(
 REWORDED_CODES = {"borrowing", "within_guarantee"}
 
 
-def admission_cycle(cluster: Cluster, gateway: ClusterGateway | None = None) -> CycleOutcome:
+def admission_cycle(
+    cluster: Cluster,
+    gateway: ClusterGateway | None = None,
+    listed: Mapping[str, list[ObjectRead]] | None = None,
+) -> CycleOutcome:
     """Decide, then apply: stop work past its time limit, run and save one cycle (and a
     second one right after it when the first preempted), then reconcile the cluster with
     what was saved. A failure to apply (the cluster refusing
@@ -438,7 +444,7 @@ def admission_cycle(cluster: Cluster, gateway: ClusterGateway | None = None) -> 
         or outcome.resized
         or outcome.announced
     )
-    applied = reconcile(cluster, gateway, sync_quotas=changed)
+    applied = reconcile(cluster, gateway, sync_quotas=changed, listed=listed)
     outcome.apply_errors = dict(applied.start_errors)
     metrics.cycle_counted(
         cluster.name,

@@ -61,6 +61,9 @@ class JobSyncResult:
     kinds: dict[str, str] = field(default_factory=dict)
     # pod groups whose controller or autoscaler changed how many pods they have
     rescaled: list[int] = field(default_factory=list)
+    # kind -> the objects this sync listed (the reconcile right after reads them again
+    # from here rather than from the cluster)
+    listed: dict[str, list[ObjectRead]] = field(default_factory=dict)
 
 
 def _pod_sets(job: ObjectRead, claims: ClaimResolver) -> list[PodSetSpec]:
@@ -154,6 +157,7 @@ def jobs_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> JobSyn
                 )
                 continue
             result.kinds[integration.kind] = QUEUED
+            result.listed[integration.kind] = objects
             _sync_objects(
                 cluster,
                 integration.kind,

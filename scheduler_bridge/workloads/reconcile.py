@@ -25,7 +25,7 @@ task retries with backoff, the decisions staying saved meanwhile.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, timedelta
@@ -77,20 +77,30 @@ class ReconcileResult:
 
 
 def reconcile(
-    cluster: Cluster, gateway: ClusterGateway | None = None, *, sync_quotas: bool = False
+    cluster: Cluster,
+    gateway: ClusterGateway | None = None,
+    *,
+    sync_quotas: bool = False,
+    listed: Mapping[str, list[ObjectRead]] | None = None,
 ) -> ReconcileResult:
     """Bring ``cluster`` to the saved decisions (see the module docstring).
     ``sync_quotas`` asks for a ResourceQuota sync even when no Job starts or stops (the
-    cycle changed what tenants borrow)."""
+    cycle changed what tenants borrow). ``listed`` (kind -> objects) are the queue's
+    objects as a Job sync read them a moment ago: those kinds are not listed again."""
     with cluster_gateway(cluster, gateway) as opened:
-        result = _reconcile(cluster, opened, sync_quotas)
+        result = _reconcile(cluster, opened, sync_quotas, listed or {})
     metrics.start_errors_counted(cluster.name, len(result.start_errors))
     return result
 
 
-def _reconcile(cluster: Cluster, gateway: ClusterGateway, sync_quotas: bool) -> ReconcileResult:
+def _reconcile(
+    cluster: Cluster,
+    gateway: ClusterGateway,
+    sync_quotas: bool,
+    listed: Mapping[str, list[ObjectRead]],
+) -> ReconcileResult:
     result = ReconcileResult()
-    live = _live_objects(cluster, gateway)
+    live = _live_objects(cluster, gateway, listed)
     to_suspend, to_start = _work_to_do(cluster, live)
     # each stop waits for the object's pods to go before restoring its placement: up to
     # write_concurrency at once
@@ -118,14 +128,20 @@ def _reconcile(cluster: Cluster, gateway: ClusterGateway, sync_quotas: bool) -> 
     return result
 
 
-def _live_objects(cluster: Cluster, gateway: ClusterGateway) -> dict[str, ObjectRead]:
+def _live_objects(
+    cluster: Cluster, gateway: ClusterGateway, listed: Mapping[str, list[ObjectRead]]
+) -> dict[str, ObjectRead]:
     """The queue's objects that have not finished, by uid: Jobs always, other kinds
-    where the last workload sync found them served."""
+    where the last workload sync found them served; from ``listed`` where it has the
+    kind."""
     live: dict[str, ObjectRead] = {}
     for integration in INTEGRATIONS:
         if integration.kind != "Job" and cluster.workload_kinds.get(integration.kind) != QUEUED:
             continue
-        for obj in objects.list_queued(gateway, integration, QUEUE_LABEL) or []:
+        found = listed.get(integration.kind)
+        if found is None:
+            found = objects.list_queued(gateway, integration, QUEUE_LABEL) or []
+        for obj in found:
             if not obj.finished:
                 live[obj.uid] = obj
     return live

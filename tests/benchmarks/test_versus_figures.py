@@ -105,6 +105,9 @@ def test_the_simulator_runs_the_same_workloads_with_the_cohorts_apart() -> None:
     assert 0 < figures["utilization"] <= 1
     # owners come back to their own guarantee: they wait far less than the borrowers
     assert figures["mean_admission_s_owner"] < figures["mean_admission_s_borrower"] / 2
+    # where queues mix classes, no per-class wait is made up from a queue's waits
+    philly = simulated_figures(philly_scenario(5000, days=0.5), 1.0)
+    assert not [key for key in philly if key.startswith("mean_admission_s_")]
 
 
 def _workload(uid: str, conditions: dict[str, str]) -> dict:
