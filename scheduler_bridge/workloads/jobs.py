@@ -198,24 +198,26 @@ def _sync_objects(
     # never every workload the cluster ever ran
     listed = [job.uid for job in objects]
     known = {
-        w.job_uid: w
-        for w in Workload.objects.filter(
+        uid: _Known(pk, state, released)
+        for pk, uid, state, released in Workload.objects.filter(
             Q(job_uid__in=listed) | Q(state__in=Workload.OPEN_STATES),
             cluster=cluster,
             source=Workload.Source.JOB,
             kind__in=kinds,
-        ).exclude(job_uid="")
+        )
+        .exclude(job_uid="")
+        .values_list("pk", "job_uid", "state", "released_pods")
     }
     seen = {job.uid for job in objects}
     # workloads whose object ended or is gone: closed together below
-    closing = [
-        _closing(workload, kind, deleted=True)
-        for uid, workload in known.items()
-        if uid not in seen and workload.state in Workload.OPEN_STATES
+    closing: list[_Close] = [
+        _Close(k.pk, kind, failed=False, deleted=True)
+        for uid, k in known.items()
+        if uid not in seen and k.state in Workload.OPEN_STATES
     ]
-    # running workloads whose object may have given back pods or been scaled: followed
-    # after the batches, each in its own short transaction (they take the admission lock)
-    following: list[tuple[Workload, ObjectRead]] = []
+    # running workloads whose object gave back pods or was scaled: followed after the
+    # batches, each in its own short transaction (they take the admission lock)
+    following: list[tuple[int, ObjectRead]] = []
     steps: list[Callable[[], None]] = [
         partial(
             _sync_one,
@@ -239,13 +241,42 @@ def _sync_objects(
         with transaction.atomic():
             for step in steps[first : first + SYNC_BATCH]:
                 _in_savepoint(step)
-    for first in range(0, len(closing), SYNC_BATCH):
-        result.finished += lifecycle.close_many(closing[first : first + SYNC_BATCH])
-    for workload, job in following:
+    # whole rows only for the workloads something happens to, not for every one listed
+    rows = Workload.objects.in_bulk([c.pk for c in closing] + [pk for pk, _ in following])
+    closed = [
+        _closing(rows[c.pk], c.kind, failed=c.failed, deleted=c.deleted)
+        for c in closing
+        if c.pk in rows
+    ]
+    for first in range(0, len(closed), SYNC_BATCH):
+        result.finished += lifecycle.close_many(closed[first : first + SYNC_BATCH])
+    for pk, job in following:
+        workload = rows.get(pk)
+        if workload is None:
+            continue
         if _release_completed_pods(workload, job, completed_on):
             result.released.append(workload.pk)
         elif kind == POD_GROUP and job.pod_sets and _follow_scale(workload, job):
             result.rescaled.append(workload.pk)
+
+
+@dataclass(frozen=True)
+class _Known:
+    """What a sync reads of every workload it might match with a listed object."""
+
+    pk: int
+    state: str
+    released_pods: int
+
+
+@dataclass(frozen=True)
+class _Close:
+    """A workload to close because its object completed, failed or was deleted."""
+
+    pk: int
+    kind: str
+    failed: bool
+    deleted: bool
 
 
 def _in_savepoint(step: Callable[[], None]) -> None:
@@ -268,22 +299,24 @@ def _sync_one(
     cluster: Cluster,
     pins_nodes: bool,
     job: ObjectRead,
-    known: dict[str, Workload],
+    known: dict[str, _Known],
     bindings: dict[str, Tenant],
     result: JobSyncResult,
     claims: ClaimResolver,
     facts: _SyncFacts,
-    closing: list[tuple[Workload, str, str]],
-    following: list[tuple[Workload, ObjectRead]],
+    closing: list[_Close],
+    following: list[tuple[int, ObjectRead]],
 ) -> None:
     """One listed object: queue a new workload, or leave its workload in ``closing``
     (its object ended) or ``following`` (it goes on)."""
     workload = known.get(job.uid)
     if workload is not None:
         if (job.finished or job.failed) and workload.state in Workload.OPEN_STATES:
-            closing.append(_closing(workload, job.kind, failed=job.failed))
-        else:
-            following.append((workload, job))
+            closing.append(_Close(workload.pk, job.kind, failed=job.failed, deleted=False))
+        elif job.reclaimable_pods > workload.released_pods or (
+            job.kind == POD_GROUP and job.pod_sets
+        ):
+            following.append((workload.pk, job))
         return
     owner = bindings.get(job.namespace)
     if owner is None or job.finished or job.failed:

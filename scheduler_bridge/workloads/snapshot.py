@@ -224,6 +224,10 @@ def decayed_usage(
     return dict(usage)
 
 
+# Columns of an open workload the snapshot never reads (the largest are JSON)
+SNAPSHOT_UNREAD = ("labels", "annotations", "reason", "reason_args", "job_events", "past_runs")
+
+
 def build_snapshot(cluster: Cluster, now: datetime | None = None) -> engine.ClusterSnapshot:
     """Everything one admission cycle of `cluster` looks at, read in a few queries."""
     now = now or timezone.now()
@@ -233,7 +237,9 @@ def build_snapshot(cluster: Cluster, now: datetime | None = None) -> engine.Clus
     units = {f.name: SHARE_UNITS_PER_GPU if f.is_shared else 1 for f in flavours}
     open_workloads = list(
         Workload.objects.filter(cluster=cluster, state__in=Workload.OPEN_STATES)
-        .select_related("tenant")
+        .select_related("tenant", "flavour")
+        # what the engine never looks at: not decoded for every open workload each cycle
+        .defer(*SNAPSHOT_UNREAD)
         .order_by("pk")
     )
     running = [w for w in open_workloads if w.state in Workload.ACTIVE_STATES]

@@ -685,3 +685,30 @@ def test_a_minimum_outside_the_pod_count_is_a_400_and_nothing_is_queued(
     assert response.status_code == 400, response.content
     assert field in response.json()["pod_sets"]["0"]
     assert not Workload.objects.exists()
+
+
+def test_a_cycles_snapshot_reads_the_same_few_queries_however_many_workloads_are_open(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    """The snapshot leaves columns the engine never reads undecoded; reading one of them
+    per workload would cost a query per workload, which this would show."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from scheduler_bridge.workloads.snapshot import build_snapshot
+
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            build_snapshot(fake_cluster.cluster)
+        return len(captured.captured_queries)
+
+    submit(cast.member, "vision", 2, name="first")
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    few = queries()
+    for n in range(6):
+        submit(cast.member, "vision", 2, name=f"more-{n}")
+        submit(cast.platform_admin, "speech", 4, name=f"other-{n}")
+    admission_cycle(fake_cluster.cluster, fake_cluster.gateway)
+    assert Workload.objects.filter(state="running").count() > 1
+    assert Workload.objects.filter(state="pending").count() > 1
+    assert queries() == few
