@@ -9,6 +9,8 @@ same jobs sit beside them:
 - ``owner_wait_mean_s``: the mean wait of *owner work*, a workload its queue's nominal
   quota holds whole (it would run under static slices);
 - ``preemptions``: admissions that ended before the workload's runtime was done;
+- ``min_usage``: the lowest queue class's GPU-seconds held over its nominal capacity for
+  the span (Kueue's checker's usage, by the same held time);
 - ``share_fairness``: Jain's index over queues of the GPU-seconds each held over its fair
   entitlement while it had demand (its nominal quota up to its demand, then a max-min
   share of what its cohort leaves), re-taken at every change.
@@ -41,6 +43,7 @@ class Observed:
 class Queue:
     cohort: str
     nominal: int
+    class_name: str = ""  # its queue set's class (Kueue's ClusterQueue class)
 
 
 def measured_figures(workloads: Iterable[Observed], queues: Mapping[str, Queue]) -> dict[str, Any]:
@@ -62,11 +65,22 @@ def measured_figures(workloads: Iterable[Observed], queues: Mapping[str, Queue])
     for w in started:
         by_class[w.class_name].append(w.runs[0][0] - w.created)
     wait = waits_of(waits)
+    held_by_class: dict[str, float] = defaultdict(float)
+    nominal_by_class: dict[str, int] = defaultdict(int)
+    for name, queue in queues.items():
+        held_by_class[queue.class_name] += held.get(name, 0.0)
+        nominal_by_class[queue.class_name] += queue.nominal
+    usages = [
+        held_by_class[name] / (span * nominal)
+        for name, nominal in nominal_by_class.items()
+        if nominal and span > 0
+    ]
     figures: dict[str, Any] = {
         "workloads": len(seen),
         "never_admitted": len(seen) - len(started),
         "span_s": round(span, 3),
         "utilization": round(sum(held.values()) / (span * capacity), 4) if span > 0 else 0.0,
+        "min_usage": round(min(usages), 4) if usages else 0.0,
         "wait_mean_s": round(sum(waits) / len(waits), 3) if waits else 0.0,
         "wait_p95_s": wait.p95_s,
         "owner_wait_mean_s": round(sum(owner) / len(owner), 3) if owner else 0.0,

@@ -134,7 +134,7 @@ def queues_of(config: dict[str, Any]) -> dict[str, Queue]:
     """Every ClusterQueue of a scenario, named as Kueue's generator names it (the name is
     also its namespace), with its cohort and nominal quota."""
     return {
-        name: Queue(cohort, int(queue_set["nominalQuota"]))
+        name: Queue(cohort, int(queue_set["nominalQuota"]), queue_set["className"])
         for cohort, name, queue_set in scenario_queues(config)
     }
 

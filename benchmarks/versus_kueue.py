@@ -250,10 +250,11 @@ def run_kueue(scenario_name: str, options: Options, system: str = "kueue") -> di
 
 
 def _scenario_facts(options: Options, scenario_name: str) -> dict[str, Any]:
-    """What a line of one of Tidegate's scenarios says about how it was run."""
+    """What a line of one of Tidegate's scenarios says about how it was run (both sides
+    run it whole: ``scale`` 1.0)."""
     if scenario_name == "philly":
-        return {"compress": options.compress, "philly_days": options.philly_days}
-    return {}
+        return {"scale": 1.0, "compress": options.compress, "philly_days": options.philly_days}
+    return {"scale": 1.0}
 
 
 def run_simulator(scenario_name: str, options: Options) -> dict[str, Any]:

@@ -31,6 +31,9 @@ def test_waits_preemptions_and_utilisation_of_observed_runs() -> None:
     assert figures["span_s"] == 10.0
     # held: 4 * 9 + 2 * 5 = 46 GPU-seconds of 8 GPUs over 10 s
     assert figures["utilization"] == pytest.approx(46 / 80, abs=1e-4)
+    # per queue class as Kueue's checker: a's class held 36 of 40, b's 10 of 40
+    by_class = {"a": Queue("c", 4, "owners"), "b": Queue("c", 4, "borrowers")}
+    assert measured_figures(workloads, by_class)["min_usage"] == 0.25
     assert figures["preemptions"] == 1
     assert figures["wait_mean_s"] == 1.5  # first admissions: 0 and 3 s
     assert figures["mean_admission_s_owner"] == 0.0
