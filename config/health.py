@@ -4,9 +4,13 @@ validation and the HTTPS redirect.
 The kubelet and Prometheus call a pod by its IP, over plain HTTP, so an ordinary page
 answers 400 (DisallowedHost: the pod IP is not in ALLOWED_HOSTS) or 301 (the SSL
 redirect). ``/healthz`` says the process serves requests (liveness: nothing else is
-checked, so an outage elsewhere never restarts the pod); ``/readyz`` also reaches the
-database, finds every migration applied and reaches the broker (readiness: a pod that
-cannot is taken out of the Service until it can). ``/metrics`` is config.metrics.
+checked, so an outage elsewhere never restarts the pod); ``/readyz`` says whether the pod
+can serve requests: it reaches the database and finds every migration applied
+(readiness: a pod that cannot is taken out of the Service until it can). It also reports
+whether the broker answers, without failing on it: while the broker is down every write
+still commits and its background work waits in the outbox (tenants/outbox.py), so taking
+the web tier out of rotation would refuse requests that succeed. ``/metrics`` is
+config.metrics.
 """
 
 from __future__ import annotations
@@ -48,13 +52,22 @@ class ProbeMiddleware:
         return self.get_response(request)
 
 
+# What the pod needs to serve requests; the broker is reported, not required
+REQUIRED = ("database", "migrations")
+
+
 def readiness() -> HttpResponse:
-    """200 when the database, its migrations and the broker are all fine; otherwise 503
-    naming what is not, with Retry-After. Details of a failure go to the log only."""
+    """200 when the database answers and its migrations are applied, with the broker's
+    state beside them (``degraded`` names what answers badly without stopping the pod);
+    otherwise 503 naming what is not fine, with Retry-After. Details of a failure go to
+    the log only."""
     checks = {"database": _database(), "migrations": "", "broker": _broker()}
     checks["migrations"] = _migrations() if checks["database"] == "ok" else "not checked"
-    ready = all(state == "ok" for state in checks.values())
-    body = {"status": "ready" if ready else "unavailable", "checks": checks}
+    ready = all(checks[name] == "ok" for name in REQUIRED)
+    degraded = [name for name, state in checks.items() if state != "ok" and name not in REQUIRED]
+    body: dict[str, object] = {"status": "ready" if ready else "unavailable", "checks": checks}
+    if degraded:
+        body["degraded"] = degraded
     response = HttpResponse(
         json.dumps(body) + "\n", status=200 if ready else 503, content_type="application/json"
     )

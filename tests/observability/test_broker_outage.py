@@ -151,6 +151,28 @@ def _admitted_once(pk: int) -> bool:
     return admissions == 1
 
 
+def test_the_pod_stays_ready_and_serving_while_redis_is_stopped(
+    production: dict[str, Any], own_redis: OwnRedis
+) -> None:
+    """Readiness depends on what the pod needs to serve (PostgreSQL); the broker's state
+    is reported beside it, so a Redis outage never takes the web tier out of rotation."""
+    url, auth = production["url"], production["auth"]
+    kubelet = {"Host": "10.244.1.17:8000"}  # a pod IP, as the kubelet calls it
+    before = requests.get(f"{url}/readyz", headers=kubelet, timeout=30)
+    assert before.status_code == 200 and before.json()["checks"]["broker"] == "ok"
+    assert "degraded" not in before.json()
+    own_redis.stop()
+    during = requests.get(f"{url}/readyz", headers=kubelet, timeout=30)
+    assert during.status_code == 200, during.text
+    assert during.json()["status"] == "ready" and during.json()["degraded"] == ["broker"]
+    assert during.json()["checks"]["broker"].startswith("unreachable")
+    # and it serves: reads, and a write whose background work waits in the outbox
+    assert requests.get(f"{url}/api/v1/workloads/", headers=auth, timeout=60).status_code == 200
+    answer = _submit(production, "while-redis-is-stopped", key="ready-1")
+    assert answer.status_code == 201, answer.text
+    assert OutboxMessage.objects.exists()
+
+
 def test_submits_while_redis_is_down_answer_201_and_run_once_it_is_back(
     production: dict[str, Any], own_redis: OwnRedis, tmp_path: Path
 ) -> None:
