@@ -310,7 +310,9 @@ def _inputs(
     else:
         lines = _priced_lines(window, period, items, context, settings, only, now)
         provisional = True
-    reserved = {(ln.tenant_id, ln.flavour_id) for ln in lines if ln.kind == "reserved_capacity"}
+    reserved = {
+        (ln.tenant_id, ln.flavour_id) for ln in lines if ln.kind == pricing.Kind.RESERVED_CAPACITY
+    }
     pieces = _pieces(items, reserved, context, aggregate)
     currency = next((ln.currency for ln in lines), None)
     guarantees: dict[tuple[int, int], int] = {}

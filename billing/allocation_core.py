@@ -28,6 +28,7 @@ from enum import StrEnum
 from fractions import Fraction
 
 from billing.money import round_half_even, split_exactly
+from billing.pricing import KIND_FACTS, Kind
 
 HOUR_S = 3600
 HOURS_PLACES = 4
@@ -41,18 +42,9 @@ IDLE = "__idle__"
 # Dimensions a view groups by; label:<key> and annotation:<key> name the workload's own.
 DIMENSIONS = ("tenant", "namespace", "workload", "flavour", "line_type")
 KEYED_PREFIXES = ("label:", "annotation:")
-# Charge kinds (billing.pricing.Kind values) as the allocation view names them.
-LINE_TYPES: dict[str, str] = {
-    "usage": "in_quota",
-    "on_demand": "borrowed",
-    "reserved_capacity": "reserved",
-    "idle": "idle",
-    "idle_share": "idle",
-    "late_usage": "late_usage",
-    "late_on_demand": "late_usage",
-    "adjustment": "adjustment",
-}
-IDLE_KINDS = frozenset({"idle", "idle_share"})
+# Charge kinds as the allocation view names them (billing.pricing.KIND_FACTS).
+LINE_TYPES: dict[str, str] = {kind.value: f.allocation_type for kind, f in KIND_FACTS.items()}
+IDLE_KINDS = frozenset(kind.value for kind, f in KIND_FACTS.items() if f.idle)
 
 
 class IdlePolicy(StrEnum):
@@ -117,7 +109,7 @@ class Piece:
     @property
     def key(self) -> MatchKey:
         # reserved capacity is one line per tenant, flavour and card, whatever the class
-        priority = "" if self.kind == "reserved_capacity" else self.priority_class
+        priority = "" if self.kind == Kind.RESERVED_CAPACITY else self.priority_class
         return (
             self.tenant_id,
             self.kind,

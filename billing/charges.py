@@ -30,7 +30,7 @@ from billing.models import (
 )
 from billing.months import month_name, to_datetime
 from billing.usage_sums import summed_usage
-from scheduler_bridge.admission.wording import gettext_noop
+from i18n.wording import gettext_noop
 from scheduler_bridge.inventory.models import Cluster, Flavour
 from scheduler_bridge.quotas.models import Quota
 from scheduler_bridge.workloads.models import PriorityClass

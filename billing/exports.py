@@ -41,7 +41,7 @@ from typing import Any
 from django.utils.translation import get_language, gettext_lazy
 from django.utils.translation import gettext as _
 
-from billing.pricing import IDLE_TENANT, PLATFORM_COST, charge_class
+from billing.pricing import IDLE_TENANT, KIND_FACTS, PLATFORM_COST, charge_class
 from billing.reports import PeriodReport, ReportRow
 
 CSV_COLUMNS = (
@@ -62,34 +62,14 @@ CSV_COLUMNS = (
     "mode",
 )
 PROVISIONAL_REVISION = "provisional"
-# Statement line kind (billing/pricing.py) -> the CSV's line_type, in statement order.
-LINE_TYPES = {
-    "usage": "in_quota",
-    "on_demand": "borrowed",
-    "reserved_capacity": "reserved",
-    "idle": "idle",
-    "idle_share": "idle",
-    "late_usage": "late_usage",
-    "late_on_demand": "late_borrowed",
-    "adjustment": "adjustment",
-}
-LINE_TYPE_ORDER = (
-    "in_quota",
-    "borrowed",
-    "reserved",
-    "idle",
-    "late_usage",
-    "late_borrowed",
-    "adjustment",
-)
+# Statement line kind -> the CSV's line_type, and the line types in statement order
+# (billing.pricing.KIND_FACTS).
+LINE_TYPES = {kind.value: facts.export_type for kind, facts in KIND_FACTS.items()}
+LINE_TYPE_ORDER = tuple(dict.fromkeys(LINE_TYPES.values()))
+# A line type in words: the label of the first kind of that type (idle: "idle capacity").
 LINE_TYPE_LABELS = {
-    "in_quota": gettext_lazy("in quota"),
-    "borrowed": gettext_lazy("borrowed (on-demand rate)"),
-    "reserved": gettext_lazy("reserved capacity"),
-    "idle": gettext_lazy("idle capacity"),
-    "late_usage": gettext_lazy("late usage"),
-    "late_borrowed": gettext_lazy("late borrowed usage"),
-    "adjustment": gettext_lazy("adjustment"),
+    export_type: next(f.label for f in KIND_FACTS.values() if f.export_type == export_type)
+    for export_type in LINE_TYPE_ORDER
 }
 # Column headers for people (the PDF, the XLSX "about" sheet), in the reader's language.
 COLUMN_LABELS = {
@@ -187,7 +167,7 @@ def line_type_label(kind_or_type: str) -> str:
     """What a line type (or kind) is, in the reader's language."""
     key = LINE_TYPES.get(kind_or_type, kind_or_type)
     label = LINE_TYPE_LABELS.get(key)
-    return str(label) if label is not None else key
+    return _(label) if label is not None else key
 
 
 MODE_LABELS = {

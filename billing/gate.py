@@ -33,8 +33,8 @@ from billing.budgets import budget_window
 from billing.charges import default_multipliers, load_cards, load_flavours, load_rates
 from billing.models import Budget
 from billing.months import month_name
+from i18n.wording import Wording, gettext_noop, wording
 from scheduler_bridge.admission.model import PendingWorkload
-from scheduler_bridge.admission.wording import Wording, gettext_noop, wording
 from scheduler_bridge.inventory.models import Cluster
 from scheduler_bridge.quotas.models import Quota
 from scheduler_bridge.workloads.models import Workload

@@ -54,7 +54,7 @@ from billing.statement_changes import (
     previous_lines,
     statement_changes,
 )
-from scheduler_bridge.admission.wording import gettext_noop, wording
+from i18n.wording import gettext_noop, wording
 from tenants.audit import audit_record, snapshot
 from tenants.errors import PermissionDenied, ValidationFailed
 from tenants.models import Tenant
@@ -356,13 +356,7 @@ def _insert_statements(
 
 
 def _is_usage(line: pricing.ChargeLine) -> bool:
-    return line.kind in (
-        pricing.Kind.USAGE,
-        pricing.Kind.ON_DEMAND,
-        pricing.Kind.LATE_USAGE,
-        pricing.Kind.LATE_ON_DEMAND,
-        pricing.Kind.RESERVED_CAPACITY,
-    )
+    return pricing.KIND_FACTS[pricing.Kind(line.kind)].usage
 
 
 def _finish_close(period: BillingPeriod, token: str, actor: Any, source: str) -> BillingPeriod:

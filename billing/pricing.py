@@ -44,6 +44,7 @@ from fractions import Fraction
 from typing import Any
 
 from billing.money import round_half_even, split_exactly
+from i18n.wording import gettext_noop
 from scheduler_bridge.admission.devices import MILLI as SHARE_MILLI
 
 HOUR_S = 3600
@@ -73,6 +74,52 @@ class Kind(StrEnum):
     LATE_USAGE = "late_usage"
     LATE_ON_DEMAND = "late_on_demand"
     ADJUSTMENT = "adjustment"
+
+
+@dataclass(frozen=True, slots=True)
+class KindFacts:
+    """What a charge kind is wherever a line of it is shown or summed: the one place to
+    change when a kind is added (``tests/billing/test_charge_kinds.py`` fails on a kind
+    without its facts)."""
+
+    # the exports' ``line_type`` (CSV, XLSX, PDF, invoices): stable machine words; late
+    # borrowed usage keeps its own type, so its on-demand rate is not read as in-quota
+    export_type: str
+    # the allocation view's ``line_type`` (late usage of either rate in one column)
+    allocation_type: str
+    # in words finance reads (English, translated where it is shown)
+    label: str
+    # GPU-hours a tenant held: a statement's usage figure sums these lines
+    usage: bool = False
+    # capacity nobody held, as the platform's line or spread over tenants
+    idle: bool = False
+
+
+# In statement order: the exports list their line types in this order.
+KIND_FACTS: dict[Kind, KindFacts] = {
+    Kind.USAGE: KindFacts("in_quota", "in_quota", gettext_noop("in quota"), usage=True),
+    Kind.ON_DEMAND: KindFacts(
+        "borrowed", "borrowed", gettext_noop("borrowed (on-demand rate)"), usage=True
+    ),
+    Kind.RESERVED_CAPACITY: KindFacts(
+        "reserved", "reserved", gettext_noop("reserved capacity"), usage=True
+    ),
+    Kind.IDLE: KindFacts("idle", "idle", gettext_noop("idle capacity"), idle=True),
+    Kind.IDLE_SHARE: KindFacts("idle", "idle", gettext_noop("share of idle capacity"), idle=True),
+    Kind.LATE_USAGE: KindFacts("late_usage", "late_usage", gettext_noop("late usage"), usage=True),
+    Kind.LATE_ON_DEMAND: KindFacts(
+        "late_borrowed", "late_usage", gettext_noop("late borrowed usage"), usage=True
+    ),
+    Kind.ADJUSTMENT: KindFacts("adjustment", "adjustment", gettext_noop("adjustment")),
+}
+
+
+def kind_facts(kind: str) -> KindFacts | None:
+    """The facts of a charge kind; None for a code that is no kind (shown as it is)."""
+    try:
+        return KIND_FACTS[Kind(kind)]
+    except ValueError:
+        return None
 
 
 class IdleMode(StrEnum):

@@ -22,7 +22,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from billing.models import Budget
-from scheduler_bridge.admission.wording import Wording, gettext_noop, ngettext, wording
+from i18n.wording import Wording, gettext_noop, ngettext, wording
 from scheduler_bridge.followups import queue_admission_cycle, queue_quota_sync
 from scheduler_bridge.workloads import lifecycle
 from scheduler_bridge.workloads.locks import hold_admission_lock

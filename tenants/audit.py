@@ -37,7 +37,7 @@ def snapshot(instance: models.Model) -> dict[str, Any]:
 
 @runtime_checkable
 class Worded(Protocol):
-    """Text that keeps how it was worded (scheduler_bridge.admission.wording.Wording):
+    """Text that keeps how it was worded (i18n.wording.Wording):
     its ``to_json()`` is ``{"template": ..., "params": {...}}``."""
 
     def to_json(self) -> dict[str, Any]: ...

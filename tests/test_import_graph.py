@@ -10,7 +10,7 @@ from pathlib import Path
 import grimp
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("config", "dashboard", "billing", "scheduler_bridge", "tenants")
+PACKAGES = ("config", "dashboard", "billing", "scheduler_bridge", "tenants", "i18n")
 
 
 def import_cycles(graph: grimp.ImportGraph) -> list[list[str]]:

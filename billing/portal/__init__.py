@@ -20,7 +20,7 @@ from billing.portal.budgets import (
     budget_panel,
     budget_panel_partial,
 )
-from billing.portal.common import LINE_KINDS, line_kind
+from billing.portal.common import line_kind
 from billing.portal.exchange_rates import exchange_rate_list
 from billing.portal.idle import idle_capacity
 from billing.portal.overview import billing_home, spend_trend
@@ -39,7 +39,7 @@ from billing.whatif.portal import (
     whatif_run_progress,
 )
 
-__all__ = ["LINE_KINDS", "budget_panel", "line_kind", "urlpatterns"]
+__all__ = ["budget_panel", "line_kind", "urlpatterns"]
 
 urlpatterns = [
     path("billing/", billing_home, name="billing-home"),

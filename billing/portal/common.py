@@ -7,33 +7,24 @@ from typing import Any
 
 from django.http import Http404, HttpRequest
 from django.shortcuts import get_object_or_404
-from django.utils.translation import gettext_lazy
+from django.utils.translation import gettext, gettext_lazy
 
 from billing import periods, selectors
 from billing.models import BillingPeriod
 from billing.permissions import can_manage_platform_billing, can_read_any_billing
-from billing.pricing import IDLE_TENANT, Kind
+from billing.pricing import IDLE_TENANT, kind_facts
 from tenants import access
 from tenants.models import Role, Tenant
 
-# What each kind of statement line is, in words finance reads (billing/pricing.py Kind).
-LINE_KINDS: dict[str, Any] = {
-    Kind.USAGE: gettext_lazy("in quota"),
-    Kind.ON_DEMAND: gettext_lazy("borrowed (on-demand rate)"),
-    Kind.RESERVED_CAPACITY: gettext_lazy("reserved capacity"),
-    Kind.IDLE: gettext_lazy("idle capacity"),
-    Kind.IDLE_SHARE: gettext_lazy("share of idle capacity"),
-    Kind.LATE_USAGE: gettext_lazy("late usage"),
-    Kind.LATE_ON_DEMAND: gettext_lazy("late borrowed usage"),
-    Kind.ADJUSTMENT: gettext_lazy("adjustment"),
-}
 IDLE_NAME = gettext_lazy("Idle capacity (held by no tenant)")
 IDLE_COST_CENTRE = gettext_lazy("Platform (idle capacity)")
 
 
 def line_kind(kind: str) -> str:
-    label = LINE_KINDS.get(kind)
-    return str(label) if label is not None else kind
+    """What a kind of statement line is, in words finance reads (the code itself for
+    anything else, such as a flavour's name in the same column)."""
+    facts = kind_facts(kind)
+    return gettext(facts.label) if facts is not None else kind
 
 
 def tenant_label(slug: str) -> str:

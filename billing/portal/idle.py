@@ -51,9 +51,7 @@ def idle_capacity(request: HttpRequest) -> HttpResponse:
         idle_mode=BillingPolicy.IdleMode.SPREAD,
         convert=False,  # idle is explained in the cards' currency
     )
-    idle_lines = [
-        line for line in priced.lines if line.kind in (pricing.Kind.IDLE, pricing.Kind.IDLE_SHARE)
-    ]
+    idle_lines = [line for line in priced.lines if pricing.KIND_FACTS[line.kind].idle]
     per_flavour: dict[int, dict[str, Any]] = {}
     hours = _hours(period.start, until)
     for line in idle_lines:

@@ -17,8 +17,8 @@ Where things live:
 * reservation.py  - reservations for starving gangs, backfill
 * engine.py       - the cycle itself; incremental.py what a warm engine may skip
 * explain.py, reasons.py - queue positions and human-readable reasons
-* wording.py      - reasons as English text that keeps its template, said again in
-                    the reader's language by the portal
+* (reasons are worded with i18n.wording: English text that keeps its template, said
+  again in the reader's language by the portal)
 * budget.py       - the BudgetGate protocol billing implements
 * simulator.py    - virtual-time replay of jobs through the engine
 """

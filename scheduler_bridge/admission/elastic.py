@@ -34,6 +34,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from i18n.wording import Wording, gettext_noop, wording
+
 from .model import (
     ClusterSnapshot,
     CycleResult,
@@ -44,7 +46,6 @@ from .model import (
     RunningWorkload,
     Topology,
 )
-from .wording import Wording, gettext_noop, wording
 
 # Engine id of an elastic pod: "<workload id>~<pod set>~<index above the core>".
 SEPARATOR = "~"

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from i18n.wording import Param, Wording, chain, gettext_noop, ngettext, wording
+
 from .model import Topology
-from .wording import Param, Wording, chain, gettext_noop, ngettext, wording
 
 
 def duration(seconds: float) -> Wording:

@@ -30,7 +30,7 @@ from decimal import Decimal
 from functools import partial
 from typing import Any
 
-from scheduler_bridge.admission.wording import Wording, chain, gettext_noop, wording
+from i18n.wording import Wording, chain, gettext_noop, wording
 
 from .flavours import DeviceFlavour, flavour_of
 from .objects import (

@@ -25,9 +25,11 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from .parsing import may_hold_gpus
+from scheduler_bridge.integrations import SUSPENDED_AS_A_WHOLE
 
-QUEUE_LABEL = "tidegate.io/queue"
+from .base import QUEUE_LABEL
+from .pod_resources import may_hold_gpus
+
 API_VERSION = "admission.k8s.io/v1"
 
 
@@ -77,8 +79,6 @@ def suspend_patch(request: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 GATE = "tidegate.io/admission"
-# Kinds whose pods are held by their owner's own suspend, never gated.
-SUSPENDED_AS_A_WHOLE = frozenset({"Job", "PyTorchJob", "RayCluster", "RayJob", "JobSet"})
 
 
 def gate_patch(request: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -95,6 +95,7 @@ def gate_patch(request: Mapping[str, Any]) -> list[dict[str, Any]]:
     if QUEUE_LABEL not in (meta.get("labels") or {}) or not isinstance(spec, Mapping):
         return []
     owners = [o for o in meta.get("ownerReferences") or [] if o.get("controller")]
+    # held by their owner's own suspend, never gated
     if any(o.get("kind") in SUSPENDED_AS_A_WHOLE for o in owners):
         return []
     if not may_hold_gpus(spec):

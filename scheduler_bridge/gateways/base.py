@@ -30,6 +30,8 @@ TENANT_LABEL = "tidegate.io/tenant"
 # Kept on a Job while Tidegate has admitted it: the pod template's scheduling fields as
 # they were before admission, so preemption can put them back exactly.
 ORIGINAL_SCHEDULING_ANNOTATION = "tidegate.io/original-scheduling"
+# The label that puts an object (or a pod) in a tenant's queue: its value is the tenant.
+QUEUE_LABEL = "tidegate.io/queue"
 # Kept on objects Tidegate applies: what it last wrote, so a later sync can tell its own
 # change of mind from somebody else's hand edit.
 LAST_APPLIED_ANNOTATION = "tidegate.io/last-applied"
@@ -75,7 +77,7 @@ class PodInfo:
     gpu_requests: dict[str, int] = field(default_factory=dict)
     started_at: datetime | None = None
     finished_at: datetime | None = None
-    # the workload object it belongs to (parsing.workload_name): its Job, JobSet,
+    # the workload object it belongs to (integrations.naming.workload_name): its Job, JobSet,
     # PyTorchJob, Ray cluster or pod group
     job_name: str | None = None
     labels: dict[str, str] = field(default_factory=dict)

@@ -22,7 +22,8 @@ from kubernetes import client as k8s
 from kubernetes.watch.watch import iter_resp_lines
 
 from .base import LAST_APPLIED_ANNOTATION, MANAGED_BY_LABEL, POD_KIND, KindRef, NodeInfo, PodInfo
-from .parsing import may_hold_gpus, node_info, pod_info
+from .parsing import node_info, pod_info
+from .pod_resources import may_hold_gpus
 from .watch_cache import ClusterCache, WatchedCollection
 
 PAGE = 500

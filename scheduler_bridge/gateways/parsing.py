@@ -10,9 +10,11 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from scheduler_bridge.integrations.naming import workload_name
 from scheduler_bridge.quantity import resource_amounts
 
-from .base import ORIGINAL_SCHEDULING_ANNOTATION, JobInfo, NodeInfo, PodInfo, Taint, is_gpu_resource
+from .base import ORIGINAL_SCHEDULING_ANNOTATION, JobInfo, NodeInfo, PodInfo, Taint
+from .pod_resources import gpu_requests, names_claims
 
 
 def parse_time(value: Any) -> datetime | None:
@@ -44,49 +46,6 @@ def node_info(node: Mapping[str, Any]) -> NodeInfo:
     )
 
 
-def _container_requests(container: Mapping[str, Any]) -> dict[str, int]:
-    resources = container.get("resources") or {}
-    # An extended resource given only as a limit is requested at that limit.
-    merged = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
-    return {k: v for k, v in resource_amounts(merged).items() if is_gpu_resource(k)}
-
-
-def _add(total: dict[str, int], more: Mapping[str, int]) -> None:
-    for key, amount in more.items():
-        total[key] = total.get(key, 0) + amount
-
-
-def names_claims(pod_spec: Mapping[str, Any]) -> bool:
-    """The pod names ResourceClaims (its own from templates, or shared ones): DRA devices,
-    GPUs among them perhaps, come to it that way (docs/dra.md)."""
-    return bool(pod_spec.get("resourceClaims"))
-
-
-def may_hold_gpus(pod_spec: Mapping[str, Any]) -> bool:
-    """The pod asks for GPUs as resources, or names claims that may hold some."""
-    return bool(gpu_requests(pod_spec)) or names_claims(pod_spec)
-
-
-def gpu_requests(pod_spec: Mapping[str, Any]) -> dict[str, int]:
-    """GPU and MIG resources a pod holds: the sum over its containers (and restartable
-    sidecar init containers), or the largest plain init container if that is more,
-    because init containers run one at a time before the rest."""
-    running: dict[str, int] = {}
-    for container in pod_spec.get("containers") or []:
-        _add(running, _container_requests(container))
-    init_peak: dict[str, int] = {}
-    for container in pod_spec.get("initContainers") or []:
-        requests = _container_requests(container)
-        if container.get("restartPolicy") == "Always":
-            _add(running, requests)
-            continue
-        for key, amount in requests.items():
-            init_peak[key] = max(init_peak.get(key, 0), amount)
-    for key, amount in init_peak.items():
-        running[key] = max(running.get(key, 0), amount)
-    return {k: v for k, v in sorted(running.items()) if v > 0}
-
-
 def _finished_at(statuses: Iterable[Mapping[str, Any]]) -> datetime | None:
     times = [
         parse_time(((s.get("state") or {}).get("terminated") or {}).get("finishedAt"))
@@ -94,46 +53,6 @@ def _finished_at(statuses: Iterable[Mapping[str, Any]]) -> datetime | None:
     ]
     present = [t for t in times if t is not None]
     return max(present) if present else None
-
-
-# Labels naming the workload object a pod belongs to, most specific first: a JobSet's
-# pods are owned by its child Jobs, a RayJob's by the RayCluster it made. Sources: JobSet
-# api/jobset/v1alpha2 (JobSetNameKey), Kubeflow training-operator v1 (JobNameLabel),
-# KubeRay ray-operator/controllers/ray/utils/constant.go (RayOriginatedFromCRNameLabelKey,
-# RayClusterLabelKey), LeaderWorkerSet api (SetNameLabelKey), Tidegate's own group label.
-WORKLOAD_NAME_LABELS = (
-    "jobset.sigs.k8s.io/jobset-name",
-    "training.kubeflow.org/job-name",
-    "ray.io/originated-from-cr-name",
-    "ray.io/cluster",
-    "tidegate.io/pod-group",
-    "leaderworkerset.sigs.k8s.io/name",
-)
-QUEUE_LABEL = "tidegate.io/queue"
-# The Job controller labels its pods with their Job's name (Kubernetes 1.27+, and the
-# older unprefixed label): used when a pod's owner reference is missing (orphaned pods).
-JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
-
-
-def workload_name(meta: Mapping[str, Any]) -> str | None:
-    """The name of the workload object (Job, JobSet, PyTorchJob, Ray cluster or job,
-    pod group) a pod belongs to, as Tidegate names its workloads; None for a pod of no
-    such object."""
-    labels = meta.get("labels") or {}
-    for key in WORKLOAD_NAME_LABELS:
-        if labels.get(key):
-            return str(labels[key])
-    owners = meta.get("ownerReferences") or []
-    job = next((o.get("name") for o in owners if o.get("kind") == "Job"), None)
-    if job:
-        return str(job)
-    for key in JOB_NAME_LABELS:
-        if labels.get(key):
-            return str(labels[key])
-    if QUEUE_LABEL in labels:  # a gated pod's group: its controller, else itself
-        owner = next((o.get("name") for o in owners if o.get("controller")), None)
-        return str(owner or meta.get("name"))
-    return None
 
 
 def pod_info(pod: Mapping[str, Any]) -> PodInfo:

@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..admission.wording import Wording, gettext_noop, wording
+from i18n.wording import Wording, gettext_noop, wording
+
 from .base import LAST_APPLIED_ANNOTATION
 
 

@@ -35,8 +35,9 @@ from . import simulated_objects as objects
 from .base import GPU_RESOURCE, MIG_RESOURCE_PREFIX
 from .manifests import MigDeviceGroup
 from .mig_layout import PRODUCTS, mig_allocatable
-from .parsing import gpu_requests, parse_time
+from .parsing import parse_time
 from .placement import node_accepts
+from .pod_resources import gpu_requests
 from .simulated_objects import DURATION_ANNOTATION, stamp
 from .validation import validate_job_update, validate_object
 

@@ -18,7 +18,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..admission.wording import Param, gettext_noop, wording
+from i18n.wording import Param, gettext_noop, wording
+
 from .base import Taint
 from .placement import tolerates
 

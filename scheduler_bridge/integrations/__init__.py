@@ -31,6 +31,9 @@ INTEGRATIONS: tuple[Integration, ...] = (
     RayJobIntegration(),
 )
 BY_KIND: dict[str, Integration] = {i.kind: i for i in INTEGRATIONS}
+# Kinds whose pods are held by their owner's own suspend: the admission webhook never
+# gates them, and the pod groups leave them out.
+SUSPENDED_AS_A_WHOLE = frozenset(k for i in INTEGRATIONS for k in i.pod_owner_kinds)
 
 
 def integration_for(kind: str) -> Integration:
@@ -42,6 +45,7 @@ def integration_for(kind: str) -> Integration:
 __all__ = [
     "BY_KIND",
     "INTEGRATIONS",
+    "SUSPENDED_AS_A_WHOLE",
     "MIN_PODS_ANNOTATION",
     "Integration",
     "IntegrationError",

@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from scheduler_bridge.admission.wording import gettext_noop, wording
+from i18n.wording import gettext_noop, wording
 from scheduler_bridge.dra.demand import pod_claims
 from scheduler_bridge.dra.objects import DraError
 from scheduler_bridge.gateways import manifests
@@ -31,7 +31,7 @@ from scheduler_bridge.gateways.base import (
     KindRef,
     Toleration,
 )
-from scheduler_bridge.gateways.parsing import gpu_requests
+from scheduler_bridge.gateways.pod_resources import gpu_requests
 from scheduler_bridge.integrations.shares import ShareError, ShareRead, share_of
 
 MIN_PODS_ANNOTATION = "tidegate.io/min-pods"
@@ -112,6 +112,26 @@ class Integration(abc.ABC):
     # whether its pod templates may be pinned to nodes (required node affinity) while
     # suspended; a JobSet's webhook allows only selectors and tolerations
     pins_nodes: ClassVar[bool] = True
+    # the label its controller puts on its pods naming the object (None: the pods' owner
+    # reference names it)
+    pod_name_label: ClassVar[str | None] = None
+    # kinds of the objects it makes and owns its pods through (a JobSet's Jobs): its pods
+    # carry their labels too, so its own label is read first (naming.WORKLOAD_NAME_LABELS)
+    makes: ClassVar[tuple[str, ...]] = ()
+    # where its owner sets suspend (named when an object is created running)
+    suspend_field: ClassVar[str] = "spec.suspend"
+    # what Tidegate's service account may do with the kind: read, watch, resume, suspend
+    # and scale by replace (platform/rbac.yaml grants exactly these; a test checks)
+    verbs: ClassVar[tuple[str, ...]] = ("get", "list", "watch", "update")
+
+    @property
+    def pod_owner_kinds(self) -> tuple[str, ...]:
+        """Kinds whose pods its own suspend holds: its own and those it makes."""
+        return (self.kind, *self.makes)
+
+    def rbac_rules(self) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+        """(API group, resource, verbs) Tidegate needs for this kind."""
+        return ((self.ref.group, self.ref.plural, self.verbs),)
 
     @property
     def kind(self) -> str:

@@ -46,6 +46,12 @@ def reclaimable_pods(parallelism: int, completions: int | None, succeeded: int) 
 class JobIntegration(SuspendedBySpec, Integration):
     ref = JOB_KIND
     restore_with_stop = False
+    # patch: an announced preemption is written on the Job
+    verbs = ("get", "list", "watch", "patch", "update")
+
+    def rbac_rules(self) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+        # status.startTime is cleared before a preempted Job's placement is restored
+        return (*super().rbac_rules(), (self.ref.group, f"{self.ref.plural}/status", ("patch",)))
 
     def templates(self, obj: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
         template = obj.setdefault("spec", {}).setdefault("template", {})

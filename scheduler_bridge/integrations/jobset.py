@@ -20,6 +20,9 @@ from .job import pods_at_once
 class JobSetIntegration(SuspendedBySpec, Integration):
     ref = KindRef("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets")
     pins_nodes = False
+    # JobSet api/jobset/v1alpha2 (JobSetNameKey); its pods are owned by its child Jobs
+    pod_name_label = "jobset.sigs.k8s.io/jobset-name"
+    makes = ("Job",)
 
     def templates(self, obj: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
         for index, replicated in enumerate(_replicated_jobs(obj)):

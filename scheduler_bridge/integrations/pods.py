@@ -38,16 +38,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler_bridge.admission.wording import gettext_noop, wording
+from i18n.wording import gettext_noop, wording
 from scheduler_bridge.gateways import manifests
-from scheduler_bridge.gateways.admission_webhook import GATE, QUEUE_LABEL, SUSPENDED_AS_A_WHOLE
-from scheduler_bridge.gateways.base import Toleration
-from scheduler_bridge.gateways.parsing import (
-    may_hold_gpus,
-    names_claims,
-    workload_name,
-)
+from scheduler_bridge.gateways.admission_webhook import GATE
+from scheduler_bridge.gateways.base import QUEUE_LABEL, Toleration
+from scheduler_bridge.gateways.pod_resources import may_hold_gpus, names_claims
 
+from . import SUSPENDED_AS_A_WHOLE
 from .base import (
     IntegrationError,
     ObjectRead,
@@ -56,9 +53,9 @@ from .base import (
     gpu_request,
     min_pods,
 )
+from .naming import POD_GROUP_LABEL, workload_name
 
 KIND = "PodGroup"
-GROUP_LABEL = "tidegate.io/pod-group"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 
 
@@ -248,7 +245,7 @@ def _pod_set(members: list[Mapping[str, Any]], count: int) -> PodSetRead:
                     "kind of pod its own %(label)s label"
                 ),
                 asked=", ".join(f"{n} {r}" for r, n in sorted(requests)),
-                label=GROUP_LABEL,
+                label=POD_GROUP_LABEL,
             )
         )
     ((resource, amount),) = requests
@@ -290,7 +287,7 @@ def _claiming_pod_set(members: list[Mapping[str, Any]], count: int) -> PodSetRea
                     "the pods of one group name different ResourceClaims; give each kind of "
                     "pod its own %(label)s label"
                 ),
-                label=GROUP_LABEL,
+                label=POD_GROUP_LABEL,
             )
         )
     ((claims, shared),) = asked

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from scheduler_bridge.admission.wording import gettext_noop, wording
+from i18n.wording import gettext_noop, wording
 
 from .base import Integration, IntegrationError, KindRef, child, ended_by_conditions, whole
 
@@ -23,6 +23,9 @@ WORKER = "Worker"
 
 class PyTorchJobIntegration(Integration):
     ref = KindRef("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs")
+    # Kubeflow training-operator v1 (JobNameLabel)
+    pod_name_label = "training.kubeflow.org/job-name"
+    suspend_field = "spec.runPolicy.suspend"
 
     def templates(self, obj: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
         for name, replica in _replica_specs(obj).items():

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from scheduler_bridge.admission.wording import gettext_noop, wording
+from i18n.wording import gettext_noop, wording
 
 from .base import (
     Integration,
@@ -59,6 +59,8 @@ def _group_name(group: Mapping[str, Any]) -> str:
 
 class RayClusterIntegration(SuspendedBySpec, Integration):
     ref = KindRef("ray.io", "v1", "RayCluster", "rayclusters")
+    # KubeRay ray-operator/controllers/ray/utils/constant.go (RayClusterLabelKey)
+    pod_name_label = "ray.io/cluster"
 
     def templates(self, obj: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
         return _cluster_templates(obj.setdefault("spec", {}))
@@ -102,6 +104,9 @@ class RayClusterIntegration(SuspendedBySpec, Integration):
 
 class RayJobIntegration(SuspendedBySpec, Integration):
     ref = KindRef("ray.io", "v1", "RayJob", "rayjobs")
+    # KubeRay (RayOriginatedFromCRNameLabelKey); its pods are owned by the cluster it makes
+    pod_name_label = "ray.io/originated-from-cr-name"
+    makes = ("RayCluster",)
 
     def templates(self, obj: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
         spec = obj.setdefault("spec", {})

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from scheduler_bridge.admission.wording import Wording, gettext_noop, wording
+from i18n.wording import Wording, gettext_noop, wording
 
 HAMI_MEMORY = "nvidia.com/gpumem"
 HAMI_MEMORY_PERCENT = "nvidia.com/gpumem-percentage"

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.db import transaction
 
-from scheduler_bridge.admission.wording import gettext_noop, wording
+from i18n.wording import gettext_noop, wording
 from scheduler_bridge.inventory.catalogue import (
     UnknownGpuProduct,
     UnknownMigProfile,

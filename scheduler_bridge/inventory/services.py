@@ -15,7 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from scheduler_bridge.admission.wording import chain, gettext_noop, wording
+from i18n.wording import chain, gettext_noop, wording
 from scheduler_bridge.dra.allocation import claim_allocation
 from scheduler_bridge.dra.flavours import DeviceFlavour, devices_by_node, gpus_by_node
 from scheduler_bridge.dra.objects import counter_sets_of_slices, devices_of_slices

@@ -20,7 +20,7 @@ from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
-from scheduler_bridge.admission.wording import gettext_noop, wording
+from i18n.wording import gettext_noop, wording
 from scheduler_bridge.gateways import ClusterGateway, GatewayError
 from scheduler_bridge.gateways.manifests import (
     MIG_CONFIG_MAP_NAME,

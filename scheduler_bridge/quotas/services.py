@@ -14,7 +14,7 @@ from django.db.models import Sum
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from scheduler_bridge.admission.wording import gettext_noop, wording
+from i18n.wording import gettext_noop, wording
 from scheduler_bridge.followups import queue_admission_cycle, queue_quota_sync
 from scheduler_bridge.inventory.models import Flavour
 from scheduler_bridge.quotas.models import Quota, QuotaRequest

@@ -19,7 +19,7 @@ from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
-from scheduler_bridge.admission.wording import chain, gettext_noop, wording
+from i18n.wording import chain, gettext_noop, wording
 from scheduler_bridge.dra.allocation import claim_allocation
 from scheduler_bridge.dra.demand import Inventory, device_class_counts, device_class_quota_key
 from scheduler_bridge.dra.objects import DraError, claim_spec

@@ -13,7 +13,7 @@ from django.utils.formats import number_format
 from django.utils.functional import lazy
 from django.utils.translation import gettext, ngettext
 
-from scheduler_bridge.admission.wording import Wording
+from i18n.wording import Wording
 
 register = template.Library()
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from scheduler_bridge.admission.wording import Wording, gettext_noop, wording
+from i18n.wording import Wording, gettext_noop, wording
 from scheduler_bridge.dra.demand import Alternative, Inventory, device_class_counts, pod_need
 from scheduler_bridge.dra.objects import (
     DraError,

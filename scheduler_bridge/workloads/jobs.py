@@ -24,9 +24,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from scheduler_bridge.gateways import ClusterGateway, ClusterUnreachable
-from scheduler_bridge.gateways.admission_webhook import QUEUE_LABEL
-from scheduler_bridge.gateways.base import POD_KIND, PodInfo
-from scheduler_bridge.integrations import INTEGRATIONS, ObjectRead, PodSetRead
+from scheduler_bridge.gateways.base import POD_KIND, QUEUE_LABEL, PodInfo
+from scheduler_bridge.integrations import INTEGRATIONS, ObjectRead, PodSetRead, integration_for
 from scheduler_bridge.integrations.access import list_queued, queued_pod_groups
 from scheduler_bridge.integrations.pods import KIND as POD_GROUP
 from scheduler_bridge.inventory.connection import cluster_gateway
@@ -396,7 +395,7 @@ def _refusal(
     if not job.suspended and job.kind == POD_GROUP:
         return worded.ungated_pods(), tenant
     if not job.suspended:
-        field = _SUSPEND_FIELD.get(job.kind, "spec.suspend")
+        field = integration_for(job.kind).suspend_field
         return worded.created_running(job.kind, field), tenant
     for key in (GRACE_ANNOTATION, CHECKPOINT_ANNOTATION):
         try:
@@ -407,9 +406,6 @@ def _refusal(
     if topology != Workload.Topology.NONE and not pins_nodes:
         return worded.cannot_pin(job.kind, TOPOLOGY_ANNOTATION), tenant
     return None, tenant
-
-
-_SUSPEND_FIELD = {"PyTorchJob": "spec.runPolicy.suspend"}
 
 
 def _closing(

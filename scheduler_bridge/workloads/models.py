@@ -10,7 +10,7 @@ from django.core.validators import MinValueValidator
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
-from scheduler_bridge.admission.wording import Wording
+from i18n.wording import Wording
 from scheduler_bridge.inventory.models import Cluster, Flavour
 from scheduler_bridge.workloads.records import (
     ElasticPodRecord,

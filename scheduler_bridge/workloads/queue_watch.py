@@ -36,8 +36,7 @@ from django.db import close_old_connections
 
 from scheduler_bridge.followups import queue_jobs_sync_now
 from scheduler_bridge.gateways import ClusterGateway, GatewayError
-from scheduler_bridge.gateways.admission_webhook import QUEUE_LABEL
-from scheduler_bridge.gateways.base import POD_KIND, KindRef, Watching
+from scheduler_bridge.gateways.base import POD_KIND, QUEUE_LABEL, KindRef, Watching
 from scheduler_bridge.integrations import BY_KIND, INTEGRATIONS
 from scheduler_bridge.inventory.connection import cache_key, gateway_for_cluster
 from scheduler_bridge.inventory.models import Cluster

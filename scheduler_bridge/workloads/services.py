@@ -18,9 +18,9 @@ from django.utils.functional import lazy
 from django.utils.translation import gettext, ngettext_lazy
 from django.utils.translation import gettext_lazy as _
 
+from i18n.wording import Wording, gettext_noop
 from scheduler_bridge import admission as engine
 from scheduler_bridge.admission.reasons import duration
-from scheduler_bridge.admission.wording import Wording, gettext_noop
 from scheduler_bridge.inventory.catalogue import (
     UnknownGpuProduct,
     UnknownMigProfile,

@@ -2,14 +2,14 @@
 cycle: how work ended, why a Job was refused, why admitted work went back to the queue.
 
 Like the engine's reasons (``scheduler_bridge.admission.reasons``) each is a
-:class:`~scheduler_bridge.admission.wording.Wording`: the English text Kubernetes
+:class:`~i18n.wording.Wording`: the English text Kubernetes
 Events, the API and logs use, which also keeps its template and values so the portal
 says it in the reader's language. Kinds, names and cluster errors are data.
 """
 
 from __future__ import annotations
 
-from scheduler_bridge.admission.wording import Param, Wording, gettext_noop, wording
+from i18n.wording import Param, Wording, gettext_noop, wording
 from tenants.errors import TidegateError
 
 # --- how work ended ----------------------------------------------------------------------

@@ -6,9 +6,9 @@ from __future__ import annotations
 import copy
 import json
 
+from i18n.wording import Wording
 from scheduler_bridge.admission import reasons
 from scheduler_bridge.admission.model import Topology
-from scheduler_bridge.admission.wording import Wording
 
 # a stand-in catalogue: two templates and one plural pair said in another language
 CATALOGUE = {
