@@ -152,12 +152,43 @@ def classes_of(config: dict[str, Any]) -> Counter[str]:
     return found
 
 
+def workload_count(config: dict[str, Any]) -> int:
+    total = 0
+    for cohort in config.get("cohorts") or []:
+        for queues in cohort.get("queuesSets") or []:
+            for workloads in queues.get("workloadsSets") or []:
+                total += (
+                    cohort["count"]
+                    * queues["count"]
+                    * workloads["count"]
+                    * len(workloads.get("workloads") or [])
+                )
+    return total
+
+
+def creation_schedule(config: dict[str, Any]) -> list[tuple[float, str, str, str, dict[str, Any]]]:
+    """Every workload's creation as (seconds after the start, namespace, queue class,
+    name, workload), in time order: Kueue's generator creates the ``k``-th workload of a
+    set (counting from 1) ``k`` intervals after the start, every set at once."""
+    schedule = []
+    for _, queue, queue_set in scenario_queues(config):
+        for index, workloads in enumerate(queue_set["workloadsSets"]):
+            interval = workloads["creationIntervalMs"] / 1000
+            k = 0
+            for s in range(workloads["count"]):
+                for i, workload in enumerate(workloads["workloads"]):
+                    k += 1
+                    name = f"{workload['className']}-{index}-{s}-{i}"
+                    schedule.append((k * interval, queue, queue_set["className"], name, workload))
+    schedule.sort(key=lambda entry: entry[0])
+    return schedule
+
+
 def simulated_figures(config: dict[str, Any], cycle_interval_s: float) -> dict[str, Any]:
     """Tidegate's replay simulator (the pure engine, simulated time) on the scenario's
     workloads with the same queues as tenants, one node holding every GPU, fair share
     with reclaim, a cycle at most every ``cycle_interval_s`` after a change: the
     figures benchmarks/_versus_figures.py gives for a real run, by the same definitions."""
-    from benchmarks._versus_tidegate import creation_schedule
     from scheduler_bridge.replay.cluster import QuotaPlan, one_product
     from scheduler_bridge.replay.policies import ReplayOptions, replay
     from scheduler_bridge.replay.trace import TraceJob

@@ -46,8 +46,13 @@ from typing import Any
 
 from benchmarks._support import ROOT, bench_database, progress
 from benchmarks._versus_figures import Observed, measured_figures
-from benchmarks._versus_scenarios import queues_of, scenario_queues
-from benchmarks.versus_kueue import workload_count
+from benchmarks._versus_scenarios import (
+    creation_schedule,
+    queues_of,
+    scenario_queues,
+    workload_count,
+)
+from scheduler_bridge.workloads.selectors import admitted_jobs, queue_holdings
 
 # GPUs of one node; None: one node holds them all (Kueue's scenario counts quota only)
 GPUS_PER_NODE: int | None = None
@@ -215,24 +220,6 @@ def _set_up_tenants(config: dict[str, Any], cluster: Any) -> None:
     }
     for name, value in classes.items():
         PriorityClass.objects.get_or_create(name=name, defaults={"value": value})
-
-
-def creation_schedule(config: dict[str, Any]) -> list[tuple[float, str, str, str, dict[str, Any]]]:
-    """Every workload's creation as (seconds after the start, namespace, queue class,
-    name, workload), in time order: Kueue's generator creates the ``k``-th workload of a
-    set (counting from 1) ``k`` intervals after the start, every set at once."""
-    schedule = []
-    for _, queue, queue_set in scenario_queues(config):
-        for index, workloads in enumerate(queue_set["workloadsSets"]):
-            interval = workloads["creationIntervalMs"] / 1000
-            k = 0
-            for s in range(workloads["count"]):
-                for i, workload in enumerate(workloads["workloads"]):
-                    k += 1
-                    name = f"{workload['className']}-{index}-{s}-{i}"
-                    schedule.append((k * interval, queue, queue_set["className"], name, workload))
-    schedule.sort(key=lambda entry: entry[0])
-    return schedule
 
 
 def _generate(admin: Any, config: dict[str, Any], run: Run, senders: int = 8) -> None:
@@ -531,9 +518,9 @@ def _run(
     gateway = KubernetesGateway.from_kubeconfig(
         str(plane.gateway_kubeconfig), "tidegate", retry=RetryPolicy(attempts=5, base_delay=0.2)
     )
-    inventory_sync(cluster, gateway)
+    inventory_sync(cluster, gateway, queue_jobs=admitted_jobs(cluster))
     _set_up_tenants(scenario, cluster)
-    quota_sync(cluster, gateway)
+    quota_sync(cluster, gateway, queue=queue_holdings(cluster))
     gateway.close()
     total = workload_count(scenario)
     processes = _start_tidegate(

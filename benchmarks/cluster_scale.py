@@ -47,6 +47,7 @@ from benchmarks._support import (  # noqa: E402
     progress,
     teams_under_one_org,
 )
+from scheduler_bridge.workloads.selectors import admitted_jobs, queue_holdings
 
 # CLUSTER_SCALE=0.1 builds a tenth of the cluster (a quick look while working on it).
 SCALE = float(os.environ.get("CLUSTER_SCALE", "1"))
@@ -445,12 +446,12 @@ def _run(conn: Connection, url: str) -> None:
 
         progress("first inventory and quota sync (lists once, then watches) ...")
         started = time.perf_counter()
-        inventory = inventory_sync(cluster, gateway)
+        inventory = inventory_sync(cluster, gateway, queue_jobs=admitted_jobs(cluster))
         flavour = cluster.flavours.get(name="h100-80gb")
         Quota.objects.bulk_create(
             Quota(tenant=team, flavour=flavour, guaranteed=400) for team in teams
         )
-        first = quota_sync(cluster, gateway)
+        first = quota_sync(cluster, gateway, queue=queue_holdings(cluster))
         first_s = time.perf_counter() - started
         assert inventory.nodes == NODES and first.created == TENANTS * NAMESPACES_PER_TENANT, first
         gpu_pods = len(gateway.list_gpu_pods())
@@ -465,9 +466,9 @@ def _run(conn: Connection, url: str) -> None:
         _ask(conn, "reset")
         progress("steady round: inventory sync, then quota sync ...")
         started, cpu = time.perf_counter(), time.process_time()
-        inventory_sync(cluster, gateway)
+        inventory_sync(cluster, gateway, queue_jobs=admitted_jobs(cluster))
         inventory_s = time.perf_counter() - started
-        steady = quota_sync(cluster, gateway)
+        steady = quota_sync(cluster, gateway, queue=queue_holdings(cluster))
         steady_s = time.perf_counter() - started
         steady_cpu_s = time.process_time() - cpu
         requests, writes, watches = _ask(conn, "counts")
@@ -480,8 +481,8 @@ def _run(conn: Connection, url: str) -> None:
         listing = KubernetesGateway.from_kubeconfig(str(path), context, retry=retry)
         _ask(conn, "reset")
         started = time.perf_counter()
-        inventory_sync(cluster, listing)
-        quota_sync(cluster, listing)
+        inventory_sync(cluster, listing, queue_jobs=admitted_jobs(cluster))
+        quota_sync(cluster, listing, queue=queue_holdings(cluster))
         listed_s = time.perf_counter() - started
         listed_requests = _ask(conn, "counts")[0]
         listing.close()
@@ -663,10 +664,10 @@ def _run_real(plane: Any) -> None:
     )
     progress("first inventory and quota sync (lists once, then watches) ...")
     started = time.perf_counter()
-    inventory = inventory_sync(cluster, gateway)
+    inventory = inventory_sync(cluster, gateway, queue_jobs=admitted_jobs(cluster))
     flavour = cluster.flavours.get(name="h100-80gb")
     Quota.objects.bulk_create(Quota(tenant=team, flavour=flavour, guaranteed=400) for team in teams)
-    first = quota_sync(cluster, gateway)
+    first = quota_sync(cluster, gateway, queue=queue_holdings(cluster))
     first_s = time.perf_counter() - started
     assert inventory.nodes == NODES and first.created == TENANTS * NAMESPACES_PER_TENANT, first
     gpu_pods = len(gateway.list_gpu_pods())
@@ -714,9 +715,9 @@ def _run_real(plane: Any) -> None:
     since = _audit_lines(plane)
     progress("steady round: inventory sync, then quota sync ...")
     started, cpu = time.perf_counter(), time.process_time()
-    inventory_sync(cluster, gateway)
+    inventory_sync(cluster, gateway, queue_jobs=admitted_jobs(cluster))
     inventory_s = time.perf_counter() - started
-    steady = quota_sync(cluster, gateway)
+    steady = quota_sync(cluster, gateway, queue=queue_holdings(cluster))
     steady_s = time.perf_counter() - started
     steady_cpu_s = time.process_time() - cpu
     requests_made, writes = _audit_requests(plane, since)
@@ -730,8 +731,8 @@ def _run_real(plane: Any) -> None:
     )
     since = _audit_lines(plane)
     started = time.perf_counter()
-    inventory_sync(cluster, listing)
-    quota_sync(cluster, listing)
+    inventory_sync(cluster, listing, queue_jobs=admitted_jobs(cluster))
+    quota_sync(cluster, listing, queue=queue_holdings(cluster))
     listed_s = time.perf_counter() - started
     listed_requests, _ = _audit_requests(plane, since)
     listing.close()

@@ -65,6 +65,7 @@ from benchmarks._versus_scenarios import (  # noqa: E402
     philly_scenario,
     queues_of,
     simulated_figures,
+    workload_count,
 )
 from toolchain import build  # noqa: E402
 
@@ -94,20 +95,6 @@ def scaled_scenario(config: dict[str, Any], scale: float) -> dict[str, Any]:
             for workloads in queues.get("workloadsSets") or []:
                 workloads["count"] = max(1, round(workloads["count"] * scale))
     return scaled
-
-
-def workload_count(config: dict[str, Any]) -> int:
-    total = 0
-    for cohort in config.get("cohorts") or []:
-        for queues in cohort.get("queuesSets") or []:
-            for workloads in queues.get("workloadsSets") or []:
-                total += (
-                    cohort["count"]
-                    * queues["count"]
-                    * workloads["count"]
-                    * len(workloads.get("workloads") or [])
-                )
-    return total
 
 
 def kueue_figures(summary: dict[str, Any], stats: dict[str, Any]) -> dict[str, float]:

@@ -210,6 +210,43 @@ def usage_collect(
         )
         pods = pods + _gone_pods(cluster, client, pods, hours[0], window_end, result)
     workloads = _workloads(cluster, hours[0], window_end)
+    allocations, share_pods = _allocations(cluster, pods, hours, flavours, workloads, result)
+    if client is not None:
+        readings = _busy_readings(cluster, client, hours, allocations, now, result)
+        allocations = metering.attach_busy(allocations, readings, share_pods)
+    tenants = dict(
+        NamespaceBinding.objects.filter(cluster_name=cluster.name).values_list(
+            "namespace", "tenant_id"
+        )
+    )
+    workload_tenants = {w.id: w.tenant_id for w in workloads}
+    rows = _ledger_rows(cluster, allocations, tenants, workload_tenants, result)
+    run_admitted = {w.run_key: w.admitted_at for w in workloads}
+    admitted = {a.key: run_admitted[a.run_key] for a in allocations if a.run_key in run_admitted}
+    if not _append_hours(cluster, hours[0], window_end, with_borrowed(rows, admitted), now, result):
+        result.rows = 0
+        return result
+    result.hours = len(hours)
+    result.rows = len(rows)
+    result.collected_until = window_end
+    for breach in hours_over_capacity(hours[0], window_end, {cluster.pk}):
+        logger.error("%s: %s", cluster.name, breach)
+        result.problems.append(str(breach))
+    return result
+
+
+def _allocations(
+    cluster: Cluster,
+    pods: list[PodInfo],
+    hours: list[datetime],
+    flavours: metering.FlavourMap,
+    workloads: list[metering.WorkloadRef],
+    result: CollectResult,
+) -> tuple[list[metering.Allocation], list[metering.Allocation]]:
+    """What each pod held per hour, and for the hours no pod shows, what each workload's
+    admission says it held (a workload whose pods are gone); problems go on ``result``.
+    Also the pods that hold shares of a GPU (their busy time is apportioned)."""
+    window_end = hours[-1] + metering.HOUR
     metered = metering.pod_allocations(pods, hours, flavours, metering.runs_by_job(workloads))
     # Per run: a preempted run and its rerun sharing an hour are both counted.
     covered = {(a.run_key, a.interval_start) for a in metered.allocations if a.run_key}
@@ -225,50 +262,66 @@ def usage_collect(
     fallback = metering.workload_allocations(
         workloads, hours, flavours.by_name, covered, covered_before
     )
-    allocations = metered.allocations + fallback.allocations
     result.problems = metered.problems + fallback.problems
+    return metered.allocations + fallback.allocations, metered.share_pods
 
-    if client is not None:
-        try:
-            found = detect_pod_labels(client, hours[0] + metering.HOUR, window_end)
-            pod_label, namespace_label = found or (
-                billing_setting("POD_LABEL"),
-                billing_setting("NAMESPACE_LABEL"),
-            )
-            result.dcgm_pod_labels = f"{pod_label}/{namespace_label}" if found else ""
-            labels = {"pod_label": pod_label, "namespace_label": namespace_label}
-            readings = metering.BusyReadings(hourly=hourly_busy(client, hours, **labels))
-            windows = metering.run_windows(allocations)
-            if windows:
-                readings.run_active, readings.run_util = run_busy(client, windows, **labels)
-        except PrometheusTooMuchData as error:
-            # Even one hour loads more samples than Prometheus allows: retrying cannot
-            # help, and waiting would stall collection for good. The hours are written
-            # without busy time (NULL: not measured) and the collector's health says so.
-            logger.error("%s: busy time not measured: %s", cluster.name, error)
-            readings = metering.BusyReadings()
-            result.without_busy_data = True
-            result.alert = (
-                f"Busy time from {hours[0]:%Y-%m-%d %H:00} to {window_end:%Y-%m-%d %H:00} UTC "
-                f"was not measured: {error.message} Raise --query.max-samples on that "
-                "Prometheus or narrow its DCGM series."
-            )
-        except PrometheusError as error:
-            _note_prometheus_down(cluster, hours[0], now, error)
-            if not error.retryable or not _prometheus_down_too_long(cluster, now):
-                raise
-            logger.warning("%s: writing hours without busy data: %s", cluster.name, error)
-            readings = metering.BusyReadings()
-            result.without_busy_data = True
-        allocations = metering.attach_busy(allocations, readings, metered.share_pods)
 
-    tenants = dict(
-        NamespaceBinding.objects.filter(cluster_name=cluster.name).values_list(
-            "namespace", "tenant_id"
+def _busy_readings(
+    cluster: Cluster,
+    client: PrometheusClient,
+    hours: list[datetime],
+    allocations: list[metering.Allocation],
+    now: datetime,
+    result: CollectResult,
+) -> metering.BusyReadings:
+    """How busy the GPUs were, from DCGM through Prometheus: per hour and per run. Empty
+    readings (busy time not measured) when Prometheus cannot answer for these hours and
+    has been down too long to wait; raises PrometheusError while waiting is still right."""
+    window_end = hours[-1] + metering.HOUR
+    try:
+        found = detect_pod_labels(client, hours[0] + metering.HOUR, window_end)
+        pod_label, namespace_label = found or (
+            billing_setting("POD_LABEL"),
+            billing_setting("NAMESPACE_LABEL"),
         )
-    )
-    workload_tenants = {w.id: w.tenant_id for w in workloads}
-    rows = _ledger_rows(cluster, allocations, tenants, workload_tenants, result)
+        result.dcgm_pod_labels = f"{pod_label}/{namespace_label}" if found else ""
+        labels = {"pod_label": pod_label, "namespace_label": namespace_label}
+        readings = metering.BusyReadings(hourly=hourly_busy(client, hours, **labels))
+        windows = metering.run_windows(allocations)
+        if windows:
+            readings.run_active, readings.run_util = run_busy(client, windows, **labels)
+        return readings
+    except PrometheusTooMuchData as error:
+        # Even one hour loads more samples than Prometheus allows: retrying cannot
+        # help, and waiting would stall collection for good. The hours are written
+        # without busy time (NULL: not measured) and the collector's health says so.
+        logger.error("%s: busy time not measured: %s", cluster.name, error)
+        result.without_busy_data = True
+        result.alert = (
+            f"Busy time from {hours[0]:%Y-%m-%d %H:00} to {window_end:%Y-%m-%d %H:00} UTC "
+            f"was not measured: {error.message} Raise --query.max-samples on that "
+            "Prometheus or narrow its DCGM series."
+        )
+        return metering.BusyReadings()
+    except PrometheusError as error:
+        _note_prometheus_down(cluster, hours[0], now, error)
+        if not error.retryable or not _prometheus_down_too_long(cluster, now):
+            raise
+        logger.warning("%s: writing hours without busy data: %s", cluster.name, error)
+        result.without_busy_data = True
+        return metering.BusyReadings()
+
+
+def _append_hours(
+    cluster: Cluster,
+    first_hour: datetime,
+    window_end: datetime,
+    rows: list[LedgerRow],
+    now: datetime,
+    result: CollectResult,
+) -> bool:
+    """Append the hours' rows to the ledger and move the watermark, in one transaction;
+    False (nothing written) when another run collected these hours meanwhile."""
     with transaction.atomic():
         # Two collectors of one cluster at once (beat, a re-queued run, the API) must not
         # both write the same hours: the second one finds the watermark moved and stops.
@@ -277,18 +330,13 @@ def usage_collect(
         if (
             mark is not None
             and mark.collected_until is not None
-            and mark.collected_until > hours[0]
+            and mark.collected_until > first_hour
         ):
             logger.info(
-                "%s: hours from %s already collected by another run", cluster.name, hours[0]
+                "%s: hours from %s already collected by another run", cluster.name, first_hour
             )
-            result.rows = 0
-            return result
-        run_admitted = {w.run_key: w.admitted_at for w in workloads}
-        admitted = {
-            a.key: run_admitted[a.run_key] for a in allocations if a.run_key in run_admitted
-        }
-        result.inserted = ledger_append(with_borrowed(rows, admitted))
+            return False
+        result.inserted = ledger_append(rows)
         CollectorWatermark.objects.update_or_create(
             cluster=cluster,
             defaults={
@@ -304,13 +352,7 @@ def usage_collect(
                 ),
             },
         )
-    result.hours = len(hours)
-    result.rows = len(rows)
-    result.collected_until = window_end
-    for breach in hours_over_capacity(hours[0], window_end, {cluster.pk}):
-        logger.error("%s: %s", cluster.name, breach)
-        result.problems.append(str(breach))
-    return result
+    return True
 
 
 def _gone_pods(

@@ -215,48 +215,104 @@ def _piece(data: list[Any]) -> pricing.Piece:
     )
 
 
+@dataclass(frozen=True)
+class _Place:
+    """Where a tenant sat in the tree, and which cost centre paid (tenants.history)."""
+
+    path: str
+    cost_center: str
+
+    @property
+    def chain(self) -> list[int]:
+        return _chain(self.path)
+
+
+@dataclass(frozen=True)
+class _Own:
+    """A tenant's own billing settings (billing_value), inherited down its subtree."""
+
+    mode: str
+    charge_reserved: bool
+    currency: str
+
+
+_NO_SETTINGS = _Own(CHARGEBACK, False, "")
+Pieces = list[tuple[datetime, datetime, Any]]
+
+
+def _typed(pieces: Pieces, make: Any) -> Pieces:
+    return [(lo, hi, None if value is None else make(value)) for lo, hi, value in pieces]
+
+
+def _place(value: Mapping[str, Any]) -> _Place:
+    return _Place(value["path"], value["cost_center"])
+
+
+def _own(value: Mapping[str, Any]) -> _Own:
+    return _Own(value["mode"], bool(value["charge_reserved"]), value.get("currency") or "")
+
+
 def resolve_period_settings(start: datetime, end: datetime) -> PeriodSettings:
     """What was in force in [start, end), from the recorded history (current values where a
     setting has none)."""
     policy = BillingPolicy.current()
-    default_currency = policy.default_currency
     tenants = list(Tenant.objects.values("pk", "path", "cost_center"))
     places_now = {t["pk"]: tenant_place(_Row(t)) for t in tenants}
     places = settings_history("tenant", until=end)
+    place_pieces = {
+        t["pk"]: _typed(
+            pieces_within(places.get(str(t["pk"]), []), start, end, places_now[t["pk"]]), _place
+        )
+        for t in tenants
+    }
     own_now = {
         s.tenant_id: billing_value(s) for s in TenantBillingSettings.objects.all().order_by()
     }
     own = settings_history("billing", until=end)
+    own_pieces = {
+        pk: _typed(pieces_within(own.get(str(pk), []), start, end, own_now.get(pk)), _own)
+        for pk in set(own_now) | {int(k) for k in own}
+    }
     quotas_now: dict[str, int] = {
         quota_key(t, f): g
         for t, f, g in Quota.objects.values_list("tenant_id", "flavour_id", "guaranteed")
     }
     quotas = settings_history("quota", until=end)
-    place_pieces = {
-        t["pk"]: pieces_within(places.get(str(t["pk"]), []), start, end, places_now[t["pk"]])
-        for t in tenants
-    }
-    own_keys = set(own_now) | {int(k) for k in own}
-    own_pieces = {
-        pk: pieces_within(own.get(str(pk), []), start, end, own_now.get(pk)) for pk in own_keys
-    }
-    quota_keys = set(quotas_now) | set(quotas)
-    quota_pieces = {
-        key: pieces_within(quotas.get(key, []), start, end, quotas_now.get(key, 0))
-        for key in quota_keys
-    }
-    spans: dict[int, list[pricing.TenantSpan]] = defaultdict(list)
+    quota_of: dict[int, dict[int, Pieces]] = defaultdict(dict)
+    for key in set(quotas_now) | set(quotas):
+        tenant, flavour = (int(part) for part in key.split(":"))
+        quota_of[tenant][flavour] = pieces_within(
+            quotas.get(key, []), start, end, quotas_now.get(key, 0)
+        )
+    spans = _tenant_spans(start, end, place_pieces, own_pieces, policy.default_currency)
+    guarantees = _net_guarantees(start, end, place_pieces, quota_of)
+    return PeriodSettings(
+        spans=spans,
+        capacity=capacity_pieces(start, end),
+        guarantees=guarantees,
+        reservations=_reservations(guarantees, spans),
+        # how idle is shown is decided when the period is closed (and then frozen)
+        idle_mode=policy.idle_mode,
+        default_currency=policy.default_currency,
+    )
+
+
+def _tenant_spans(
+    start: datetime,
+    end: datetime,
+    place_pieces: Mapping[int, Pieces],
+    own_pieces: Mapping[int, Pieces],
+    default_currency: str,
+) -> dict[int, list[pricing.TenantSpan]]:
+    """Each tenant's attribution (path, cost centre, mode, currency) and reserved
+    charging over the window, evaluated only where its own inputs change: its place, or
+    the billing settings of a tenant that was ever its ancestor during the window."""
     ancestors_ever: dict[int, set[int]] = {}
-    children_ever: dict[int, set[int]] = defaultdict(set)
     for pk, pieces in place_pieces.items():
         ancestors_ever[pk] = {pk}
         for _lo, _hi, place in pieces:
-            chain = _chain(place["path"])
-            ancestors_ever[pk].update(chain)
-            if len(chain) > 1:
-                children_ever[chain[-2]].add(pk)
-    # Each tenant is evaluated only where its own inputs change: its place, or the billing
-    # settings of a tenant that was ever its ancestor during the window.
+            ancestors_ever[pk].update(place.chain)
+    spans: dict[int, list[pricing.TenantSpan]] = defaultdict(list)
     for pk, pieces in place_pieces.items():
         instants = {lo for lo, _hi, _v in pieces}
         for ancestor in ancestors_ever[pk]:
@@ -267,68 +323,85 @@ def resolve_period_settings(start: datetime, end: datetime) -> PeriodSettings:
         # inherited on its own: the nearest tenant up the tree that names one.
         currency = next(
             (
-                value["currency"]
-                for a in reversed(_chain(_value_at(pieces, start)["path"]) or [pk])
-                if a in own_pieces
-                and (value := _value_at(own_pieces[a], start))
-                and value.get("currency")
+                value.currency
+                for a in reversed(_value_at(pieces, start).chain or [pk])
+                if a in own_pieces and (value := _value_at(own_pieces[a], start)) and value.currency
             ),
             default_currency,
         )
         for lo, hi in zip(times, times[1:], strict=False):
             place = _value_at(pieces, lo)
-            chain = _chain(place["path"]) or [pk]
-            setting = next(
-                (
-                    value
-                    for a in reversed(chain)
-                    if a in own_pieces and (value := _value_at(own_pieces[a], lo))
-                ),
-                None,
-            ) or {"mode": CHARGEBACK, "charge_reserved": False}
+            setting = (
+                next(
+                    (
+                        value
+                        for a in reversed(place.chain or [pk])
+                        if a in own_pieces and (value := _value_at(own_pieces[a], lo))
+                    ),
+                    None,
+                )
+                or _NO_SETTINGS
+            )
             _extend_span(
                 spans[pk],
                 pricing.TenantSpan(
                     lo,
                     hi,
-                    pricing.Attribution(
-                        place["path"], place["cost_center"], setting["mode"], currency
-                    ),
-                    bool(setting["charge_reserved"]),
+                    pricing.Attribution(place.path, place.cost_center, setting.mode, currency),
+                    setting.charge_reserved,
                 ),
             )
-    quota_of: dict[int, dict[int, list[tuple[datetime, datetime, Any]]]] = defaultdict(dict)
-    for key, pieces in quota_pieces.items():
-        tenant, flavour = (int(part) for part in key.split(":"))
-        quota_of[tenant][flavour] = pieces
-    # A net guarantee (own minus what the children hold) changes where the tenant's quota,
-    # a (past or present) child's quota, or that child's place changes.
+    return dict(spans)
+
+
+def _net_guarantees(
+    start: datetime,
+    end: datetime,
+    place_pieces: Mapping[int, Pieces],
+    quota_of: Mapping[int, Mapping[int, Pieces]],
+) -> list[pricing.Piece]:
+    """Each tenant's net guarantee per flavour (its own minus what its children hold),
+    which changes where the tenant's quota, a (past or present) child's quota, or that
+    child's place changes."""
+    children_ever: dict[int, set[int]] = defaultdict(set)
+    for pk, pieces in place_pieces.items():
+        for _lo, _hi, place in pieces:
+            chain = place.chain
+            if len(chain) > 1:
+                children_ever[chain[-2]].add(pk)
     net: dict[tuple[int, int], list[pricing.Piece]] = defaultdict(list)
     for tenant in set(quota_of) | set(children_ever):
         children = children_ever.get(tenant, set())
-        flavours = set(quota_of.get(tenant, {}))
+        own = quota_of.get(tenant, {})
+        flavours = set(own)
         for child in children:
             flavours.update(quota_of.get(child, {}))
         for flavour in flavours:
             instants = {start, end}
-            instants.update(lo for lo, _hi, _v in quota_of.get(tenant, {}).get(flavour, ()))
+            instants.update(lo for lo, _hi, _v in own.get(flavour, ()))
             for child in children:
                 instants.update(lo for lo, _hi, _v in quota_of.get(child, {}).get(flavour, ()))
                 instants.update(lo for lo, _hi, _v in place_pieces.get(child, ()))
             times = sorted(instants)
             for lo, hi in zip(times, times[1:], strict=False):
-                amount = int(_value_at(quota_of.get(tenant, {}).get(flavour, []), lo) or 0)
+                amount = int(_value_at(own.get(flavour, []), lo) or 0)
                 for child in children:
                     place = _value_at(place_pieces.get(child, []), lo)
-                    if place is None or _parent(place["path"]) != tenant:
+                    if place is None or _parent(place.path) != tenant:
                         continue
                     amount -= int(_value_at(quota_of.get(child, {}).get(flavour, []), lo) or 0)
                 if amount > 0:
                     _extend_piece(
                         net[(tenant, flavour)], pricing.Piece(flavour, amount, lo, hi, tenant)
                     )
-    guarantees = [p for pieces in net.values() for p in pieces]
-    reservations = [
+    return [p for pieces in net.values() for p in pieces]
+
+
+def _reservations(
+    guarantees: list[pricing.Piece], spans: Mapping[int, list[pricing.TenantSpan]]
+) -> list[pricing.Reservation]:
+    """The net guarantees of tenants while they are charged for reserved capacity."""
+    return [
         pricing.Reservation(piece.tenant_id, piece.flavour_id, piece.units, a, b)
         for piece in guarantees
         if piece.tenant_id is not None
@@ -337,15 +410,6 @@ def resolve_period_settings(start: datetime, end: datetime) -> PeriodSettings:
         for a, b in [(max(piece.start, span.start), min(piece.end, span.end))]
         if b > a
     ]
-    return PeriodSettings(
-        spans=dict(spans),
-        capacity=capacity_pieces(start, end),
-        guarantees=guarantees,
-        reservations=reservations,
-        # how idle is shown is decided when the period is closed (and then frozen)
-        idle_mode=policy.idle_mode,
-        default_currency=default_currency,
-    )
 
 
 class _Row:

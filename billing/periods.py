@@ -22,6 +22,8 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -185,10 +187,46 @@ def _write_statements(period: BillingPeriod, token: str) -> None:
             fresh=period.reprice,
         )
         priced = price_period(period, context=context, settings=settings)
+    run = _close_run(period, context, settings, priced.lines)
+    chunk = int(billing_setting("CLOSE_CHUNK"))
+    for i in range(0, len(run.order), chunk):
+        ids = run.order[i : i + chunk]
+        with transaction.atomic():
+            lease_renew(period, token)
+            _insert_statements(run, [t for t in ids if t not in _written(period, ids)])
+
+
+@dataclass(frozen=True)
+class CloseRun:
+    """What a close writes statements from, worked out once before the chunks: the
+    priced lines per tenant (None: the platform's idle lines), in statement order, with
+    what each statement needs besides its lines."""
+
+    period: BillingPeriod
+    context: PricingContext
+    settings: PeriodSettings
+    lines_by_tenant: Mapping[int | None, list[pricing.ChargeLine]]
+    tenants: Mapping[int, Tenant]
+    order: list[int | None]
+    # the currency of the first line, or the platform's (a period without lines)
+    currency: str
+    # (tenant, period name) -> the current statement that late usage corrects
+    corrections: Mapping[tuple[int | None, str], int]
+    # a re-close: the lines of the revision before (None on a first close)
+    previous: Mapping[int | None, dict[LineIdentity, LineFigures]] | None
+    # tenant id -> warnings about busy time that could not be measured
+    busy: Mapping[int, set[str]]
+
+
+def _close_run(
+    period: BillingPeriod,
+    context: PricingContext,
+    settings: PeriodSettings,
+    lines: list[pricing.ChargeLine],
+) -> CloseRun:
     lines_by_tenant: dict[int | None, list[pricing.ChargeLine]] = defaultdict(list)
-    for line in priced.lines:
+    for line in lines:
         lines_by_tenant[line.tenant_id].append(line)
-    currency = next((line.currency for line in priced.lines), context.currency_at(period.start))
     tenants = {
         t.pk: t
         for t in Tenant.objects.filter(is_active=True)
@@ -197,39 +235,36 @@ def _write_statements(period: BillingPeriod, token: str) -> None:
     order: list[int | None] = [pk for pk in sorted(tenants, key=lambda pk: tenants[pk].path)]
     if None in lines_by_tenant:
         order.append(None)
-    corrections = _statements_corrected(period, priced.lines)
-    previous = previous_lines(period)
-    busy = busy_warnings(UsageRecord.objects.filter(period=period), context.flavours)
-    chunk = int(billing_setting("CLOSE_CHUNK"))
-    for i in range(0, len(order), chunk):
-        ids = order[i : i + chunk]
-        with transaction.atomic():
-            lease_renew(period, token)
-            done: set[int | None] = set(
-                Statement.objects.filter(period=period, revision=period.revision)
-                .filter(tenant_id__in=[t for t in ids if t is not None])
-                .values_list("tenant_id", flat=True)
-            )
-            if (
-                None in ids
-                and Statement.objects.filter(
-                    period=period, revision=period.revision, tenant__isnull=True
-                ).exists()
-            ):
-                done.add(None)
-            todo = [t for t in ids if t not in done]
-            _insert_statements(
-                period,
-                todo,
-                tenants,
-                lines_by_tenant,
-                context,
-                settings,
-                currency,
-                corrections,
-                previous,
-                busy,
-            )
+    return CloseRun(
+        period=period,
+        context=context,
+        settings=settings,
+        lines_by_tenant=lines_by_tenant,
+        tenants=tenants,
+        order=order,
+        currency=next((line.currency for line in lines), context.currency_at(period.start)),
+        corrections=_statements_corrected(period, lines),
+        previous=previous_lines(period),
+        busy=busy_warnings(UsageRecord.objects.filter(period=period), context.flavours),
+    )
+
+
+def _written(period: BillingPeriod, ids: list[int | None]) -> set[int | None]:
+    """Tenants of ``ids`` whose statement of this revision is written already (a close
+    resumed after a worker died)."""
+    done: set[int | None] = set(
+        Statement.objects.filter(period=period, revision=period.revision)
+        .filter(tenant_id__in=[t for t in ids if t is not None])
+        .values_list("tenant_id", flat=True)
+    )
+    if (
+        None in ids
+        and Statement.objects.filter(
+            period=period, revision=period.revision, tenant__isnull=True
+        ).exists()
+    ):
+        done.add(None)
+    return done
 
 
 def _statements_corrected(
@@ -241,87 +276,81 @@ def _statements_corrected(
     return {(s.tenant_id, s.period.name): s.pk for s in found.select_related("period")}
 
 
-def _insert_statements(
-    period: BillingPeriod,
-    tenant_ids: list[int | None],
-    tenants: dict[int, Tenant],
-    lines_by_tenant: dict[int | None, list[pricing.ChargeLine]],
-    context: PricingContext,
-    settings: PeriodSettings,
-    currency: str,
-    corrections: dict[tuple[int | None, str], int],
-    previous: dict[int | None, dict[LineIdentity, LineFigures]] | None = None,
-    busy: dict[int, set[str]] | None = None,
-) -> None:
+def _insert_statements(run: CloseRun, tenant_ids: list[int | None]) -> None:
+    """Write the statements of ``tenant_ids`` and their lines (one chunk of a close)."""
     if not tenant_ids:
         return
-    adjustments = {
-        a.pk: a for a in Adjustment.objects.filter(period=period).only("pk", "corrects_id")
-    }
-    statements = []
-    for tenant_id in tenant_ids:
-        lines = lines_by_tenant.get(tenant_id, [])
-        tenant = tenants.get(tenant_id) if tenant_id is not None else None
-        mode = (
-            settings.attribution_at(tenant_id, period.end - timedelta(seconds=1)).mode
-            if tenant_id is not None
-            else pricing.PLATFORM_COST
-        )
-        # the tenant's billing currency (one for the whole period); idle: the platform's
-        own_currency = (
-            settings.attribution_at(tenant_id, period.start).currency
-            if tenant_id is not None
-            else settings.default_currency
-        )
-        changes = (
-            statement_changes(previous.get(tenant_id, {}), line_identities(lines, context))
-            if previous is not None and period.revision > 1
-            else []
-        )
-        statements.append(
-            Statement(
-                period=period,
-                revision=period.revision,
-                tenant=tenant,
-                tenant_slug=tenant.slug if tenant else pricing.IDLE_TENANT,
-                tenant_name=tenant.name if tenant else "Idle capacity",
-                cost_center=tenant.cost_center if tenant else "",
-                mode=mode,
-                currency=own_currency or next((line.currency for line in lines), currency),
-                total=sum((line.amount for line in lines), Decimal("0.00")),
-                gpu_hours=sum((line.gpu_hours for line in lines if _is_usage(line)), Decimal(0)),
-                gpu_hours_busy=sum(
-                    (line.gpu_hours_busy or Decimal(0) for line in lines), Decimal(0)
-                ),
-                warnings=sorted(
-                    {
-                        f"no rate card covers {context.flavours[line.flavour_id].name}; "
-                        "its usage is shown at a rate of 0"
-                        for line in lines
-                        if line.rate_card_id is None and line.flavour_id in context.flavours
-                    }
-                    | (busy or {}).get(tenant_id or 0, set())
-                ),
-                changes=changes,
-            )
-        )
+    statements = [_statement(run, tenant_id) for tenant_id in tenant_ids]
     try:
         with transaction.atomic():
             created = Statement.objects.bulk_create(statements)
     except IntegrityError as error:  # the unique key caught a duplicate: one set only
         raise PeriodBusy(
             _("Statements of %(period)s were written by another worker"),
-            params={"period": period.name},
+            params={"period": run.period.name},
         ) from error
+    StatementLine.objects.bulk_create(_statement_lines(run, created), batch_size=1000)
+
+
+def _statement(run: CloseRun, tenant_id: int | None) -> Statement:
+    period, settings, context = run.period, run.settings, run.context
+    lines = run.lines_by_tenant.get(tenant_id, [])
+    tenant = run.tenants.get(tenant_id) if tenant_id is not None else None
+    mode = (
+        settings.attribution_at(tenant_id, period.end - timedelta(seconds=1)).mode
+        if tenant_id is not None
+        else pricing.PLATFORM_COST
+    )
+    # the tenant's billing currency (one for the whole period); idle: the platform's
+    own_currency = (
+        settings.attribution_at(tenant_id, period.start).currency
+        if tenant_id is not None
+        else settings.default_currency
+    )
+    changes = (
+        statement_changes(run.previous.get(tenant_id, {}), line_identities(lines, context))
+        if run.previous is not None and period.revision > 1
+        else []
+    )
+    return Statement(
+        period=period,
+        revision=period.revision,
+        tenant=tenant,
+        tenant_slug=tenant.slug if tenant else pricing.IDLE_TENANT,
+        tenant_name=tenant.name if tenant else "Idle capacity",
+        cost_center=tenant.cost_center if tenant else "",
+        mode=mode,
+        currency=own_currency or next((line.currency for line in lines), run.currency),
+        total=sum((line.amount for line in lines), Decimal("0.00")),
+        gpu_hours=sum((line.gpu_hours for line in lines if _is_usage(line)), Decimal(0)),
+        gpu_hours_busy=sum((line.gpu_hours_busy or Decimal(0) for line in lines), Decimal(0)),
+        warnings=sorted(
+            {
+                f"no rate card covers {context.flavours[line.flavour_id].name}; "
+                "its usage is shown at a rate of 0"
+                for line in lines
+                if line.rate_card_id is None and line.flavour_id in context.flavours
+            }
+            | run.busy.get(tenant_id or 0, set())
+        ),
+        changes=changes,
+    )
+
+
+def _statement_lines(run: CloseRun, created: list[Statement]) -> list[StatementLine]:
+    context = run.context
+    adjustments = {
+        a.pk: a for a in Adjustment.objects.filter(period=run.period).only("pk", "corrects_id")
+    }
     rows = []
     for statement in created:
-        for line in lines_by_tenant.get(statement.tenant_id, []):
+        for line in run.lines_by_tenant.get(statement.tenant_id, []):
             flavour = context.flavours.get(line.flavour_id) if line.flavour_id else None
             corrects = None
             if line.adjustment_id is not None and line.adjustment_id in adjustments:
                 corrects = adjustments[line.adjustment_id].corrects_id
             elif line.usage_period:
-                corrects = corrections.get((statement.tenant_id, line.usage_period))
+                corrects = run.corrections.get((statement.tenant_id, line.usage_period))
             rows.append(
                 StatementLine(
                     statement=statement,
@@ -352,7 +381,7 @@ def _insert_statements(
                     mode=line.attribution.mode if statement.tenant_id is not None else "",
                 )
             )
-    StatementLine.objects.bulk_create(rows, batch_size=1000)
+    return rows
 
 
 def _is_usage(line: pricing.ChargeLine) -> bool:

@@ -14,6 +14,7 @@ from scheduler_bridge.quotas.models import Quota
 from scheduler_bridge.quotas.services import quota_set
 from scheduler_bridge.quotas.sync import quota_sync
 from scheduler_bridge.workloads.models import PriorityClass
+from scheduler_bridge.workloads.selectors import admitted_jobs, queue_holdings
 from tenants.demo import DEMO_CLUSTER, DemoResult
 from tenants.models import Tenant
 
@@ -36,9 +37,9 @@ def seed_demo_cluster(result: DemoResult) -> None:
             "gateway": Cluster.Gateway.SIMULATED,
         },
     )
-    inventory_sync(cluster)
+    inventory_sync(cluster, queue_jobs=admitted_jobs(cluster))
     if Quota.objects.filter(flavour__cluster=cluster).exists():
-        quota_sync(cluster)
+        quota_sync(cluster, queue=queue_holdings(cluster))
         return
     _seed_priority_classes()
     admin = get_user_model().objects.get(username="admin")
@@ -74,7 +75,7 @@ def seed_demo_cluster(result: DemoResult) -> None:
                     source="system",
                     message=DEMO_DATA,
                 )
-    quota_sync(cluster)
+    quota_sync(cluster, queue=queue_holdings(cluster))
     _seed_queue(cluster)
     result.created += int(created)
 

@@ -15,6 +15,7 @@ from scheduler_bridge.inventory.models import Cluster, Node
 from scheduler_bridge.mig.services import has_requested_configs, mig_config_manifest
 from scheduler_bridge.quotas.resource_quota import QUOTA_NAME
 from scheduler_bridge.quotas.sync import desired_quotas, gpu_device_classes, used_by_namespace
+from scheduler_bridge.workloads.selectors import queue_holdings
 from tenants.models import NamespaceBinding
 
 
@@ -24,10 +25,13 @@ def cluster_manifests(cluster: Cluster) -> dict[str, dict[str, Any]]:
     bindings = list(
         NamespaceBinding.objects.filter(cluster_name=cluster.name).select_related("tenant")
     )
+    queue = queue_holdings(cluster)
     with gateway_for_cluster(cluster) as gateway:
-        used = used_by_namespace(cluster, gateway)
+        used = used_by_namespace(cluster, gateway, queue)
         device_classes = gpu_device_classes(cluster, gateway)
-    desired = desired_quotas(cluster, bindings, used, device_classes=device_classes)
+    desired = desired_quotas(
+        cluster, bindings, used, device_classes=device_classes, lent=queue.lent
+    )
     files: dict[str, dict[str, Any]] = {}
     for binding in sorted(bindings, key=lambda b: b.namespace):
         labels = {MANAGED_BY_LABEL: "tidegate", TENANT_LABEL: binding.tenant.slug}

@@ -63,8 +63,11 @@ def _all_clusters(task: Callable[..., object]) -> int:
 def inventory_sync(cluster_id: int) -> dict[str, int] | None:
     """Sync nodes and flavours of one cluster (capacity may have changed)."""
     from scheduler_bridge.inventory.services import inventory_sync as sync
+    from scheduler_bridge.workloads.selectors import admitted_jobs
 
-    result = _on_cluster(cluster_id, "inventory sync", sync)
+    result = _on_cluster(
+        cluster_id, "inventory sync", lambda c: sync(c, queue_jobs=admitted_jobs(c))
+    )
     if result is None:
         return None
     return {"nodes": result.nodes, "gpus": result.gpus, "flavours": result.flavours}
@@ -83,8 +86,11 @@ def _mark_error(cluster: Cluster, error: GatewayError) -> None:
 def quota_sync(cluster_id: int) -> dict[str, int] | None:
     """Apply the ResourceQuotas of every namespace bound on one cluster."""
     from scheduler_bridge.quotas.sync import quota_sync as sync
+    from scheduler_bridge.workloads.selectors import queue_holdings
 
-    result = _on_cluster(cluster_id, "quota sync", sync, on_error=_mark_error)
+    result = _on_cluster(
+        cluster_id, "quota sync", lambda c: sync(c, queue=queue_holdings(c)), on_error=_mark_error
+    )
     if result is None:
         return None
     return {
@@ -105,8 +111,11 @@ def mig_reconcile(cluster_id: int) -> dict[str, int] | None:
     """Plan MIG layouts for one cluster and ask MIG Manager for the changes; follow up
     on earlier requests (success or failure)."""
     from scheduler_bridge.mig.services import mig_reconcile as reconcile
+    from scheduler_bridge.workloads.selectors import admitted_jobs
 
-    result = _on_cluster(cluster_id, "MIG reconcile", reconcile)
+    result = _on_cluster(
+        cluster_id, "MIG reconcile", lambda c: reconcile(c, queue_jobs=admitted_jobs(c))
+    )
     if result is None:
         return None
     return {

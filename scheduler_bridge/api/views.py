@@ -26,11 +26,10 @@ from scheduler_bridge.inventory.services import (
     flavour_set_sharing,
     flavour_set_tolerations,
 )
-from scheduler_bridge.inventory.sharing import shared_gpu_context
 from scheduler_bridge.mig.services import mig_plan
 from scheduler_bridge.quotas import services as quota_services
 from scheduler_bridge.quotas.models import Quota, QuotaRequest
-from scheduler_bridge.workloads.selectors import holdings_by_tenant_and_flavour
+from scheduler_bridge.workloads.selectors import holdings_by_tenant_and_flavour, shared_gpu_context
 from tenants import access
 from tenants.api.serializers import NoInput, QueuedSerializer
 from tenants.errors import PermissionDenied

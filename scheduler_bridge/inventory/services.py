@@ -12,9 +12,11 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Count
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from i18n.said import say_when_read
 from i18n.wording import chain, gettext_noop, wording
 from scheduler_bridge.dra.allocation import claim_allocation
 from scheduler_bridge.dra.flavours import DeviceFlavour, devices_by_node, gpus_by_node
@@ -56,7 +58,6 @@ from scheduler_bridge.inventory.layouts import (
 from scheduler_bridge.inventory.models import Cluster, Flavour, Node
 from scheduler_bridge.mig.layouts import counts_realisable, layout_from_counts
 from scheduler_bridge.rows import RememberedRows, update_rows
-from scheduler_bridge.templatetags.tidegate import say_when_read
 from tenants import access
 from tenants.audit import audit_record, snapshot
 from tenants.errors import Conflict, PermissionDenied, ValidationFailed
@@ -299,7 +300,7 @@ def _int(value: str | None) -> int | None:
 
 
 def _busy_by_node(
-    pods: list[PodInfo], queue_jobs: set[tuple[str, str]]
+    pods: list[PodInfo], queue_jobs: Collection[tuple[str, str]]
 ) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]]:
     """GPU resources requested by live pods per node: all of them, and those of pods
     outside the admission queue (not of ``queue_jobs``, (namespace, job name) pairs)."""
@@ -318,16 +319,6 @@ def _busy_by_node(
         {node: amounts for node, amounts in busy.items() if amounts},
         {node: amounts for node, amounts in foreign.items() if amounts},
     )
-
-
-def _queue_jobs(cluster: Cluster) -> set[tuple[str, str]]:
-    """Jobs whose pods the admission queue already accounts for."""
-    from scheduler_bridge.workloads.models import Workload
-
-    rows = Workload.objects.filter(
-        cluster=cluster, source=Workload.Source.JOB, state__in=Workload.ACTIVE_STATES
-    ).values_list("namespace", "job_name")
-    return set(rows)
 
 
 def _node_layouts(
@@ -460,8 +451,15 @@ def _observed(
     }
 
 
-def inventory_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> InventoryResult:
+def inventory_sync(
+    cluster: Cluster,
+    gateway: ClusterGateway | None = None,
+    *,
+    queue_jobs: Collection[tuple[str, str]],
+) -> InventoryResult:
     """Read nodes and GPU pods from the cluster and store them; derive its flavours.
+    ``queue_jobs`` are the (namespace, name) of the objects the queue admitted
+    (workloads.selectors.admitted_jobs): their pods are not counted as foreign.
 
     Records the outcome on the cluster (status, message, time). Raises GatewayConfigError
     for settings that cannot work and ClusterUnreachable after bounded retries; the
@@ -482,7 +480,7 @@ def inventory_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> I
         raise
     now = timezone.now()
     result = InventoryResult()
-    busy = _busy_by_node(pods, _queue_jobs(cluster))
+    busy = _busy_by_node(pods, queue_jobs)
     dra, dra_note = (
         _dra_flavours(resource_slices, infos, cluster.dra_flavours, _allocated(claims))
         if resource_slices
@@ -708,11 +706,10 @@ def cluster_save(*, actor: Any, cluster: Cluster, source: str = "api") -> Cluste
 def cluster_delete(*, actor: Any, cluster: Cluster, source: str = "api") -> None:
     """Remove a cluster Tidegate no longer manages. Conflict while quotas or workloads
     still refer to it (their history and bills need it): remove those first."""
-    from scheduler_bridge.quotas.models import Quota
-    from scheduler_bridge.workloads.models import Workload
-
-    workloads = Workload.objects.filter(cluster=cluster).count()
-    quotas = Quota.objects.filter(flavour__cluster=cluster).count()
+    # (through the reverse relations of Workload.cluster and Quota.flavour: workloads and
+    # quotas sit above the inventory)
+    workloads = cluster.workloads.count()
+    quotas = cluster.flavours.aggregate(quotas=Count("quotas"))["quotas"]
     if workloads or quotas:
         raise Conflict(
             f"Cluster {cluster.name} still has {quotas} quota(s) and {workloads} workload(s); "
@@ -784,15 +781,16 @@ def flavour_set_sharing(
             wording(gettext_noop("a MIG flavour is already split by MIG; it cannot be shared too")),
             field_errors={"sharing": ["a MIG flavour cannot be shared"]},
         )
-    from scheduler_bridge.workloads.models import Workload
-
     with transaction.atomic():
-        locked = Flavour.objects.select_for_update().get(pk=flavour.pk)
+        locked = Flavour.objects.select_for_update().select_related("cluster").get(pk=flavour.pk)
         if locked.sharing == sharing:
             return locked
-        open_work = Workload.objects.filter(
-            cluster_id=locked.cluster_id, state__in=Workload.OPEN_STATES
-        ).values_list("flavour_id", "pod_sets")
+        # (the cluster's workloads through Workload.cluster's reverse relation: workloads
+        # sit above the inventory)
+        workloads = locked.cluster.workloads
+        open_work = workloads.filter(state__in=workloads.model.OPEN_STATES).values_list(
+            "flavour_id", "pod_sets"
+        )
         count = sum(
             1
             for held, pod_sets in open_work

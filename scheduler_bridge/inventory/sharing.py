@@ -4,8 +4,6 @@ and ResourceQuota counts those, while admission counts thousandths of a GPU."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from scheduler_bridge.inventory.models import SHARE_UNITS_PER_GPU, Flavour, Node
 
 
@@ -29,32 +27,3 @@ def as_device_units(flavour: Flavour, units: int) -> int:
     if not flavour.is_shared:
         return units
     return -(-units * device_units_per_gpu(flavour) // SHARE_UNITS_PER_GPU)
-
-
-def shared_gpu_context(nodes: list[Node]) -> dict[str, Any]:
-    """What the node API needs to show each GPU of a shared flavour: the (cluster,
-    product) pairs that are shared, and what admitted shares hold per (cluster, node)
-    and GPU index. Two queries, for the nodes of one page."""
-    from scheduler_bridge.workloads.models import Workload
-    from scheduler_bridge.workloads.records import parse_placements
-
-    clusters = {node.cluster_id for node in nodes}
-    if not clusters:
-        return {"shared_products": set(), "shared_held": {}}
-    shared = set(
-        Flavour.objects.filter(cluster_id__in=clusters)
-        .exclude(sharing="")
-        .values_list("cluster_id", "product")
-    )
-    held: dict[tuple[int, str], dict[int, int]] = {}
-    if shared:
-        names = {node.name for node in nodes}
-        rows = Workload.objects.filter(
-            cluster_id__in=clusters, state__in=Workload.ACTIVE_STATES
-        ).values_list("cluster_id", "placements")
-        for cluster_id, placements in rows:
-            for p in parse_placements(placements):
-                if p.gpu is not None and p.node in names:
-                    gpus = held.setdefault((cluster_id, p.node), {})
-                    gpus[p.gpu] = gpus.get(p.gpu, 0) + p.gpus
-    return {"shared_products": shared, "shared_held": held}

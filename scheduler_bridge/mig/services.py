@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 from collections import defaultdict
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -253,20 +254,28 @@ def _report_failure(cluster: Cluster, node: Node) -> None:
         queue_after_commit("scheduler_bridge.tasks.mig_failure_notify", node.pk, str(message))
 
 
-def mig_reconcile(cluster: Cluster, gateway: ClusterGateway | None = None) -> ReconcileResult:
-    """Follow up on earlier requests, plan, and request the changed layouts.
+def mig_reconcile(
+    cluster: Cluster,
+    gateway: ClusterGateway | None = None,
+    *,
+    queue_jobs: Collection[tuple[str, str]],
+) -> ReconcileResult:
+    """Follow up on earlier requests, plan, and request the changed layouts (after an
+    inventory sync; ``queue_jobs`` as for inventory_sync).
 
     The ConfigMap is written before any node label points at a config in it, so MIG
     Manager never looks for a config that does not exist yet.
     """
     with cluster_gateway(cluster, gateway) as opened:
-        return _mig_reconcile(cluster, opened)
+        return _mig_reconcile(cluster, opened, queue_jobs)
 
 
-def _mig_reconcile(cluster: Cluster, gateway: ClusterGateway) -> ReconcileResult:
+def _mig_reconcile(
+    cluster: Cluster, gateway: ClusterGateway, queue_jobs: Collection[tuple[str, str]]
+) -> ReconcileResult:
     from scheduler_bridge.inventory.services import inventory_sync
 
-    inventory_sync(cluster, gateway)
+    inventory_sync(cluster, gateway, queue_jobs=queue_jobs)
     result = ReconcileResult()
     _follow_up(cluster, result)
     plan = mig_plan(cluster)
@@ -295,7 +304,9 @@ def _mig_reconcile(cluster: Cluster, gateway: ClusterGateway) -> ReconcileResult
                 update_fields=["mig_requested_config", "mig_requested_layouts", "mig_request_open"]
             )
     if split_on_claim:
-        inventory_sync(cluster, gateway)  # count what the new layouts offer now
+        inventory_sync(
+            cluster, gateway, queue_jobs=queue_jobs
+        )  # count what the new layouts offer now
         result.laid_out = len(split_on_claim)
     if has_requested_configs(cluster):
         # Idempotent: also restores the ConfigMap if somebody edited or deleted it.

@@ -13,7 +13,6 @@ from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from django.db import transaction
 from django.db.models import Sum
@@ -33,6 +32,7 @@ from scheduler_bridge.gateways import (
 from scheduler_bridge.gateways.base import MANAGED_BY_LABEL, TENANT_LABEL
 from scheduler_bridge.inventory.connection import cluster_gateway
 from scheduler_bridge.inventory.models import Cluster, Flavour, Node
+from scheduler_bridge.inventory.queue_holdings import QueueHoldings
 from scheduler_bridge.inventory.sharing import device_units_per_gpu
 from scheduler_bridge.quotas.models import Quota
 from scheduler_bridge.quotas.resource_quota import (
@@ -42,9 +42,6 @@ from scheduler_bridge.quotas.resource_quota import (
 )
 from tenants.audit import audit_record
 from tenants.models import NamespaceBinding
-
-if TYPE_CHECKING:  # (imported where used: workloads sits above quotas)
-    from scheduler_bridge.workloads.models import Workload
 
 logger = logging.getLogger(__name__)
 
@@ -69,23 +66,18 @@ class QuotaSyncResult:
         return self.created + self.updated
 
 
-def lent_by_queue(cluster: Cluster) -> dict[int, dict[int, int]]:
-    """GPUs the admission queue currently lends each tenant, per flavour id (in the
-    units of the flavour's resource)."""
-    from scheduler_bridge.workloads.selectors import borrowed_by_tenant
-
-    return borrowed_by_tenant(cluster)
-
-
 def desired_quotas(
     cluster: Cluster,
     bindings: list[NamespaceBinding],
     used: dict[str, dict[str, int]],
     current: dict[str, dict[str, str]] | None = None,
     device_classes: Mapping[str, GpuDeviceClass] | None = None,
+    *,
+    lent: Mapping[int, Mapping[int, int]],
 ) -> dict[str, dict[str, str]]:
     """`spec.hard` per bound namespace of `cluster` (the inputs of the pure rule);
-    ``current`` is what Tidegate's quotas say now (kept while they still hold).
+    ``current`` is what Tidegate's quotas say now (kept while they still hold), ``lent``
+    what the queue lends each tenant per flavour (QueueHoldings.lent).
     ``device_classes`` maps the DeviceClasses that serve GPUs to the flavours of their
     devices (``gpu_device_classes``): each gets its device-class key, its ceiling the
     tenant's guarantees and loans of those flavours (docs/dra.md#enforcement).
@@ -137,8 +129,8 @@ def desired_quotas(
     for row in rows:
         flavour = by_pk[row["flavour_id"]]
         count(row["tenant_id"], flavour, int(row["total"]) * per_gpu.get(flavour.pk, 1))
-    for tenant_id, lent in lent_by_queue(cluster).items():
-        for flavour_id, amount in lent.items():
+    for tenant_id, by_flavour in lent.items():
+        for flavour_id, amount in by_flavour.items():
             count(tenant_id, by_pk[flavour_id], amount)
     by_tenant: dict[int, list[str]] = defaultdict(list)
     slugs: dict[int, str] = {}
@@ -196,27 +188,23 @@ def gpu_device_classes(cluster: Cluster, gateway: ClusterGateway) -> dict[str, G
     }
 
 
-def used_by_namespace(cluster: Cluster, gateway: ClusterGateway) -> dict[str, dict[str, int]]:
+def used_by_namespace(
+    cluster: Cluster, gateway: ClusterGateway, queue: QueueHoldings
+) -> dict[str, dict[str, int]]:
     """GPUs in use per namespace, per resource name or device-class key: pods and
     ResourceClaims outside the queue as Kubernetes counts them, and every Job the queue
     admitted at its full size, whether its pods (and their claims) exist yet or not (so
     a Job is never refused by its namespace's quota while it starts)."""
-    from scheduler_bridge.workloads.models import Workload
-
-    admitted = Workload.objects.filter(
-        cluster=cluster, source=Workload.Source.JOB, state__in=Workload.ACTIVE_STATES
-    ).select_related("flavour")
-    queue_jobs = set()
+    queue_jobs = queue.jobs
     used: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    for workload in admitted:
-        queue_jobs.add((workload.namespace, workload.job_name))
-        if workload.flavour is None:
+    for job in queue.admitted:
+        if job.resource is None:
             continue
-        through_claims = _claimed_by_queue(workload, used[workload.namespace])
-        if workload.gpus > through_claims:
-            used[workload.namespace][workload.flavour.resource_name] += (
-                workload.gpus - through_claims
-            )
+        counted = used[job.namespace]
+        for key, devices in job.claimed.items():
+            counted[key] += devices
+        if job.gpus_as_resource > 0:
+            counted[job.resource] += job.gpus_as_resource
     queue_pods = set()
     for pod in gateway.list_gpu_pods():
         if (pod.namespace, pod.job_name) in queue_jobs:
@@ -238,26 +226,6 @@ def used_by_namespace(cluster: Cluster, gateway: ClusterGateway) -> dict[str, di
     return {namespace: dict(counted) for namespace, counted in used.items()}
 
 
-def _claimed_by_queue(workload: Workload, used: dict[str, int]) -> int:
-    """Add to ``used`` what Kubernetes will charge the claims of the admitted
-    ``workload``'s pods, per device-class key; return the GPUs its pods hold through
-    claims (not under its extended resource). Most work asks for none: its stored pod
-    sets are then not read."""
-    if not any("claim_devices" in ps or "shared_claim" in ps for ps in workload.pod_sets):
-        return 0
-    through_claims = 0
-    pods = workload.pod_counts()
-    admitted_on = workload.flavour.name if workload.flavour else None
-    for pod_set in workload.pod_set_records:
-        if not pod_set.asks_through_claims:
-            continue
-        through_claims += pods.get(pod_set.name, 0) * pod_set.per_pod_on(admitted_on)
-        # (a shared claim is counted by _claims_outside, as the object it is)
-        for name, devices in pod_set.claim_devices:
-            used[device_class_quota_key(name)] += pods.get(pod_set.name, 0) * devices
-    return through_claims
-
-
 def _claims_outside(gateway: ClusterGateway, queue_pods: set[str]) -> dict[str, dict[str, int]]:
     """Namespace -> device-class key -> devices Kubernetes counts for the ResourceClaims
     not made for the pods of Jobs the queue admitted (those are counted at their
@@ -277,7 +245,9 @@ def _claims_outside(gateway: ClusterGateway, queue_pods: set[str]) -> dict[str, 
     return found
 
 
-def quota_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> QuotaSyncResult:
+def quota_sync(
+    cluster: Cluster, gateway: ClusterGateway | None = None, *, queue: QueueHoldings
+) -> QuotaSyncResult:
     """Apply the ResourceQuota of every namespace bound on `cluster`, and delete
     Tidegate's ResourceQuota from namespaces no longer bound (found by its labels, so a
     binding removed while no worker ran is cleaned up too).
@@ -286,13 +256,14 @@ def quota_sync(cluster: Cluster, gateway: ClusterGateway | None = None) -> Quota
     edited or deleted by hand is restored and an audit event says so. A bound namespace
     missing from the cluster marks its binding instead of failing the run; any other
     error of one namespace is recorded on its binding. Raises ClusterUnreachable (after
-    the gateway's retries) when the cluster does not answer at all.
+    the gateway's retries) when the cluster does not answer at all. ``queue`` is what the
+    admission queue holds on the cluster (workloads.selectors.queue_holdings).
     """
     with cluster_gateway(cluster, gateway) as opened:
-        return _quota_sync(cluster, opened)
+        return _quota_sync(cluster, opened, queue)
 
 
-def _quota_sync(cluster: Cluster, gateway: ClusterGateway) -> QuotaSyncResult:
+def _quota_sync(cluster: Cluster, gateway: ClusterGateway, queue: QueueHoldings) -> QuotaSyncResult:
     bindings = list(
         NamespaceBinding.objects.filter(cluster_name=cluster.name)
         .select_related("tenant")
@@ -300,8 +271,9 @@ def _quota_sync(cluster: Cluster, gateway: ClusterGateway) -> QuotaSyncResult:
     )
     existing = gateway.resource_quota_limits(_SELECTOR)
     current = {ns: hard for (ns, name), hard in existing.items() if name == QUOTA_NAME}
-    used = used_by_namespace(cluster, gateway)
-    desired = desired_quotas(cluster, bindings, used, current, gpu_device_classes(cluster, gateway))
+    used = used_by_namespace(cluster, gateway, queue)
+    classes = gpu_device_classes(cluster, gateway)
+    desired = desired_quotas(cluster, bindings, used, current, classes, lent=queue.lent)
     result = QuotaSyncResult(namespaces=len(bindings))
     marks = _Marks(timezone.now())
     _mark = marks.add

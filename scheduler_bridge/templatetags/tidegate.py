@@ -10,28 +10,14 @@ from typing import Any
 
 from django import template
 from django.utils.formats import number_format
-from django.utils.functional import lazy
-from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext
 
+from i18n.said import say
 from i18n.wording import Wording
 
 register = template.Library()
 
 CENT = Decimal("0.01")
-
-
-def say(wording: Wording) -> str:
-    """A reason the engine worded, in the active language."""
-    return wording.render(gettext, ngettext)
-
-
-# ``say`` when the text is read, not when it is made: for a domain error's message,
-# which its str() renders in English and the API and the portal in the reader's language.
-def _say_text(text: str) -> str:
-    return say(text) if isinstance(text, Wording) else text
-
-
-say_when_read = lazy(_say_text, str)
 
 
 @register.filter

@@ -142,120 +142,18 @@ def _decide_and_persist_once(
         resizes = engine.elastic_changes(snapshot, decided)
         result = engine.without_elastic_pods(snapshot, decided)
         flavours = {f.name: f for f in Flavour.objects.filter(cluster=cluster)}
-        changed = {int(a.workload_id) for a in result.admissions}
-        changed |= {int(p.victim_id) for p in result.preemptions}
-        changed |= {int(wid) for wid in resizes}
-        workloads = (
-            Workload.objects.select_for_update(of=("self",))
-            .select_related("flavour", "priority_class")
-            .in_bulk(changed)
-        )
-        withdrawn = [pk for pk, w in workloads.items() if w.state not in Workload.OPEN_STATES]
-        if withdrawn:
-            raise _Withdrawn(withdrawn)
-        # The audit records name each workload's tenant: one query, not one per workload.
-        tenants = Tenant.objects.in_bulk({w.tenant_id for w in workloads.values()})
-        for workload in workloads.values():
-            workload.tenant = tenants[workload.tenant_id]
-        events: list[AuditEvent] = []
-        for admission in result.admissions:
-            workload = workloads[int(admission.workload_id)]
-            events.append(
-                lifecycle.admit(
-                    workload,
-                    now=now,
-                    flavour=flavours[admission.flavour],
-                    placements=[
-                        Placement(p.node, p.flavour, p.gpus, p.gpu) for p in admission.placements
-                    ],
-                    borrowed={
-                        flavours[name].resource_name: amount
-                        for name, amount in admission.borrowed.items()
-                    },
-                    gpus=admission.gpus,
-                    code=admission.code.value,
-                    message=admission.message,
-                )
-            )
-            outcome.admitted.append(workload.pk)
-        for preemption in result.preemptions:
-            victim = workloads[int(preemption.victim_id)]
-            grace = lifecycle.grace_of(victim)
-            if victim.state == Workload.State.RUNNING and grace > 0:
-                events.append(
-                    lifecycle.announce_preemption(
-                        victim,
-                        now=now,
-                        by=preemption.preemptor_id,
-                        message=preemption.message,
-                        grace_s=grace,
-                    )
-                )
-                outcome.announced.append(victim.pk)
-                continue
-            events.append(
-                lifecycle.preempt(
-                    victim, now=now, by=preemption.preemptor_id, message=preemption.message
-                )
-            )
-            outcome.preempted.append(victim.pk)
+        workloads = _decided_about(result, resizes)
+        events = _admit(result, workloads, flavours, now, outcome)
+        events += _preempt(result, workloads, now, outcome)
         waiting = _waiting_pods(decided, result)
-        for wid, change in resizes.items():
-            workload = workloads[int(wid)]
-            if workload.state not in Workload.ACTIVE_STATES:
-                continue  # preempted whole in this very cycle
-            grow = [
-                ElasticPodRecord(pod_set, index, p.node, p.flavour, p.gpus, now.timestamp())
-                for pod_set, index, p in change.grow
-            ]
-            shrink = list(change.shrink)
-            after = len(workload.elastic_pod_records) + len(grow) - len(shrink)
-            events.append(
-                lifecycle.resize(
-                    workload,
-                    now=now,
-                    grow=grow,
-                    shrink=shrink,
-                    message=_elastic_reason(workload, after, waiting.get(wid, [])),
-                )
-            )
-            outcome.resized.append(workload.pk)
-            if shrink:
-                outcome.shrunk.append(workload.pk)
+        events += _resize(resizes, workloads, waiting, now, outcome)
         audit_save_many(events)
-        admitted = [workloads[pk] for pk in outcome.admitted]
-        save_workloads(admitted, ADMIT_COLUMNS)
+        save_workloads([workloads[pk] for pk in outcome.admitted], lifecycle.ADMIT_WRITES)
         victims = [workloads[pk] for pk in [*outcome.preempted, *outcome.announced]]
         save_workloads(victims, list(COLUMN_TYPES))
-        resized = [workloads[pk] for pk in outcome.resized]
-        save_workloads(resized, RESIZE_COLUMNS)
+        save_workloads([workloads[pk] for pk in outcome.resized], lifecycle.RESIZE_WRITES)
         _reword_elastic(snapshot, waiting, set(outcome.resized))
-        # Waiting work only changes its place and its reason; work preempted a moment ago
-        # (the first pass of this cycle) keeps saying so
-        rows = [
-            {
-                "id": int(d.workload_id),
-                "queue_position": d.position,
-                "reason_code": d.code.value,
-                "reason": d.message,
-                "reason_args": dump_reason(d.message),
-                "held_placements": dump_placements(
-                    Placement(p.node, p.flavour, p.gpus, p.gpu) for p in d.held
-                ),
-            }
-            for d in result.pending
-        ]
-        placed = ["queue_position", "held_placements"]
-        for kept, columns in (
-            (False, [*placed, "reason_code", "reason", "reason_args"]),
-            (True, placed),
-        ):
-            update_workloads(
-                [row for row in rows if (row["id"] in keep_reasons_of) == kept],
-                columns,
-                # a cancel does not wait for the cycle: work withdrawn meanwhile keeps its words
-                only_in_state=Workload.State.PENDING,
-            )
+        _save_waiting(result.pending, keep_reasons_of)
         outcome.pending = len(result.pending)
         outcome.preempted += graced
         borrowing = _per_workload(admission_engine.borrowing_after(snapshot, decided))
@@ -263,24 +161,155 @@ def _decide_and_persist_once(
     return outcome, result
 
 
-# What admission changes on a row (the preemption also writes the run it ends, its count
-# and the Event it owes, so it writes every column).
-ADMIT_COLUMNS = [
-    "state",
-    "admitted_at",
-    "started_at",
-    "flavour_id",
-    "placements",
-    "borrowed",
-    "gpus",
-    "queue_position",
-    "reason_code",
-    "reason",
-    "reason_args",
-    "apply_error",
-    "apply_attempts",
-    "held_placements",
-]
+def _decided_about(
+    result: engine.CycleResult, resizes: Mapping[str, engine.ElasticChange]
+) -> dict[int, Workload]:
+    """The workloads the cycle admitted, preempted or resized, locked, each with its
+    tenant (the audit records name it: one query, not one per workload). _Withdrawn when
+    one of them was cancelled while the cycle decided."""
+    changed = {int(a.workload_id) for a in result.admissions}
+    changed |= {int(p.victim_id) for p in result.preemptions}
+    changed |= {int(wid) for wid in resizes}
+    workloads = (
+        Workload.objects.select_for_update(of=("self",))
+        .select_related("flavour", "priority_class")
+        .in_bulk(changed)
+    )
+    withdrawn = [pk for pk, w in workloads.items() if w.state not in Workload.OPEN_STATES]
+    if withdrawn:
+        raise _Withdrawn(withdrawn)
+    tenants = Tenant.objects.in_bulk({w.tenant_id for w in workloads.values()})
+    for workload in workloads.values():
+        workload.tenant = tenants[workload.tenant_id]
+    return workloads
+
+
+def _admit(
+    result: engine.CycleResult,
+    workloads: Mapping[int, Workload],
+    flavours: Mapping[str, Flavour],
+    now: datetime,
+    outcome: CycleOutcome,
+) -> list[AuditEvent]:
+    events = []
+    for admission in result.admissions:
+        workload = workloads[int(admission.workload_id)]
+        events.append(
+            lifecycle.admit(
+                workload,
+                now=now,
+                flavour=flavours[admission.flavour],
+                placements=[
+                    Placement(p.node, p.flavour, p.gpus, p.gpu) for p in admission.placements
+                ],
+                borrowed={
+                    flavours[name].resource_name: amount
+                    for name, amount in admission.borrowed.items()
+                },
+                gpus=admission.gpus,
+                code=admission.code.value,
+                message=admission.message,
+            )
+        )
+        outcome.admitted.append(workload.pk)
+    return events
+
+
+def _preempt(
+    result: engine.CycleResult,
+    workloads: Mapping[int, Workload],
+    now: datetime,
+    outcome: CycleOutcome,
+) -> list[AuditEvent]:
+    """Preempt the victims; running work with a grace is told first (announced)."""
+    events = []
+    for preemption in result.preemptions:
+        victim = workloads[int(preemption.victim_id)]
+        grace = lifecycle.grace_of(victim)
+        if victim.state == Workload.State.RUNNING and grace > 0:
+            events.append(
+                lifecycle.announce_preemption(
+                    victim,
+                    now=now,
+                    by=preemption.preemptor_id,
+                    message=preemption.message,
+                    grace_s=grace,
+                )
+            )
+            outcome.announced.append(victim.pk)
+            continue
+        events.append(
+            lifecycle.preempt(
+                victim, now=now, by=preemption.preemptor_id, message=preemption.message
+            )
+        )
+        outcome.preempted.append(victim.pk)
+    return events
+
+
+def _resize(
+    resizes: Mapping[str, engine.ElasticChange],
+    workloads: Mapping[int, Workload],
+    waiting: Mapping[str, list[engine.PendingDecision]],
+    now: datetime,
+    outcome: CycleOutcome,
+) -> list[AuditEvent]:
+    """Start and stop elastic pods of admitted and running work."""
+    events = []
+    for wid, change in resizes.items():
+        workload = workloads[int(wid)]
+        if workload.state not in Workload.ACTIVE_STATES:
+            continue  # preempted whole in this very cycle
+        grow = [
+            ElasticPodRecord(pod_set, index, p.node, p.flavour, p.gpus, now.timestamp())
+            for pod_set, index, p in change.grow
+        ]
+        shrink = list(change.shrink)
+        after = len(workload.elastic_pod_records) + len(grow) - len(shrink)
+        events.append(
+            lifecycle.resize(
+                workload,
+                now=now,
+                grow=grow,
+                shrink=shrink,
+                message=_elastic_reason(workload, after, waiting.get(wid, [])),
+            )
+        )
+        outcome.resized.append(workload.pk)
+        if shrink:
+            outcome.shrunk.append(workload.pk)
+    return events
+
+
+def _save_waiting(
+    pending: tuple[engine.PendingDecision, ...], keep_reasons_of: frozenset[int]
+) -> None:
+    """Waiting work only changes its place and its reason; work preempted a moment ago
+    (the first pass of this cycle) keeps saying so. A cancel does not wait for the
+    cycle: work withdrawn meanwhile keeps its words."""
+    rows = [
+        {
+            "id": int(d.workload_id),
+            "queue_position": d.position,
+            "reason_code": d.code.value,
+            "reason": d.message,
+            "reason_args": dump_reason(d.message),
+            "held_placements": dump_placements(
+                Placement(p.node, p.flavour, p.gpus, p.gpu) for p in d.held
+            ),
+        }
+        for d in pending
+    ]
+    placed = ["queue_position", "held_placements"]
+    for kept, columns in (
+        (False, [*placed, "reason_code", "reason", "reason_args"]),
+        (True, placed),
+    ):
+        update_workloads(
+            [row for row in rows if (row["id"] in keep_reasons_of) == kept],
+            columns,
+            only_in_state=Workload.State.PENDING,
+        )
 
 
 def _preempt_after_grace(cluster: Cluster, now: datetime) -> list[int]:
@@ -300,20 +329,6 @@ def _preempt_after_grace(cluster: Cluster, now: datetime) -> list[int]:
     audit_save_many(events)
     save_workloads(due, list(COLUMN_TYPES))
     return [w.pk for w in due]
-
-
-# What a resize changes on a row.
-RESIZE_COLUMNS = [
-    "placements",
-    "elastic_pods",
-    "gpus",
-    "borrowed",
-    "reason_code",
-    "reason",
-    "reason_args",
-    "past_runs",
-    "job_events",
-]
 
 
 def _waiting_pods(

@@ -173,6 +173,38 @@ def reject(workload: Workload, reason: str, *, code: str = "rejected") -> Worklo
 # --- the cycle's transitions (many at once, under the cycle's lock) ---------------------
 
 
+# The columns each in-memory transition of a cycle writes (the cycle saves exactly these:
+# tests/workloads/test_lifecycle.py fails when a transition writes another). A preemption
+# also ends a run, counts it and owes an Event, so it writes every column.
+ADMIT_WRITES = (
+    "state",
+    "admitted_at",
+    "started_at",
+    "flavour_id",
+    "placements",
+    "borrowed",
+    "gpus",
+    "queue_position",
+    "reason_code",
+    "reason",
+    "reason_args",
+    "apply_error",
+    "apply_attempts",
+    "held_placements",
+)
+RESIZE_WRITES = (
+    "placements",
+    "elastic_pods",
+    "gpus",
+    "borrowed",
+    "reason_code",
+    "reason",
+    "reason_args",
+    "past_runs",
+    "job_events",
+)
+
+
 def admit(
     workload: Workload,
     *,

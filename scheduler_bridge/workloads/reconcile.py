@@ -52,6 +52,7 @@ from scheduler_bridge.workloads.jobs import QUEUE_LABEL, QUEUED
 from scheduler_bridge.workloads.models import Workload
 from scheduler_bridge.workloads.persist import clear_job_events
 from scheduler_bridge.workloads.records import placement_nodes
+from scheduler_bridge.workloads.selectors import queue_holdings
 from tenants.errors import Conflict
 
 logger = logging.getLogger(__name__)
@@ -117,13 +118,15 @@ def _reconcile(
         result.suspended.append(workload.pk)
     if to_start or result.suspended or sync_quotas:
         # Raise ceilings before any Job starts, so its pods are never refused.
-        result.quota_writes += quota_sync(cluster, gateway).writes
+        result.quota_writes += quota_sync(cluster, gateway, queue=queue_holdings(cluster)).writes
     _start_all(gateway, to_start, live, result)
     _scale_elastic(cluster, gateway, live, result)
     _announce_preemptions(cluster, gateway, live, result)
     _reconcile_pod_groups(cluster, gateway, result)
     if result.suspended or result.start_errors:
-        result.quota_writes += quota_sync(cluster, gateway).writes  # lower them again
+        result.quota_writes += quota_sync(
+            cluster, gateway, queue=queue_holdings(cluster)
+        ).writes  # lower them again
     result.events = _post_events(cluster, gateway)
     return result
 

@@ -7,11 +7,64 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from scheduler_bridge.inventory.models import SHARE_UNITS_PER_GPU, Cluster, Flavour
+from scheduler_bridge.dra.demand import device_class_quota_key
+from scheduler_bridge.inventory.models import SHARE_UNITS_PER_GPU, Cluster, Flavour, Node
+from scheduler_bridge.inventory.queue_holdings import AdmittedJob, QueueHoldings
 from scheduler_bridge.inventory.sharing import as_device_units
 from scheduler_bridge.workloads.models import Workload
 from scheduler_bridge.workloads.records import parse_elastic_pods, parse_placements
 from tenants import access
+
+
+def admitted_jobs(cluster: Cluster) -> set[tuple[str, str]]:
+    """(namespace, object name) of every workload object the queue admitted on
+    ``cluster``: the inventory sync tells their pods from others by it."""
+    rows = Workload.objects.filter(
+        cluster=cluster, source=Workload.Source.JOB, state__in=Workload.ACTIVE_STATES
+    ).values_list("namespace", "job_name")
+    return set(rows)
+
+
+def queue_holdings(cluster: Cluster) -> QueueHoldings:
+    """What the queue admitted and lends on ``cluster``, as its ResourceQuotas count it
+    (the quota sync's input)."""
+    admitted = Workload.objects.filter(
+        cluster=cluster, source=Workload.Source.JOB, state__in=Workload.ACTIVE_STATES
+    ).select_related("flavour")
+    jobs = []
+    for workload in admitted:
+        claimed: dict[str, int] = defaultdict(int)
+        through_claims = _claimed_by_pods(workload, claimed) if workload.flavour else 0
+        jobs.append(
+            AdmittedJob(
+                namespace=workload.namespace,
+                job_name=workload.job_name,
+                resource=workload.flavour.resource_name if workload.flavour else None,
+                gpus_as_resource=workload.gpus - through_claims,
+                claimed=dict(claimed),
+            )
+        )
+    return QueueHoldings(admitted=tuple(jobs), lent=borrowed_by_tenant(cluster))
+
+
+def _claimed_by_pods(workload: Workload, claimed: dict[str, int]) -> int:
+    """Add to ``claimed`` what Kubernetes will charge the claims of the admitted
+    ``workload``'s pods, per device-class key; return the GPUs its pods hold through
+    claims (not under its extended resource). Most work asks for none: its stored pod
+    sets are then not read."""
+    if not any("claim_devices" in ps or "shared_claim" in ps for ps in workload.pod_sets):
+        return 0
+    through_claims = 0
+    pods = workload.pod_counts()
+    admitted_on = workload.flavour.name if workload.flavour else None
+    for pod_set in workload.pod_set_records:
+        if not pod_set.asks_through_claims:
+            continue
+        through_claims += pods.get(pod_set.name, 0) * pod_set.per_pod_on(admitted_on)
+        # (a shared claim is counted by the quota sync, as the object it is)
+        for name, devices in pod_set.claim_devices:
+            claimed[device_class_quota_key(name)] += pods.get(pod_set.name, 0) * devices
+    return through_claims
 
 
 def borrowed_by_tenant(cluster: Cluster) -> dict[int, dict[int, int]]:
@@ -76,3 +129,29 @@ def workloads_visible_to(user: Any) -> QuerySet[Workload]:
     return Workload.objects.filter(access.tenant_filter(user)).select_related(
         "tenant", "cluster", "flavour", "priority_class", "submitted_by"
     )
+
+
+def shared_gpu_context(nodes: list[Node]) -> dict[str, Any]:
+    """What the node API needs to show each GPU of a shared flavour: the (cluster,
+    product) pairs that are shared, and what admitted shares hold per (cluster, node)
+    and GPU index. Two queries, for the nodes of one page."""
+    clusters = {node.cluster_id for node in nodes}
+    if not clusters:
+        return {"shared_products": set(), "shared_held": {}}
+    shared = set(
+        Flavour.objects.filter(cluster_id__in=clusters)
+        .exclude(sharing="")
+        .values_list("cluster_id", "product")
+    )
+    held: dict[tuple[int, str], dict[int, int]] = {}
+    if shared:
+        names = {node.name for node in nodes}
+        rows = Workload.objects.filter(
+            cluster_id__in=clusters, state__in=Workload.ACTIVE_STATES
+        ).values_list("cluster_id", "placements")
+        for cluster_id, placements in rows:
+            for p in parse_placements(placements):
+                if p.gpu is not None and p.node in names:
+                    gpus = held.setdefault((cluster_id, p.node), {})
+                    gpus[p.gpu] = gpus.get(p.gpu, 0) + p.gpus
+    return {"shared_products": shared, "shared_held": held}

@@ -15,6 +15,7 @@ import pytest
 from scheduler_bridge.gateways.kubernetes import KubernetesGateway, RetryPolicy
 from scheduler_bridge.inventory.models import Cluster, Flavour
 from scheduler_bridge.inventory.services import inventory_sync
+from scheduler_bridge.workloads.selectors import admitted_jobs
 from tests.clusters import bind_team_namespaces, hand_down
 from tests.conftest import Cast
 from tests.kube_fake.fixtures import kube_api, kubeconfig
@@ -99,7 +100,7 @@ def fake_cluster(cast: Cast, kube_api: FakeKubeApi, kubeconfig: tuple[Path, str]
         name="gpu-east", gateway="kubernetes", kubeconfig_path=str(path), kube_context=context
     )
     gateway = fast_gateway(path, context)
-    inventory_sync(cluster, gateway)
+    inventory_sync(cluster, gateway, queue_jobs=admitted_jobs(cluster))
     h100 = Flavour.objects.get(cluster=cluster, name="h100-80gb")
     mig = Flavour.objects.get(cluster=cluster, name="a100-sxm4-40gb-mig-1g.5gb")
     bind_team_namespaces(cast)
@@ -212,7 +213,7 @@ def synced(request: pytest.FixtureRequest, cast: Cast) -> Iterator[Synced]:
         kube_context="tidegate",
     )
     gateway = tidegate_gateway(real)
-    inventory_sync(cluster, gateway)
+    inventory_sync(cluster, gateway, queue_jobs=admitted_jobs(cluster))
     bind_team_namespaces(cast)
     hand_down(guarantees(Flavour.objects.filter(cluster=cluster), cast))
     yield _SyncedOnReal(cluster, gateway, real)

@@ -7,6 +7,7 @@ import pytest
 
 from scheduler_bridge.inventory.models import Flavour
 from scheduler_bridge.inventory.services import inventory_sync
+from scheduler_bridge.workloads.selectors import admitted_jobs
 from tenants.models import AuditEvent, Role
 from tests.bridge.conftest import FakeCluster
 from tests.conftest import ROLE_NAMES, Cast, client_for
@@ -26,7 +27,9 @@ def taint_h100_nodes(fake_cluster: FakeCluster, *taints: dict[str, str]) -> Flav
         fake_cluster.api.edit_object(
             "Node", None, name, lambda n: n["spec"].update(taints=[dict(t) for t in taints])
         )
-    inventory_sync(fake_cluster.cluster, fake_cluster.gateway)
+    inventory_sync(
+        fake_cluster.cluster, fake_cluster.gateway, queue_jobs=admitted_jobs(fake_cluster.cluster)
+    )
     return Flavour.objects.get(pk=fake_cluster.h100.pk)
 
 
@@ -58,7 +61,9 @@ def test_an_admin_sets_tolerations_and_inventory_keeps_them(
     body = response.json()
     assert body["tolerations"] == [GPU_TOLERATION]
     assert body["untolerated_taints"] == [DEDICATED]
-    inventory_sync(fake_cluster.cluster, fake_cluster.gateway)
+    inventory_sync(
+        fake_cluster.cluster, fake_cluster.gateway, queue_jobs=admitted_jobs(fake_cluster.cluster)
+    )
     assert Flavour.objects.get(pk=fake_cluster.h100.pk).tolerations == [GPU_TOLERATION]
     event = AuditEvent.objects.filter(message="tolerations set").get()
     assert (event.after or {}).get("tolerations") == [GPU_TOLERATION]

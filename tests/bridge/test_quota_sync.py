@@ -12,6 +12,7 @@ from scheduler_bridge.gateways import ClusterUnreachable
 from scheduler_bridge.inventory.services import inventory_sync
 from scheduler_bridge.quotas.resource_quota import TenantNamespaces, desired_hard_limits
 from scheduler_bridge.quotas.sync import quota_sync
+from scheduler_bridge.workloads.selectors import admitted_jobs, queue_holdings
 from tenants.models import AuditEvent, NamespaceBinding
 from tests.bridge.conftest import FakeCluster, Synced
 from tests.conftest import Cast
@@ -27,7 +28,7 @@ def hard(api: object, namespace: str) -> dict[str, str]:
 
 
 def test_a_tenants_namespaces_share_its_guarantee_and_add_up_to_it(synced: Synced) -> None:
-    result = quota_sync(synced.cluster, synced.gateway)
+    result = quota_sync(synced.cluster, synced.gateway, queue=queue_holdings(synced.cluster))
     assert (result.created, result.namespaces) == (4, 4)
     api = synced.api
     # vision: 6 H100 and 14 1g.5gb over two namespaces, first in name order takes the rest
@@ -121,35 +122,35 @@ def test_limits_are_split_anew_once_a_bound_breaks() -> None:
 
 
 def test_pods_coming_and_going_inside_the_limits_cost_no_quota_write(synced: Synced) -> None:
-    quota_sync(synced.cluster, synced.gateway)
+    quota_sync(synced.cluster, synced.gateway, queue=queue_holdings(synced.cluster))
     api = synced.api
     before = {ns: hard(api, ns) for ns in ("vision-dev", "vision-train")}
     synced.run_pod("vision-dev", "notebook", "h100-1")
     writes = synced.writes()
-    result = quota_sync(synced.cluster, synced.gateway)
+    result = quota_sync(synced.cluster, synced.gateway, queue=queue_holdings(synced.cluster))
     assert (result.writes, result.unchanged) == (0, 4)
     assert synced.writes() == writes
     assert {ns: hard(api, ns) for ns in ("vision-dev", "vision-train")} == before
     # vision-dev's last GPU is taken: the tenant's headroom is split anew
     for name in ("notebook-2", "notebook-3"):
         synced.run_pod("vision-dev", name, "h100-1")
-    result = quota_sync(synced.cluster, synced.gateway)
+    result = quota_sync(synced.cluster, synced.gateway, queue=queue_holdings(synced.cluster))
     assert result.updated == 2
     assert hard(api, "vision-dev")["requests.nvidia.com/gpu"] == "5"
     assert hard(api, "vision-train")["requests.nvidia.com/gpu"] == "1"
 
 
 def test_a_second_sync_with_nothing_changed_writes_nothing(synced: Synced) -> None:
-    quota_sync(synced.cluster, synced.gateway)
+    quota_sync(synced.cluster, synced.gateway, queue=queue_holdings(synced.cluster))
     writes = synced.writes()
     assert writes >= 4  # the quotas created (the count can fail)
-    result = quota_sync(synced.cluster, synced.gateway)
+    result = quota_sync(synced.cluster, synced.gateway, queue=queue_holdings(synced.cluster))
     assert (result.writes, result.unchanged) == (0, 4)
     assert synced.writes() == writes
 
 
 def test_hand_edits_and_deletions_are_restored_and_recorded(synced: Synced) -> None:
-    quota_sync(synced.cluster, synced.gateway)
+    quota_sync(synced.cluster, synced.gateway, queue=queue_holdings(synced.cluster))
     api = synced.api
 
     def raise_limit(obj: dict) -> None:
@@ -157,7 +158,7 @@ def test_hand_edits_and_deletions_are_restored_and_recorded(synced: Synced) -> N
 
     api.edit_object("ResourceQuota", "vision-dev", "tidegate-gpu", raise_limit)
     api.delete_object("ResourceQuota", "speech-train", "tidegate-gpu")
-    result = quota_sync(synced.cluster, synced.gateway)
+    result = quota_sync(synced.cluster, synced.gateway, queue=queue_holdings(synced.cluster))
     assert result.drift_repaired == 2
     assert hard(api, "vision-dev")["requests.nvidia.com/gpu"] == "3"
     assert hard(api, "speech-train")["requests.nvidia.com/gpu"] == "2"
@@ -175,7 +176,9 @@ def test_a_missing_namespace_marks_its_binding_and_the_run_goes_on(
     fake_cluster: FakeCluster,
 ) -> None:
     fake_cluster.api.delete_object("Namespace", None, "speech-train")
-    result = quota_sync(fake_cluster.cluster, fake_cluster.gateway)
+    result = quota_sync(
+        fake_cluster.cluster, fake_cluster.gateway, queue=queue_holdings(fake_cluster.cluster)
+    )
     assert result.missing == ["speech-train"]
     assert result.created == 3
     binding = NamespaceBinding.objects.get(namespace="speech-train")
@@ -185,14 +188,18 @@ def test_a_missing_namespace_marks_its_binding_and_the_run_goes_on(
 
 def test_server_errors_are_retried_until_the_write_lands(fake_cluster: FakeCluster) -> None:
     fake_cluster.api.fail_next(2, status=500, method="PATCH")
-    result = quota_sync(fake_cluster.cluster, fake_cluster.gateway)
+    result = quota_sync(
+        fake_cluster.cluster, fake_cluster.gateway, queue=queue_holdings(fake_cluster.cluster)
+    )
     assert result.created == 4 and not result.errors
 
 
 def test_an_unreachable_cluster_fails_the_run_for_a_later_retry(fake_cluster: FakeCluster) -> None:
     fake_cluster.api.fail_next(50, status=503)
     with pytest.raises(ClusterUnreachable):
-        quota_sync(fake_cluster.cluster, fake_cluster.gateway)
+        quota_sync(
+            fake_cluster.cluster, fake_cluster.gateway, queue=queue_holdings(fake_cluster.cluster)
+        )
 
 
 def test_unbinding_a_namespace_deletes_tidegates_quota_there(
@@ -200,7 +207,7 @@ def test_unbinding_a_namespace_deletes_tidegates_quota_there(
 ) -> None:
     from tenants.services import binding_delete
 
-    quota_sync(synced.cluster, synced.gateway)
+    quota_sync(synced.cluster, synced.gateway, queue=queue_holdings(synced.cluster))
     # someone else's quota in the namespace is not Tidegate's to delete
     synced.create(
         {
@@ -214,7 +221,7 @@ def test_unbinding_a_namespace_deletes_tidegates_quota_there(
         binding_delete(actor=cast.platform_admin, binding=binding)  # type: ignore[attr-defined]
     assert queued, "unbinding queues a quota sync of the cluster"
 
-    result = quota_sync(synced.cluster, synced.gateway)
+    result = quota_sync(synced.cluster, synced.gateway, queue=queue_holdings(synced.cluster))
 
     assert result.removed == ["speech-train"]
     api = synced.api
@@ -222,7 +229,10 @@ def test_unbinding_a_namespace_deletes_tidegates_quota_there(
     assert api.get_object("ResourceQuota", "speech-train", "team-cpu") is not None
     assert api.get_object("ResourceQuota", "vision-dev", "tidegate-gpu") is not None
     assert AuditEvent.objects.filter(message__contains="no longer bound").count() == 1
-    assert quota_sync(synced.cluster, synced.gateway).removed == []
+    assert (
+        quota_sync(synced.cluster, synced.gateway, queue=queue_holdings(synced.cluster)).removed
+        == []
+    )
 
 
 def test_every_bindings_outcome_is_written_with_one_statement_per_outcome(
@@ -231,10 +241,10 @@ def test_every_bindings_outcome_is_written_with_one_statement_per_outcome(
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    quota_sync(synced.cluster, synced.gateway)
+    quota_sync(synced.cluster, synced.gateway, queue=queue_holdings(synced.cluster))
     table = NamespaceBinding._meta.db_table
     with CaptureQueriesContext(connection) as queries:
-        result = quota_sync(synced.cluster, synced.gateway)
+        result = quota_sync(synced.cluster, synced.gateway, queue=queue_holdings(synced.cluster))
     assert result.unchanged == 4
     updates = [q for q in queries if q["sql"].startswith(f'UPDATE "{table}"')]
     assert len(updates) == 1
@@ -249,7 +259,9 @@ def test_a_cluster_that_stops_answering_mid_sync_leaves_only_true_outcomes(
     api = fake_cluster.api
     api.after_request(lambda a: a.fail_next(500, status=503), r"/resourcequotas/", method="PATCH")
     with pytest.raises(ClusterUnreachable):
-        quota_sync(fake_cluster.cluster, fake_cluster.gateway)
+        quota_sync(
+            fake_cluster.cluster, fake_cluster.gateway, queue=queue_holdings(fake_cluster.cluster)
+        )
     for binding in NamespaceBinding.objects.all():
         applied = api.get_object("ResourceQuota", binding.namespace, "tidegate-gpu") is not None
         # a binding says "ok" exactly when its quota is in the cluster
@@ -273,9 +285,13 @@ def test_the_audit_trail_says_quota_events_in_the_readers_language(
         justification="more",
     )
     quota_request_approve(actor=cast.dept_admin, request=request)  # type: ignore[attr-defined]
-    quota_sync(fake_cluster.cluster, fake_cluster.gateway)
+    quota_sync(
+        fake_cluster.cluster, fake_cluster.gateway, queue=queue_holdings(fake_cluster.cluster)
+    )
     fake_cluster.api.delete_object("ResourceQuota", "speech-train", "tidegate-gpu")
-    quota_sync(fake_cluster.cluster, fake_cluster.gateway)
+    quota_sync(
+        fake_cluster.cluster, fake_cluster.gateway, queue=queue_holdings(fake_cluster.cluster)
+    )
 
     page = logged_in(cast.platform_admin).get(  # type: ignore[attr-defined]
         "/audit/", HTTP_ACCEPT_LANGUAGE="zh-hans"
@@ -316,8 +332,8 @@ def test_a_device_class_of_gpus_gets_its_key_with_the_guarantee_of_its_flavours(
     for obj in published:
         api.create_object(obj)
     try:
-        inventory_sync(synced.cluster, synced.gateway)
-        quota_sync(synced.cluster, synced.gateway)
+        inventory_sync(synced.cluster, synced.gateway, queue_jobs=admitted_jobs(synced.cluster))
+        quota_sync(synced.cluster, synced.gateway, queue=queue_holdings(synced.cluster))
     finally:
         for obj in published:
             api.delete_object(obj["kind"], None, obj["metadata"]["name"])
@@ -354,7 +370,7 @@ def test_a_queued_jobs_claims_count_once_before_the_scheduler_allocates_them(
     api, cluster = fake_cluster.api, fake_cluster.cluster
     api.add_node("dra-only", labels={}, allocatable={"cpu": "8"})
     api.create_object(node_slice("dra-only", [gpu(i, H100, "80Gi") for i in range(4)]))
-    inventory_sync(cluster, fake_cluster.gateway)
+    inventory_sync(cluster, fake_cluster.gateway, queue_jobs=admitted_jobs(cluster))
     WorkloadFactory(
         cluster=cluster,
         tenant=cast.team_a,
@@ -410,6 +426,6 @@ def test_a_queued_jobs_claims_count_once_before_the_scheduler_allocates_them(
             "spec": {"devices": {"requests": requests}},
         }
     )
-    used = used_by_namespace(cluster, fake_cluster.gateway)
+    used = used_by_namespace(cluster, fake_cluster.gateway, queue_holdings(cluster))
     # the Job's 2 pods x 2 devices, and the hand-made claim's 2; no extended resource
     assert used["vision-train"] == {device_class_quota_key("gpu.nvidia.com"): 6}

@@ -19,6 +19,7 @@ from django.core.wsgi import get_wsgi_application
 from scheduler_bridge.gateways.kubernetes import KubernetesGateway, RetryPolicy
 from scheduler_bridge.inventory.models import Cluster, Flavour
 from scheduler_bridge.inventory.services import inventory_sync
+from scheduler_bridge.workloads.selectors import admitted_jobs
 from tests.clusters import bind_team_namespaces, hand_down
 from tests.conftest import Cast
 from tests.kube_real.chart import rendered_chart
@@ -89,7 +90,7 @@ def gpu_cluster(cast: Cast, real_cluster: RealCluster) -> Iterator[RealGpuCluste
         kube_context="tidegate",
     )
     gateway = tidegate_gateway(real_cluster)
-    inventory_sync(cluster, gateway)
+    inventory_sync(cluster, gateway, queue_jobs=admitted_jobs(cluster))
     h100 = Flavour.objects.get(cluster=cluster, name="h100-80gb")
     mig = Flavour.objects.get(cluster=cluster, name="a100-sxm4-40gb-mig-1g.5gb")
     bind_team_namespaces(cast)

@@ -32,6 +32,7 @@ from scheduler_bridge.templatetags.tidegate import say
 from scheduler_bridge.workloads.cycle import admission_cycle
 from scheduler_bridge.workloads.jobs import jobs_sync
 from scheduler_bridge.workloads.models import Workload
+from scheduler_bridge.workloads.selectors import admitted_jobs, queue_holdings
 from scheduler_bridge.workloads.snapshot import flavour_index, node_flavours
 from tenants.models import NamespaceBinding
 from tests.clusters import CLUSTER, bind_team_namespaces, hand_down
@@ -259,7 +260,7 @@ def test_inventory_counts_gpus_published_through_dra_as_their_flavours(dra: Real
         kube_context="tidegate",
     )
     with tidegate_gateway(dra) as gateway:
-        result = inventory_sync(cluster, gateway)
+        result = inventory_sync(cluster, gateway, queue_jobs=admitted_jobs(cluster))
     capacity = dict(Flavour.objects.filter(cluster=cluster).values_list("name", "capacity"))
     assert capacity == {"h100-80gb": 4, "a100-sxm4-80gb-mig-1g.10gb": 7}
     mig = Flavour.objects.get(cluster=cluster, name="a100-sxm4-80gb-mig-1g.10gb")
@@ -289,7 +290,7 @@ def test_inventory_counts_gpus_published_through_dra_as_their_flavours(dra: Real
         lambda obj: obj["spec"].update(devices=obj["spec"]["devices"][:2]),
     )
     with tidegate_gateway(dra) as gateway:
-        inventory_sync(cluster, gateway)
+        inventory_sync(cluster, gateway, queue_jobs=admitted_jobs(cluster))
     assert Flavour.objects.get(cluster=cluster, name="h100-80gb").capacity == 2
     assert Node.objects.get(cluster=cluster, name="dra-h100").dra_devices == {"h100-80gb": 2}
 
@@ -305,7 +306,7 @@ def _queue_cluster(real: RealCluster, cast: Cast) -> tuple[Cluster, KubernetesGa
         kube_context="tidegate",
     )
     gateway = tidegate_gateway(real)
-    inventory_sync(cluster, gateway)
+    inventory_sync(cluster, gateway, queue_jobs=admitted_jobs(cluster))
     h100 = Flavour.objects.get(cluster=cluster, name="h100-80gb")
     mig = Flavour.objects.get(cluster=cluster, name="a100-sxm4-80gb-mig-1g.10gb")
     bind_team_namespaces(cast)
@@ -441,7 +442,7 @@ def test_jobs_asking_through_claims_are_queued_counted_and_admitted_on_their_alt
             ),
             "KWOK to run the pods",
         )
-        inventory_sync(cluster, gateway)
+        inventory_sync(cluster, gateway, queue_jobs=admitted_jobs(cluster))
         assert Node.objects.get(cluster=cluster, name="dra-h100").busy == {"nvidia.com/gpu": 4}
         assert Node.objects.get(cluster=cluster, name="dra-a100-mig").busy == {
             "nvidia.com/mig-1g.10gb": 2
@@ -582,7 +583,7 @@ def test_claims_made_outside_the_queue_are_refused_by_kubernetes_beyond_the_team
         return (ok and (used is None or (status.get("used") or {}).get(key) == used)) or None
 
     try:
-        quota_sync(cluster, gateway)
+        quota_sync(cluster, gateway, queue=queue_holdings(cluster))
         hard = real.read("ResourceQuota", "vision-train", "tidegate-gpu")["spec"]["hard"]
         # the team's guarantees: 2 H100s, 7 MIG slices; its nodes offer no extended resource
         assert {k: v for k, v in hard.items() if k.endswith("/devices")} == {
@@ -1115,7 +1116,7 @@ def test_a_job_asking_for_nvidia_gpu_is_served_through_the_class_that_maps_it(
 
         pod = real.wait_for(served, "the scheduler to serve the pod through the class")
         assert pod["spec"]["nodeName"] == "dra-h100"
-        inventory_sync(cluster, gateway)
+        inventory_sync(cluster, gateway, queue_jobs=admitted_jobs(cluster))
         assert Node.objects.get(cluster=cluster, name="dra-h100").busy == {"nvidia.com/gpu": 2}
     finally:
         real.edit_object("DeviceClass", None, "gpu.nvidia.com", maps(None))
@@ -1217,7 +1218,7 @@ def test_devices_of_a_driver_an_admin_maps_count_as_its_flavour_and_are_queued(
         assert not Flavour.objects.filter(cluster=cluster, name="mi300x").exists()
         cluster.dra_flavours = {"gpu.amd.com": "mi300x"}
         cluster.save(update_fields=["dra_flavours"])
-        inventory_sync(cluster, gateway)
+        inventory_sync(cluster, gateway, queue_jobs=admitted_jobs(cluster))
         mi300x = Flavour.objects.get(cluster=cluster, name="mi300x")
         assert mi300x.capacity == 4
         assert Node.objects.get(cluster=cluster, name="dra-amd").gpu_count == 4

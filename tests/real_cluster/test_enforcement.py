@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from scheduler_bridge.quotas.sync import quota_sync
+from scheduler_bridge.workloads.selectors import queue_holdings
 from tenants.models import AuditEvent, NamespaceBinding
 from tenants.services import binding_delete
 from tests.conftest import Cast
@@ -54,7 +55,7 @@ def test_the_quota_is_applied_enforced_repaired_and_removed(
     gpu_cluster: RealGpuCluster, cast: Cast
 ) -> None:
     real = gpu_cluster.real
-    quota_sync(gpu_cluster.cluster, gpu_cluster.gateway)
+    quota_sync(gpu_cluster.cluster, gpu_cluster.gateway, queue=queue_holdings(gpu_cluster.cluster))
 
     quota = real.read("ResourceQuota", "vision-train", QUOTA)
     managers = {m["manager"]: m["operation"] for m in quota["metadata"]["managedFields"]}
@@ -83,7 +84,9 @@ def test_the_quota_is_applied_enforced_repaired_and_removed(
         QUOTA,
         lambda q: q["spec"]["hard"].update({"requests.nvidia.com/gpu": "99"}),
     )
-    repaired = quota_sync(gpu_cluster.cluster, gpu_cluster.gateway)
+    repaired = quota_sync(
+        gpu_cluster.cluster, gpu_cluster.gateway, queue=queue_holdings(gpu_cluster.cluster)
+    )
     assert repaired.drift_repaired == 1
     # restored to the split of vision's 8: the pod inside uses `limit`, the rest is shared
     train = int(_limit(real, "vision-train"))
@@ -93,6 +96,6 @@ def test_the_quota_is_applied_enforced_repaired_and_removed(
     # unbinding the namespace removes Tidegate's quota from it
     binding = NamespaceBinding.objects.get(namespace="vision-train")
     binding_delete(actor=cast.platform_admin, binding=binding)
-    quota_sync(gpu_cluster.cluster, gpu_cluster.gateway)
+    quota_sync(gpu_cluster.cluster, gpu_cluster.gateway, queue=queue_holdings(gpu_cluster.cluster))
     assert real.get_object("ResourceQuota", "vision-train", QUOTA) is None
     assert real.get_object("ResourceQuota", "vision-dev", QUOTA) is not None

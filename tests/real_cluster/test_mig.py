@@ -17,6 +17,7 @@ from scheduler_bridge.quotas.models import Quota
 from scheduler_bridge.workloads.cycle import admission_cycle
 from scheduler_bridge.workloads.jobs import jobs_sync
 from scheduler_bridge.workloads.models import Workload
+from scheduler_bridge.workloads.selectors import admitted_jobs
 from tests.conftest import Cast
 from tests.kube_real.cluster import RealCluster
 
@@ -86,7 +87,9 @@ def test_a_mig_layout_lands_is_applied_and_its_slices_are_admitted(
     Quota.objects.create(tenant=cast.dept, flavour=flavour, guaranteed=4)
     Quota.objects.create(tenant=cast.team_a, flavour=flavour, guaranteed=4)
 
-    requested = mig_reconcile(gpu_cluster.cluster, gpu_cluster.gateway)
+    requested = mig_reconcile(
+        gpu_cluster.cluster, gpu_cluster.gateway, queue_jobs=admitted_jobs(gpu_cluster.cluster)
+    )
 
     assert requested.plan is not None and requested.requested >= 1
     config_map = real.read("ConfigMap", "gpu-operator", MIG_CONFIG_MAP_NAME)
@@ -98,8 +101,12 @@ def test_a_mig_layout_lands_is_applied_and_its_slices_are_admitted(
         assert real.read("Node", None, name)["metadata"]["labels"][CONFIG_LABEL] in configs
 
     slices = {name: mig_manager_stand_in(real, name) for name in changed}
-    follow_up = mig_reconcile(gpu_cluster.cluster, gpu_cluster.gateway)
-    inventory_sync(gpu_cluster.cluster, gpu_cluster.gateway)
+    follow_up = mig_reconcile(
+        gpu_cluster.cluster, gpu_cluster.gateway, queue_jobs=admitted_jobs(gpu_cluster.cluster)
+    )
+    inventory_sync(
+        gpu_cluster.cluster, gpu_cluster.gateway, queue_jobs=admitted_jobs(gpu_cluster.cluster)
+    )
 
     assert follow_up.succeeded == requested.requested
     flavour.refresh_from_db()

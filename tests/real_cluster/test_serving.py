@@ -21,6 +21,7 @@ from scheduler_bridge.quotas.sync import quota_sync
 from scheduler_bridge.workloads.cycle import admission_cycle
 from scheduler_bridge.workloads.jobs import jobs_sync
 from scheduler_bridge.workloads.models import Workload
+from scheduler_bridge.workloads.selectors import queue_holdings
 from tests.conftest import Cast
 from tests.kube_real.cluster import RealCluster
 
@@ -159,7 +160,7 @@ def test_a_deployment_grows_past_its_guarantee_into_lent_gpus_under_its_namespac
     lends 2 idle H100s, raises the limit by them, and the ReplicaSet's next attempt
     creates the pods, gated, to be released onto the lent GPUs."""
     real = gpu_cluster.real
-    quota_sync(gpu_cluster.cluster, gpu_cluster.gateway)
+    quota_sync(gpu_cluster.cluster, gpu_cluster.gateway, queue=queue_holdings(gpu_cluster.cluster))
     hard = real.read("ResourceQuota", NAMESPACE, QUOTA_NAME)["spec"]["hard"]
     assert hard["requests.nvidia.com/gpu"] == "4"
 
@@ -180,7 +181,9 @@ def test_a_deployment_grows_past_its_guarantee_into_lent_gpus_under_its_namespac
 
     def grown() -> bool:
         cycle(gpu_cluster)
-        quota_sync(gpu_cluster.cluster, gpu_cluster.gateway)
+        quota_sync(
+            gpu_cluster.cluster, gpu_cluster.gateway, queue=queue_holdings(gpu_cluster.cluster)
+        )
         return counts(real, "serve") == (6, 0)
 
     real.wait_for(grown, "six pods bound, two of them on lent GPUs")

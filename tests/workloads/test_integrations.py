@@ -15,6 +15,7 @@ from scheduler_bridge.integrations import integration_for
 from scheduler_bridge.workloads.cycle import admission_cycle
 from scheduler_bridge.workloads.jobs import jobs_sync
 from scheduler_bridge.workloads.models import Workload
+from scheduler_bridge.workloads.selectors import admitted_jobs
 from tests.conftest import Cast
 from tests.integrations import objects
 from tests.kube_fake.schema import assert_valid_kubernetes
@@ -427,7 +428,9 @@ def test_the_pods_an_operator_starts_count_once_as_the_workloads_holding(
                 ]
             ),
         )
-    inventory_sync(fake_cluster.cluster, fake_cluster.gateway)
+    inventory_sync(
+        fake_cluster.cluster, fake_cluster.gateway, queue_jobs=admitted_jobs(fake_cluster.cluster)
+    )
     assert Node.objects.get(cluster=fake_cluster.cluster, name="h100-1").busy_foreign == {}
     # GPUs are left free: vision's 4 (what its organisation has left) start at once
     body = {

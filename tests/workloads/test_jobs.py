@@ -16,6 +16,7 @@ from scheduler_bridge.workloads.cycle import admission_cycle
 from scheduler_bridge.workloads.jobs import jobs_sync
 from scheduler_bridge.workloads.locks import held_sync_lock
 from scheduler_bridge.workloads.models import Workload
+from scheduler_bridge.workloads.selectors import admitted_jobs
 from tenants.models import AuditEvent
 from tests.concurrency import at_once
 from tests.conftest import Cast
@@ -99,7 +100,9 @@ def test_admission_injects_the_tolerations_an_admin_set_and_no_others(
                 taints=[gpu_taint, {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}]
             ),
         )
-    inventory_sync(fake_cluster.cluster, fake_cluster.gateway)
+    inventory_sync(
+        fake_cluster.cluster, fake_cluster.gateway, queue_jobs=admitted_jobs(fake_cluster.cluster)
+    )
     chosen = {
         "key": "nvidia.com/gpu",
         "operator": "Equal",

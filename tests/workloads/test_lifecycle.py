@@ -327,3 +327,44 @@ def test_posted_events_are_cleared_unless_more_were_owed_meanwhile(
     clear_job_events([(quiet.pk, owed), (busy.pk, owed)])
     assert Workload.objects.get(pk=quiet.pk).job_events == []
     assert Workload.objects.get(pk=busy.pk).job_events == later
+
+
+def _columns(workload: Workload) -> dict[str, Any]:
+    return {f.attname: getattr(workload, f.attname) for f in Workload._meta.concrete_fields}
+
+
+def test_the_cycle_saves_every_column_admit_and_resize_write(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    """The cycle saves admissions and resizes column by column (lifecycle.ADMIT_WRITES,
+    RESIZE_WRITES): a transition that writes a column not listed would lose it."""
+    from scheduler_bridge.workloads.records import ElasticPodRecord
+
+    pending = stored(
+        fake_cluster,
+        cast,
+        State.PENDING,
+        queue_position=3,
+        reason_code="cohort_exhausted",
+        held_placements=[{"node": "h100-2", "flavour": "h100-80gb", "gpus": 2}],
+        apply_error="earlier",
+        apply_attempts=2,
+    )
+    before = _columns(pending)
+    admit(pending, fake_cluster)
+    after = _columns(pending)
+    written = {column for column in after if after[column] != before[column]}
+    assert written <= set(lifecycle.ADMIT_WRITES)
+    running = stored(fake_cluster, cast, State.RUNNING)
+    now = timezone.now()
+    grown = ElasticPodRecord("worker", 0, "h100-1", "h100-80gb", 1, now.timestamp())
+    later = now + timedelta(minutes=5)
+    for change, shown in (
+        (dict(now=now, grow=[grown], shrink=[]), {"placements", "gpus", "elastic_pods"}),
+        (dict(now=later, grow=[], shrink=[("worker", 0)]), {"placements", "past_runs"}),
+    ):
+        before = _columns(running)
+        lifecycle.resize(running, message="resized", **change)  # type: ignore[arg-type]
+        after = _columns(running)
+        written = {column for column in after if after[column] != before[column]}
+        assert shown <= written <= set(lifecycle.RESIZE_WRITES)

@@ -14,6 +14,7 @@ from scheduler_bridge.inventory.models import Flavour, Node
 from scheduler_bridge.templatetags.tidegate import reason
 from scheduler_bridge.workloads.cycle import admission_cycle
 from scheduler_bridge.workloads.models import Workload
+from scheduler_bridge.workloads.selectors import admitted_jobs, queue_holdings
 from scheduler_bridge.workloads.snapshot import pending_of, running_of
 from tests.conftest import Cast, client_for
 from tests.tenants.test_portal import logged_in
@@ -283,13 +284,16 @@ def test_a_time_sliced_replica_holds_its_part_of_a_gpu_and_quotas_count_replicas
             name,
             lambda node: node["status"]["allocatable"].update({"nvidia.com/gpu": "32"}),
         )
-    inventory_sync(fake_cluster.cluster, fake_cluster.gateway)
+    inventory_sync(
+        fake_cluster.cluster, fake_cluster.gateway, queue_jobs=admitted_jobs(fake_cluster.cluster)
+    )
     assert make_shared(cast, fake_cluster.h100, "time-slicing").status_code == 200
     shared_job(fake_cluster, "replica", requests={"nvidia.com/gpu": 1})
     assert synced_workload(fake_cluster, "replica").pod_set_records[0].gpus_per_pod == 250
     # vision's guarantee of 6 GPUs is 24 replicas to Kubernetes' ResourceQuota
     bindings = list(NamespaceBinding.objects.filter(cluster_name=fake_cluster.cluster.name))
-    hard = desired_quotas(fake_cluster.cluster, bindings, {})
+    lent = queue_holdings(fake_cluster.cluster).lent
+    hard = desired_quotas(fake_cluster.cluster, bindings, {}, lent=lent)
     vision = [b.namespace for b in bindings if b.tenant == cast.team_a]
     assert sum(int(hard[ns]["requests.nvidia.com/gpu"]) for ns in vision) == 24
 

@@ -13,6 +13,7 @@ from scheduler_bridge.gateways import GatewayError
 from scheduler_bridge.inventory.services import inventory_sync
 from scheduler_bridge.management.commands._cluster import cluster_named
 from scheduler_bridge.mig.services import mig_plan
+from scheduler_bridge.workloads.selectors import admitted_jobs
 
 
 class Command(BaseCommand):
@@ -27,7 +28,7 @@ class Command(BaseCommand):
         cluster = cluster_named(options["cluster"])
         if options["sync"]:
             try:
-                inventory_sync(cluster)
+                inventory_sync(cluster, queue_jobs=admitted_jobs(cluster))
             except GatewayError as error:
                 raise CommandError(f"inventory sync of {cluster.name} failed: {error}") from error
         plan = mig_plan(cluster)
