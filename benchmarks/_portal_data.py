@@ -6,7 +6,7 @@ The ledger is written in SQL (generate_series, a month per INSERT): every team r
 training job on its flavour in most hours (a job lasts 12 hours; four of them at once in
 the big teams), a notebook on an A100 in office hours on weekdays (mostly idle), and
 every third team a small inference service on MIG slices. Months are closed with the
-product's own `billing.periods.period_close`, budgets evaluated with `budgets_evaluate`
+product's own `billing.statements.periods.period_close`, budgets evaluated with `budgets_evaluate`
 and the queue decided by the product's admission cycle (`decide_and_persist`), so
 statements, budget states, queue positions and reasons are what the product writes.
 """
@@ -346,8 +346,8 @@ def _ledger(
 ) -> int:
     from django.db import connection, transaction
 
-    from billing.ledger import period_create
     from billing.months import add_months, month_start
+    from billing.usage.ledger import period_create
 
     start = (now - size.history).replace(minute=0, second=0, microsecond=0)
     end = now.replace(minute=0, second=0, microsecond=0)
@@ -394,7 +394,7 @@ def _close_months(now: datetime, track: Callable[..., Any]) -> tuple[str, int]:
     from django.db import connection
 
     from billing.models import BillingPeriod, Statement
-    from billing.periods import period_close
+    from billing.statements.periods import period_close
 
     ended = list(BillingPeriod.objects.filter(end__lte=now).order_by("start"))
     for period in track(ended, description="closing ended months"):
@@ -414,7 +414,7 @@ def _statement_of(tenant: Any, period_name: str) -> int:
 def _budgets(departments: list[Any], teams: list[Any], last_closed: str, now: datetime) -> None:
     """Monthly budgets for every department and every fifth team, sized on last month's
     statements: some on track, some tight, a few hard ones that run out."""
-    from billing.budgets import budgets_evaluate
+    from billing.budgeting.budgets import budgets_evaluate
     from billing.models import Budget, BudgetAlert, Statement
 
     totals: dict[int, Decimal] = {}

@@ -1,5 +1,5 @@
 """Usage ledger ingest: hourly rows written the way the collector writes them
-(`billing.ledger.ledger_append`: COPY into a staging table, then one INSERT ... ON CONFLICT
+(`billing.usage.ledger.ledger_append`: COPY into a staging table, then one INSERT ... ON CONFLICT
 DO NOTHING), in batches of a catch-up run's size. Then the same rows again, which must all
 be skipped (idempotency), timed as well.
 
@@ -29,8 +29,8 @@ def main() -> None:
 
         from django.db import connection
 
-        from billing.ledger import LedgerRow, ledger_append
         from billing.models import UsageRecord
+        from billing.usage.ledger import LedgerRow, ledger_append
         from scheduler_bridge.inventory.models import Cluster, Flavour
         from tenants.models import Tenant
 

@@ -1,5 +1,5 @@
 """Period close: 1,000 tenants and 5,000,000 hourly ledger rows in one month, priced into
-frozen statements by `billing.periods.period_close` (one GROUP BY over the ledger, pricing
+frozen statements by `billing.statements.periods.period_close` (one GROUP BY over the ledger, pricing
 in Python over the sums, statements written a chunk of tenants per transaction).
 
 Scenarios (both by default, in one run): ``close`` closes February 2026 with settings that
@@ -41,9 +41,9 @@ def main() -> None:
 
         from django.db import connection
 
-        from billing.ledger import period_create
         from billing.models import RateCard, Statement, StatementLine
-        from billing.periods import period_close
+        from billing.statements.periods import period_close
+        from billing.usage.ledger import period_create
         from scheduler_bridge.inventory.models import Cluster, Flavour
         from scheduler_bridge.quotas.models import Quota
         from tenants.models import Tenant
@@ -192,7 +192,7 @@ def change_mid_month(
     price on the 15th."""
     from decimal import Decimal
 
-    from billing.history import billing_value
+    from billing.charging.history import billing_value
     from billing.models import RateCard, TenantBillingSettings
     from scheduler_bridge.history import quota_key
     from tenants.history import record_setting

@@ -14,8 +14,9 @@ class BillingConfig(AppConfig):
 
     def ready(self) -> None:
         # Lower apps ask; billing answers through their registries (docs/architecture.md#registries).
-        from billing import cluster_health, demo, metrics, portal
-        from billing.gate import budget_gate_for_cluster
+        from billing import demo, metrics, portal
+        from billing.budgeting.gate import budget_gate_for_cluster
+        from billing.usage import cluster_health
         from scheduler_bridge.demo_clock import register_demo_meter
         from scheduler_bridge.portal import register_cluster_health
         from scheduler_bridge.workloads.budget_gate import register_budget_gate
@@ -37,10 +38,10 @@ class BillingConfig(AppConfig):
 
 
 def _track_history() -> None:
-    """Tenants' billing settings are recorded as they change (billing.history)."""
+    """Tenants' billing settings are recorded as they change (billing.charging.history)."""
     from django.db.models.signals import post_delete, post_save
 
-    from billing import history
+    from billing.charging import history
     from billing.models import TenantBillingSettings
 
     post_save.connect(

@@ -14,10 +14,7 @@ from decimal import Decimal
 from django.utils import timezone
 from django.utils.translation import gettext, gettext_noop
 
-from billing.budgets import budgets_evaluate
-from billing.hourly_borrowing import with_borrowed
-from billing.ledger import LedgerRow, ledger_append, period_create
-from billing.metering import floor_hour
+from billing.budgeting.budgets import budgets_evaluate
 from billing.models import (
     BillingPolicy,
     Budget,
@@ -28,7 +25,10 @@ from billing.models import (
     UsageRecord,
 )
 from billing.months import add_months, month_start
-from billing.periods import period_close
+from billing.statements.periods import period_close
+from billing.usage.hourly_borrowing import with_borrowed
+from billing.usage.ledger import LedgerRow, ledger_append, period_create
+from billing.usage.metering import floor_hour
 from scheduler_bridge.demo_clock import TRACE_PRIORITY, DemoUsage, history_replay
 from scheduler_bridge.demo_replay import HeldRun
 from scheduler_bridge.demo_trace import HOUR_S, WEEK_S, busy_ratio, hour_pieces
@@ -39,7 +39,9 @@ from tenants.models import Tenant
 
 IDLE_RATIO = 0.02  # how busy a forgotten job keeps its GPUs
 IDLE_BELOW = 0.05  # busy_ratio below this: the job is one of the trace's nearly idle ones
-IDLE_WEEK_S = WEEK_S  # the idle-GPU panels look back a week (billing.reports.idle_findings)
+IDLE_WEEK_S = (
+    WEEK_S  # the idle-GPU panels look back a week (billing.reporting.reports.idle_findings)
+)
 
 
 def billing_deletion_blocker(tenant: Tenant) -> Description | None:

@@ -1,5 +1,5 @@
 """What billing tells Prometheus: how far behind usage collection is, and budget alerts
-fired (docs/operations.md#metrics). Not to be confused with billing.prometheus, which
+fired (docs/operations.md#metrics). Not to be confused with billing.usage.prometheus, which
 reads GPU usage *from* a cluster's Prometheus."""
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import logging
 from django.core.mail import send_mail
 from django.utils import timezone, translation
 
-from billing.prometheus import PrometheusUnavailable
+from billing.usage.prometheus import PrometheusUnavailable
 from scheduler_bridge.gateways import ClusterUnreachable, GatewayError
 from scheduler_bridge.inventory.models import Cluster
 from tenants.task_policy import background_task
@@ -28,7 +28,7 @@ def usage_collect(cluster_id: int) -> dict[str, int] | None:
     """Collect one cluster's completed hours into the ledger; re-queue while more are due
     (catching up after downtime). Retries with backoff while the cluster or Prometheus
     does not answer; nothing is written by a failed run."""
-    from billing.collection import usage_collect as collect
+    from billing.usage.collection import usage_collect as collect
 
     cluster = Cluster.objects.filter(pk=cluster_id).first()
     if cluster is None:
@@ -65,7 +65,7 @@ def usage_collect_all() -> int:
 @background_task()
 def budgets_evaluate() -> dict[str, int]:
     """Recompute budgets' spend and forecast; fire crossed thresholds (once each)."""
-    from billing.budgets import budgets_evaluate as evaluate
+    from billing.budgeting.budgets import budgets_evaluate as evaluate
 
     result = evaluate()
     return {
@@ -82,8 +82,8 @@ def budget_alert_notify(alert_id: int) -> int:
     Claimed with a conditional UPDATE, so a redelivered task sends nothing twice; a
     failed send releases the claim and is retried.
     """
+    from billing.budgeting.notifications import alert_mail, alert_recipients
     from billing.models import BudgetAlert
-    from billing.notifications import alert_mail, alert_recipients
 
     claimed = BudgetAlert.objects.filter(pk=alert_id, emailed_at__isnull=True).update(
         emailed_at=timezone.now()
@@ -114,8 +114,8 @@ def budget_suspension_notify(
     evaluation that suspended the work."""
     from decimal import Decimal
 
+    from billing.budgeting.notifications import suspension_mail, suspension_recipients
     from billing.models import Budget
-    from billing.notifications import suspension_mail, suspension_recipients
     from scheduler_bridge.workloads.models import Workload
 
     budget = Budget.objects.select_related("tenant").filter(pk=budget_id).first()
@@ -138,7 +138,7 @@ def budget_suspension_notify(
 @background_task()
 def periods_roll() -> list[str]:
     """Open this month's period, resume closes whose worker died, auto-close if set."""
-    from billing.periods import periods_roll as roll
+    from billing.statements.periods import periods_roll as roll
 
     return roll()
 
@@ -146,7 +146,7 @@ def periods_roll() -> list[str]:
 @background_task()
 def periods_resume_closes() -> list[str]:
     """Finish every close whose closer died, once its lease expired (every minute)."""
-    from billing.periods import periods_resume_closes as resume
+    from billing.statements.periods import periods_resume_closes as resume
 
     return resume()
 
@@ -159,7 +159,7 @@ def period_close(period_id: int, actor_id: int | None = None) -> str:
 
     from billing.errors import PeriodBusy, PeriodClosed
     from billing.models import BillingPeriod
-    from billing.periods import period_close as close
+    from billing.statements.periods import period_close as close
 
     period = BillingPeriod.objects.filter(pk=period_id).first()
     if period is None:

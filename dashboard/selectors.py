@@ -20,9 +20,9 @@ from django.db.models.functions import TruncDay, TruncHour
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 
-from billing.ledger_cache import ledger_cached as billing_ledger_cached
-from billing.ledger_cache import ledger_mark
 from billing.models import UsageRecord
+from billing.usage.ledger_cache import ledger_cached as billing_ledger_cached
+from billing.usage.ledger_cache import ledger_mark
 from dashboard.holdings import Holding, Share, TenantNode, holdings
 from scheduler_bridge.inventory.models import Flavour
 from scheduler_bridge.quotas.models import Quota

@@ -81,12 +81,12 @@ def test_no_tracked_file_reads_or_cites_a_path_outside_the_repository() -> None:
         ("scheduler_bridge/replay/x.py", 'TRACES = "' + ".." + '/shared/traces"'),
         ("benchmarks/replay.py", 'TRACES = ROOT.parent / "' + 'shared" / "traces"'),
         ("tests/replay/test_replay.py", 'TRACE = Path(__file__).parents[3] / "' + 'shared"'),
-        ("billing/pricing.py", "# see " + "REFERENCE" + ".md section 6"),
+        ("billing/charging/pricing.py", "# see " + "REFERENCE" + ".md section 6"),
         ("billing/apps.py", "# see " + "DESIGN" + ".md"),
         ("scheduler_bridge/inventory/catalogue.py", "see /" + "work/shared/tables"),
         ("config/settings/base.py", 'KUBECONFIG = "/' + 'home/alice/.kube/config"'),
         ("config/settings/base.py", 'KUBECONFIG = "/' + 'root/.kube/config"'),
-        ("billing/exports.py", 'OUT = "/' + 'tmp/statements"'),
+        ("billing/statements/exports.py", 'OUT = "/' + 'tmp/statements"'),
     ],
 )
 def test_the_guard_catches_each_kind_of_outside_path(path: str, line: str) -> None:
@@ -96,7 +96,7 @@ def test_the_guard_catches_each_kind_of_outside_path(path: str, line: str) -> No
 @pytest.mark.parametrize(
     "path, line",
     [
-        ("billing/pricing.py", "# MIG pricing: docs/chargeback.md#mig-pricing"),
+        ("billing/charging/pricing.py", "# MIG pricing: docs/chargeback.md#mig-pricing"),
         ("scheduler_bridge/replay/trace.py", 'SHIPPED = Path(__file__).parents[2] / "data"'),
         ("docker-compose.yml", 'command: ["celery", "beat", "--schedule", "/' + 'tmp/beat"]'),
         ("tests/gateways/test_simulated.py", 'gateway_for("simulated", kubeconfig="/' + 'tmp/x")'),

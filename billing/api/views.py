@@ -24,18 +24,10 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from billing import (
-    allocation,
-    exchange_rates,
-    exports,
-    invoices,
-    periods,
-    rates,
-    reports,
-    selectors,
-)
-from billing import budgets as budget_services
+from billing import selectors
 from billing.api import serializers as s
+from billing.budgeting import budgets as budget_services
+from billing.charging import exchange_rates, rates
 from billing.errors import PeriodNotFound, StatementFrozen
 from billing.models import (
     Adjustment,
@@ -51,6 +43,8 @@ from billing.models import (
 )
 from billing.months import parse_month
 from billing.permissions import can_read_any_billing, can_read_platform_rates
+from billing.reporting import allocation, reports
+from billing.statements import exports, invoices, periods
 from tenants.api.filters import UtcIsoDateTimeFilter, in_utc
 from tenants.api.serializers import NoInput, QueuedSerializer
 from tenants.errors import ValidationFailed

@@ -1,9 +1,9 @@
 """Statistics on how many (tenant, flavour, priority class, UTC day) the ledger holds.
 
-Pricing sums the ledger per UTC day first (billing.usage_sums); without these the planner
+Pricing sums the ledger per UTC day first (billing.usage.usage_sums); without these the planner
 takes every hour for a distinct day and sorts millions of rows on disk instead of hashing
 them into a few thousand sums. PostgreSQL only: the expression must read exactly as
-billing.usage_sums.UtcDay writes it.
+billing.usage.usage_sums.UtcDay writes it.
 """
 
 from typing import Any

@@ -38,7 +38,7 @@ class UsageRecord(WriteOnceModel):
     # The ledger's foreign keys are not database constraints: PostgreSQL checks each one
     # per inserted row at commit, which would halve ingest speed. Django still refuses to
     # delete a tenant, cluster, flavour or period that ledger rows name (PROTECT), and the
-    # only writer (billing.ledger) takes the ids from rows it just read.
+    # only writer (billing.usage.ledger) takes the ids from rows it just read.
     tenant = models.ForeignKey(
         Tenant, on_delete=models.PROTECT, related_name="+", db_index=False, db_constraint=False
     )

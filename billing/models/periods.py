@@ -235,7 +235,7 @@ class PricingSnapshotQuerySet(WriteOnceQuerySet["PricingSnapshot"]):
 
 
 class PricingSnapshot(WriteOnceModel):
-    """The effective-dated settings a close priced a period with (billing.history), frozen:
+    """The effective-dated settings a close priced a period with (billing.charging.history), frozen:
     closing the period again after a re-open prices with this copy, not with today's
     settings."""
 

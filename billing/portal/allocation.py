@@ -13,11 +13,12 @@ from django.utils.http import urlencode
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from billing import allocation, charts, selectors
-from billing.allocation_core import IDLE, NO_VALUE, UNALLOCATED, ZERO, IdlePolicy
+from billing import selectors
 from billing.months import month_name
 from billing.permissions import can_manage_platform_billing
 from billing.portal.common import require_billing_reader, subtree_from_query
+from billing.reporting import allocation, charts
+from billing.reporting.allocation_core import IDLE, NO_VALUE, UNALLOCATED, ZERO, IdlePolicy
 from tenants.errors import ValidationFailed
 
 CHART_GROUPS = 25

@@ -18,20 +18,21 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from billing import charts, reports, selectors
-from billing.budgets import (
+from billing import selectors
+from billing.budgeting.budgets import (
     BurnRate,
     budget_create,
     budget_update,
     budget_window,
     status_burn_rate,
 )
-from billing.charges import PricingContext
+from billing.budgeting.spend import daily_spend, days_between
+from billing.charging.charges import PricingContext
 from billing.conf import billing_setting
 from billing.models import Budget, BudgetAlert, BudgetStatus
 from billing.permissions import can_write_billing
 from billing.portal.common import require_billing_reader
-from billing.spend import daily_spend, days_between
+from billing.reporting import charts, reports
 from tenants import access
 from tenants.errors import TidegateError
 from tenants.models import Tenant

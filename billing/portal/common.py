@@ -9,10 +9,11 @@ from django.http import Http404, HttpRequest
 from django.shortcuts import get_object_or_404
 from django.utils.translation import gettext, gettext_lazy
 
-from billing import periods, selectors
+from billing import selectors
+from billing.charging.pricing import IDLE_TENANT, kind_facts
 from billing.models import BillingPeriod
 from billing.permissions import can_manage_platform_billing, can_read_any_billing
-from billing.pricing import IDLE_TENANT, kind_facts
+from billing.statements import periods
 from tenants import access
 from tenants.models import Role, Tenant
 

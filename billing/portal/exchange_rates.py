@@ -1,5 +1,5 @@
 """The exchange rates page: the rates per month and currency pair, and recording one
-through billing.exchange_rates (validated and audited in one transaction). Finance and
+through billing.charging.exchange_rates (validated and audited in one transaction). Finance and
 platform billing managers read it; platform billing writes; everyone else gets 404."""
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from billing import exchange_rates, selectors
+from billing import selectors
+from billing.charging import exchange_rates
 from billing.models import BillingPolicy, ExchangeRate
 from billing.months import month_name
 from billing.permissions import can_manage_platform_billing, can_read_platform_rates

@@ -14,11 +14,13 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.utils.translation import gettext_lazy
 
-from billing import pricing, reports, selectors
-from billing.charges import PricingContext, price_period
+from billing import selectors
+from billing.charging import pricing
+from billing.charging.charges import PricingContext, price_period
 from billing.models import BillingPolicy
 from billing.permissions import can_manage_platform_billing
 from billing.portal.common import can_read_rate_cards, period_from_query
+from billing.reporting import reports
 from tenants.models import Tenant
 
 ZERO = Decimal("0.00")

@@ -16,7 +16,8 @@ from django.utils import timezone
 from django.utils.http import urlencode
 from django.utils.translation import gettext as _
 
-from billing import charts, reports, selectors
+from billing import selectors
+from billing.charging.pricing import IDLE_TENANT
 from billing.models import BillingPeriod, BillingPolicy
 from billing.portal.common import (
     IDLE_COST_CENTRE,
@@ -25,7 +26,7 @@ from billing.portal.common import (
     subtree_from_query,
 )
 from billing.portal.periods import close_preview, may_close
-from billing.pricing import IDLE_TENANT
+from billing.reporting import charts, reports
 
 TREND_PERIODS = 12
 

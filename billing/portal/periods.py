@@ -18,12 +18,14 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from billing import exports, periods, reports, selectors
+from billing import selectors
+from billing.charging.pricing import IDLE_TENANT
 from billing.errors import PeriodBusy, PeriodClosed
 from billing.models import BillingPeriod
 from billing.permissions import can_manage_platform_billing
 from billing.portal.common import period_or_404, require_billing_reader, subtree_from_query
-from billing.pricing import IDLE_TENANT
+from billing.reporting import reports
+from billing.statements import exports, periods
 from scheduler_bridge.templatetags.tidegate import money
 from tenants.errors import PermissionDenied, TidegateError
 from tenants.models import Tenant
@@ -54,7 +56,7 @@ def close_preview(
 ) -> ClosePreview:
     """Statements (one per active tenant or tenant with charges, plus the idle capacity
     statement when the policy shows it as a line), lines and total the close will freeze,
-    priced as of now like the close itself (billing.periods). ``report``: the caller's
+    priced as of now like the close itself (billing.statements.periods). ``report``: the caller's
     whole-platform report of ``period``, when it has one already."""
     report = report or reports.period_report(user, period)
     charged = {row.tenant_id for row in report.rows if row.tenant_id is not None}

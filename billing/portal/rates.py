@@ -1,5 +1,5 @@
 """The rate cards page: current, future and past cards, and creating or changing one
-through billing.rates (validated and audited in one transaction). Finance and platform
+through billing.charging.rates (validated and audited in one transaction). Finance and platform
 billing managers only; everyone else gets 404."""
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from billing import rates, selectors
+from billing import selectors
+from billing.charging import rates
 from billing.errors import CurrencyMismatch, RateCardOverlap
 from billing.models import RateCard
 from billing.permissions import can_manage_platform_billing

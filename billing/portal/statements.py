@@ -13,7 +13,8 @@ from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.utils.translation import gettext_lazy
 
-from billing import exports, invoices, reports, selectors
+from billing import selectors
+from billing.charging.pricing import IDLE_TENANT
 from billing.models import Statement, StatementLine
 from billing.permissions import can_manage_platform_billing
 from billing.portal.common import (
@@ -22,7 +23,8 @@ from billing.portal.common import (
     period_or_404,
     require_billing_reader,
 )
-from billing.pricing import IDLE_TENANT
+from billing.reporting import reports
+from billing.statements import exports, invoices
 from scheduler_bridge.workloads.models import Workload
 from tenants.models import Tenant
 

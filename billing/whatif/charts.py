@@ -6,7 +6,7 @@ from typing import Any
 
 from django.utils.translation import gettext as _
 
-from billing.charts import CATEGORY_AXIS, LAYOUT, VALUE_AXIS, _dict_html
+from billing.reporting.charts import CATEGORY_AXIS, LAYOUT, VALUE_AXIS, _dict_html
 from billing.whatif.records import SavingsResult
 from scheduler_bridge.replay.policies import ReplayFigures
 

@@ -20,8 +20,8 @@ from datetime import datetime
 from decimal import Decimal
 from fractions import Fraction
 
-from billing import pricing
-from billing.money import round_half_even
+from billing.charging import pricing
+from billing.charging.money import round_half_even
 from billing.whatif.records import PricedProduct, Proposal, QuotaEntry, SearchPoint
 from scheduler_bridge.replay.cluster import QuotaPlan, ReplayCluster, split
 from scheduler_bridge.replay.policies import (

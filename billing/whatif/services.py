@@ -19,7 +19,7 @@ from django.db.models import F, QuerySet
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from billing import charges
+from billing.charging import charges
 from billing.models import WhatIfRun
 from billing.whatif import runs
 from billing.whatif.records import (

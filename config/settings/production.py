@@ -19,7 +19,7 @@ CSRF_COOKIE_SECURE = True
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 
-# Cached reads of the ledger (billing.ledger_cache) are shared by every web process when
+# Cached reads of the ledger (billing.usage.ledger_cache) are shared by every web process when
 # CACHE_URL names a Redis database (e.g. redis://redis:6379/2); without it each process
 # keeps its own copy in memory.
 if env("CACHE_URL", default=""):

@@ -131,7 +131,7 @@ class AdmissionEngine:
     ) -> dict[str, dict[str, int]]:
         """GPUs each workload running after ``result`` borrows, per flavour name (flavours
         it does not borrow are left out). What a tenant holds above its guarantee is the
-        work a reclaim would take back first (billing.borrowing, the same order): work
+        work a reclaim would take back first (billing.usage.borrowing, the same order): work
         that cannot be preempted sits inside the guarantee, then higher priority before
         lower, older before newer; when older work ends or is preempted, newer work
         moves inside the guarantee. Admission records only what was borrowed at

@@ -21,8 +21,8 @@ def main(name: str) -> None:
     django.setup()
     from django.conf import settings
 
-    from billing import periods
     from billing.models import BillingPeriod
+    from billing.statements import periods
 
     settings.TIDEGATE_BILLING = {"CLOSE_CHUNK": 2, "CLOSE_LEASE_SECONDS": 1}
     write_chunk = periods._insert_statements

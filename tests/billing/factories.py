@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from billing.ledger import LedgerRow, ledger_append
+from billing.usage.ledger import LedgerRow, ledger_append
 from scheduler_bridge.inventory.models import Flavour
 from tenants.models import Tenant
 

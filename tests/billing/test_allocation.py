@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from billing import allocation
-from billing.charges import price_period
+from billing.charging.charges import price_period
 from billing.models import BillingPeriod, BillingPolicy, Statement, StatementLine
-from billing.periods import period_close
+from billing.reporting import allocation
+from billing.statements.periods import period_close
 from scheduler_bridge.workloads.models import Workload
 from tests.billing.conftest import FEB, MAR, GpuCluster
 from tests.billing.factories import record_usage

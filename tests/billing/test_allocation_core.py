@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from billing.allocation_core import (
+from billing.reporting.allocation_core import (
     IDLE,
     UNALLOCATED,
     AllocationInput,

@@ -18,7 +18,7 @@ from billing.models import (
     TenantBillingSettings,
     UsageRecord,
 )
-from billing.periods import adjustment_create, period_close
+from billing.statements.periods import adjustment_create, period_close
 from tenants.models import Role
 from tests.billing.conftest import FEB, MAR, GpuCluster
 from tests.billing.factories import record_usage

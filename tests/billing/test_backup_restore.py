@@ -15,7 +15,7 @@ import pytest
 from django.db import connection
 
 from billing.models import Statement, UsageRecord
-from billing.periods import period_close
+from billing.statements.periods import period_close
 from tests.billing.conftest import GpuCluster
 from tests.billing.test_periods import february
 from tests.conftest import Cast

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from billing.borrowing import FIRST_TAKEN_BACK, OUTSIDE_THE_QUEUE, Held, borrowed_seconds
+from billing.usage.borrowing import FIRST_TAKEN_BACK, OUTSIDE_THE_QUEUE, Held, borrowed_seconds
 
 H10 = datetime(2026, 11, 1, 10, tzinfo=UTC)
 H11 = H10 + timedelta(hours=1)

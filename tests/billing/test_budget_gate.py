@@ -12,8 +12,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from billing.budgets import budget_create
-from billing.gate import budget_gate_for_cluster
+from billing.budgeting.budgets import budget_create
+from billing.budgeting.gate import budget_gate_for_cluster
 from billing.models import Budget, BudgetStatus
 from scheduler_bridge.admission import model as m
 from scheduler_bridge.workloads.models import PriorityClass, Workload

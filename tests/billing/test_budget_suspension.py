@@ -13,7 +13,7 @@ import pytest
 from django.core import mail
 from django.db import connection
 
-from billing.budgets import budget_create, budgets_evaluate
+from billing.budgeting.budgets import budget_create, budgets_evaluate
 from billing.models import Budget
 from scheduler_bridge.workloads.models import Workload
 from tenants.models import AuditEvent, UserPreference

@@ -12,8 +12,8 @@ import pytest
 from django.core import mail
 from django.db import connection
 
-from billing.budgets import budget_create, budgets_evaluate
-from billing.gate import budget_gate_for_cluster
+from billing.budgeting.budgets import budget_create, budgets_evaluate
+from billing.budgeting.gate import budget_gate_for_cluster
 from billing.models import Budget, BudgetAlert, BudgetStatus
 from scheduler_bridge.admission import model as m
 from scheduler_bridge.admission.engine import run_cycle
@@ -283,8 +283,8 @@ def test_a_soft_budget_only_warns_and_a_parents_hard_budget_binds_its_teams(
 def test_the_admission_engine_shows_the_budget_reason(cast: Cast, gpu: GpuCluster) -> None:
     from django.utils import timezone
 
-    from billing.metering import floor_hour
     from billing.months import month_name, month_start
+    from billing.usage.metering import floor_hour
 
     now = timezone.now()
     budget_create(

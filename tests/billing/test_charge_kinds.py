@@ -1,4 +1,4 @@
-"""Every charge kind has its facts in one table (billing.pricing.KIND_FACTS), and every
+"""Every charge kind has its facts in one table (billing.charging.pricing.KIND_FACTS), and every
 place that shows or sums lines reads them from there."""
 
 from __future__ import annotations
@@ -6,8 +6,10 @@ from __future__ import annotations
 import pytest
 from django.utils import translation
 
-from billing import allocation_core, exports, pricing
+from billing.charging import pricing
 from billing.portal.common import line_kind
+from billing.reporting import allocation_core
+from billing.statements import exports
 
 
 def test_every_kind_has_its_facts() -> None:

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from billing.close_lease import lease_renew
 from billing.errors import PeriodBusy
 from billing.models import BillingPeriod, Statement
-from billing.periods import period_close, periods_resume_closes
+from billing.statements.close_lease import lease_renew
+from billing.statements.periods import period_close, periods_resume_closes
 from tests.billing.conftest import GpuCluster
 from tests.billing.test_periods import february
 from tests.conftest import Cast, client_for

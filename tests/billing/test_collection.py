@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from billing.collection import usage_collect
 from billing.models import CollectorWatermark, UsageRecord
-from billing.prometheus import (
+from billing.usage.collection import usage_collect
+from billing.usage.prometheus import (
     PrometheusClient,
     PrometheusTooMuchData,
     PrometheusUnavailable,
@@ -310,7 +310,7 @@ def test_a_pod_collected_while_gone_is_metered_from_its_admitted_workload(
     usage_collect(cluster=gpu.cluster, gateway=FakeGateway([]), now=NOW)
     rows = list(UsageRecord.objects.order_by("interval_start"))
     # admitted borrowing 1, but alone in its hours the job is inside vision's guarantee
-    # of 4 H100s: nothing borrowed (billing.borrowing)
+    # of 4 H100s: nothing borrowed (billing.usage.borrowing)
     assert [(r.interval_start, r.gpu_seconds_allocated, r.gpu_seconds_borrowed) for r in rows] == [
         (H10, 4 * 3600, 0),
         (H11, 4 * 2700, 0),

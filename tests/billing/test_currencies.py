@@ -18,7 +18,7 @@ from billing.models import (
     StatementLine,
     TenantBillingSettings,
 )
-from billing.periods import period_close, period_reopen
+from billing.statements.periods import period_close, period_reopen
 from tests.billing.conftest import FEB, MAR, GpuCluster
 from tests.billing.factories import record_usage
 from tests.conftest import Cast, client_for
@@ -303,7 +303,7 @@ def test_a_tenant_sets_its_billing_currency_through_the_api(cast: Cast) -> None:
 
 
 def test_a_cny_budget_counts_usd_spend_at_the_months_rate(cast: Cast, gpu: GpuCluster) -> None:
-    from billing.budgets import budget_create, budgets_evaluate
+    from billing.budgeting.budgets import budget_create, budgets_evaluate
     from billing.models import BudgetStatus
 
     now = MAR + timedelta(days=10)
@@ -342,8 +342,8 @@ def test_the_close_confirmation_states_each_currency_apart(cast: Cast, gpu: GpuC
 def test_a_hard_cny_budget_weighs_a_workload_at_the_months_rate(
     cast: Cast, gpu: GpuCluster
 ) -> None:
-    from billing.budgets import budget_create
-    from billing.gate import budget_gate_for_cluster
+    from billing.budgeting.budgets import budget_create
+    from billing.budgeting.gate import budget_gate_for_cluster
     from billing.models import BudgetStatus
     from scheduler_bridge.admission import model as m
     from tests.factories import WorkloadFactory

@@ -8,8 +8,8 @@ from decimal import Decimal
 
 import pytest
 
-from billing import pricing
-from billing.pricing import IdleMode, Kind
+from billing.charging import pricing
+from billing.charging.pricing import IdleMode, Kind
 from tests.billing.test_pricing import CARD, FEB, H100, MAR, price, usage
 
 CNY = pricing.Attribution(path="/1/", currency="CNY")

@@ -10,9 +10,9 @@ from decimal import Decimal
 
 import pytest
 
-from billing.collection import usage_collect
 from billing.models import BillingPeriod, CollectorWatermark, Statement, UsageRecord
-from billing.periods import period_close
+from billing.statements.periods import period_close
+from billing.usage.collection import usage_collect
 from scheduler_bridge.gateways.base import PodInfo
 from scheduler_bridge.gateways.parsing import pod_info
 from scheduler_bridge.workloads import lifecycle

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from openpyxl import load_workbook
 
-from billing.exports import COLUMN_LABELS, safe_text
 from billing.models import BillingPeriod, RateCard
-from billing.periods import period_close
+from billing.statements.exports import COLUMN_LABELS, safe_text
+from billing.statements.periods import period_close
 from tenants.history import record_setting, tenant_place
 from tests.billing.conftest import FEB, MAR, GpuCluster
 from tests.billing.factories import record_usage
@@ -200,7 +200,7 @@ def test_a_new_currency_must_start_on_the_first_of_a_month(cast: Cast, gpu: GpuC
 def test_a_card_touches_every_calendar_month_it_is_valid_in() -> None:
     from datetime import date
 
-    from billing.rates import _month_span
+    from billing.charging.rates import _month_span
 
     assert _month_span(date(2027, 3, 15), date(2027, 4, 1)) == (date(2027, 3, 1), date(2027, 4, 1))
     assert _month_span(date(2027, 3, 1), date(2027, 4, 2)) == (date(2027, 3, 1), date(2027, 5, 1))

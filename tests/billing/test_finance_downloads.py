@@ -15,9 +15,9 @@ import zlib
 import pytest
 from openpyxl import load_workbook
 
-from billing.exports import CSV_COLUMNS
 from billing.models import BillingPeriod
-from billing.periods import period_close
+from billing.statements.exports import CSV_COLUMNS
+from billing.statements.periods import period_close
 from tests.billing.conftest import FEB, GpuCluster
 from tests.billing.factories import record_usage
 from tests.conftest import ROLE_NAMES, Cast

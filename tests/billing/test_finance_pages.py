@@ -12,10 +12,10 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from billing.budgets import budgets_evaluate
-from billing.metering import floor_hour
+from billing.budgeting.budgets import budgets_evaluate
 from billing.models import BillingPeriod, Budget, Statement, StatementLine
-from billing.periods import period_close
+from billing.statements.periods import period_close
+from billing.usage.metering import floor_hour
 from scheduler_bridge.templatetags.tidegate import money
 from scheduler_bridge.workloads.models import Workload
 from tenants.history import record_setting, tenant_place

@@ -8,7 +8,7 @@ from decimal import Decimal
 import pytest
 
 from billing.models import BillingPeriod, RateCard, Statement
-from billing.periods import period_close
+from billing.statements.periods import period_close
 from tests.billing.conftest import FEB, GpuCluster
 from tests.billing.factories import record_usage
 from tests.conftest import Cast

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from billing.history import resolve_period_settings
+from billing.charging.history import resolve_period_settings
 from billing.models import TenantBillingSettings
 from scheduler_bridge.history import quota_key
 from scheduler_bridge.inventory.models import Flavour

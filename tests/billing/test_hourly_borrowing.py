@@ -13,7 +13,7 @@ from django.core.management.base import CommandError
 
 from billing.models import BillingPeriod, Statement, UsageRecord
 from billing.months import add_months
-from billing.periods import period_close, period_reopen
+from billing.statements.periods import period_close, period_reopen
 from tests.billing.conftest import FEB, GpuCluster
 from tests.billing.factories import record_usage
 from tests.conftest import Cast

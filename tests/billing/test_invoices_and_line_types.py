@@ -19,10 +19,10 @@ import pytest
 from django.utils import translation
 from openpyxl import load_workbook
 
-from billing.exports import COLUMN_LABELS, CSV_COLUMNS, LINE_TYPES, line_type, sheet_name
+from billing.charging.pricing import Kind
 from billing.models import Adjustment, BillingPeriod, Statement, TenantBillingSettings
-from billing.periods import period_close
-from billing.pricing import Kind
+from billing.statements.exports import COLUMN_LABELS, CSV_COLUMNS, LINE_TYPES, line_type, sheet_name
+from billing.statements.periods import period_close
 from tests.billing.conftest import FEB, MAR, GpuCluster
 from tests.billing.factories import record_usage
 from tests.conftest import Cast, client_for

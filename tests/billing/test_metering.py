@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-from billing import metering
-from billing.metering import BusyReadings, FlavourMap, FlavourRef, NodeRef, WorkloadRef
-from billing.prometheus import HourlyBusy, Reading
+from billing.usage import metering
+from billing.usage.metering import BusyReadings, FlavourMap, FlavourRef, NodeRef, WorkloadRef
+from billing.usage.prometheus import HourlyBusy, Reading
 from scheduler_bridge.gateways.base import PodInfo
 
 T0 = datetime(2026, 3, 10, 10, tzinfo=UTC)
@@ -80,7 +80,7 @@ def test_pods_inherit_their_workloads_class_and_run() -> None:
     )
     (allocation,) = result.allocations
     # what of it was borrowed is decided per hour with the tenant's other rows
-    # (billing.borrowing), not from the run
+    # (billing.usage.borrowing), not from the run
     assert (allocation.workload_id, allocation.priority_class) == (7, "spot")
     assert allocation.run_key == workload.run_key
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from django.db import connection
 
+from billing.charging.history import billing_value
 from billing.errors import PeriodBusy, PeriodClosed, StatementFrozen
-from billing.history import billing_value
 from billing.models import (
     Adjustment,
     BillingPeriod,
@@ -22,7 +22,7 @@ from billing.models import (
     TenantBillingSettings,
     UsageRecord,
 )
-from billing.periods import period_close, period_reopen
+from billing.statements.periods import period_close, period_reopen
 from tenants.errors import PermissionDenied
 from tenants.history import record_setting
 from tenants.models import AuditEvent
@@ -123,7 +123,7 @@ def test_closing_twice_is_a_409_and_writes_nothing(cast: Cast, gpu: GpuCluster) 
 
 
 def test_a_period_that_has_not_ended_cannot_close(cast: Cast, gpu: GpuCluster) -> None:
-    from billing.periods import period_current
+    from billing.statements.periods import period_current
 
     period = period_current()
     response = client_for(cast.platform_admin).post(f"/api/v1/billing/periods/{period.name}/close/")
@@ -274,7 +274,7 @@ def test_a_crashed_close_resumes_without_duplicates(
 ) -> None:
     settings.TIDEGATE_BILLING = {"CLOSE_CHUNK": 2}
     period = february(cast, gpu)
-    from billing import periods as module
+    from billing.statements import periods as module
 
     real = module._insert_statements
     calls = {"n": 0}

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from billing.budgets import budgets_evaluate
-from billing.metering import floor_hour
+from billing.budgeting.budgets import budgets_evaluate
 from billing.models import BillingPeriod, Budget, BudgetAlert, Statement
-from billing.periods import period_close
+from billing.statements.periods import period_close
+from billing.usage.metering import floor_hour
 from tests.billing.conftest import FEB, GpuCluster
 from tests.billing.factories import record_usage
 from tests.conftest import ROLE_NAMES, Cast
@@ -205,7 +205,7 @@ def test_the_burn_shown_is_the_rate_the_forecast_uses_and_says_how_it_is_compute
 def test_the_burn_rate_is_the_larger_of_recent_spend_and_running_work(
     recent: str, running: str, shown: str, basis: str
 ) -> None:
-    from billing.budgets import burn_rate
+    from billing.budgeting.budgets import burn_rate
 
     rate = burn_rate(
         recent_per_hour=Decimal(recent), running_per_hour=Decimal(running), window_hours=72

@@ -15,8 +15,8 @@ from django.core.cache import cache
 from django.test import Client
 from django.utils import timezone
 
-from billing.metering import floor_hour
 from billing.models import Budget, RateCard
+from billing.usage.metering import floor_hour
 from tests.billing.conftest import GpuCluster
 from tests.billing.factories import record_usage
 from tests.conftest import Cast
@@ -105,7 +105,7 @@ def test_the_statement_page_reads_a_constant_number_of_queries_whatever_the_usag
     from django.test.utils import CaptureQueriesContext
 
     from billing.models import BillingPeriod, Statement
-    from billing.periods import period_close
+    from billing.statements.periods import period_close
     from tests.billing.conftest import FEB
 
     record_usage(cast.team_b, gpu.h100, FEB, hours=2, pod="small")
@@ -126,7 +126,7 @@ def test_the_statement_page_reads_a_constant_number_of_queries_whatever_the_usag
 
 
 def test_spend_per_day_prices_again_only_the_day_that_grew(cast: Cast, gpu: GpuCluster) -> None:
-    from billing.spend import daily_spend
+    from billing.budgeting.spend import daily_spend
     from tests.billing.conftest import FEB
 
     groups = {"vision": {cast.team_a.pk}, "research": {cast.team_a.pk, cast.team_b.pk}}

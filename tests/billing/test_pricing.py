@@ -12,8 +12,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from billing import pricing
-from billing.pricing import IdleMode, Kind
+from billing.charging import pricing
+from billing.charging.pricing import IdleMode, Kind
 
 FEB = datetime(2026, 2, 1, tzinfo=UTC)
 MAR = datetime(2026, 3, 1, tzinfo=UTC)

@@ -15,8 +15,7 @@ from fractions import Fraction
 
 import pytest
 
-from billing.history import billing_value
-from billing.ledger import LedgerRow, ledger_append
+from billing.charging.history import billing_value
 from billing.models import (
     BillingPeriod,
     BillingPolicy,
@@ -25,8 +24,9 @@ from billing.models import (
     StatementLine,
     TenantBillingSettings,
 )
-from billing.periods import period_close, period_reopen
-from billing.reports import period_report
+from billing.reporting.reports import period_report
+from billing.statements.periods import period_close, period_reopen
+from billing.usage.ledger import LedgerRow, ledger_append
 from scheduler_bridge.history import quota_key
 from scheduler_bridge.quotas.models import Quota
 from tenants.history import record_setting, tenant_place

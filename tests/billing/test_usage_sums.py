@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from billing.models import UsageRecord
-from billing.usage_sums import SumRow, summed_per_row, summed_usage
+from billing.usage.usage_sums import SumRow, summed_per_row, summed_usage
 from tests.billing.conftest import FEB, MAR, GpuCluster
 from tests.billing.factories import record_usage
 from tests.conftest import Cast

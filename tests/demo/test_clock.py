@@ -14,8 +14,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.utils import timezone
 
-from billing.capacity_check import hours_over_capacity
 from billing.models import UsageRecord
+from billing.usage.capacity_check import hours_over_capacity
 from scheduler_bridge.demo_clock import (
     METER_SLICE_S,
     DemoClock,

@@ -10,9 +10,9 @@ from fractions import Fraction
 import pytest
 from django.utils import timezone
 
-from billing.metering import floor_hour
 from billing.models import BillingPeriod, StatementLine, UsageRecord
 from billing.months import add_months, month_start
+from billing.usage.metering import floor_hour
 from scheduler_bridge.demo_clock import history_replay
 from scheduler_bridge.gateways import simulated
 from scheduler_bridge.inventory.models import Cluster, Flavour
@@ -42,7 +42,7 @@ def test_the_closed_months_idle_hours_are_capacity_less_what_the_replay_held() -
         idle[line.flavour_name] += line.gpu_hours
     checked = 0
     for flavour in Flavour.objects.filter(cluster=cluster, capacity__gt=0):
-        # GPU-hours count a MIG slice as its compute slices out of 7 (billing/pricing.py)
+        # GPU-hours count a MIG slice as its compute slices out of 7 (billing/charging/pricing.py)
         slices = flavour.mig_profile.split("g.")[0]
         fraction = Fraction(int(slices), 7) if slices else Fraction(flavour.gpu_equivalent)
         unheld = flavour.capacity * month_s - held_devices.get(flavour.name, 0)

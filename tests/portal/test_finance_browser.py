@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from billing.exports import CSV_COLUMNS
-from billing.ledger import period_create
 from billing.models import BillingPeriod, RateCard, Statement
 from billing.months import add_months, month_name, month_start
+from billing.statements.exports import CSV_COLUMNS
+from billing.usage.ledger import period_create
 from tenants.demo import DEMO_PASSWORD, seed_demo
 from tests.portal.browser import browser, log_in
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from django.utils import timezone, translation
 
-from billing.collection import usage_collect
 from billing.models import UsageRecord
+from billing.usage.collection import usage_collect
 from scheduler_bridge.dra.demand import (
     Inventory,
     device_class_counts,

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from billing.collection import usage_collect
 from billing.models import UsageRecord
+from billing.usage.collection import usage_collect
 from scheduler_bridge.workloads.cycle import admission_cycle
 from scheduler_bridge.workloads.jobs import jobs_sync
 from scheduler_bridge.workloads.models import Workload

@@ -36,7 +36,7 @@ def test_a_hard_budget_refusal_reads_in_chinese() -> None:
 
     from django.utils import translation
 
-    from billing.gate import HardBudget
+    from billing.budgeting.gate import HardBudget
     from scheduler_bridge.admission import reasons
     from scheduler_bridge.templatetags.tidegate import say
 

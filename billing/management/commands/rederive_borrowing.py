@@ -1,4 +1,4 @@
-"""Re-derive the ledger's borrowed GPU-seconds by the hourly rule (billing.borrowing).
+"""Re-derive the ledger's borrowed GPU-seconds by the hourly rule (billing.usage.borrowing).
 
 Run once after upgrading from a release that fixed a workload's borrowed share at its
 admission: every hour of the ledger (or of the months named) gets the borrowed seconds
@@ -14,15 +14,15 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from rich.progress import track
 
-from billing.hourly_borrowing import rederive_borrowed
 from billing.models import UsageRecord
 from billing.months import add_months, month_name, month_start
+from billing.usage.hourly_borrowing import rederive_borrowed
 
 MONTH = re.compile(r"^\d{4}-(0[1-9]|1[0-2])$")
 
 
 class Command(BaseCommand):
-    help = "Re-derive the ledger's borrowed GPU-seconds hour by hour (billing.borrowing)."
+    help = "Re-derive the ledger's borrowed GPU-seconds hour by hour (billing.usage.borrowing)."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(

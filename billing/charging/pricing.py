@@ -43,7 +43,7 @@ from enum import StrEnum
 from fractions import Fraction
 from typing import Any
 
-from billing.money import round_half_even, split_exactly
+from billing.charging.money import round_half_even, split_exactly
 from i18n.wording import gettext_noop
 from scheduler_bridge.admission.devices import MILLI as SHARE_MILLI
 

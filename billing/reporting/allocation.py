@@ -1,9 +1,9 @@
 """Cost allocation glue: read a window's charge lines and the ledger behind them, and hand
-both to the pure :mod:`billing.allocation_core`, which spreads the money over any grouping
+both to the pure :mod:`billing.reporting.allocation_core`, which spreads the money over any grouping
 (tenant, namespace, workload, label:<key>, annotation:<key>, flavour, line type).
 
 A closed period reads its frozen statement lines; an open period, or any [start, end), is
-priced on the fly by :mod:`billing.pricing` with idle capacity as a line (the view shares
+priced on the fly by :mod:`billing.charging.pricing` with idle capacity as a line (the view shares
 it out by its own policy). Rows are the caller's tenants only; idle capacity is shown only
 to those who manage platform billing.
 """
@@ -23,15 +23,15 @@ from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 from django.utils.translation import gettext_lazy as _
 
-from billing import allocation_core as core
-from billing import pricing
-from billing.charges import PricingContext, grouped_usage
-from billing.exports import safe_text
-from billing.history import PeriodSettings, period_settings, resolve_period_settings
+from billing.charging import pricing
+from billing.charging.charges import PricingContext, grouped_usage
+from billing.charging.history import PeriodSettings, period_settings, resolve_period_settings
 from billing.models import Adjustment, BillingPeriod, StatementLine, UsageRecord
 from billing.months import add_months, month_name, parse_month
 from billing.permissions import can_manage_platform_billing
-from billing.reports import visible_tenant_ids
+from billing.reporting import allocation_core as core
+from billing.reporting.reports import visible_tenant_ids
+from billing.statements.exports import safe_text
 from scheduler_bridge.workloads.models import Workload
 from tenants.errors import ValidationFailed
 from tenants.models import Tenant
@@ -280,7 +280,7 @@ def _inputs(
     """(charge lines, usage pieces, currency, provisional, guarantee weights) of ``window``;
     ``only``: read just these tenants (when idle capacity is not shown, nobody else's usage
     matters). Quotas, the tree and billing settings are those in force during the window
-    (billing.history); guarantee weights are the guarantee-hours each tenant held in it."""
+    (billing.charging.history); guarantee weights are the guarantee-hours each tenant held in it."""
     period = window.period
     if window.month and period is None:
         return [], [], None, False, {}  # nothing was metered in that month

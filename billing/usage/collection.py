@@ -23,13 +23,13 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from billing import metering
-from billing.capacity_check import hours_over_capacity
 from billing.conf import billing_setting
-from billing.hourly_borrowing import with_borrowed
-from billing.ledger import LedgerRow, ledger_append
 from billing.models import CollectorWatermark, UsageRecord
-from billing.prometheus import (
+from billing.usage import metering
+from billing.usage.capacity_check import hours_over_capacity
+from billing.usage.hourly_borrowing import with_borrowed
+from billing.usage.ledger import LedgerRow, ledger_append
+from billing.usage.prometheus import (
     PrometheusClient,
     PrometheusError,
     PrometheusTooMuchData,

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 from django.db.models import Sum
 
-from billing.history import capacity_pieces
+from billing.charging.history import capacity_pieces
 from billing.models import UsageRecord
 from scheduler_bridge.inventory.models import SHARE_UNITS_PER_GPU, Flavour
 

@@ -20,7 +20,7 @@ The CSV and the XLSX data sheets keep these machine column names in every langua
 systems load them). What people read is in their language: the XLSX "about" sheet (which
 also explains each column), and the PDF's title and column headers. PDFs in Chinese use
 ReportLab's built-in CID font STSong-Light (no font files needed). The invoice-grade PDFs
-of one statement or one cost centre are ``billing.invoices``.
+of one statement or one cost centre are ``billing.statements.invoices``.
 
 Text cells that a spreadsheet would run as a formula (starting with = + - @ tab or CR)
 get a leading apostrophe (OWASP "CSV injection"); numbers are written as numbers, with
@@ -41,8 +41,8 @@ from typing import Any
 from django.utils.translation import get_language, gettext_lazy
 from django.utils.translation import gettext as _
 
-from billing.pricing import IDLE_TENANT, KIND_FACTS, PLATFORM_COST, charge_class
-from billing.reports import PeriodReport, ReportRow
+from billing.charging.pricing import IDLE_TENANT, KIND_FACTS, PLATFORM_COST, charge_class
+from billing.reporting.reports import PeriodReport, ReportRow
 
 CSV_COLUMNS = (
     "period",
@@ -63,7 +63,7 @@ CSV_COLUMNS = (
 )
 PROVISIONAL_REVISION = "provisional"
 # Statement line kind -> the CSV's line_type, and the line types in statement order
-# (billing.pricing.KIND_FACTS).
+# (billing.charging.pricing.KIND_FACTS).
 LINE_TYPES = {kind.value: facts.export_type for kind, facts in KIND_FACTS.items()}
 LINE_TYPE_ORDER = tuple(dict.fromkeys(LINE_TYPES.values()))
 # A line type in words: the label of the first kind of that type (idle: "idle capacity").

@@ -28,9 +28,9 @@ from fractions import Fraction
 
 from django.utils import timezone
 
-from billing import pricing
-from billing.budgets import budget_window
-from billing.charges import default_multipliers, load_cards, load_flavours, load_rates
+from billing.budgeting.budgets import budget_window
+from billing.charging import pricing
+from billing.charging.charges import default_multipliers, load_cards, load_flavours, load_rates
 from billing.models import Budget
 from billing.months import month_name
 from i18n.wording import Wording, gettext_noop, wording

@@ -14,7 +14,7 @@ Closing writes one frozen Statement (with its lines) per tenant, plus the platfo
   those of an uninterrupted close. ``periods_resume_closes`` (every minute) does so
   unattended;
 * aggregated in SQL (one GROUP BY over the period's ledger rows) and priced in
-  :mod:`billing.pricing`.
+  :mod:`billing.charging.pricing`.
 """
 
 from __future__ import annotations
@@ -33,29 +33,29 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import pgettext_lazy
 
-from billing import pricing
-from billing.charges import PricingContext, billing_currency, busy_warnings, price_period
-from billing.close_lease import (
+from billing.charging import pricing
+from billing.charging.charges import PricingContext, billing_currency, busy_warnings, price_period
+from billing.charging.history import PeriodSettings, period_settings
+from billing.conf import billing_setting
+from billing.errors import CurrencyMismatch, ExchangeRateMissing, PeriodBusy, PeriodClosed
+from billing.models import Adjustment, BillingPeriod, Statement, StatementLine, UsageRecord
+from billing.months import month_name
+from billing.permissions import can_manage_platform_billing, can_reopen_periods, can_write_billing
+from billing.statements.close_lease import (
     closes_abandoned,
     lease_held,
     lease_owner,
     lease_release,
     lease_renew,
 )
-from billing.conf import billing_setting
-from billing.errors import CurrencyMismatch, ExchangeRateMissing, PeriodBusy, PeriodClosed
-from billing.history import PeriodSettings, period_settings
-from billing.ledger import period_create
-from billing.models import Adjustment, BillingPeriod, Statement, StatementLine, UsageRecord
-from billing.months import month_name
-from billing.permissions import can_manage_platform_billing, can_reopen_periods, can_write_billing
-from billing.statement_changes import (
+from billing.statements.statement_changes import (
     LineFigures,
     LineIdentity,
     line_identities,
     previous_lines,
     statement_changes,
 )
+from billing.usage.ledger import period_create
 from i18n.wording import gettext_noop, wording
 from tenants.audit import audit_record, snapshot
 from tenants.errors import PermissionDenied, ValidationFailed

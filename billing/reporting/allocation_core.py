@@ -7,7 +7,7 @@ How a cent finds its group:
 * every charge line (in quota, borrowed, reserved, late usage) is split over the pieces of
   usage that make it up, in proportion to their device-seconds (within one line the flavour,
   rate card and priority class are fixed, so that is the line's own arithmetic), with
-  :func:`billing.money.split_exactly`: the parts add up to the line to the cent;
+  :func:`billing.charging.money.split_exactly`: the parts add up to the line to the cent;
 * a line no usage makes up (an adjustment, a reservation nobody used) stays with its tenant
   under ``__unallocated__`` for the other keys; usage whose workload has no value for a
   key (no namespace, no such label) is grouped under ``__none__``, apart from it;
@@ -27,8 +27,8 @@ from decimal import Decimal
 from enum import StrEnum
 from fractions import Fraction
 
-from billing.money import round_half_even, split_exactly
-from billing.pricing import KIND_FACTS, Kind
+from billing.charging.money import round_half_even, split_exactly
+from billing.charging.pricing import KIND_FACTS, Kind
 
 HOUR_S = 3600
 HOURS_PLACES = 4
@@ -42,7 +42,7 @@ IDLE = "__idle__"
 # Dimensions a view groups by; label:<key> and annotation:<key> name the workload's own.
 DIMENSIONS = ("tenant", "namespace", "workload", "flavour", "line_type")
 KEYED_PREFIXES = ("label:", "annotation:")
-# Charge kinds as the allocation view names them (billing.pricing.KIND_FACTS).
+# Charge kinds as the allocation view names them (billing.charging.pricing.KIND_FACTS).
 LINE_TYPES: dict[str, str] = {kind.value: f.allocation_type for kind, f in KIND_FACTS.items()}
 IDLE_KINDS = frozenset(kind.value for kind, f in KIND_FACTS.items() if f.idle)
 

@@ -1,4 +1,4 @@
-"""Ledger rows given their borrowed seconds by the hourly rule (:mod:`billing.borrowing`).
+"""Ledger rows given their borrowed seconds by the hourly rule (:mod:`billing.usage.borrowing`).
 
 The collector and the demo's generator pass every row through :func:`with_borrowed`
 before it is written: the rule's inputs (each tenant's net guarantee as the recorded
@@ -15,15 +15,15 @@ from datetime import datetime, timedelta
 
 from django.db.models import Sum
 
-from billing.borrowing import (
+from billing.models import UsageRecord
+from billing.usage.borrowing import (
     FIRST_TAKEN_BACK,
     OUTSIDE_THE_QUEUE,
     Held,
     HourKey,
     borrowed_seconds,
 )
-from billing.ledger import LedgerRow
-from billing.models import UsageRecord
+from billing.usage.ledger import LedgerRow
 from scheduler_bridge.inventory.models import SHARE_UNITS_PER_GPU, Flavour
 from scheduler_bridge.workloads.models import PriorityClass
 
@@ -36,7 +36,7 @@ class GuaranteeSeconds:
     counts for the part of the hour it was in force."""
 
     def __init__(self, start: datetime, end: datetime) -> None:
-        from billing.history import resolve_period_settings
+        from billing.charging.history import resolve_period_settings
 
         settings = resolve_period_settings(start, end)
         self._pieces: dict[tuple[int, int], list[tuple[datetime, datetime, int]]] = defaultdict(

@@ -21,14 +21,15 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from billing import metrics, pricing
-from billing.charges import PricingContext, billing_currency, price_window
+from billing import metrics
+from billing.budgeting.suspension import Spent, budget_suspend_preemptible
+from billing.charging import pricing
+from billing.charging.charges import PricingContext, billing_currency, price_window
 from billing.conf import billing_setting
 from billing.errors import CurrencyMismatch
 from billing.models import Budget, BudgetAlert, BudgetStatus
 from billing.months import month_window, quarter_window
 from billing.permissions import can_write_billing
-from billing.suspension import Spent, budget_suspend_preemptible
 from scheduler_bridge.workloads.models import Workload
 from tenants.audit import audit_record, snapshot
 from tenants.errors import PermissionDenied, ValidationFailed

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections import defaultdict
 from decimal import Decimal
 
-from billing import pricing
-from billing.charges import PricingContext
+from billing.charging import pricing
+from billing.charging.charges import PricingContext
 from billing.models import BillingPeriod, StatementLine
 
 LineIdentity = tuple[str, str, str, str, str, str]

@@ -9,7 +9,7 @@ from showback), and "Page N of M" on every page. An open period (or a statement 
 period was re-opened) is marked provisional in the title and with a watermark.
 
 The reader's language is the one active when ``render`` runs; Chinese uses the CID font
-STSong-Light (``billing.exports.pdf_fonts``). Issuer and terms are configuration and
+STSong-Light (``billing.statements.exports.pdf_fonts``). Issuer and terms are configuration and
 print as written.
 """
 
@@ -28,8 +28,13 @@ from django.utils.formats import date_format
 from django.utils.text import capfirst
 from django.utils.translation import gettext as _
 
+from billing.charging.pricing import IDLE_TENANT, PLATFORM_COST, charge_class
 from billing.conf import billing_setting
-from billing.exports import (
+from billing.models import BillingPeriod, Statement
+from billing.permissions import can_manage_platform_billing
+from billing.reporting.reports import PeriodReport, ReportRow, statement_rows
+from billing.selectors import billing_tenants
+from billing.statements.exports import (
     LINE_TYPE_ORDER,
     cost_centre_key,
     line_type,
@@ -38,11 +43,6 @@ from billing.exports import (
     pdf_escape,
     pdf_fonts,
 )
-from billing.models import BillingPeriod, Statement
-from billing.permissions import can_manage_platform_billing
-from billing.pricing import IDLE_TENANT, PLATFORM_COST, charge_class
-from billing.reports import PeriodReport, ReportRow, statement_rows
-from billing.selectors import billing_tenants
 from tenants.models import Membership, Role, Tenant
 
 ZERO = Decimal("0.00")

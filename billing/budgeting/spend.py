@@ -14,10 +14,10 @@ from django.core.cache import cache
 from django.db.models import Count, Max, QuerySet
 from django.db.models.functions import TruncDay
 
-from billing import pricing
-from billing.charges import PricingContext, grouped_usage
-from billing.ledger_cache import LEDGER_CACHE_S, ledger_cached, ledger_mark
+from billing.charging import pricing
+from billing.charging.charges import PricingContext, grouped_usage
 from billing.models import UsageRecord
+from billing.usage.ledger_cache import LEDGER_CACHE_S, ledger_cached, ledger_mark
 
 
 @dataclass(frozen=True)

@@ -18,14 +18,14 @@ from typing import Any
 from django.db.models import Count, F, Max, Min, Q, Sum
 from django.utils import timezone
 
-from billing import pricing
-from billing.charges import PricingContext, grouped_usage, period_usage, price_period
+from billing.charging import pricing
+from billing.charging.charges import PricingContext, grouped_usage, period_usage, price_period
+from billing.charging.history import period_settings
 from billing.conf import billing_setting
-from billing.history import period_settings
-from billing.ledger_cache import ledger_cached, ledger_mark
 from billing.models import BillingPeriod, Statement, StatementLine, UsageRecord
 from billing.permissions import can_manage_platform_billing
 from billing.selectors import billing_tenants, statements_visible_to, usage_visible_to
+from billing.usage.ledger_cache import ledger_cached, ledger_mark
 from tenants.models import Tenant
 
 ZERO = Decimal("0.00")

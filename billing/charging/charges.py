@@ -1,6 +1,6 @@
 """Pricing glue: load rate cards, flavours, tenants' billing settings and guarantees, sum
 ledger rows in SQL (GROUP BY tenant x flavour x priority class x price segment x month),
-and hand them to the pure :mod:`billing.pricing` core.
+and hand them to the pure :mod:`billing.charging.pricing` core.
 
 The same path prices a period at close, an open period provisionally (reports, exports
 marked provisional) and a budget window (spend so far).
@@ -17,8 +17,8 @@ from typing import Any
 
 from django.db.models import Count, Q, QuerySet
 
-from billing import pricing
-from billing.history import PeriodSettings, period_settings
+from billing.charging import pricing
+from billing.charging.history import PeriodSettings, period_settings
 from billing.models import (
     Adjustment,
     BillingPeriod,
@@ -29,7 +29,7 @@ from billing.models import (
     UsageRecord,
 )
 from billing.months import month_name, to_datetime
-from billing.usage_sums import summed_usage
+from billing.usage.usage_sums import summed_usage
 from i18n.wording import gettext_noop
 from scheduler_bridge.inventory.models import Cluster, Flavour
 from scheduler_bridge.quotas.models import Quota
@@ -157,7 +157,7 @@ def grouped_usage(
 
     ``cuts``: per tenant whose attribution or reserved charging changes within the window,
     the instants where it does; its rows are also summed per piece between them, and each
-    sum's ``segment_start`` lies in its piece (see :mod:`billing.usage_sums`)."""
+    sum's ``segment_start`` lies in its piece (see :mod:`billing.usage.usage_sums`)."""
     cuts = {tenant: sorted(at) for tenant, at in (cuts or {}).items() if at}
     sums: dict[tuple[Any, ...], list[Any]] = {}
     for row in summed_usage(rows, bounds, by, cuts):
@@ -325,7 +325,7 @@ def price_period(
     """Every tenant's charges for ``period``: its ledger rows (late ones included),
     reservations, idle capacity per the policy, and its adjustments, each hour with the
     quotas, capacity, tree and billing settings in force then (``settings``: what
-    :func:`billing.history.period_settings` gives). ``usage``: the period's ledger rows as
+    :func:`billing.charging.history.period_settings` gives). ``usage``: the period's ledger rows as
     :func:`period_usage` sums them with the same settings, when the caller has them.
     ``idle_mode`` overrides the policy's. A needed exchange rate that is missing raises
     pricing.MissingExchangeRates, unless ``strict_rates`` is off (provisional figures: the

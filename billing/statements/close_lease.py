@@ -1,4 +1,4 @@
-"""The lease a period close holds while it writes statements (see billing.periods).
+"""The lease a period close holds while it writes statements (see billing.statements.periods).
 
 A close takes the lease with a token, names its holder ("host/pid") and renews the
 expiry at every step. Expiries are computed and compared by the database's clock, so a

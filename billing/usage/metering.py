@@ -4,7 +4,7 @@ Pure Python (no Django): the collector loads pods, nodes, flavours and workloads
 module turns them into :class:`Allocation` values, one per pod x flavour x hour, that the
 ledger stores. A GPU is "allocated" from the moment a pod holding it starts until it ends,
 whatever the pod does with it; how busy it really was comes from Prometheus
-(:mod:`billing.prometheus`) and is attached with :func:`attach_busy`.
+(:mod:`billing.usage.prometheus`) and is attached with :func:`attach_busy`.
 
 Units: ``devices`` are whole units of the flavour (a full GPU, or one MIG instance);
 ``seconds`` are whole seconds of one device within the hour, so ``device_seconds`` is an
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-from billing.prometheus import HourlyBusy, Reading, RunBusyMap, RunWindow
+from billing.usage.prometheus import HourlyBusy, Reading, RunBusyMap, RunWindow
 from scheduler_bridge.gateways.base import PodInfo, is_gpu_resource
 
 HOUR = timedelta(hours=1)
@@ -111,7 +111,7 @@ class WorkloadRef:
 
     ``placements`` are (node, flavour name, devices); ``end`` is None while it runs.
     What of it was borrowed is decided per hour once the ledger rows are known
-    (:mod:`billing.borrowing`), not here.
+    (:mod:`billing.usage.borrowing`), not here.
     """
 
     id: int

@@ -3,7 +3,7 @@
 Quotas, flavour capacities, each tenant's place in the tree and cost centre, and its billing
 settings are recorded as they change
 (:mod:`tenants.history`). :func:`resolve_period_settings` turns that history into the
-effective-dated inputs of :mod:`billing.pricing` for one period: per tenant the spans of
+effective-dated inputs of :mod:`billing.charging.pricing` for one period: per tenant the spans of
 its attribution (path, cost centre, mode) and reserved charging, per flavour its capacity,
 per tenant and flavour its net guarantee, and the reservations that follow from them.
 
@@ -24,7 +24,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from billing import pricing
+from billing.charging import pricing
 from billing.models import BillingPeriod, BillingPolicy, PricingSnapshot, TenantBillingSettings
 from scheduler_bridge.history import quota_key
 from scheduler_bridge.inventory.models import Flavour

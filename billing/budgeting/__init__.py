@@ -1,0 +1,1 @@
+"""Budgets and what they do: spend against a budget (spend.py, budgets.py), the admission gate that holds work back (gate.py), suspension of running work (suspension.py) and the alerts (notifications.py)."""

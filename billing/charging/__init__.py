@@ -1,0 +1,1 @@
+"""What usage costs: rate cards and their history (rates.py, history.py), exchange rates (exchange_rates.py), the pure pricing of usage into charge lines (pricing.py, money.py) and the charges of a tenant or a period (charges.py)."""

@@ -1,0 +1,1 @@
+"""Billing periods and their statements: closing a period under a lease (periods.py, close_lease.py), what changed since the last revision (statement_changes.py), invoices and the CSV, XLSX and PDF exports (invoices.py, exports.py)."""
