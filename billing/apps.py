@@ -17,7 +17,7 @@ class BillingConfig(AppConfig):
         from billing import demo, metrics, portal
         from billing.budgeting.gate import budget_gate_for_cluster
         from billing.usage import cluster_health
-        from scheduler_bridge.demo_clock import register_demo_meter
+        from scheduler_bridge.demo.clock import register_demo_meter
         from scheduler_bridge.portal import register_cluster_health
         from scheduler_bridge.workloads.budget_gate import register_budget_gate
         from tenants.deletion import register_deletion_blocker

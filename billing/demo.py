@@ -29,9 +29,9 @@ from billing.statements.periods import period_close
 from billing.usage.hourly_borrowing import with_borrowed
 from billing.usage.ledger import LedgerRow, ledger_append, period_create
 from billing.usage.metering import floor_hour
-from scheduler_bridge.demo_clock import TRACE_PRIORITY, DemoUsage, history_replay
-from scheduler_bridge.demo_replay import HeldRun
-from scheduler_bridge.demo_trace import HOUR_S, WEEK_S, busy_ratio, hour_pieces
+from scheduler_bridge.demo.clock import TRACE_PRIORITY, DemoUsage, history_replay
+from scheduler_bridge.demo.replay import HeldRun
+from scheduler_bridge.demo.trace import HOUR_S, WEEK_S, busy_ratio, hour_pieces
 from scheduler_bridge.inventory.models import Cluster, Flavour
 from tenants.deletion import Description, said
 from tenants.demo import DEMO_CLUSTER, DemoResult
@@ -87,7 +87,7 @@ def _rate_cards(start: datetime) -> None:
 
 def _usage(cluster: Cluster, start: datetime, end: datetime) -> int:
     """Hourly rows of what the demo's trace work held from ``start`` to ``end``, as the
-    admission simulator replays it on this cluster (scheduler_bridge.demo_clock): the
+    admission simulator replays it on this cluster (scheduler_bridge.demo.clock): the
     same work, teams and quotas the live demo runs, so last month's idle line is the
     capacity that replay left unheld."""
     teams = dict(Tenant.objects.values_list("slug", "pk"))

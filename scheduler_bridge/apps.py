@@ -10,8 +10,9 @@ class SchedulerBridgeConfig(AppConfig):
         # Lower apps ask; this app answers through their registries (docs/architecture.md#registries).
         from django.db.models.signals import post_delete, post_save
 
-        from scheduler_bridge import bindings, demo, history, metrics, portal
-        from scheduler_bridge.demo_clock import demo_history_jobs
+        from scheduler_bridge import bindings, history, metrics, portal
+        from scheduler_bridge.demo import seed as demo
+        from scheduler_bridge.demo.clock import demo_history_jobs
         from scheduler_bridge.inventory.models import Flavour
         from scheduler_bridge.quotas.models import Quota
         from scheduler_bridge.workloads import portal as queue_portal

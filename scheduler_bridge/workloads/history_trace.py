@@ -36,7 +36,7 @@ class RecordedJob:
 
 
 # Sources of recorded history beyond the workload table (the demo cluster's seeded month,
-# registered by scheduler_bridge.demo_clock): (cluster, since, until) -> its jobs, or
+# registered by scheduler_bridge.demo.clock): (cluster, since, until) -> its jobs, or
 # None for a cluster the source does not know.
 HistorySource = Callable[[Cluster, datetime, datetime], list[RecordedJob] | None]
 HISTORY_SOURCES: list[HistorySource] = []

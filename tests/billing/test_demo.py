@@ -6,8 +6,8 @@ import pytest
 
 from billing.demo import forgotten_runs
 from billing.models import BudgetStatus, RateCard, Statement, UsageRecord
-from scheduler_bridge.demo_replay import HeldRun
-from scheduler_bridge.demo_trace import HOUR_S, busy_ratio
+from scheduler_bridge.demo.replay import HeldRun
+from scheduler_bridge.demo.trace import HOUR_S, busy_ratio
 from scheduler_bridge.gateways import simulated
 from tenants.demo import seed_demo
 from tests.tenants.test_portal import logged_in

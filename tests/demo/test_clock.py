@@ -16,14 +16,14 @@ from django.utils import timezone
 
 from billing.models import UsageRecord
 from billing.usage.capacity_check import hours_over_capacity
-from scheduler_bridge.demo_clock import (
+from scheduler_bridge.demo.clock import (
     METER_SLICE_S,
     DemoClock,
     demo_clock_start,
     demo_clock_step,
     virtual,
 )
-from scheduler_bridge.demo_trace import DemoJob, DemoTrace, VirtualClock, monday_before
+from scheduler_bridge.demo.trace import DemoJob, DemoTrace, VirtualClock, monday_before
 from scheduler_bridge.gateways import simulated
 from scheduler_bridge.inventory.models import Cluster
 from scheduler_bridge.management.commands.serve_demo import QueueTicker
@@ -221,7 +221,7 @@ def test_a_speed_that_is_not_positive_is_refused_with_what_to_give() -> None:
 def test_work_a_visitor_submits_finishes_and_is_charged(cluster: Cluster) -> None:
     """Work submitted through the API declares no trace run time: on the demo cluster it
     runs SUBMITTED_RUN_S (virtual), then finishes and has its GPUs charged."""
-    from scheduler_bridge.demo_clock import SUBMITTED_RUN_S
+    from scheduler_bridge.demo.clock import SUBMITTED_RUN_S
 
     this_hour = timezone.now().replace(minute=0, second=0, microsecond=0)
     clock = demo_clock_start(cluster, at=this_hour)

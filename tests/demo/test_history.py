@@ -13,7 +13,7 @@ from django.utils import timezone
 from billing.models import BillingPeriod, StatementLine, UsageRecord
 from billing.months import add_months, month_start
 from billing.usage.metering import floor_hour
-from scheduler_bridge.demo_clock import history_replay
+from scheduler_bridge.demo.clock import history_replay
 from scheduler_bridge.gateways import simulated
 from scheduler_bridge.inventory.models import Cluster, Flavour
 from tenants.demo import seed_demo

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler_bridge.demo_trace import (
+from scheduler_bridge.demo.trace import (
     DAY_S,
     Arrival,
     DemoFlavours,

@@ -2,7 +2,7 @@
 beat does in production - a queue tick every few seconds (Job sync, then an admission
 cycle per cluster) - so that a reclaim started by one cycle finishes in the next without
 waiting for someone to click. The simulated cluster `demo` also runs on a virtual clock
-(scheduler_bridge/demo_clock.py): each tick moves it on by the real time that passed
+(scheduler_bridge/demo/clock.py): each tick moves it on by the real time that passed
 times ``--speed``, submitting the Philly trace's work as it falls due and finishing work
 whose run time has elapsed. The simulated cluster lives in this process, so the tick
 must too."""
@@ -19,7 +19,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
 from scheduler_bridge import tasks
-from scheduler_bridge.demo_clock import (
+from scheduler_bridge.demo.clock import (
     DEFAULT_SPEED,
     DemoClock,
     demo_clock_advance,

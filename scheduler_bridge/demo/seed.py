@@ -127,7 +127,7 @@ DEMO_FILLING = [
 # inside its owners' guarantees or by vision's borrowed run, which only an owner's
 # guaranteed work may reclaim. Submitted after the cluster filled, it waits with a
 # position until GPUs are freed: the demo's clock finishes the work above after its
-# hours, and the trace's work keeps arriving (scheduler_bridge/demo_clock.py).
+# hours, and the trace's work keeps arriving (scheduler_bridge/demo/clock.py).
 DEMO_WAITING = [
     ("speech", "whisper-eval", [(2, 1, "h100-80gb")], "none", "batch", 1),
     ("search", "ranker-refresh", [(2, 1, "h100-80gb")], "none", "batch", 1),
@@ -135,7 +135,7 @@ DEMO_WAITING = [
 
 
 def _seed_queue(cluster: Cluster) -> None:
-    from scheduler_bridge.demo_clock import demo_annotations, virtual
+    from scheduler_bridge.demo.clock import demo_annotations, virtual
     from scheduler_bridge.workloads.cycle import admission_cycle
     from scheduler_bridge.workloads.services import PodSetSpec, workload_submit
 

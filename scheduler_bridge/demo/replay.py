@@ -26,7 +26,7 @@ from scheduler_bridge.admission import (
     Topology,
 )
 from scheduler_bridge.admission.simulator import SimJob, Simulator
-from scheduler_bridge.demo_trace import Arrival
+from scheduler_bridge.demo.trace import Arrival
 
 CYCLE_INTERVAL_S = 60.0
 

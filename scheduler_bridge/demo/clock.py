@@ -1,5 +1,5 @@
 """The living demo: a virtual clock that drives the simulated cluster `demo` with work
-from the shipped Philly trace (mapping and clock: ``scheduler_bridge.demo_trace``).
+from the shipped Philly trace (mapping and clock: ``scheduler_bridge.demo.trace``).
 
 Each step moves the clock on and applies what fell due meanwhile, through the same
 services as real work: trace jobs are submitted with ``workload_submit`` (the API's
@@ -35,8 +35,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from scheduler_bridge import admission as engine
-from scheduler_bridge.demo_replay import HeldRun, ReplayResult, replay
-from scheduler_bridge.demo_trace import (
+from scheduler_bridge.demo.replay import HeldRun, ReplayResult, replay
+from scheduler_bridge.demo.trace import (
     RUN_TIME_ANNOTATION,
     TRACE_JOB_ANNOTATION,
     VIRTUAL_SUBMIT_ANNOTATION,

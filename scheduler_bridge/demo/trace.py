@@ -1,8 +1,8 @@
 """The living demo's work: the shipped Philly trace mapped onto the demo organisation and
 cluster, and the virtual clock that says what is due between two virtual instants.
 
-Pure: no Django. The service that applies it is ``scheduler_bridge.demo_clock``; the
-demo's month of history replays the same mapping (``scheduler_bridge.demo_replay``).
+Pure: no Django. The service that applies it is ``scheduler_bridge.demo.clock``; the
+demo's month of history replays the same mapping (``scheduler_bridge.demo.replay``).
 
 The mapping (docs/portal.md, "The living demo"):
 
