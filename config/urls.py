@@ -28,7 +28,7 @@ api_router.registry.extend(billing_api.router.registry)
 urlpatterns = [
     path("", include("tenants.portal.urls")),
     path("", include("scheduler_bridge.portal")),
-    path("", include("scheduler_bridge.workloads.portal")),
+    path("", include("scheduler_bridge.portal.queue")),
     path("", include("billing.portal")),
     path("", include("dashboard.urls")),
     path("accounts/login/", LoginView.as_view(), name="login"),

@@ -21,7 +21,7 @@ from django.utils.translation import gettext as _
 
 from billing.portal import budget_panel
 from dashboard import charts, selectors
-from scheduler_bridge.workloads.portal import live_login_required
+from scheduler_bridge.portal.queue import live_login_required
 from tenants.models import Tenant
 
 

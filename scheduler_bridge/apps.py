@@ -14,8 +14,8 @@ class SchedulerBridgeConfig(AppConfig):
         from scheduler_bridge.demo import seed as demo
         from scheduler_bridge.demo.clock import demo_history_jobs
         from scheduler_bridge.inventory.models import Flavour
+        from scheduler_bridge.portal import queue as queue_portal
         from scheduler_bridge.quotas.models import Quota
-        from scheduler_bridge.workloads import portal as queue_portal
         from scheduler_bridge.workloads.history_trace import register_history_source
         from tenants.binding_rules import register_binding_check, register_binding_listener
         from tenants.context_processors import register_nav_entry

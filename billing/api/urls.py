@@ -3,7 +3,7 @@
 from rest_framework.routers import DefaultRouter
 
 from billing.api import views
-from billing.whatif.api import WhatIfRunViewSet
+from billing.api.whatif import WhatIfRunViewSet
 
 router = DefaultRouter()
 router.register("billing/rate-cards", views.RateCardViewSet, basename="billing-rate-card")

@@ -32,7 +32,7 @@ from billing.portal.statements import (
     statement_detail,
     statement_pdf,
 )
-from billing.whatif.portal import (
+from billing.portal.whatif import (
     whatif_page,
     whatif_run_again,
     whatif_run_page,

@@ -1,7 +1,7 @@
 from rest_framework.routers import DefaultRouter
 
 from scheduler_bridge.api import views
-from scheduler_bridge.workloads import api as workload_api
+from scheduler_bridge.api import workloads as workload_api
 
 router = DefaultRouter()
 router.register("clusters", views.ClusterViewSet, basename="cluster")

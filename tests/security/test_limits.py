@@ -10,8 +10,8 @@ import pytest
 from django.test import Client
 
 from scheduler_bridge.api.serializers import MAX_GPUS_PER_NODE, MAX_TOLERATIONS
+from scheduler_bridge.api.workloads import MAX_POD_SETS
 from scheduler_bridge.quotas.models import TEXT_MAX_LENGTH, QuotaRequest
-from scheduler_bridge.workloads.api import MAX_POD_SETS
 from scheduler_bridge.workloads.models import Workload
 from tests.conftest import Cast, client_for
 from tests.security.conftest import FakeCluster

@@ -12,9 +12,9 @@ import pytest
 from rest_framework import serializers
 
 import billing.api.serializers
-import billing.whatif.api
+import billing.api.whatif
 import scheduler_bridge.api.serializers
-import scheduler_bridge.workloads.api
+import scheduler_bridge.api.workloads
 import tenants.api.serializers
 from tenants.api.serializers import RejectUnknownFields
 from tests.conftest import Cast, client_for
@@ -23,9 +23,9 @@ from tests.security.conftest import FakeCluster
 API_MODULES: list[ModuleType] = [
     tenants.api.serializers,
     scheduler_bridge.api.serializers,
-    scheduler_bridge.workloads.api,
+    scheduler_bridge.api.workloads,
     billing.api.serializers,
-    billing.whatif.api,
+    billing.api.whatif,
 ]
 # read from the query string, where paging and ordering parameters also live
 QUERY_SERIALIZERS = {"ReportQuerySerializer"}

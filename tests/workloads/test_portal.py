@@ -7,9 +7,9 @@ import re
 
 import pytest
 
+from scheduler_bridge.portal.queue import QUEUE_PAGE_SIZE
 from scheduler_bridge.workloads.cycle import admission_cycle
 from scheduler_bridge.workloads.models import Workload
-from scheduler_bridge.workloads.portal import QUEUE_PAGE_SIZE
 from tests.conftest import ROLE_NAMES, Cast
 from tests.tenants.test_portal import logged_in
 from tests.workloads.conftest import FakeCluster
