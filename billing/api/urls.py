@@ -2,37 +2,43 @@
 
 from rest_framework.routers import DefaultRouter
 
-from billing.api import views
+from billing.api import budgeting, charging, reporting, statements, usage
 from billing.api.whatif import WhatIfRunViewSet
 
 router = DefaultRouter()
-router.register("billing/rate-cards", views.RateCardViewSet, basename="billing-rate-card")
+router.register("billing/rate-cards", charging.RateCardViewSet, basename="billing-rate-card")
 router.register(
-    "billing/exchange-rates", views.ExchangeRateViewSet, basename="billing-exchange-rate"
+    "billing/exchange-rates", charging.ExchangeRateViewSet, basename="billing-exchange-rate"
 )
-router.register("billing/policy", views.BillingPolicyViewSet, basename="billing-policy")
+router.register("billing/policy", charging.BillingPolicyViewSet, basename="billing-policy")
 router.register(
     "billing/tenant-settings",
-    views.TenantBillingSettingsViewSet,
+    charging.TenantBillingSettingsViewSet,
     basename="billing-tenant-settings",
 )
-router.register("billing/usage", views.UsageRecordViewSet, basename="billing-usage")
-router.register("billing/periods", views.BillingPeriodViewSet, basename="billing-period")
-router.register("billing/statements", views.StatementViewSet, basename="billing-statement")
-router.register("billing/adjustments", views.AdjustmentViewSet, basename="billing-adjustment")
-router.register("billing/budgets", views.BudgetViewSet, basename="billing-budget")
-router.register("billing/budget-alerts", views.BudgetAlertViewSet, basename="billing-budget-alert")
-router.register("billing/reports/spend", views.SpendReportViewSet, basename="billing-report-spend")
+router.register("billing/usage", usage.UsageRecordViewSet, basename="billing-usage")
+router.register("billing/periods", statements.BillingPeriodViewSet, basename="billing-period")
+router.register("billing/statements", statements.StatementViewSet, basename="billing-statement")
+router.register("billing/adjustments", statements.AdjustmentViewSet, basename="billing-adjustment")
+router.register("billing/budgets", budgeting.BudgetViewSet, basename="billing-budget")
+router.register(
+    "billing/budget-alerts", budgeting.BudgetAlertViewSet, basename="billing-budget-alert"
+)
+router.register(
+    "billing/reports/spend", reporting.SpendReportViewSet, basename="billing-report-spend"
+)
 router.register(
     "billing/reports/efficiency",
-    views.EfficiencyReportViewSet,
+    reporting.EfficiencyReportViewSet,
     basename="billing-report-efficiency",
 )
-router.register("billing/reports/idle", views.IdleReportViewSet, basename="billing-report-idle")
+router.register("billing/reports/idle", reporting.IdleReportViewSet, basename="billing-report-idle")
 router.register(
-    "billing/reports/workloads", views.WorkloadReportViewSet, basename="billing-report-workloads"
+    "billing/reports/workloads",
+    reporting.WorkloadReportViewSet,
+    basename="billing-report-workloads",
 )
-router.register("billing/exports", views.ExportViewSet, basename="billing-export")
-router.register("billing/collections", views.CollectionViewSet, basename="billing-collection")
-router.register("allocation", views.AllocationViewSet, basename="allocation")
+router.register("billing/exports", statements.ExportViewSet, basename="billing-export")
+router.register("billing/collections", usage.CollectionViewSet, basename="billing-collection")
+router.register("allocation", reporting.AllocationViewSet, basename="allocation")
 router.register("what-if", WhatIfRunViewSet, basename="what-if")

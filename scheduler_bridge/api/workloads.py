@@ -12,7 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from scheduler_bridge import selectors
-from scheduler_bridge.api.views import PlatformAdminWrites
+from scheduler_bridge.api.permissions import PlatformAdminWrites
 from scheduler_bridge.workloads import services
 from scheduler_bridge.workloads.models import PriorityClass, Workload
 from scheduler_bridge.workloads.selectors import workloads_visible_to

@@ -19,7 +19,7 @@ import abc
 import copy
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from i18n.wording import gettext_noop, wording
 from scheduler_bridge.dra.demand import pod_claims
@@ -100,6 +100,29 @@ class ObjectRead:
     reclaimable_pods: int = 0
 
 
+class KindFacts(Protocol):
+    """What the sync, the life cycle and the reconciler ask of a workload kind, whether an
+    integration (its object is suspended through its spec) or the pod groups
+    (integrations/pods.py: pods held by a scheduling gate)."""
+
+    @property
+    def kind(self) -> str: ...
+
+    # its work waits behind Tidegate's scheduling gate on each pod, not a suspend field
+    @property
+    def held_by_gate(self) -> bool: ...
+
+    # its pods' controller or autoscaler changes how many pods it has while it runs; the
+    # workload follows
+    @property
+    def follows_pod_count(self) -> bool: ...
+
+    # one object stands for it: its owner is told through Kubernetes Events on it, and it
+    # ends when that object does (a pod group ends when its pods are gone)
+    @property
+    def has_one_object(self) -> bool: ...
+
+
 class Integration(abc.ABC):
     """One kind of workload object. Subclasses say where its pod templates are, how it
     is suspended and how it ends; this class builds the admitted, stopped and restored
@@ -123,6 +146,10 @@ class Integration(abc.ABC):
     # what Tidegate's service account may do with the kind: read, watch, resume, suspend
     # and scale by replace (platform/rbac.yaml grants exactly these; a test checks)
     verbs: ClassVar[tuple[str, ...]] = ("get", "list", "watch", "update")
+    # the facts every kind answers (KindFacts), as an object suspended by its spec has them
+    held_by_gate: ClassVar[bool] = False
+    follows_pod_count: ClassVar[bool] = False
+    has_one_object: ClassVar[bool] = True
 
     @property
     def pod_owner_kinds(self) -> tuple[str, ...]:

@@ -46,7 +46,8 @@ def reclaimable_pods(parallelism: int, completions: int | None, succeeded: int) 
 class JobIntegration(SuspendedBySpec, Integration):
     ref = JOB_KIND
     restore_with_stop = False
-    # patch: an announced preemption is written on the Job
+    # update: elastic Jobs are scaled; patch: an announced preemption is written on the
+    # Job; watch: the queue watch (manage.py watch_queues) follows queue-labelled Jobs
     verbs = ("get", "list", "watch", "patch", "update")
 
     def rbac_rules(self) -> tuple[tuple[str, str, tuple[str, ...]], ...]:

@@ -56,6 +56,19 @@ from .base import (
 from .naming import POD_GROUP_LABEL, workload_name
 
 KIND = "PodGroup"
+
+
+class PodGroupFacts:
+    """The pod groups' answers to KindFacts: gated pods, counted as their controller
+    scales them, with no one object to post Events on."""
+
+    kind = KIND
+    held_by_gate = True
+    follows_pod_count = True
+    has_one_object = False
+
+
+POD_GROUPS = PodGroupFacts()
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 
 

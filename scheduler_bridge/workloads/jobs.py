@@ -27,6 +27,7 @@ from scheduler_bridge.gateways import ClusterGateway, ClusterUnreachable
 from scheduler_bridge.gateways.base import POD_KIND, QUEUE_LABEL, PodInfo
 from scheduler_bridge.integrations import INTEGRATIONS, ObjectRead, PodSetRead, integration_for
 from scheduler_bridge.integrations.access import list_queued, queued_pod_groups
+from scheduler_bridge.integrations.kinds import kind_facts
 from scheduler_bridge.integrations.pods import KIND as POD_GROUP
 from scheduler_bridge.inventory.connection import cluster_gateway
 from scheduler_bridge.inventory.models import Cluster
@@ -255,7 +256,7 @@ def _sync_objects(
             continue
         if _release_completed_pods(workload, job, completed_on):
             result.released.append(workload.pk)
-        elif kind == POD_GROUP and job.pod_sets and _follow_scale(workload, job):
+        elif kind_facts(kind).follows_pod_count and job.pod_sets and _follow_scale(workload, job):
             result.rescaled.append(workload.pk)
 
 
@@ -313,7 +314,7 @@ def _sync_one(
         if (job.finished or job.failed) and workload.state in Workload.OPEN_STATES:
             closing.append(_Close(workload.pk, job.kind, failed=job.failed, deleted=False))
         elif job.reclaimable_pods > workload.released_pods or (
-            job.kind == POD_GROUP and job.pod_sets
+            kind_facts(job.kind).follows_pod_count and job.pod_sets
         ):
             following.append((workload.pk, job))
         return
@@ -392,11 +393,11 @@ def _refusal(
         return worded.foreign_namespace(job.namespace, owner.slug, slug), owner
     if job.problem is not None:
         return job.problem, tenant
-    if not job.suspended and job.kind == POD_GROUP:
-        return worded.ungated_pods(), tenant
     if not job.suspended:
-        field = integration_for(job.kind).suspend_field
-        return worded.created_running(job.kind, field), tenant
+        facts = kind_facts(job.kind)
+        if facts.held_by_gate:
+            return worded.ungated_pods(), tenant
+        return worded.created_running(job.kind, integration_for(job.kind).suspend_field), tenant
     for key in (GRACE_ANNOTATION, CHECKPOINT_ANNOTATION):
         try:
             _seconds(job.annotations, key)
@@ -413,7 +414,7 @@ def _closing(
 ) -> tuple[Workload, str, str]:
     """How the workload of an object that completed, failed or was deleted is closed:
     work that held GPUs finishes (or fails), work still waiting is cancelled."""
-    if deleted and kind == POD_GROUP:
+    if deleted and not kind_facts(kind).has_one_object:
         reason = worded.pods_gone()
     else:
         reason = worded.object_ended(kind, failed=failed, deleted=deleted)

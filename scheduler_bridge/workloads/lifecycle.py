@@ -48,7 +48,7 @@ from scheduler_bridge.followups import (
     queue_quota_sync,
     queue_reconcile,
 )
-from scheduler_bridge.integrations.pods import KIND as POD_GROUP
+from scheduler_bridge.integrations.kinds import kind_facts
 from scheduler_bridge.inventory.models import Flavour
 from scheduler_bridge.workloads import wording as worded
 from scheduler_bridge.workloads.locks import hold_admission_lock
@@ -707,7 +707,7 @@ def _owe_event(workload: Workload, reason: str, message: str, *, warning: bool =
     group's decisions are shown in Tidegate, its pods come and go)."""
     if workload.source != Workload.Source.JOB or not workload.job_uid:
         return
-    if workload.kind == POD_GROUP:
+    if not kind_facts(workload.kind).has_one_object:
         return
     workload.job_events = [
         *(workload.job_events or []),

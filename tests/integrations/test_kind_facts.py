@@ -34,6 +34,16 @@ def test_the_cluster_role_grants_each_kind_exactly_what_its_adapter_declares() -
             assert granted.get((group, resource)) == set(verbs), (integration.kind, resource)
 
 
+def test_the_rbac_files_hold_the_rules_make_rbac_writes_from_the_adapters() -> None:
+    from scheduler_bridge.integrations import rbac
+
+    root = RBAC.parents[1]
+    for name in rbac.FILES:
+        text = (root / name).read_text()
+        assert rbac.rewritten(text) == text, f"{name} is out of date: run make rbac"
+    assert rbac.main(["--check", *(str(root / name) for name in rbac.FILES)]) == 0
+
+
 def test_every_kind_and_the_kinds_it_makes_are_held_by_their_own_suspend() -> None:
     assert {i.kind for i in INTEGRATIONS} <= SUSPENDED_AS_A_WHOLE
     assert {k for i in INTEGRATIONS for k in (i.kind, *i.makes)} == SUSPENDED_AS_A_WHOLE
@@ -70,3 +80,23 @@ def test_a_pod_is_named_by_the_outermost_object_that_made_it() -> None:
 def test_each_kind_names_where_its_owner_sets_suspend() -> None:
     assert integration_for("PyTorchJob").suspend_field == "spec.runPolicy.suspend"
     assert integration_for("").suspend_field == "spec.suspend"
+
+
+def test_every_kind_the_sync_serves_answers_the_same_facts() -> None:
+    from scheduler_bridge.integrations.kinds import kind_facts
+    from scheduler_bridge.integrations.pods import KIND as POD_GROUP
+
+    for integration in INTEGRATIONS:
+        facts = kind_facts(integration.kind)
+        assert (facts.held_by_gate, facts.follows_pod_count, facts.has_one_object) == (
+            False,
+            False,
+            True,
+        )
+    pod_group = kind_facts(POD_GROUP)
+    assert (pod_group.held_by_gate, pod_group.follows_pod_count, pod_group.has_one_object) == (
+        True,
+        True,
+        False,
+    )
+    assert kind_facts("").kind == "Job"  # workloads queued before other kinds were integrated

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from scheduler_bridge.api.serializers import MAX_GPUS_PER_NODE, MAX_TOLERATIONS
+from scheduler_bridge.api.inventory import MAX_GPUS_PER_NODE, MAX_TOLERATIONS
 from scheduler_bridge.api.workloads import MAX_POD_SETS
 from scheduler_bridge.quotas.models import TEXT_MAX_LENGTH, QuotaRequest
 from scheduler_bridge.workloads.models import Workload

@@ -11,9 +11,15 @@ from typing import Any
 import pytest
 from rest_framework import serializers
 
-import billing.api.serializers
+import billing.api.budgeting
+import billing.api.charging
+import billing.api.common
+import billing.api.reporting
+import billing.api.statements
+import billing.api.usage
 import billing.api.whatif
-import scheduler_bridge.api.serializers
+import scheduler_bridge.api.inventory
+import scheduler_bridge.api.quotas
 import scheduler_bridge.api.workloads
 import tenants.api.serializers
 from tenants.api.serializers import RejectUnknownFields
@@ -22,9 +28,15 @@ from tests.security.conftest import FakeCluster
 
 API_MODULES: list[ModuleType] = [
     tenants.api.serializers,
-    scheduler_bridge.api.serializers,
+    scheduler_bridge.api.inventory,
+    scheduler_bridge.api.quotas,
     scheduler_bridge.api.workloads,
-    billing.api.serializers,
+    billing.api.budgeting,
+    billing.api.charging,
+    billing.api.common,
+    billing.api.reporting,
+    billing.api.statements,
+    billing.api.usage,
     billing.api.whatif,
 ]
 # read from the query string, where paging and ordering parameters also live

@@ -1,22 +1,45 @@
-"""Input and output shapes of the scheduler-bridge API."""
+"""Clusters, their nodes and flavours, and a cluster's MIG plan, through the API: who
+may read and write them and in which shapes."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
-from rest_framework import serializers
+from drf_spectacular.utils import extend_schema, extend_schema_field
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
 
 from scheduler_bridge import selectors
+from scheduler_bridge.api.permissions import PlatformAdminWrites
 from scheduler_bridge.dra.flavours import mapping_problems
+from scheduler_bridge.followups import queue_inventory_sync
 from scheduler_bridge.gateways.tolerations import untolerated
+from scheduler_bridge.inventory import pins
 from scheduler_bridge.inventory.models import SHARE_UNITS_PER_GPU, Cluster, Flavour, Node
-from scheduler_bridge.quotas.models import TEXT_MAX_LENGTH, Quota, QuotaRequest
-from tenants.api.serializers import RejectUnknownFields, VisibleTenantField, at_most
+from scheduler_bridge.inventory.services import (
+    cluster_delete,
+    cluster_save,
+    flavour_set_sharing,
+    flavour_set_tolerations,
+)
+from scheduler_bridge.mig.services import mig_plan
+from scheduler_bridge.workloads.selectors import shared_gpu_context
+from tenants import access
+from tenants.api.serializers import (
+    NoInput,
+    QueuedSerializer,
+    RejectUnknownFields,
+    at_most,
+)
+from tenants.errors import PermissionDenied
 
 # a node has at most this many GPUs, a flavour at most this many tolerations
 MAX_GPUS_PER_NODE = 64
+
+
 MAX_TOLERATIONS = 64
 
 
@@ -215,127 +238,6 @@ class FlavourSerializer(RejectUnknownFields, serializers.ModelSerializer[Flavour
         return untolerated(flavour.node_taints, flavour.tolerations)
 
 
-@extend_schema_field(OpenApiTypes.STR)
-class VisibleFlavourField(serializers.RelatedField[Flavour, Flavour, str]):
-    """A flavour named `cluster/flavour`, among the clusters the caller may see."""
-
-    default_error_messages = {
-        "format": "Name a flavour as <cluster>/<flavour>, e.g. gpu-east/h100-80gb.",
-        "missing": "Flavour {value} does not exist; the cluster has: {choices}.",
-    }
-
-    def get_queryset(self) -> Any:
-        request = self.context.get("request")
-        return selectors.flavours_visible_to(request.user if request else None)
-
-    def to_representation(self, value: Any) -> str:
-        return f"{value.cluster.name}/{value.name}"
-
-    def to_internal_value(self, data: Any) -> Flavour:
-        if not isinstance(data, str) or data.count("/") != 1:
-            self.fail("format")
-        cluster, name = data.split("/")
-        flavour = self.get_queryset().filter(cluster__name=cluster, name=name).first()
-        if flavour is None:
-            names = self.get_queryset().filter(cluster__name=cluster).offered()
-            choices = ", ".join(names.values_list("name", flat=True)) or "nothing you may see"
-            self.fail("missing", value=data, choices=choices)
-        return flavour
-
-
-class QuotaSerializer(RejectUnknownFields, serializers.ModelSerializer[Quota]):
-    tenant = VisibleTenantField()
-    flavour = VisibleFlavourField()
-    overcommitted = serializers.SerializerMethodField()
-    held_core = serializers.SerializerMethodField(
-        help_text="GPUs of this flavour the tenant's admitted work holds now, less its elastic pods "
-        "(to the thousandth on a shared flavour)."
-    )
-    held_elastic = serializers.SerializerMethodField(
-        help_text="GPUs its elastic pods hold now (above their workloads' cores; reclaimed first)."
-    )
-
-    class Meta:
-        model = Quota
-        fields = [
-            "id",
-            "tenant",
-            "flavour",
-            "guaranteed",
-            "borrow_limit",
-            "lend_limit",
-            "overcommit_allowed",
-            "overcommitted",
-            "held_core",
-            "held_elastic",
-            "updated_at",
-        ]
-        read_only_fields = ["id", "overcommitted", "held_core", "held_elastic", "updated_at"]
-        # the model's default (0) is for rows; a request names what it guarantees
-        extra_kwargs: dict[str, Any] = {"guaranteed": {"required": True}}
-        validators: list[Any] = []  # one quota per (tenant, flavour): the API updates it
-
-    @extend_schema_field(OpenApiTypes.NUMBER)
-    def get_held_core(self, quota: Quota) -> int | float:
-        return self.context.get("held", {}).get((quota.tenant_id, quota.flavour_id), (0, 0))[0]
-
-    @extend_schema_field(OpenApiTypes.NUMBER)
-    def get_held_elastic(self, quota: Quota) -> int | float:
-        return self.context.get("held", {}).get((quota.tenant_id, quota.flavour_id), (0, 0))[1]
-
-    @extend_schema_field(OpenApiTypes.BOOL)
-    def get_overcommitted(self, quota: Quota) -> bool:
-        return quota.tenant.parent_id is None and quota.flavour_id in self.context.get(
-            "overcommitted", set()
-        )
-
-
-# Named apart from the request half of QuotaSerializer, which the schema calls QuotaRequest.
-@extend_schema_serializer(component_name="QuotaChangeRequest")
-class QuotaRequestSerializer(RejectUnknownFields, serializers.ModelSerializer[QuotaRequest]):
-    tenant = VisibleTenantField()
-    flavour = VisibleFlavourField()
-    requested_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
-        slug_field="username", read_only=True, allow_null=True
-    )
-    decided_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
-        slug_field="username", read_only=True, allow_null=True
-    )
-
-    class Meta:
-        model = QuotaRequest
-        fields = [
-            "id",
-            "tenant",
-            "flavour",
-            "guaranteed",
-            "borrow_limit",
-            "lend_limit",
-            "justification",
-            "state",
-            "requested_by",
-            "decided_by",
-            "decision_comment",
-            "created_at",
-            "decided_at",
-        ]
-        read_only_fields = [
-            "id",
-            "state",
-            "requested_by",
-            "decided_by",
-            "decision_comment",
-            "created_at",
-            "decided_at",
-        ]
-
-
-class DecisionSerializer(RejectUnknownFields, serializers.Serializer[QuotaRequest]):
-    comment = serializers.CharField(
-        required=False, allow_blank=True, default="", max_length=TEXT_MAX_LENGTH
-    )
-
-
 class MigPlanGpuSerializer(serializers.Serializer[Any]):
     node = serializers.CharField()
     index = serializers.IntegerField()
@@ -361,3 +263,160 @@ class MigPlanSerializer(serializers.Serializer[Any]):
     demand_met_ratio = serializers.FloatField()
     outcomes = MigDemandOutcomeSerializer(many=True)
     changed = MigPlanGpuSerializer(many=True)
+
+
+class ClusterViewSet(viewsets.ModelViewSet[Cluster]):
+    """Clusters. Admins manage them; others see the clusters their tenants use."""
+
+    lookup_field = "name"
+    permission_classes = [PlatformAdminWrites]
+    filterset_fields = ["gateway", "status"]
+    ordering_fields = ["name", "last_synced_at"]
+
+    def get_queryset(self) -> Any:
+        return selectors.clusters_visible_to(self.request.user)
+
+    def get_serializer_class(self) -> Any:
+        if access.is_platform_admin(self.request.user):
+            return ClusterSerializer
+        return PublicClusterSerializer
+
+    def perform_create(self, serializer: Any) -> None:
+        serializer.instance = cluster_save(
+            actor=self.request.user, cluster=Cluster(**serializer.validated_data), source="api"
+        )
+
+    def perform_update(self, serializer: Any) -> None:
+        cluster = serializer.instance
+        for name, value in serializer.validated_data.items():
+            setattr(cluster, name, value)
+        serializer.instance = cluster_save(actor=self.request.user, cluster=cluster, source="api")
+
+    def perform_destroy(self, instance: Cluster) -> None:
+        cluster_delete(actor=self.request.user, cluster=instance, source="api")
+
+    @extend_schema(request=None, responses={202: QueuedSerializer})
+    @action(detail=True, methods=["post"])
+    def sync(self, request: Request, name: str | None = None) -> Response:
+        """Queue an inventory sync (then a quota sync) of this cluster now."""
+        cluster = self.get_object()
+        NoInput.check(request.data)
+        queue_inventory_sync(cluster.pk)
+        return Response(
+            {"detail": f"sync of {cluster.name} queued"}, status=status.HTTP_202_ACCEPTED
+        )
+
+    @extend_schema(request=None, responses=MigPlanSerializer)
+    @action(
+        detail=True, methods=["get"], url_path="mig-plan", permission_classes=[PlatformAdminWrites]
+    )
+    def mig_plan(self, request: Request, name: str | None = None) -> Response:
+        """Dry run of the MIG planner for this cluster: what would change, and why."""
+        cluster = self.get_object()
+        if not access.is_platform_admin(request.user):
+            raise PermissionDenied("The MIG plan is for platform administrators.")
+        plan = mig_plan(cluster)
+        data = {
+            "cluster": cluster.name,
+            "nodes_to_reconfigure": list(plan.nodes_to_reconfigure),
+            "demand_met_ratio": plan.demand_met_ratio,
+            "outcomes": [
+                {
+                    "product": o.product,
+                    "profile": o.profile,
+                    "wanted": o.wanted,
+                    "planned": o.planned,
+                    "unmet": o.unmet,
+                    "reason": o.reason,
+                }
+                for o in plan.outcomes
+            ],
+            "changed": plan.changed,
+        }
+        return Response(MigPlanSerializer(data).data)
+
+
+class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[Node]):
+    """Nodes as the last inventory sync saw them. Admins pin MIG layouts with `pin`."""
+
+    serializer_class = NodeSerializer
+    filterset_fields = {
+        "cluster__name": ["exact"],
+        "product": ["exact"],
+        "mig_capable": ["exact"],
+        "present": ["exact"],
+        "topology_domain": ["exact"],
+    }
+    search_fields = ["name"]
+    ordering_fields = ["name", "product"]
+
+    def get_queryset(self) -> Any:
+        return selectors.nodes_visible_to(self.request.user)
+
+    def get_serializer(self, *args: Any, **kwargs: Any) -> Any:
+        instance = args[0] if args else kwargs.get("instance")
+        rows = instance if isinstance(instance, list | tuple) else [instance] if instance else []
+        kwargs["context"] = self.get_serializer_context() | shared_gpu_context(list(rows))
+        return super().get_serializer(*args, **kwargs)
+
+    @extend_schema(request=NodePinSerializer, responses=NodeSerializer)
+    @action(detail=True, methods=["post"])
+    def pin(self, request: Request, pk: str | None = None) -> Response:
+        """Pin this node's MIG layout (null unpins); the planner then keeps it."""
+        node = self.get_object()
+        body = NodePinSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        node = pins.node_pin(
+            actor=request.user, node=node, pin=body.validated_data["pinned_layout"]
+        )
+        return Response(NodeSerializer(node, context=shared_gpu_context([node])).data)
+
+
+class FlavourViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.UpdateModelMixin,
+    viewsets.GenericViewSet[Flavour],
+):
+    """GPU flavours found by inventory: whole GPUs per product and MIG profiles.
+    Platform admins set a flavour's `tolerations` and its `sharing` (PATCH); `node_taints`
+    are what its nodes carry, `untolerated_taints` those the tolerations leave out."""
+
+    serializer_class = FlavourSerializer
+    # no write permission class: a flavour the caller cannot see is 404 before the
+    # service answers 403 to a caller who is not a platform admin
+    http_method_names = ["get", "patch", "head", "options"]
+    filterset_fields = {"cluster__name": ["exact"], "product": ["exact"], "mig_profile": ["exact"]}
+    ordering_fields = ["name", "capacity"]
+
+    def get_queryset(self) -> Any:
+        return selectors.flavours_visible_to(self.request.user)
+
+    def perform_update(self, serializer: Any) -> None:
+        data = serializer.validated_data
+        flavour = serializer.instance
+        if "tolerations" in data:
+            flavour = flavour_set_tolerations(
+                actor=self.request.user, flavour=flavour, tolerations=data["tolerations"]
+            )
+        if "sharing" in data:
+            flavour = flavour_set_sharing(
+                actor=self.request.user, flavour=flavour, sharing=data["sharing"]
+            )
+        serializer.instance = flavour
+
+    def get_serializer(self, *args: Any, **kwargs: Any) -> Any:
+        flavour_ids = flavour_ids_of(args[0] if args else kwargs.get("instance"))
+        kwargs["context"] = self.get_serializer_context() | {
+            "overcommitted": selectors.overcommitted_flavour_ids(flavour_ids),
+        }
+        return super().get_serializer(*args, **kwargs)
+
+
+def flavour_ids_of(instance: Any) -> list[int]:
+    """The flavours of what is being serialised: a page of flavours or quotas, or one.
+    Context that costs a query per flavour is computed for those rows only."""
+    if instance is None:
+        return []
+    rows = instance if isinstance(instance, list | tuple) else [instance]
+    return sorted({getattr(row, "flavour_id", None) or row.pk for row in rows})
