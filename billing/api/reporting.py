@@ -123,14 +123,8 @@ class SpendReportViewSet(viewsets.ViewSet):
 
 
 SINCE = OpenApiParameter("since", OpenApiTypes.DATETIME, description="ISO 8601")
-
-
 UNTIL = OpenApiParameter("until", OpenApiTypes.DATETIME, description="ISO 8601")
-
-
 TENANT = OpenApiParameter("tenant", OpenApiTypes.STR, description="A tenant's slug: its subtree")
-
-
 PERIOD = OpenApiParameter("period", OpenApiTypes.STR, description="YYYY-MM (default: the last)")
 
 

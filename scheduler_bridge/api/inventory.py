@@ -38,8 +38,6 @@ from tenants.errors import PermissionDenied
 
 # a node has at most this many GPUs, a flavour at most this many tolerations
 MAX_GPUS_PER_NODE = 64
-
-
 MAX_TOLERATIONS = 64
 
 
