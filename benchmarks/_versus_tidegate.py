@@ -518,7 +518,7 @@ def _run(
     gateway = KubernetesGateway.from_kubeconfig(
         str(plane.gateway_kubeconfig), "tidegate", retry=RetryPolicy(attempts=5, base_delay=0.2)
     )
-    inventory_sync(cluster, gateway, queue_jobs=admitted_jobs(cluster))
+    inventory_sync(cluster, gateway, admitted=admitted_jobs)
     _set_up_tenants(scenario, cluster)
     quota_sync(cluster, gateway, queue=queue_holdings(cluster))
     gateway.close()

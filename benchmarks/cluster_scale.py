@@ -446,7 +446,7 @@ def _run(conn: Connection, url: str) -> None:
 
         progress("first inventory and quota sync (lists once, then watches) ...")
         started = time.perf_counter()
-        inventory = inventory_sync(cluster, gateway, queue_jobs=admitted_jobs(cluster))
+        inventory = inventory_sync(cluster, gateway, admitted=admitted_jobs)
         flavour = cluster.flavours.get(name="h100-80gb")
         Quota.objects.bulk_create(
             Quota(tenant=team, flavour=flavour, guaranteed=400) for team in teams
@@ -466,7 +466,7 @@ def _run(conn: Connection, url: str) -> None:
         _ask(conn, "reset")
         progress("steady round: inventory sync, then quota sync ...")
         started, cpu = time.perf_counter(), time.process_time()
-        inventory_sync(cluster, gateway, queue_jobs=admitted_jobs(cluster))
+        inventory_sync(cluster, gateway, admitted=admitted_jobs)
         inventory_s = time.perf_counter() - started
         steady = quota_sync(cluster, gateway, queue=queue_holdings(cluster))
         steady_s = time.perf_counter() - started
@@ -481,7 +481,7 @@ def _run(conn: Connection, url: str) -> None:
         listing = KubernetesGateway.from_kubeconfig(str(path), context, retry=retry)
         _ask(conn, "reset")
         started = time.perf_counter()
-        inventory_sync(cluster, listing, queue_jobs=admitted_jobs(cluster))
+        inventory_sync(cluster, listing, admitted=admitted_jobs)
         quota_sync(cluster, listing, queue=queue_holdings(cluster))
         listed_s = time.perf_counter() - started
         listed_requests = _ask(conn, "counts")[0]
@@ -664,7 +664,7 @@ def _run_real(plane: Any) -> None:
     )
     progress("first inventory and quota sync (lists once, then watches) ...")
     started = time.perf_counter()
-    inventory = inventory_sync(cluster, gateway, queue_jobs=admitted_jobs(cluster))
+    inventory = inventory_sync(cluster, gateway, admitted=admitted_jobs)
     flavour = cluster.flavours.get(name="h100-80gb")
     Quota.objects.bulk_create(Quota(tenant=team, flavour=flavour, guaranteed=400) for team in teams)
     first = quota_sync(cluster, gateway, queue=queue_holdings(cluster))
@@ -715,7 +715,7 @@ def _run_real(plane: Any) -> None:
     since = _audit_lines(plane)
     progress("steady round: inventory sync, then quota sync ...")
     started, cpu = time.perf_counter(), time.process_time()
-    inventory_sync(cluster, gateway, queue_jobs=admitted_jobs(cluster))
+    inventory_sync(cluster, gateway, admitted=admitted_jobs)
     inventory_s = time.perf_counter() - started
     steady = quota_sync(cluster, gateway, queue=queue_holdings(cluster))
     steady_s = time.perf_counter() - started
@@ -731,7 +731,7 @@ def _run_real(plane: Any) -> None:
     )
     since = _audit_lines(plane)
     started = time.perf_counter()
-    inventory_sync(cluster, listing, queue_jobs=admitted_jobs(cluster))
+    inventory_sync(cluster, listing, admitted=admitted_jobs)
     quota_sync(cluster, listing, queue=queue_holdings(cluster))
     listed_s = time.perf_counter() - started
     listed_requests, _ = _audit_requests(plane, since)

@@ -39,9 +39,8 @@ from tenants.models import Tenant
 
 IDLE_RATIO = 0.02  # how busy a forgotten job keeps its GPUs
 IDLE_BELOW = 0.05  # busy_ratio below this: the job is one of the trace's nearly idle ones
-IDLE_WEEK_S = (
-    WEEK_S  # the idle-GPU panels look back a week (billing.reporting.reports.idle_findings)
-)
+# the idle-GPU panels look back a week (billing.reporting.reports.idle_findings)
+IDLE_WEEK_S = WEEK_S
 
 
 def billing_deletion_blocker(tenant: Tenant) -> Description | None:

@@ -1,10 +1,10 @@
 """Reasons worded once, said again in the reader's language.
 
-The admission core is pure, so it cannot translate. Each reason it words is a
+The admission engine and the other pure cores cannot translate. Each reason they word is a
 :class:`Wording`: the English text itself (a ``str``, so the engine, the API, logs and
 Kubernetes Events use it exactly as before) that also keeps the template it was made from
 and the values put into it. The portal says it again in the reader's language with
-``gettext(template) % params`` (``scheduler_bridge.templatetags.tidegate``); the cycle
+``gettext(template) % params`` (``i18n.said``); the cycle
 stores ``to_json()`` next to the English text.
 
 Templates use named placeholders and are marked for extraction by the two markers below:

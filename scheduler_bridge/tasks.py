@@ -65,9 +65,7 @@ def inventory_sync(cluster_id: int) -> dict[str, int] | None:
     from scheduler_bridge.inventory.services import inventory_sync as sync
     from scheduler_bridge.workloads.selectors import admitted_jobs
 
-    result = _on_cluster(
-        cluster_id, "inventory sync", lambda c: sync(c, queue_jobs=admitted_jobs(c))
-    )
+    result = _on_cluster(cluster_id, "inventory sync", lambda c: sync(c, admitted=admitted_jobs))
     if result is None:
         return None
     return {"nodes": result.nodes, "gpus": result.gpus, "flavours": result.flavours}
@@ -114,7 +112,7 @@ def mig_reconcile(cluster_id: int) -> dict[str, int] | None:
     from scheduler_bridge.workloads.selectors import admitted_jobs
 
     result = _on_cluster(
-        cluster_id, "MIG reconcile", lambda c: reconcile(c, queue_jobs=admitted_jobs(c))
+        cluster_id, "MIG reconcile", lambda c: reconcile(c, admitted=admitted_jobs)
     )
     if result is None:
         return None

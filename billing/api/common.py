@@ -62,8 +62,6 @@ def tenant_of_slug(user: Any, slug: str | None) -> Tenant | None:
     """The visible (money-reading) tenant called ``slug``; None for no slug."""
     if not slug:
         return None
-    from django.http import Http404
-
     tenant = billing_tenants(user).filter(slug=slug).first()
     if tenant is None:
         raise Http404

@@ -1,1 +1,1 @@
-"""What usage costs: rate cards and their history (rates.py, history.py), exchange rates (exchange_rates.py), the pure pricing of usage into charge lines (pricing.py, money.py) and the charges of a tenant or a period (charges.py)."""
+"""What usage costs: rate cards (rates.py), what was in force over a period (history.py: tenants' places, quotas and billing settings as recorded), exchange rates (exchange_rates.py), the pure pricing of usage into charge lines (pricing.py, money.py) and the charges of a tenant or a period (charges.py)."""

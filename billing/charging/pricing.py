@@ -77,7 +77,7 @@ class Kind(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class KindFacts:
+class ChargeKindFacts:
     """What a charge kind is wherever a line of it is shown or summed: the one place to
     change when a kind is added (``tests/billing/test_charge_kinds.py`` fails on a kind
     without its facts)."""
@@ -96,25 +96,29 @@ class KindFacts:
 
 
 # In statement order: the exports list their line types in this order.
-KIND_FACTS: dict[Kind, KindFacts] = {
-    Kind.USAGE: KindFacts("in_quota", "in_quota", gettext_noop("in quota"), usage=True),
-    Kind.ON_DEMAND: KindFacts(
+KIND_FACTS: dict[Kind, ChargeKindFacts] = {
+    Kind.USAGE: ChargeKindFacts("in_quota", "in_quota", gettext_noop("in quota"), usage=True),
+    Kind.ON_DEMAND: ChargeKindFacts(
         "borrowed", "borrowed", gettext_noop("borrowed (on-demand rate)"), usage=True
     ),
-    Kind.RESERVED_CAPACITY: KindFacts(
+    Kind.RESERVED_CAPACITY: ChargeKindFacts(
         "reserved", "reserved", gettext_noop("reserved capacity"), usage=True
     ),
-    Kind.IDLE: KindFacts("idle", "idle", gettext_noop("idle capacity"), idle=True),
-    Kind.IDLE_SHARE: KindFacts("idle", "idle", gettext_noop("share of idle capacity"), idle=True),
-    Kind.LATE_USAGE: KindFacts("late_usage", "late_usage", gettext_noop("late usage"), usage=True),
-    Kind.LATE_ON_DEMAND: KindFacts(
+    Kind.IDLE: ChargeKindFacts("idle", "idle", gettext_noop("idle capacity"), idle=True),
+    Kind.IDLE_SHARE: ChargeKindFacts(
+        "idle", "idle", gettext_noop("share of idle capacity"), idle=True
+    ),
+    Kind.LATE_USAGE: ChargeKindFacts(
+        "late_usage", "late_usage", gettext_noop("late usage"), usage=True
+    ),
+    Kind.LATE_ON_DEMAND: ChargeKindFacts(
         "late_borrowed", "late_usage", gettext_noop("late borrowed usage"), usage=True
     ),
-    Kind.ADJUSTMENT: KindFacts("adjustment", "adjustment", gettext_noop("adjustment")),
+    Kind.ADJUSTMENT: ChargeKindFacts("adjustment", "adjustment", gettext_noop("adjustment")),
 }
 
 
-def kind_facts(kind: str) -> KindFacts | None:
+def charge_kind_facts(kind: str) -> ChargeKindFacts | None:
     """The facts of a charge kind; None for a code that is no kind (shown as it is)."""
     try:
         return KIND_FACTS[Kind(kind)]

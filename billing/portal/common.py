@@ -10,7 +10,7 @@ from django.shortcuts import get_object_or_404
 from django.utils.translation import gettext, gettext_lazy
 
 from billing import selectors
-from billing.charging.pricing import IDLE_TENANT, kind_facts
+from billing.charging.pricing import IDLE_TENANT, charge_kind_facts
 from billing.models import BillingPeriod
 from billing.permissions import can_manage_platform_billing, can_read_any_billing
 from billing.statements import periods
@@ -24,7 +24,7 @@ IDLE_COST_CENTRE = gettext_lazy("Platform (idle capacity)")
 def line_kind(kind: str) -> str:
     """What a kind of statement line is, in words finance reads (the code itself for
     anything else, such as a flavour's name in the same column)."""
-    facts = kind_facts(kind)
+    facts = charge_kind_facts(kind)
     return gettext(facts.label) if facts is not None else kind
 
 

@@ -421,7 +421,7 @@ def _about_sheet(about: Any, report: PeriodReport) -> None:
     about.append([])
     about.append([_("Line type"), _("Name")])
     for key in LINE_TYPE_ORDER:
-        about.append([key, str(LINE_TYPE_LABELS[key])])
+        about.append([key, line_type_label(key)])
     for column, width in zip("ABC", (22, 18, 60), strict=True):
         about.column_dimensions[column].width = width
 

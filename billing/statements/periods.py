@@ -193,7 +193,8 @@ def _write_statements(period: BillingPeriod, token: str) -> None:
         ids = run.order[i : i + chunk]
         with transaction.atomic():
             lease_renew(period, token)
-            _insert_statements(run, [t for t in ids if t not in _written(period, ids)])
+            written = _written(period, ids)
+            _insert_statements(run, [t for t in ids if t not in written])
 
 
 @dataclass(frozen=True)

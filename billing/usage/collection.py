@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -223,7 +223,7 @@ def usage_collect(
     rows = _ledger_rows(cluster, allocations, tenants, workload_tenants, result)
     run_admitted = {w.run_key: w.admitted_at for w in workloads}
     admitted = {a.key: run_admitted[a.run_key] for a in allocations if a.run_key in run_admitted}
-    if not _append_hours(cluster, hours[0], window_end, with_borrowed(rows, admitted), now, result):
+    if not _append_hours(cluster, hours[0], window_end, rows, admitted, now, result):
         result.rows = 0
         return result
     result.hours = len(hours)
@@ -274,9 +274,10 @@ def _busy_readings(
     now: datetime,
     result: CollectResult,
 ) -> metering.BusyReadings:
-    """How busy the GPUs were, from DCGM through Prometheus: per hour and per run. Empty
-    readings (busy time not measured) when Prometheus cannot answer for these hours and
-    has been down too long to wait; raises PrometheusError while waiting is still right."""
+    """How busy the GPUs were, from DCGM through Prometheus: per hour and per run.
+    Empty readings (busy time not measured, said on ``result``) when even one hour holds
+    more samples than Prometheus allows, or when Prometheus cannot answer and has been
+    down too long to wait; raises PrometheusError while waiting is still right."""
     window_end = hours[-1] + metering.HOUR
     try:
         found = detect_pod_labels(client, hours[0] + metering.HOUR, window_end)
@@ -317,11 +318,14 @@ def _append_hours(
     first_hour: datetime,
     window_end: datetime,
     rows: list[LedgerRow],
+    admitted: Mapping[str, datetime],
     now: datetime,
     result: CollectResult,
 ) -> bool:
-    """Append the hours' rows to the ledger and move the watermark, in one transaction;
-    False (nothing written) when another run collected these hours meanwhile."""
+    """Append the hours' rows to the ledger, their borrowed time split by when each run
+    was admitted (``admitted``), and move the watermark, in one transaction under the
+    cluster's lock; False (nothing written) when another run collected these hours
+    meanwhile."""
     with transaction.atomic():
         # Two collectors of one cluster at once (beat, a re-queued run, the API) must not
         # both write the same hours: the second one finds the watermark moved and stops.
@@ -336,7 +340,8 @@ def _append_hours(
                 "%s: hours from %s already collected by another run", cluster.name, first_hour
             )
             return False
-        result.inserted = ledger_append(rows)
+        # (borrowing is split from the ledger and the guarantees as the lock leaves them)
+        result.inserted = ledger_append(with_borrowed(rows, admitted))
         CollectorWatermark.objects.update_or_create(
             cluster=cluster,
             defaults={

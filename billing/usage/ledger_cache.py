@@ -46,6 +46,11 @@ class LedgerMark:
         return end
 
 
+# Entries are pickled records that name their module: a new format (or a record moved to
+# another module) must not read what an older release wrote into a shared cache.
+CACHE_FORMAT = 2
+
+
 def ledger_mark() -> LedgerMark:
     """One query (two index lookups)."""
     found = UsageRecord.objects.aggregate(newest=Max("id"), latest=Max("interval_start"))
@@ -58,7 +63,7 @@ def ledger_cached(
     """``compute()``, kept under ``name``, the ledger's ``mark`` and ``parts`` (whatever
     else the result depends on, compared by their ``repr``)."""
     digest = hashlib.sha256(repr((mark.newest_id, parts)).encode()).hexdigest()
-    key = f"billing:ledger:{name}:{digest}"
+    key = f"billing:ledger:{CACHE_FORMAT}:{name}:{digest}"
     found = cache.get(key)
     if found is None:
         found = compute()

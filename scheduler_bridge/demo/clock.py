@@ -130,7 +130,7 @@ def demo_flavours(cluster: Cluster) -> DemoFlavours:
 
 
 def demo_trace(cluster: Cluster) -> DemoTrace:
-    """The shipped trace mapped onto the demo's teams and this cluster (see demo_trace)."""
+    """The shipped trace mapped onto the demo's teams and this cluster (see scheduler_bridge/demo/trace.py)."""
     flavours = demo_flavours(cluster)
     teams = [team for _name, _cc, dept_teams in DEPARTMENTS.values() for team in dept_teams]
     ceilings = tuple(

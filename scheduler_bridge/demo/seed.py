@@ -37,7 +37,7 @@ def seed_demo_cluster(result: DemoResult) -> None:
             "gateway": Cluster.Gateway.SIMULATED,
         },
     )
-    inventory_sync(cluster, queue_jobs=admitted_jobs(cluster))
+    inventory_sync(cluster, admitted=admitted_jobs)
     if Quota.objects.filter(flavour__cluster=cluster).exists():
         quota_sync(cluster, queue=queue_holdings(cluster))
         return

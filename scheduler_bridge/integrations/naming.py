@@ -8,25 +8,33 @@ Pure Python.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from scheduler_bridge.gateways.base import QUEUE_LABEL
 
 from . import INTEGRATIONS
+from .base import Integration
 
 # A pod group's own label (set in the pod template), and LeaderWorkerSet's
 # (api: SetNameLabelKey): leader and workers of one set are one group.
 POD_GROUP_LABEL = "tidegate.io/pod-group"
 LEADER_WORKER_SET_LABEL = "leaderworkerset.sigs.k8s.io/name"
-# Labels naming the workload object a pod belongs to, most specific first: a kind before
-# the kinds it makes (a RayJob's pods carry the label of the RayCluster it made too).
+
+
+def _outermost_first(integrations: Sequence[Integration]) -> list[Integration]:
+    """``integrations`` in their order, except that a kind comes before the kinds it
+    makes (a RayJob's pods carry the label of the RayCluster it made too)."""
+    ordered: list[Integration] = []
+    for integration in integrations:
+        made = [k for k, placed in enumerate(ordered) if placed.kind in integration.makes]
+        ordered.insert(made[0] if made else len(ordered), integration)
+    return ordered
+
+
+# Labels naming the workload object a pod belongs to, most specific first.
 WORKLOAD_NAME_LABELS: tuple[str, ...] = (
-    *(
-        i.pod_name_label
-        for i in sorted(INTEGRATIONS, key=lambda i: not i.makes)
-        if i.pod_name_label is not None
-    ),
+    *(i.pod_name_label for i in _outermost_first(INTEGRATIONS) if i.pod_name_label is not None),
     POD_GROUP_LABEL,
     LEADER_WORKER_SET_LABEL,
 )

@@ -2,14 +2,20 @@
 
 The queue (``scheduler_bridge/workloads``) sits above the inventory and the quotas, yet
 the inventory sync must tell queue pods from others and the quota sync must count what
-the queue admitted and lends. Their callers read it (``workloads.selectors``) and pass it
-in, so neither sync reaches up for it.
+the queue admitted and lends. Their callers pass it in (``workloads.selectors``), so
+neither sync reaches up for it: the quota sync takes the holdings themselves, the
+inventory sync the function that reads the admitted objects, which it calls once it has
+listed the pods (work admitted in between is then still the queue's, not foreign).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypeAlias
+
+if TYPE_CHECKING:
+    from scheduler_bridge.inventory.models import Cluster
 
 
 @dataclass(frozen=True)
@@ -38,3 +44,7 @@ class QueueHoldings:
     def jobs(self) -> set[tuple[str, str]]:
         """(namespace, object name) of every admitted object: their pods are the queue's."""
         return {(job.namespace, job.job_name) for job in self.admitted}
+
+
+# reads (namespace, object name) of every object the queue admitted on a cluster
+AdmittedJobs: TypeAlias = "Callable[[Cluster], Collection[tuple[str, str]]]"

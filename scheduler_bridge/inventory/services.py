@@ -56,6 +56,7 @@ from scheduler_bridge.inventory.layouts import (
     layout_to_json,
 )
 from scheduler_bridge.inventory.models import Cluster, Flavour, Node
+from scheduler_bridge.inventory.queue_holdings import AdmittedJobs
 from scheduler_bridge.mig.layouts import counts_realisable, layout_from_counts
 from scheduler_bridge.rows import RememberedRows, update_rows
 from tenants import access
@@ -455,11 +456,12 @@ def inventory_sync(
     cluster: Cluster,
     gateway: ClusterGateway | None = None,
     *,
-    queue_jobs: Collection[tuple[str, str]],
+    admitted: AdmittedJobs,
 ) -> InventoryResult:
     """Read nodes and GPU pods from the cluster and store them; derive its flavours.
-    ``queue_jobs`` are the (namespace, name) of the objects the queue admitted
-    (workloads.selectors.admitted_jobs): their pods are not counted as foreign.
+    ``admitted(cluster)`` reads the (namespace, name) of the objects the queue admitted
+    (workloads.selectors.admitted_jobs), after the pods are listed: their pods are not
+    counted as foreign.
 
     Records the outcome on the cluster (status, message, time). Raises GatewayConfigError
     for settings that cannot work and ClusterUnreachable after bounded retries; the
@@ -480,7 +482,7 @@ def inventory_sync(
         raise
     now = timezone.now()
     result = InventoryResult()
-    busy = _busy_by_node(pods, queue_jobs)
+    busy = _busy_by_node(pods, admitted(cluster))
     dra, dra_note = (
         _dra_flavours(resource_slices, infos, cluster.dra_flavours, _allocated(claims))
         if resource_slices
@@ -782,7 +784,11 @@ def flavour_set_sharing(
             field_errors={"sharing": ["a MIG flavour cannot be shared"]},
         )
     with transaction.atomic():
-        locked = Flavour.objects.select_for_update().select_related("cluster").get(pk=flavour.pk)
+        locked = (
+            Flavour.objects.select_for_update(of=("self",))
+            .select_related("cluster")
+            .get(pk=flavour.pk)
+        )
         if locked.sharing == sharing:
             return locked
         # (the cluster's workloads through Workload.cluster's reverse relation: workloads

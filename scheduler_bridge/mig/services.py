@@ -13,7 +13,6 @@ import hashlib
 import json
 import logging
 from collections import defaultdict
-from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +34,7 @@ from scheduler_bridge.inventory.catalogue import UnknownGpuProduct, product_by_n
 from scheduler_bridge.inventory.connection import cluster_gateway
 from scheduler_bridge.inventory.layouts import busy_gpu_flags, layout_from_json, layout_to_json
 from scheduler_bridge.inventory.models import Cluster, Node
+from scheduler_bridge.inventory.queue_holdings import AdmittedJobs
 from scheduler_bridge.mig.layouts import MigLayout
 from scheduler_bridge.mig.planner import GpuState, MigDemand, MigPlan, NodePin, plan_mig_layouts
 from scheduler_bridge.mig.standard import standard_mig_configs
@@ -258,24 +258,24 @@ def mig_reconcile(
     cluster: Cluster,
     gateway: ClusterGateway | None = None,
     *,
-    queue_jobs: Collection[tuple[str, str]],
+    admitted: AdmittedJobs,
 ) -> ReconcileResult:
-    """Follow up on earlier requests, plan, and request the changed layouts (after an
-    inventory sync; ``queue_jobs`` as for inventory_sync).
+    """Sync the inventory, follow up on earlier requests, plan, and request the changed
+    layouts (``admitted`` as for inventory_sync).
 
     The ConfigMap is written before any node label points at a config in it, so MIG
     Manager never looks for a config that does not exist yet.
     """
     with cluster_gateway(cluster, gateway) as opened:
-        return _mig_reconcile(cluster, opened, queue_jobs)
+        return _mig_reconcile(cluster, opened, admitted)
 
 
 def _mig_reconcile(
-    cluster: Cluster, gateway: ClusterGateway, queue_jobs: Collection[tuple[str, str]]
+    cluster: Cluster, gateway: ClusterGateway, admitted: AdmittedJobs
 ) -> ReconcileResult:
     from scheduler_bridge.inventory.services import inventory_sync
 
-    inventory_sync(cluster, gateway, queue_jobs=queue_jobs)
+    inventory_sync(cluster, gateway, admitted=admitted)
     result = ReconcileResult()
     _follow_up(cluster, result)
     plan = mig_plan(cluster)
@@ -304,9 +304,7 @@ def _mig_reconcile(
                 update_fields=["mig_requested_config", "mig_requested_layouts", "mig_request_open"]
             )
     if split_on_claim:
-        inventory_sync(
-            cluster, gateway, queue_jobs=queue_jobs
-        )  # count what the new layouts offer now
+        inventory_sync(cluster, gateway, admitted=admitted)  # count what the new layouts offer now
         result.laid_out = len(split_on_claim)
     if has_requested_configs(cluster):
         # Idempotent: also restores the ConfigMap if somebody edited or deleted it.

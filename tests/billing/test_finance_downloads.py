@@ -106,6 +106,9 @@ def test_the_xlsx_has_numbers_with_number_formats_and_explains_its_columns(
     assert row[CSV_COLUMNS.index("line_type")].value != "in_quota"
     about = [[c.value for c in r] for r in book["about"].iter_rows()]
     assert ["amount", "金额", "收取的金额（展示模式下仅展示）"] in about
+    # the line types in the reader's language too (billing.charging.pricing.KIND_FACTS)
+    in_quota = next(r for r in about if r[0] == "in_quota")
+    assert in_quota[1] and in_quota[1] != "in quota"
 
 
 def test_an_english_pdf_has_english_headers(closed: BillingPeriod, cast: Cast) -> None:

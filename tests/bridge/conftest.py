@@ -100,7 +100,7 @@ def fake_cluster(cast: Cast, kube_api: FakeKubeApi, kubeconfig: tuple[Path, str]
         name="gpu-east", gateway="kubernetes", kubeconfig_path=str(path), kube_context=context
     )
     gateway = fast_gateway(path, context)
-    inventory_sync(cluster, gateway, queue_jobs=admitted_jobs(cluster))
+    inventory_sync(cluster, gateway, admitted=admitted_jobs)
     h100 = Flavour.objects.get(cluster=cluster, name="h100-80gb")
     mig = Flavour.objects.get(cluster=cluster, name="a100-sxm4-40gb-mig-1g.5gb")
     bind_team_namespaces(cast)
@@ -213,7 +213,7 @@ def synced(request: pytest.FixtureRequest, cast: Cast) -> Iterator[Synced]:
         kube_context="tidegate",
     )
     gateway = tidegate_gateway(real)
-    inventory_sync(cluster, gateway, queue_jobs=admitted_jobs(cluster))
+    inventory_sync(cluster, gateway, admitted=admitted_jobs)
     bind_team_namespaces(cast)
     hand_down(guarantees(Flavour.objects.filter(cluster=cluster), cast))
     yield _SyncedOnReal(cluster, gateway, real)

@@ -27,9 +27,7 @@ def taint_h100_nodes(fake_cluster: FakeCluster, *taints: dict[str, str]) -> Flav
         fake_cluster.api.edit_object(
             "Node", None, name, lambda n: n["spec"].update(taints=[dict(t) for t in taints])
         )
-    inventory_sync(
-        fake_cluster.cluster, fake_cluster.gateway, queue_jobs=admitted_jobs(fake_cluster.cluster)
-    )
+    inventory_sync(fake_cluster.cluster, fake_cluster.gateway, admitted=admitted_jobs)
     return Flavour.objects.get(pk=fake_cluster.h100.pk)
 
 
@@ -61,9 +59,7 @@ def test_an_admin_sets_tolerations_and_inventory_keeps_them(
     body = response.json()
     assert body["tolerations"] == [GPU_TOLERATION]
     assert body["untolerated_taints"] == [DEDICATED]
-    inventory_sync(
-        fake_cluster.cluster, fake_cluster.gateway, queue_jobs=admitted_jobs(fake_cluster.cluster)
-    )
+    inventory_sync(fake_cluster.cluster, fake_cluster.gateway, admitted=admitted_jobs)
     assert Flavour.objects.get(pk=fake_cluster.h100.pk).tolerations == [GPU_TOLERATION]
     event = AuditEvent.objects.filter(message="tolerations set").get()
     assert (event.after or {}).get("tolerations") == [GPU_TOLERATION]

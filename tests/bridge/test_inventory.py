@@ -38,14 +38,14 @@ def test_running_pods_mark_what_is_busy(synced: Synced) -> None:
     synced.run_pod("vision-train", "trainer", "h100-1", gpus=4)
     synced.run_pod("vision-train", "done", "h100-2", gpus=4)
     synced.end_pod("vision-train", "done")
-    inventory_sync(synced.cluster, synced.gateway, queue_jobs=admitted_jobs(synced.cluster))
+    inventory_sync(synced.cluster, synced.gateway, admitted=admitted_jobs)
     assert Node.objects.get(name="h100-1").busy == {"nvidia.com/gpu": 4}
     assert Node.objects.get(name="h100-2").busy == {}
 
 
 def test_a_node_that_disappears_is_marked_absent_and_capacity_drops(synced: Synced) -> None:
     synced.api.delete_object("Node", None, "h100-2")
-    inventory_sync(synced.cluster, synced.gateway, queue_jobs=admitted_jobs(synced.cluster))
+    inventory_sync(synced.cluster, synced.gateway, admitted=admitted_jobs)
     assert not Node.objects.get(name="h100-2").present
     assert Flavour.objects.get(name="h100-80gb").capacity == 8
 
@@ -59,7 +59,7 @@ def test_an_unknown_product_is_still_counted_as_whole_gpus(
         allocatable={"cpu": "8", "nvidia.com/gpu": "4"},
     )
     cluster = Cluster.objects.create(name="c", kubeconfig_path=str(kubeconfig[0]))
-    inventory_sync(cluster, fast_gateway(*kubeconfig), queue_jobs=admitted_jobs(cluster))
+    inventory_sync(cluster, fast_gateway(*kubeconfig), admitted=admitted_jobs)
     flavour = Flavour.objects.get(cluster=cluster)
     assert (flavour.name, flavour.capacity) == ("nvidia-future-x9", 4)
 
@@ -85,7 +85,7 @@ def test_a_broken_kubeconfig_marks_its_cluster_and_spares_the_others(
         name="broken", **({"kubeconfig_path": str(path), "kube_context": context} | settings)
     )
     with pytest.raises(GatewayConfigError):
-        inventory_sync(broken, queue_jobs=admitted_jobs(broken))
+        inventory_sync(broken, admitted=admitted_jobs)
     assert inventory_sync_task(broken.pk) is None  # the task records it and does not crash
     assert inventory_sync_task(good.pk) == {"nodes": 3, "gpus": 24, "flavours": 2}
     broken.refresh_from_db()
@@ -103,7 +103,7 @@ def test_a_steady_sync_writes_only_the_node_whose_state_changed(
     synced.run_pod("vision-train", "trainer", "h100-2", gpus=2)
     table = Node._meta.db_table
     with CaptureQueriesContext(connection) as queries:
-        inventory_sync(synced.cluster, synced.gateway, queue_jobs=admitted_jobs(synced.cluster))
+        inventory_sync(synced.cluster, synced.gateway, admitted=admitted_jobs)
     updates = [q["sql"] for q in queries if q["sql"].startswith(f'UPDATE "{table}"')]
     # one statement, for the node that got busy; the others are not rewritten
     assert len(updates) == 1, updates
@@ -116,7 +116,7 @@ def test_a_node_that_leaves_keeps_the_time_it_was_last_seen(synced: Synced) -> N
     seen_at = cluster.last_synced_at
     assert Node.objects.get(name="h100-2").last_seen_for_api() == seen_at  # present: last sync
     synced.api.delete_object("Node", None, "h100-2")
-    inventory_sync(cluster, synced.gateway, queue_jobs=admitted_jobs(cluster))
+    inventory_sync(cluster, synced.gateway, admitted=admitted_jobs)
     gone = Node.objects.select_related("cluster").get(name="h100-2")
     assert not gone.present and gone.last_seen_for_api() == seen_at
     later = Cluster.objects.get(pk=cluster.pk).last_synced_at
@@ -136,9 +136,7 @@ def test_changed_nodes_are_written_exactly_however_many_change(
             allocatable={"cpu": "64", "nvidia.com/gpu": "8"},
             unschedulable=bool(i % 2),
         )
-    inventory_sync(
-        fake_cluster.cluster, fake_cluster.gateway, queue_jobs=admitted_jobs(fake_cluster.cluster)
-    )
+    inventory_sync(fake_cluster.cluster, fake_cluster.gateway, admitted=admitted_jobs)
     for i in range(count):
         fake_cluster.api.add_pod(
             "vision-train",
@@ -152,9 +150,7 @@ def test_changed_nodes_are_written_exactly_however_many_change(
             f"extra-{i:03d}",
             lambda n: n["metadata"]["labels"].update(team="it's x\\y"),
         )
-    inventory_sync(
-        fake_cluster.cluster, fake_cluster.gateway, queue_jobs=admitted_jobs(fake_cluster.cluster)
-    )
+    inventory_sync(fake_cluster.cluster, fake_cluster.gateway, admitted=admitted_jobs)
     nodes = {n.name: n for n in Node.objects.filter(name__startswith="extra-")}
     for i in range(count):
         node = nodes[f"extra-{i:03d}"]
@@ -170,11 +166,11 @@ def test_a_node_row_changed_behind_inventorys_back_is_read_again_and_repaired(
     row's version (xmin, ctid), so the next sync reads that row again and puts the
     cluster's truth back."""
     cluster, gateway = fake_cluster.cluster, fake_cluster.gateway
-    inventory_sync(cluster, gateway, queue_jobs=admitted_jobs(cluster))
+    inventory_sync(cluster, gateway, admitted=admitted_jobs)
     Node.objects.filter(name="h100-2").update(
         labels={"nvidia.com/gpu.product": "edited"}, busy={"nvidia.com/gpu": 7}
     )
-    inventory_sync(cluster, gateway, queue_jobs=admitted_jobs(cluster))
+    inventory_sync(cluster, gateway, admitted=admitted_jobs)
     node = Node.objects.get(name="h100-2")
     assert node.labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
     assert node.busy == {}
@@ -183,7 +179,7 @@ def test_a_node_row_changed_behind_inventorys_back_is_read_again_and_repaired(
     from django.test.utils import CaptureQueriesContext
 
     with CaptureQueriesContext(connection) as queries:
-        inventory_sync(cluster, gateway, queue_jobs=admitted_jobs(cluster))
+        inventory_sync(cluster, gateway, admitted=admitted_jobs)
     table = Node._meta.db_table
     assert not [q for q in queries if q["sql"].startswith(f'UPDATE "{table}" AS t')]
 
@@ -210,7 +206,7 @@ def test_a_new_flavour_takes_the_sharing_its_nodes_labels_say(
         allocatable={"cpu": "8", "nvidia.com/gpu": "8"},
     )
     cluster = Cluster.objects.create(name="c", kubeconfig_path=str(kubeconfig[0]))
-    inventory_sync(cluster, fast_gateway(*kubeconfig), queue_jobs=admitted_jobs(cluster))
+    inventory_sync(cluster, fast_gateway(*kubeconfig), admitted=admitted_jobs)
     flavour = Flavour.objects.get(cluster=cluster)
     assert (flavour.name, flavour.sharing) == ("l4", sharing)
 
@@ -221,7 +217,7 @@ def test_labels_never_change_an_existing_flavours_sharing_but_the_cluster_says_s
     product = {"nvidia.com/gpu.product": "NVIDIA-L4", "nvidia.com/gpu.count": "2"}
     kube_api.add_node("l4-1", labels=product, allocatable={"cpu": "8", "nvidia.com/gpu": "2"})
     cluster = Cluster.objects.create(name="c", kubeconfig_path=str(kubeconfig[0]))
-    inventory_sync(cluster, fast_gateway(*kubeconfig), queue_jobs=admitted_jobs(cluster))
+    inventory_sync(cluster, fast_gateway(*kubeconfig), admitted=admitted_jobs)
     assert Flavour.objects.get(cluster=cluster).sharing == ""
     # the device plugin is reconfigured to time-slice: the flavour's units would change
     # under its quotas and work, so only an administrator may follow
@@ -233,7 +229,7 @@ def test_labels_never_change_an_existing_flavours_sharing_but_the_cluster_says_s
             {"nvidia.com/gpu.sharing-strategy": "time-slicing", "nvidia.com/gpu.replicas": "4"}
         ),
     )
-    inventory_sync(cluster, fast_gateway(*kubeconfig), queue_jobs=admitted_jobs(cluster))
+    inventory_sync(cluster, fast_gateway(*kubeconfig), admitted=admitted_jobs)
     assert Flavour.objects.get(cluster=cluster).sharing == ""
     cluster.refresh_from_db()
     assert "l4 (nodes say time-slicing, the flavour not shared)" in cluster.status_message
@@ -258,7 +254,7 @@ def test_gpus_published_through_dra_count_once_beside_the_device_plugins(synced:
     for resource_slice in slices:
         api.create_object(resource_slice)
     try:
-        inventory_sync(synced.cluster, synced.gateway, queue_jobs=admitted_jobs(synced.cluster))
+        inventory_sync(synced.cluster, synced.gateway, admitted=admitted_jobs)
     finally:
         for resource_slice in slices:
             api.delete_object("ResourceSlice", None, resource_slice["metadata"]["name"])

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.django_db
 def sim(cast: Cast) -> Iterator[Cluster]:
     simulated.reset()
     cluster = Cluster.objects.create(name="sim", gateway="simulated")
-    inventory_sync(cluster, queue_jobs=admitted_jobs(cluster))
+    inventory_sync(cluster, admitted=admitted_jobs)
     yield cluster
     simulated.reset()
 
@@ -61,7 +61,7 @@ def test_demand_for_more_mig_slices_repartitions_idle_gpus_only(sim: Cluster, ca
     guarantee(cast, sim, "h100-80gb-mig-3g.40gb", 32)  # 16 exist; 16 more = 8 more GPUs
     gateway = simulated.SimulatedGateway.for_cluster("sim")
     gateway.cluster.add_pod("default", "busy", requests={"nvidia.com/gpu": 1}, node_name="h100-01")
-    result = mig_reconcile(sim, gateway, queue_jobs=admitted_jobs(sim))
+    result = mig_reconcile(sim, gateway, admitted=admitted_jobs)
     assert result.plan is not None and result.requested >= 1
     assert "h100-01" not in result.plan.nodes_to_reconfigure  # a pod runs there
     config_map = gateway.cluster.get_object("ConfigMap", "gpu-operator", MIG_CONFIG_MAP_NAME)
@@ -75,7 +75,7 @@ def test_demand_for_more_mig_slices_repartitions_idle_gpus_only(sim: Cluster, ca
         assert live["metadata"]["labels"]["nvidia.com/mig.config"] == node.mig_requested_config
     # MIG Manager applies; the next run adopts the layouts and the capacity follows
     gateway.cluster.tick()
-    follow_up = mig_reconcile(sim, gateway, queue_jobs=admitted_jobs(sim))
+    follow_up = mig_reconcile(sim, gateway, admitted=admitted_jobs)
     assert follow_up.succeeded == result.requested and follow_up.requested == 0
     assert Flavour.objects.get(cluster=sim, name="h100-80gb-mig-3g.40gb").capacity == 32
 
@@ -85,15 +85,15 @@ def test_a_failed_reconfiguration_is_reported_to_admins_once(sim: Cluster, cast:
     cast.platform_admin.save()
     guarantee(cast, sim, "h100-80gb-mig-3g.40gb", 18)
     gateway = simulated.SimulatedGateway.for_cluster("sim")
-    first = mig_reconcile(sim, gateway, queue_jobs=admitted_jobs(sim))
+    first = mig_reconcile(sim, gateway, admitted=admitted_jobs)
     assert first.plan is not None and first.requested == 1
     (node_name,) = first.plan.nodes_to_reconfigure
     gateway.cluster.fail_next_mig_config(node_name)
     gateway.cluster.tick()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr("django.db.transaction.on_commit", lambda fn, using=None: fn())
-        second = mig_reconcile(sim, gateway, queue_jobs=admitted_jobs(sim))
-        third = mig_reconcile(sim, gateway, queue_jobs=admitted_jobs(sim))
+        second = mig_reconcile(sim, gateway, admitted=admitted_jobs)
+        third = mig_reconcile(sim, gateway, admitted=admitted_jobs)
     assert (second.failed, third.failed) == (1, 0)
     assert len(mail.outbox) == 1 and node_name in mail.outbox[0].subject
     assert (
@@ -197,7 +197,7 @@ def test_the_configmap_keeps_the_operators_standard_configs(sim: Cluster, cast: 
     all-disabled (or any other standard config) is reconfigured, not failed."""
     guarantee(cast, sim, "h100-80gb-mig-3g.40gb", 18)
     gateway = simulated.SimulatedGateway.for_cluster("sim")
-    mig_reconcile(sim, gateway, queue_jobs=admitted_jobs(sim))
+    mig_reconcile(sim, gateway, admitted=admitted_jobs)
     config_map = gateway.cluster.get_object("ConfigMap", "gpu-operator", MIG_CONFIG_MAP_NAME)
     assert config_map is not None
     configs = parse_mig_parted_yaml(config_map["data"]["config.yaml"])
@@ -225,7 +225,7 @@ def test_success_counts_only_when_seen_after_the_label_change(sim: Cluster, cast
     answers it."""
     guarantee(cast, sim, "h100-80gb-mig-3g.40gb", 18)
     gateway = simulated.SimulatedGateway.for_cluster("sim")
-    first = mig_reconcile(sim, gateway, queue_jobs=admitted_jobs(sim))
+    first = mig_reconcile(sim, gateway, admitted=admitted_jobs)
     assert first.plan is not None
     (name,) = first.plan.nodes_to_reconfigure
     # MIG Manager has not seen the change yet: put back the stale "success"
@@ -245,7 +245,7 @@ def test_success_counts_only_when_seen_after_the_label_change(sim: Cluster, cast
     gateway.cluster.edit_object(
         "Node", None, name, lambda n: n["metadata"]["labels"].pop("nvidia.com/mig.config.state")
     )
-    waiting = mig_reconcile(sim, gateway, queue_jobs=admitted_jobs(sim))
+    waiting = mig_reconcile(sim, gateway, admitted=admitted_jobs)
     assert (waiting.succeeded, waiting.in_flight, waiting.requested) == (0, 1, 0)
     gateway.cluster.edit_object(
         "Node",
@@ -254,7 +254,7 @@ def test_success_counts_only_when_seen_after_the_label_change(sim: Cluster, cast
         lambda n: n["metadata"]["labels"].update({"nvidia.com/mig.config.state": "pending"}),
     )
     gateway.cluster.tick()
-    assert mig_reconcile(sim, gateway, queue_jobs=admitted_jobs(sim)).succeeded == 1
+    assert mig_reconcile(sim, gateway, admitted=admitted_jobs).succeeded == 1
 
 
 def test_a_configmap_past_the_api_servers_size_limit_is_refused_before_any_label(
@@ -266,7 +266,7 @@ def test_a_configmap_past_the_api_servers_size_limit_is_refused_before_any_label
     gateway = simulated.SimulatedGateway.for_cluster("sim")
     monkeypatch.setattr(services, "MAX_CONFIG_MAP_BYTES", 2000)
     with pytest.raises(services.MigConfigTooLarge, match="at most 2,000"):
-        mig_reconcile(sim, gateway, queue_jobs=admitted_jobs(sim))
+        mig_reconcile(sim, gateway, admitted=admitted_jobs)
     assert gateway.cluster.get_object("ConfigMap", "gpu-operator", MIG_CONFIG_MAP_NAME) is None
     labels = [
         n["metadata"]["labels"]["nvidia.com/mig.config"] for n in gateway.cluster.objects("Node")

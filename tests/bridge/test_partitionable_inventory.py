@@ -69,7 +69,7 @@ def test_a_node_with_gpus_split_on_claim_and_whole_ones_lists_every_gpu(
     bare: Bare,
 ) -> None:
     _publish(bare, "split-and-whole", extra_whole=2)
-    inventory_sync(bare.cluster, bare.gateway, queue_jobs=admitted_jobs(bare.cluster))
+    inventory_sync(bare.cluster, bare.gateway, admitted=admitted_jobs)
     node = Node.objects.get(cluster=bare.cluster, name="split-and-whole")
     assert (node.gpu_count, node.gpu_layouts, node.partitionable_held) == (
         4,
@@ -92,14 +92,14 @@ def test_the_planner_splits_only_the_gpus_split_on_claim_and_at_once(
     their layout, and the next run has nothing left to do."""
     cluster = bare.cluster
     _publish(bare, "split-and-whole", extra_whole=2)
-    inventory_sync(cluster, bare.gateway, queue_jobs=admitted_jobs(cluster))
+    inventory_sync(cluster, bare.gateway, admitted=admitted_jobs)
     small = Flavour.objects.get(cluster=cluster, name="h100-80gb-mig-1g.10gb")
     assert (small.capacity, small.most_capacity, small.guarantee_ceiling) == (0, 14, 14)
     hand_down([(cast.org, small, 14)])
     plan = mig_plan(cluster)
     by_gpu = {(g.node, g.index): g for g in plan.gpus}
     assert by_gpu[("split-and-whole", 2)].changed is False  # kept: no MIG Manager here
-    result = mig_reconcile(cluster, bare.gateway, queue_jobs=admitted_jobs(cluster))
+    result = mig_reconcile(cluster, bare.gateway, admitted=admitted_jobs)
     assert (result.laid_out, result.requested) == (1, 0)
     live = bare.api.get_object("Node", None, "split-and-whole")
     assert live is not None and "nvidia.com/mig.config" not in live["metadata"]["labels"]
@@ -107,4 +107,4 @@ def test_the_planner_splits_only_the_gpus_split_on_claim_and_at_once(
     assert node.dra_devices == {"h100-80gb": 2, "h100-80gb-mig-1g.10gb": 14}
     assert node.gpu_layouts[2:] == [None, None] and node.mig_requested_config == ""
     assert Flavour.objects.get(pk=small.pk).capacity == 14
-    assert mig_reconcile(cluster, bare.gateway, queue_jobs=admitted_jobs(cluster)).laid_out == 0
+    assert mig_reconcile(cluster, bare.gateway, admitted=admitted_jobs).laid_out == 0

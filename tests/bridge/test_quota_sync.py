@@ -332,7 +332,7 @@ def test_a_device_class_of_gpus_gets_its_key_with_the_guarantee_of_its_flavours(
     for obj in published:
         api.create_object(obj)
     try:
-        inventory_sync(synced.cluster, synced.gateway, queue_jobs=admitted_jobs(synced.cluster))
+        inventory_sync(synced.cluster, synced.gateway, admitted=admitted_jobs)
         quota_sync(synced.cluster, synced.gateway, queue=queue_holdings(synced.cluster))
     finally:
         for obj in published:
@@ -370,7 +370,7 @@ def test_a_queued_jobs_claims_count_once_before_the_scheduler_allocates_them(
     api, cluster = fake_cluster.api, fake_cluster.cluster
     api.add_node("dra-only", labels={}, allocatable={"cpu": "8"})
     api.create_object(node_slice("dra-only", [gpu(i, H100, "80Gi") for i in range(4)]))
-    inventory_sync(cluster, fake_cluster.gateway, queue_jobs=admitted_jobs(cluster))
+    inventory_sync(cluster, fake_cluster.gateway, admitted=admitted_jobs)
     WorkloadFactory(
         cluster=cluster,
         tenant=cast.team_a,

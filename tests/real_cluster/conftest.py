@@ -90,7 +90,7 @@ def gpu_cluster(cast: Cast, real_cluster: RealCluster) -> Iterator[RealGpuCluste
         kube_context="tidegate",
     )
     gateway = tidegate_gateway(real_cluster)
-    inventory_sync(cluster, gateway, queue_jobs=admitted_jobs(cluster))
+    inventory_sync(cluster, gateway, admitted=admitted_jobs)
     h100 = Flavour.objects.get(cluster=cluster, name="h100-80gb")
     mig = Flavour.objects.get(cluster=cluster, name="a100-sxm4-40gb-mig-1g.5gb")
     bind_team_namespaces(cast)

@@ -260,7 +260,7 @@ def test_inventory_counts_gpus_published_through_dra_as_their_flavours(dra: Real
         kube_context="tidegate",
     )
     with tidegate_gateway(dra) as gateway:
-        result = inventory_sync(cluster, gateway, queue_jobs=admitted_jobs(cluster))
+        result = inventory_sync(cluster, gateway, admitted=admitted_jobs)
     capacity = dict(Flavour.objects.filter(cluster=cluster).values_list("name", "capacity"))
     assert capacity == {"h100-80gb": 4, "a100-sxm4-80gb-mig-1g.10gb": 7}
     mig = Flavour.objects.get(cluster=cluster, name="a100-sxm4-80gb-mig-1g.10gb")
@@ -290,7 +290,7 @@ def test_inventory_counts_gpus_published_through_dra_as_their_flavours(dra: Real
         lambda obj: obj["spec"].update(devices=obj["spec"]["devices"][:2]),
     )
     with tidegate_gateway(dra) as gateway:
-        inventory_sync(cluster, gateway, queue_jobs=admitted_jobs(cluster))
+        inventory_sync(cluster, gateway, admitted=admitted_jobs)
     assert Flavour.objects.get(cluster=cluster, name="h100-80gb").capacity == 2
     assert Node.objects.get(cluster=cluster, name="dra-h100").dra_devices == {"h100-80gb": 2}
 
@@ -306,7 +306,7 @@ def _queue_cluster(real: RealCluster, cast: Cast) -> tuple[Cluster, KubernetesGa
         kube_context="tidegate",
     )
     gateway = tidegate_gateway(real)
-    inventory_sync(cluster, gateway, queue_jobs=admitted_jobs(cluster))
+    inventory_sync(cluster, gateway, admitted=admitted_jobs)
     h100 = Flavour.objects.get(cluster=cluster, name="h100-80gb")
     mig = Flavour.objects.get(cluster=cluster, name="a100-sxm4-80gb-mig-1g.10gb")
     bind_team_namespaces(cast)
@@ -442,7 +442,7 @@ def test_jobs_asking_through_claims_are_queued_counted_and_admitted_on_their_alt
             ),
             "KWOK to run the pods",
         )
-        inventory_sync(cluster, gateway, queue_jobs=admitted_jobs(cluster))
+        inventory_sync(cluster, gateway, admitted=admitted_jobs)
         assert Node.objects.get(cluster=cluster, name="dra-h100").busy == {"nvidia.com/gpu": 4}
         assert Node.objects.get(cluster=cluster, name="dra-a100-mig").busy == {
             "nvidia.com/mig-1g.10gb": 2
@@ -1116,7 +1116,7 @@ def test_a_job_asking_for_nvidia_gpu_is_served_through_the_class_that_maps_it(
 
         pod = real.wait_for(served, "the scheduler to serve the pod through the class")
         assert pod["spec"]["nodeName"] == "dra-h100"
-        inventory_sync(cluster, gateway, queue_jobs=admitted_jobs(cluster))
+        inventory_sync(cluster, gateway, admitted=admitted_jobs)
         assert Node.objects.get(cluster=cluster, name="dra-h100").busy == {"nvidia.com/gpu": 2}
     finally:
         real.edit_object("DeviceClass", None, "gpu.nvidia.com", maps(None))
@@ -1218,7 +1218,7 @@ def test_devices_of_a_driver_an_admin_maps_count_as_its_flavour_and_are_queued(
         assert not Flavour.objects.filter(cluster=cluster, name="mi300x").exists()
         cluster.dra_flavours = {"gpu.amd.com": "mi300x"}
         cluster.save(update_fields=["dra_flavours"])
-        inventory_sync(cluster, gateway, queue_jobs=admitted_jobs(cluster))
+        inventory_sync(cluster, gateway, admitted=admitted_jobs)
         mi300x = Flavour.objects.get(cluster=cluster, name="mi300x")
         assert mi300x.capacity == 4
         assert Node.objects.get(cluster=cluster, name="dra-amd").gpu_count == 4

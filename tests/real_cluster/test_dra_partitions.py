@@ -170,7 +170,7 @@ def test_gpus_split_on_claim_count_once_and_are_laid_out_by_the_planner(
     )
     gateway = tidegate_gateway(real)
     try:
-        inventory_sync(cluster, gateway, queue_jobs=admitted_jobs(cluster))
+        inventory_sync(cluster, gateway, admitted=admitted_jobs)
         node = Node.objects.get(cluster=cluster, name=NODE)
         assert (node.gpu_count, node.partitionable_held, node.gpu_layouts) == (
             2,
@@ -197,7 +197,7 @@ def test_gpus_split_on_claim_count_once_and_are_laid_out_by_the_planner(
         real.wait_for(
             lambda: any(_allocated(real).values()), "the scheduler to allocate the 3g partition"
         )
-        inventory_sync(cluster, gateway, queue_jobs=admitted_jobs(cluster))
+        inventory_sync(cluster, gateway, admitted=admitted_jobs)
         node = Node.objects.get(cluster=cluster, name=NODE)
         assert sorted(node.partitionable_held) == [False, True]
         assert sorted(_layouts(node), key=str) == [None, {"3g.40gb": 1}]
@@ -207,7 +207,7 @@ def test_gpus_split_on_claim_count_once_and_are_laid_out_by_the_planner(
         small = Flavour.objects.get(cluster=cluster, name=SMALL)
         bind_team_namespaces(cast)
         hand_down([(cast.org, small, 7), (cast.dept, small, 7), (cast.team_a, small, 7)])
-        result = mig_reconcile(cluster, gateway, queue_jobs=admitted_jobs(cluster))
+        result = mig_reconcile(cluster, gateway, admitted=admitted_jobs)
         assert (result.laid_out, result.requested) == (1, 0)
         labels = real.read("Node", None, NODE)["metadata"]["labels"]
         assert "nvidia.com/mig.config" not in labels  # no MIG Manager involved
@@ -215,7 +215,7 @@ def test_gpus_split_on_claim_count_once_and_are_laid_out_by_the_planner(
         assert sorted(_layouts(node), key=str) == [{"1g.10gb": 7}, {"3g.40gb": 1}]
         assert node.dra_devices == {SMALL: 7, HALF: 1}
         assert (
-            mig_reconcile(cluster, gateway, queue_jobs=admitted_jobs(cluster)).laid_out == 0
+            mig_reconcile(cluster, gateway, admitted=admitted_jobs).laid_out == 0
         )  # steady: nothing to change
 
         # eight Jobs of one 1g slice each: seven run, the eighth waits
@@ -239,7 +239,7 @@ def test_gpus_split_on_claim_count_once_and_are_laid_out_by_the_planner(
         # Kubernetes is the judge: no whole GPU is left, and Tidegate offers none; the
         # 1g slices it offers beyond the seven held are ones the scheduler still gives
         real.create_object(_outside_pod("outside-whole", "whole"))
-        inventory_sync(cluster, gateway, queue_jobs=admitted_jobs(cluster))
+        inventory_sync(cluster, gateway, admitted=admitted_jobs)
         node = Node.objects.get(cluster=cluster, name=NODE)
         assert node.partitionable_held == [True, True]
         assert WHOLE not in node.dra_devices

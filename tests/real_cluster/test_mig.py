@@ -87,9 +87,7 @@ def test_a_mig_layout_lands_is_applied_and_its_slices_are_admitted(
     Quota.objects.create(tenant=cast.dept, flavour=flavour, guaranteed=4)
     Quota.objects.create(tenant=cast.team_a, flavour=flavour, guaranteed=4)
 
-    requested = mig_reconcile(
-        gpu_cluster.cluster, gpu_cluster.gateway, queue_jobs=admitted_jobs(gpu_cluster.cluster)
-    )
+    requested = mig_reconcile(gpu_cluster.cluster, gpu_cluster.gateway, admitted=admitted_jobs)
 
     assert requested.plan is not None and requested.requested >= 1
     config_map = real.read("ConfigMap", "gpu-operator", MIG_CONFIG_MAP_NAME)
@@ -101,12 +99,8 @@ def test_a_mig_layout_lands_is_applied_and_its_slices_are_admitted(
         assert real.read("Node", None, name)["metadata"]["labels"][CONFIG_LABEL] in configs
 
     slices = {name: mig_manager_stand_in(real, name) for name in changed}
-    follow_up = mig_reconcile(
-        gpu_cluster.cluster, gpu_cluster.gateway, queue_jobs=admitted_jobs(gpu_cluster.cluster)
-    )
-    inventory_sync(
-        gpu_cluster.cluster, gpu_cluster.gateway, queue_jobs=admitted_jobs(gpu_cluster.cluster)
-    )
+    follow_up = mig_reconcile(gpu_cluster.cluster, gpu_cluster.gateway, admitted=admitted_jobs)
+    inventory_sync(gpu_cluster.cluster, gpu_cluster.gateway, admitted=admitted_jobs)
 
     assert follow_up.succeeded == requested.requested
     flavour.refresh_from_db()

@@ -79,9 +79,7 @@ def test_a_share_of_a_gpu_is_refused_on_a_flavour_not_shared_through_dra(
     gpu_class["spec"].pop("extendedResourceName")
     api.create_object(gpu_class)
     api.create_object(node_slice("dra-shared", [gpu(0, A100, "80Gi", shared=True)]))
-    inventory_sync(
-        fake_cluster.cluster, fake_cluster.gateway, queue_jobs=admitted_jobs(fake_cluster.cluster)
-    )
+    inventory_sync(fake_cluster.cluster, fake_cluster.gateway, admitted=admitted_jobs)
     a100 = Flavour.objects.get(cluster=fake_cluster.cluster, name="a100-sxm4-80gb")
     assert a100.sharing == Flavour.Sharing.DRA  # as the driver publishes it
     Flavour.objects.filter(pk=a100.pk).update(sharing=Flavour.Sharing.HAMI)
@@ -138,9 +136,7 @@ def test_whole_gpus_or_else_a_share_is_refused_where_a_flavours_sharing_says_oth
     api.create_object(gpu_class)
     api.create_object(node_slice("dra-shared", [gpu(0, A100, "80Gi", shared=True)]))
     api.create_object(node_slice("dra-h100", [gpu(i, H100, "80Gi") for i in range(2)]))
-    inventory_sync(
-        fake_cluster.cluster, fake_cluster.gateway, queue_jobs=admitted_jobs(fake_cluster.cluster)
-    )
+    inventory_sync(fake_cluster.cluster, fake_cluster.gateway, admitted=admitted_jobs)
     a100 = Flavour.objects.get(cluster=fake_cluster.cluster, name="a100-sxm4-80gb")
     Flavour.objects.filter(pk=a100.pk).update(sharing=Flavour.Sharing.TIME_SLICING)
     product = "device.attributes['gpu.nvidia.com'].productName.contains('{}')"

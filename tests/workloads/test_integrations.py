@@ -428,9 +428,7 @@ def test_the_pods_an_operator_starts_count_once_as_the_workloads_holding(
                 ]
             ),
         )
-    inventory_sync(
-        fake_cluster.cluster, fake_cluster.gateway, queue_jobs=admitted_jobs(fake_cluster.cluster)
-    )
+    inventory_sync(fake_cluster.cluster, fake_cluster.gateway, admitted=admitted_jobs)
     assert Node.objects.get(cluster=fake_cluster.cluster, name="h100-1").busy_foreign == {}
     # GPUs are left free: vision's 4 (what its organisation has left) start at once
     body = {

@@ -100,9 +100,7 @@ def test_admission_injects_the_tolerations_an_admin_set_and_no_others(
                 taints=[gpu_taint, {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}]
             ),
         )
-    inventory_sync(
-        fake_cluster.cluster, fake_cluster.gateway, queue_jobs=admitted_jobs(fake_cluster.cluster)
-    )
+    inventory_sync(fake_cluster.cluster, fake_cluster.gateway, admitted=admitted_jobs)
     chosen = {
         "key": "nvidia.com/gpu",
         "operator": "Equal",

@@ -284,9 +284,7 @@ def test_a_time_sliced_replica_holds_its_part_of_a_gpu_and_quotas_count_replicas
             name,
             lambda node: node["status"]["allocatable"].update({"nvidia.com/gpu": "32"}),
         )
-    inventory_sync(
-        fake_cluster.cluster, fake_cluster.gateway, queue_jobs=admitted_jobs(fake_cluster.cluster)
-    )
+    inventory_sync(fake_cluster.cluster, fake_cluster.gateway, admitted=admitted_jobs)
     assert make_shared(cast, fake_cluster.h100, "time-slicing").status_code == 200
     shared_job(fake_cluster, "replica", requests={"nvidia.com/gpu": 1})
     assert synced_workload(fake_cluster, "replica").pod_set_records[0].gpus_per_pod == 250

@@ -28,7 +28,7 @@ class Command(BaseCommand):
         cluster = cluster_named(options["cluster"])
         if options["sync"]:
             try:
-                inventory_sync(cluster, queue_jobs=admitted_jobs(cluster))
+                inventory_sync(cluster, admitted=admitted_jobs)
             except GatewayError as error:
                 raise CommandError(f"inventory sync of {cluster.name} failed: {error}") from error
         plan = mig_plan(cluster)
