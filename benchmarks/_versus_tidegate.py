@@ -52,7 +52,6 @@ from benchmarks._versus_scenarios import (
     scenario_queues,
     workload_count,
 )
-from scheduler_bridge.workloads.selectors import admitted_jobs, queue_holdings
 
 # GPUs of one node; None: one node holds them all (Kueue's scenario counts quota only)
 GPUS_PER_NODE: int | None = None
@@ -498,6 +497,7 @@ def _run(
     from scheduler_bridge.inventory.models import Cluster
     from scheduler_bridge.inventory.services import inventory_sync
     from scheduler_bridge.quotas.sync import quota_sync
+    from scheduler_bridge.workloads.selectors import admitted_jobs, queue_holdings
 
     admin = plane.admin
     queues = scenario_queues(scenario)

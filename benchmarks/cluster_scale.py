@@ -47,7 +47,6 @@ from benchmarks._support import (  # noqa: E402
     progress,
     teams_under_one_org,
 )
-from scheduler_bridge.workloads.selectors import admitted_jobs, queue_holdings
 
 # CLUSTER_SCALE=0.1 builds a tenth of the cluster (a quick look while working on it).
 SCALE = float(os.environ.get("CLUSTER_SCALE", "1"))
@@ -425,6 +424,7 @@ def _run(conn: Connection, url: str) -> None:
     from scheduler_bridge.inventory.services import inventory_sync
     from scheduler_bridge.quotas.models import Quota
     from scheduler_bridge.quotas.sync import quota_sync
+    from scheduler_bridge.workloads.selectors import admitted_jobs, queue_holdings
     from tenants.models import NamespaceBinding
     from tests.kube_fake.fixtures import write_kubeconfig
 
@@ -622,6 +622,7 @@ def _run_real(plane: Any) -> None:
     from scheduler_bridge.inventory.services import inventory_sync
     from scheduler_bridge.quotas.models import Quota
     from scheduler_bridge.quotas.sync import quota_sync
+    from scheduler_bridge.workloads.selectors import admitted_jobs, queue_holdings
     from tenants.models import NamespaceBinding
 
     admin = plane.admin

@@ -20,7 +20,6 @@ from benchmarks._support import (  # noqa: E402
     progress,
     teams_under_one_org,
 )
-from scheduler_bridge.workloads.selectors import queue_holdings
 
 NAMESPACES = 1000
 TEAMS = 100
@@ -32,6 +31,7 @@ def main() -> None:
         from scheduler_bridge.inventory.models import Cluster, Flavour
         from scheduler_bridge.quotas.models import Quota
         from scheduler_bridge.quotas.sync import quota_sync
+        from scheduler_bridge.workloads.selectors import queue_holdings
         from tenants.models import NamespaceBinding
         from tests.kube_fake.fixtures import write_kubeconfig
         from tests.kube_fake.server import FakeKubeApi
