@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.auth import get_user_model
+from django.contrib.auth.admin import UserAdmin
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.http import HttpRequest
@@ -13,6 +15,7 @@ from tenants.audit import audit_record, snapshot
 from tenants.binding_rules import bindings_changed
 from tenants.deletion import deletion_blockers
 from tenants.models import ApiToken, AuditEvent, Membership, NamespaceBinding, Tenant
+from tenants.portal.password import ResetPasswordForm
 
 
 class AuditedAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
@@ -176,3 +179,13 @@ class ApiTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+class TidegateUserAdmin(UserAdmin):  # type: ignore[type-arg]
+    """Django's user admin; setting a user's password here revokes their API tokens."""
+
+    change_password_form = ResetPasswordForm
+
+
+admin.site.unregister(get_user_model())
+admin.site.register(get_user_model(), TidegateUserAdmin)

@@ -27,6 +27,7 @@ from datetime import datetime, timedelta
 from importlib import import_module
 from typing import Any
 
+from celery.exceptions import Retry
 from django.conf import settings
 from django.db import DatabaseError
 from django.db.models import Count, F, Q
@@ -205,14 +206,19 @@ def _release(message: OutboxMessage, error: str) -> None:
 
 def _send(message: OutboxMessage) -> str | None:
     """Hand ``message`` to the broker; the error's text when the broker refused it. An
-    eager task (the demo, the tests) runs here, and its own errors propagate."""
+    eager task (the demo, the tests) runs here, and its own errors propagate, except a
+    task asking to be tried again later (a Prometheus it cannot reach): in production
+    the request that queued it has its answer long before, so here too it is logged."""
     task = task_for(message.task)
     options: dict[str, Any] = {"retry": False, "ignore_result": True}
     countdown = _countdown(message)
     if countdown > 0:
         options["countdown"] = countdown
     if _eager():
-        task.apply_async(args=message.args, **options)
+        try:
+            task.apply_async(args=message.args, **options)
+        except Retry as retry:
+            logger.warning("task %s asked to be tried again later: %s", message.task, retry)
         return None
     try:
         task.apply_async(args=message.args, **options)

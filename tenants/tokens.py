@@ -38,6 +38,12 @@ def token_revoke(token: ApiToken) -> None:
     token.delete()
 
 
+def tokens_revoke_all(user: Any) -> int:
+    """Revoke every API token of ``user`` (a password change); returns how many."""
+    deleted, _ = ApiToken.objects.filter(user=user).delete()
+    return deleted
+
+
 def tokens_forget_expired(now: Any = None) -> int:
     """Delete every expired token (beat, hourly). Returns how many."""
     deleted, _ = ApiToken.objects.filter(expiry__lt=now or timezone.now()).delete()

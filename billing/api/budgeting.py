@@ -14,6 +14,7 @@ from billing.models import (
     BudgetAlert,
     BudgetStatus,
 )
+from tenants.api.contract import KeepsContract
 from tenants.api.serializers import RejectUnknownFields
 
 MAX_THRESHOLDS = 20  # alert thresholds of one budget
@@ -95,7 +96,7 @@ class BudgetAlertSerializer(serializers.ModelSerializer[BudgetAlert]):
         read_only_fields = fields
 
 
-class BudgetViewSet(viewsets.ModelViewSet[Budget]):
+class BudgetViewSet(KeepsContract, viewsets.ModelViewSet[Budget]):
     """Budgets per tenant subtree (monthly or quarterly, soft or hard) and their status."""
 
     queryset = Budget.objects.none()  # the model, for the schema; rows: get_queryset
@@ -125,7 +126,7 @@ class BudgetViewSet(viewsets.ModelViewSet[Budget]):
         budget_services.budget_delete(actor=self.request.user, budget=instance, source="api")
 
 
-class BudgetAlertViewSet(viewsets.ReadOnlyModelViewSet[BudgetAlert]):
+class BudgetAlertViewSet(KeepsContract, viewsets.ReadOnlyModelViewSet[BudgetAlert]):
     """Budget thresholds crossed, once each per budget period."""
 
     queryset = BudgetAlert.objects.none()  # the model, for the schema; rows: get_queryset

@@ -29,6 +29,7 @@ from billing.models import (
     TenantBillingSettings,
 )
 from billing.permissions import can_read_platform_rates
+from tenants.api.contract import KeepsContract
 from tenants.api.serializers import RejectUnknownFields, at_most
 
 MAX_MULTIPLIERS = 100  # priority classes a rate card prices apart
@@ -119,7 +120,7 @@ class TenantBillingSettingsSerializer(
         validators: list[Any] = []
 
 
-class RateCardViewSet(viewsets.ModelViewSet[RateCard]):
+class RateCardViewSet(KeepsContract, viewsets.ModelViewSet[RateCard]):
     """Prices per GPU-hour. Everyone who reads money reads them; platform billing writes."""
 
     queryset = RateCard.objects.none()  # the model, for the schema; rows: get_queryset
@@ -150,7 +151,7 @@ class RateCardViewSet(viewsets.ModelViewSet[RateCard]):
         rates.rate_card_delete(actor=self.request.user, card=instance, source="api")
 
 
-class BillingPolicyViewSet(viewsets.GenericViewSet[BillingPolicy]):
+class BillingPolicyViewSet(KeepsContract, viewsets.GenericViewSet[BillingPolicy]):
     """The platform-wide billing policy: GET reads it, POST changes it."""
 
     queryset = BillingPolicy.objects.none()  # the model, for the schema; rows: get_queryset
@@ -177,7 +178,7 @@ class BillingPolicyViewSet(viewsets.GenericViewSet[BillingPolicy]):
         return Response(BillingPolicySerializer(policy).data)
 
 
-class ExchangeRateViewSet(viewsets.ModelViewSet[ExchangeRate]):
+class ExchangeRateViewSet(KeepsContract, viewsets.ModelViewSet[ExchangeRate]):
     """Exchange rates per month and currency pair: finance and platform billing read them,
     platform billing writes (everyone else: 404)."""
 
@@ -217,6 +218,7 @@ class ExchangeRateViewSet(viewsets.ModelViewSet[ExchangeRate]):
 
 
 class TenantBillingSettingsViewSet(
+    KeepsContract,
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
     mixins.CreateModelMixin,

@@ -26,6 +26,7 @@ from billing.api.common import (
     time_param,
 )
 from billing.reporting import allocation, reports
+from tenants.api.contract import KeepsContract
 from tenants.errors import ValidationFailed
 
 
@@ -86,7 +87,7 @@ class ReportQuerySerializer(serializers.Serializer[Any]):
     )
 
 
-class SpendReportViewSet(viewsets.ViewSet):
+class SpendReportViewSet(KeepsContract, viewsets.ViewSet):
     """Charges of a period by line, tenant, cost centre, flavour, kind, or the children of
     `tenant`. An open period is priced on the fly (`provisional: true`)."""
 
@@ -128,7 +129,7 @@ TENANT = OpenApiParameter("tenant", OpenApiTypes.STR, description="A tenant's sl
 PERIOD = OpenApiParameter("period", OpenApiTypes.STR, description="YYYY-MM (default: the last)")
 
 
-class EfficiencyReportViewSet(viewsets.ViewSet):
+class EfficiencyReportViewSet(KeepsContract, viewsets.ViewSet):
     """Busy / allocated GPU time per tenant (`since`, `until`, `tenant`; default 30 days)."""
 
     @extend_schema(parameters=[SINCE, UNTIL, TENANT], responses=EfficiencyReportSerializer)
@@ -148,7 +149,7 @@ class EfficiencyReportViewSet(viewsets.ViewSet):
         )
 
 
-class IdleReportViewSet(viewsets.ViewSet):
+class IdleReportViewSet(KeepsContract, viewsets.ViewSet):
     """Idle-GPU findings: allocations under the activity threshold for an hour or more."""
 
     @extend_schema(parameters=[SINCE, TENANT], responses=IdleReportSerializer)
@@ -160,7 +161,7 @@ class IdleReportViewSet(viewsets.ViewSet):
         return Response({"since": since.isoformat(), "rows": [plain_row(r) for r in rows]})
 
 
-class WorkloadReportViewSet(viewsets.ViewSet):
+class WorkloadReportViewSet(KeepsContract, viewsets.ViewSet):
     """Drill-down: a period's usage per workload with estimated cost (`period`, `tenant`)."""
 
     @extend_schema(parameters=[PERIOD, TENANT], responses=WorkloadReportSerializer)
@@ -172,7 +173,7 @@ class WorkloadReportViewSet(viewsets.ViewSet):
         return Response({"period": period.name, "rows": [plain_row(r) for r in rows]})
 
 
-class AllocationViewSet(viewsets.ViewSet):
+class AllocationViewSet(KeepsContract, viewsets.ViewSet):
     """Cost allocation: `window=YYYY-MM` or `start=...&end=...` (ISO 8601, end exclusive),
     `aggregate=namespace,label:team` (tenant, namespace, workload, flavour, line_type,
     label:<key>, annotation:<key>), `idle=even|guarantee|usage` (default: the billing

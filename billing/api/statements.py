@@ -33,6 +33,7 @@ from billing.models import (
 from billing.reporting import reports
 from billing.selectors import statements_visible_to
 from billing.statements import exports, invoices, periods
+from tenants.api.contract import KeepsContract
 from tenants.api.serializers import NoInput, RejectUnknownFields
 from tenants.errors import ValidationFailed
 
@@ -169,7 +170,7 @@ class AdjustmentSerializer(RejectUnknownFields, serializers.ModelSerializer[Adju
         field.queryset = statements_visible_to(request.user if request else None)
 
 
-class BillingPeriodViewSet(viewsets.ReadOnlyModelViewSet[BillingPeriod]):
+class BillingPeriodViewSet(KeepsContract, viewsets.ReadOnlyModelViewSet[BillingPeriod]):
     """Monthly billing periods. `close` freezes statements; `reopen` is an audited admin
     action."""
 
@@ -218,7 +219,7 @@ class StatementFilter(django_filters.FilterSet):
         fields = ["period", "tenant", "mode", "cost_center"]
 
 
-class StatementViewSet(viewsets.ModelViewSet[Statement]):
+class StatementViewSet(KeepsContract, viewsets.ModelViewSet[Statement]):
     """Statements of closed periods, with their lines. They are frozen: PATCH, PUT and
     DELETE answer 409 (corrections are adjustments in an open period)."""
 
@@ -256,6 +257,10 @@ class StatementViewSet(viewsets.ModelViewSet[Statement]):
             },
         )
 
+    def refuse_outright(self, request: Request) -> None:
+        if request.method in {"PUT", "PATCH"}:  # whatever the body says
+            raise self._frozen()
+
     def update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         raise self._frozen()
 
@@ -282,6 +287,7 @@ class StatementViewSet(viewsets.ModelViewSet[Statement]):
 
 
 class AdjustmentViewSet(
+    KeepsContract,
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
     mixins.CreateModelMixin,
@@ -308,7 +314,7 @@ class AdjustmentViewSet(
         periods.adjustment_delete(actor=self.request.user, adjustment=instance, source="api")
 
 
-class ExportViewSet(viewsets.ViewSet):
+class ExportViewSet(KeepsContract, viewsets.ViewSet):
     """Chargeback export of a period: `?period=YYYY-MM&as=csv|xlsx|pdf[&tenant=slug]`.
     An open period's export is provisional (file name and `X-Tidegate-Provisional`)."""
 

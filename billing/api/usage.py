@@ -15,6 +15,7 @@ from rest_framework.response import Response
 
 from billing import selectors
 from billing.models import UsageRecord
+from tenants.api.contract import KeepsContract
 from tenants.api.filters import UtcIsoDateTimeFilter
 from tenants.api.serializers import QueuedSerializer, RejectUnknownFields
 from tenants.transactions import queue_after_commit
@@ -81,7 +82,7 @@ class UsageFilter(django_filters.FilterSet):
         fields = ["period", "tenant", "cluster", "flavour", "namespace", "workload", "source"]
 
 
-class UsageRecordViewSet(viewsets.ReadOnlyModelViewSet[UsageRecord]):
+class UsageRecordViewSet(KeepsContract, viewsets.ReadOnlyModelViewSet[UsageRecord]):
     """The append-only usage ledger (hourly rows), for the caller's subtrees."""
 
     queryset = UsageRecord.objects.none()  # the model, for the schema; rows: get_queryset
@@ -98,7 +99,7 @@ class UsageRecordViewSet(viewsets.ReadOnlyModelViewSet[UsageRecord]):
         )
 
 
-class CollectionViewSet(viewsets.ViewSet):
+class CollectionViewSet(KeepsContract, viewsets.ViewSet):
     """Usage collection per cluster: watermarks (platform admins); POST {"cluster": name}
     queues a collection now."""
 

@@ -23,6 +23,7 @@ from billing.whatif import services
 from billing.whatif.records import DEFAULT_POLICY, Proposal, QuotaEntry
 from scheduler_bridge.inventory.models import Cluster
 from scheduler_bridge.replay.policies import POLICIES
+from tenants.api.contract import KeepsContract
 from tenants.api.serializers import (
     BoundedListSerializer,
     NoInput,
@@ -123,7 +124,10 @@ class WhatIfRunOutput(serializers.ModelSerializer):  # type: ignore[type-arg]
 
 
 class WhatIfRunViewSet(
-    mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[WhatIfRun]
+    KeepsContract,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    viewsets.GenericViewSet[WhatIfRun],
 ):
     """What-if and savings runs on a cluster's own history (docs/what-if.md)."""
 

@@ -139,11 +139,11 @@ REST_FRAMEWORK = {
         "rest_framework.filters.SearchFilter",
     ],
     "DEFAULT_PARSER_CLASSES": [
+        # the API takes JSON, as its schema says (tenants.api.contract checks it)
         "tenants.api.parsers.BoundedJSONParser",
-        "rest_framework.parsers.FormParser",
-        "rest_framework.parsers.MultiPartParser",
     ],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "tenants.api.schema.ContractSchema",
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
     "EXCEPTION_HANDLER": "tenants.api.errors.exception_handler",
 }
 
@@ -169,6 +169,7 @@ SPECTACULAR_SETTINGS = {
         "tenants.api.schema.add_error_responses",
         "tenants.api.schema.document_idempotency_keys",
         "tenants.api.schema.drop_developer_descriptions",
+        "tenants.api.schema.state_input_limits",
     ],
 }
 

@@ -28,6 +28,7 @@ from scheduler_bridge.inventory.services import (
 from scheduler_bridge.mig.services import mig_plan
 from scheduler_bridge.workloads.selectors import shared_gpu_context
 from tenants import access
+from tenants.api.contract import KeepsContract
 from tenants.api.serializers import (
     NoInput,
     QueuedSerializer,
@@ -263,7 +264,7 @@ class MigPlanSerializer(serializers.Serializer[Any]):
     changed = MigPlanGpuSerializer(many=True)
 
 
-class ClusterViewSet(viewsets.ModelViewSet[Cluster]):
+class ClusterViewSet(KeepsContract, viewsets.ModelViewSet[Cluster]):
     """Clusters. Admins manage them; others see the clusters their tenants use."""
 
     lookup_field = "name"
@@ -334,7 +335,9 @@ class ClusterViewSet(viewsets.ModelViewSet[Cluster]):
         return Response(MigPlanSerializer(data).data)
 
 
-class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[Node]):
+class NodeViewSet(
+    KeepsContract, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[Node]
+):
     """Nodes as the last inventory sync saw them. Admins pin MIG layouts with `pin`."""
 
     serializer_class = NodeSerializer
@@ -371,6 +374,7 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
 
 
 class FlavourViewSet(
+    KeepsContract,
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
     mixins.UpdateModelMixin,

@@ -18,6 +18,7 @@ from scheduler_bridge.inventory.models import Flavour
 from scheduler_bridge.quotas import services as quota_services
 from scheduler_bridge.quotas.models import TEXT_MAX_LENGTH, Quota, QuotaRequest
 from scheduler_bridge.workloads.selectors import holdings_by_tenant_and_flavour
+from tenants.api.contract import KeepsContract
 from tenants.api.serializers import (
     NoInput,
     RejectUnknownFields,
@@ -25,7 +26,7 @@ from tenants.api.serializers import (
 )
 
 
-@extend_schema_field(OpenApiTypes.STR)
+@extend_schema_field({"type": "string", "pattern": "^[^/\\u0000]+/[^/\\u0000]+$"})
 class VisibleFlavourField(serializers.RelatedField[Flavour, Flavour, str]):
     """A flavour named `cluster/flavour`, among the clusters the caller may see."""
 
@@ -146,7 +147,7 @@ class DecisionSerializer(RejectUnknownFields, serializers.Serializer[QuotaReques
     )
 
 
-class QuotaViewSet(viewsets.ModelViewSet[Quota]):
+class QuotaViewSet(KeepsContract, viewsets.ModelViewSet[Quota]):
     """Quotas (tenant x flavour). Set by the parent's admins; POST updates an existing one."""
 
     serializer_class = QuotaSerializer
@@ -204,6 +205,7 @@ class QuotaViewSet(viewsets.ModelViewSet[Quota]):
 
 
 class QuotaRequestViewSet(
+    KeepsContract,
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
     mixins.CreateModelMixin,

@@ -16,6 +16,7 @@ from scheduler_bridge.api.permissions import PlatformAdminWrites
 from scheduler_bridge.workloads import services
 from scheduler_bridge.workloads.models import PriorityClass, Workload
 from scheduler_bridge.workloads.selectors import workloads_visible_to
+from tenants.api.contract import KeepsContract
 from tenants.api.serializers import (
     BoundedListSerializer,
     NoInput,
@@ -200,7 +201,10 @@ class WorkloadSerializer(serializers.ModelSerializer[Workload]):
 
 
 class WorkloadViewSet(
-    mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[Workload]
+    KeepsContract,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    viewsets.GenericViewSet[Workload],
 ):
     """The queue. Pending work carries its position and the precise reason it waits."""
 
@@ -259,7 +263,7 @@ class PriorityClassSerializer(RejectUnknownFields, serializers.ModelSerializer[P
         ]
 
 
-class PriorityClassViewSet(viewsets.ModelViewSet[PriorityClass]):
+class PriorityClassViewSet(KeepsContract, viewsets.ModelViewSet[PriorityClass]):
     """Priority classes: value, preemptible flag, whether its work only fills idle GPUs,
     price multiplier."""
 

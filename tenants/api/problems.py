@@ -106,6 +106,11 @@ def problem_type(status: int) -> str:
     return BLANK
 
 
+def title_of(kind: str, status: int) -> str:
+    title = TITLES.get(kind)
+    return str(title) if title is not None else HTTPStatus(status).phrase
+
+
 def problem(
     status: int,
     detail: str,
@@ -115,10 +120,9 @@ def problem(
 ) -> dict[str, Any]:
     """The problem document for a ``status`` response saying ``detail``."""
     kind = kind or problem_type(status)
-    title = TITLES.get(kind)
     body: dict[str, Any] = {
         "type": kind,
-        "title": str(title) if title is not None else HTTPStatus(status).phrase,
+        "title": title_of(kind, status),
         "status": status,
         "detail": detail,
     }

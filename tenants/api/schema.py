@@ -1,12 +1,20 @@
 """What /api/schema/ says beyond what drf-spectacular infers from the views: the error
-answers every operation may give, as problem documents (tenants.api.problems), and the
-Idempotency-Key header every POST takes (tenants.idempotency)."""
+answers every operation may give, as problem documents (tenants.api.problems), the
+Idempotency-Key header every POST takes (tenants.idempotency), and the limits the
+server keeps that drf-spectacular leaves out (a request body takes no unknown field,
+free text holds no NUL character, a decimal holds a digit, a reference names something).
+tenants.api.contract checks every request against this schema."""
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
+from drf_spectacular.openapi import AutoSchema
+from rest_framework import serializers
+
 from tenants.api import problems
+from tenants.api.contract import NUL_FREE
 
 PROBLEM_COMPONENT = "Problem"
 
@@ -31,6 +39,9 @@ EVERY_OPERATION = {
     "401": "Not authenticated.",
     "403": "The caller's role does not allow this.",
     "404": "Not found, or not visible to the caller (also a page beyond the last).",
+    "429": "Too many requests: this user's rate, or, for requests without valid "
+    "credentials, this address's (answered before the credentials are read, so guessing "
+    "a token is slowed down); Retry-After says when to try again.",
     "503": "The database or the task queue is down; retry after Retry-After seconds.",
 }
 # and operations that change something
@@ -117,3 +128,62 @@ def drop_developer_descriptions(result: dict[str, Any], **kwargs: Any) -> dict[s
         if description is not None and inspect.cleandoc(description) in inherited:
             del component["description"]
     return result
+
+
+class ContractSchema(AutoSchema):
+    """drf-spectacular's schema with the limits of Tidegate's input fields it leaves out:
+    a reference by name or slug names something (not empty); a decimal holds at least
+    one digit, and no sign where the field takes no negative value."""
+
+    def _map_serializer_field(
+        self, field: Any, direction: str, bypass_extensions: bool = False
+    ) -> dict[str, Any]:
+        mapped: dict[str, Any] = super()._map_serializer_field(field, direction, bypass_extensions)
+        if direction != "request" or not isinstance(mapped, dict):
+            return mapped
+        if isinstance(field, serializers.SlugRelatedField) and mapped.get("type") == "string":
+            mapped.setdefault("minLength", 1)
+        if isinstance(field, serializers.DecimalField) and mapped.get("format") == "decimal":
+            mapped["pattern"] = decimal_pattern(field)
+        return mapped
+
+
+def decimal_pattern(field: serializers.DecimalField) -> str:
+    """The text a DecimalField takes: digits, at most its whole and decimal places."""
+    whole = field.max_whole_digits if field.max_whole_digits is not None else 30
+    places = field.decimal_places if field.decimal_places is not None else 30
+    floor = field.min_value
+    sign = "" if floor is not None and Decimal(str(floor)) >= 0 else "-?"
+    if places == 0:
+        return rf"^{sign}\d{{1,{whole}}}$"
+    number = rf"\d{{1,{whole}}}(?:\.\d{{0,{places}}})?|\.\d{{1,{places}}}"
+    if whole == 0:
+        number = rf"0?\.\d{{1,{places}}}|0"
+    return f"^{sign}(?:{number})$"
+
+
+def state_input_limits(result: dict[str, Any], **_: Any) -> dict[str, Any]:
+    """drf-spectacular postprocessing hook: request bodies refuse unknown fields
+    (tenants.api.serializers.RejectUnknownFields), and free text in them and in query
+    parameters holds no NUL character (the parsers refuse it)."""
+    for name, component in (result.get("components") or {}).get("schemas", {}).items():
+        if name.endswith("Request") and component.get("type") == "object":
+            if "properties" in component:
+                component.setdefault("additionalProperties", False)
+            for field in component.get("properties", {}).values():
+                _refuse_nul(field)
+    for item in result.get("paths", {}).values():
+        for operation in item.values():
+            if not isinstance(operation, dict):
+                continue
+            for parameter in operation.get("parameters", []):
+                if parameter.get("in") == "query":
+                    _refuse_nul(parameter.get("schema", {}))
+    return result
+
+
+def _refuse_nul(schema: dict[str, Any]) -> None:
+    if schema.get("type") == "array":
+        _refuse_nul(schema.get("items", {}))
+    elif schema.get("type") == "string" and not {"pattern", "enum", "format"} & set(schema):
+        schema["pattern"] = NUL_FREE

@@ -17,6 +17,7 @@ from rest_framework.views import APIView
 
 from tenants import access, services, tokens
 from tenants.api import serializers as s
+from tenants.api.contract import KeepsContract
 from tenants.api.filters import UtcIsoDateTimeFilter
 from tenants.models import ApiToken, AuditEvent, Membership, NamespaceBinding, Tenant
 from tenants.throttles import TokenCreateThrottle
@@ -31,7 +32,7 @@ class TenantFilter(django_filters.FilterSet):
         fields = ["parent", "is_active", "depth", "cost_center", "top_level"]
 
 
-class TenantViewSet(viewsets.ModelViewSet[Tenant]):
+class TenantViewSet(KeepsContract, viewsets.ModelViewSet[Tenant]):
     """The tenant tree. `DELETE` answers 409 while children or bindings remain."""
 
     serializer_class = s.TenantSerializer
@@ -63,7 +64,7 @@ class TenantViewSet(viewsets.ModelViewSet[Tenant]):
         services.tenant_delete(actor=self.request.user, tenant=instance, source="api")
 
 
-class MembershipViewSet(viewsets.ModelViewSet[Membership]):
+class MembershipViewSet(KeepsContract, viewsets.ModelViewSet[Membership]):
     """Who holds which role on which tenant. Leads grant member/lead; admins any role."""
 
     serializer_class = s.MembershipSerializer
@@ -102,7 +103,7 @@ class MembershipViewSet(viewsets.ModelViewSet[Membership]):
         services.membership_delete(actor=self.request.user, membership=instance, source="api")
 
 
-class NamespaceBindingViewSet(viewsets.ModelViewSet[NamespaceBinding]):
+class NamespaceBindingViewSet(KeepsContract, viewsets.ModelViewSet[NamespaceBinding]):
     """Which tenant owns which (cluster, namespace)."""
 
     serializer_class = s.NamespaceBindingSerializer
@@ -152,7 +153,7 @@ class AuditEventFilter(django_filters.FilterSet):
         fields = ["action", "object_type", "object_id", "source", "actor", "tenant"]
 
 
-class AuditEventViewSet(viewsets.ReadOnlyModelViewSet[AuditEvent]):
+class AuditEventViewSet(KeepsContract, viewsets.ReadOnlyModelViewSet[AuditEvent]):
     """The audit trail: platform admins see all of it, tenant admins their subtrees."""
 
     serializer_class = s.AuditEventSerializer
@@ -164,7 +165,7 @@ class AuditEventViewSet(viewsets.ReadOnlyModelViewSet[AuditEvent]):
         return access.audit_events_visible_to(self.request.user).select_related("tenant")
 
 
-class MeView(APIView):
+class MeView(KeepsContract, APIView):
     """The caller: name, platform-admin flag, memberships and the tenants they may see."""
 
     @extend_schema(responses=s.MeSerializer)
@@ -182,6 +183,7 @@ class MeView(APIView):
 
 
 class ApiTokenViewSet(
+    KeepsContract,
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
     mixins.CreateModelMixin,

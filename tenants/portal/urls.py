@@ -1,6 +1,7 @@
 from django.urls import path
 
 from tenants.portal import views
+from tenants.portal.password import PasswordChangeView
 
 urlpatterns = [
     path("", views.home, name="portal-home"),
@@ -18,6 +19,7 @@ urlpatterns = [
         views.binding_remove,
         name="portal-binding-remove",
     ),
+    path("accounts/password/", PasswordChangeView.as_view(), name="password-change"),
     path("audit/", views.audit_list, name="portal-audit"),
     path("audit/export/csv/", views.audit_csv, name="portal-audit-csv"),
 ]

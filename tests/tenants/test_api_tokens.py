@@ -154,3 +154,63 @@ def test_a_request_reads_only_its_own_token_and_expired_ones_are_forgotten_hourl
     assert ApiToken.objects.filter(pk=old.pk).exists()  # not deleted by a request
     assert tokens_forget_expired() == 1
     assert list(ApiToken.objects.values_list("name", flat=True)) == ["in use"]
+
+
+def _password_changed(user: Any, *, revoke: bool) -> Any:
+    from django.test import Client
+
+    user.set_password("old-password-1")
+    user.save()
+    browser = Client()
+    browser.force_login(user)
+    form = {
+        "old_password": "old-password-1",
+        "new_password1": "a-new-Passw0rd-9",
+        "new_password2": "a-new-Passw0rd-9",
+    }
+    if revoke:
+        form["revoke_api_tokens"] = "on"
+    return browser.post("/accounts/password/", form, HTTP_ACCEPT_LANGUAGE="en")
+
+
+def test_changing_ones_password_offers_to_revoke_ones_tokens_and_does_when_asked(
+    cast: Cast,
+) -> None:
+    _, secret = token_create(user=cast.lead, name="laptop")
+    _, other = token_create(user=cast.member, name="someone else's")
+    page = _password_changed(cast.lead, revoke=True)
+    assert page.status_code == 302, page.content
+    assert _bearer(secret).get("/api/v1/me/").status_code == 401
+    assert _bearer(other).get("/api/v1/me/").status_code == 200  # only the owner's go
+
+
+def test_changing_ones_password_keeps_the_tokens_when_not_asked(cast: Cast) -> None:
+    from django.test import Client
+
+    _, secret = token_create(user=cast.lead, name="laptop")
+    browser = Client()
+    browser.force_login(cast.lead)
+    page = browser.get("/accounts/password/", HTTP_ACCEPT_LANGUAGE="en").content.decode()
+    assert 'name="revoke_api_tokens"' in page and "checked" in page  # offered, ticked
+    assert _password_changed(cast.lead, revoke=False).status_code == 302
+    assert _bearer(secret).get("/api/v1/me/").status_code == 200
+
+
+def test_an_admin_setting_a_users_password_revokes_that_users_tokens(cast: Cast) -> None:
+    from django.test import Client
+
+    _, secret = token_create(user=cast.lead, name="ci")
+    admin = Client()
+    admin.force_login(cast.platform_admin)
+    page = admin.post(
+        f"/admin/auth/user/{cast.lead.pk}/password/",
+        {
+            "password1": "Reset-by-admin-42",
+            "password2": "Reset-by-admin-42",
+            "usable_password": "true",
+        },
+    )
+    assert page.status_code == 302, page.content
+    cast.lead.refresh_from_db()
+    assert cast.lead.check_password("Reset-by-admin-42")
+    assert _bearer(secret).get("/api/v1/me/").status_code == 401

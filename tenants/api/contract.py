@@ -1,0 +1,343 @@
+"""The API keeps the contract /api/schema/ publishes.
+
+Every API view checks a request against its operation in the published schema once the
+caller is authenticated and allowed (``KeepsContract``): query parameters (type, enum,
+format, pattern, bounds; a single parameter given once) and the JSON body (the request
+schema, unknown fields included). What the schema refuses is a 400 naming each field.
+
+A request the schema accepts can still be refused by what only the server knows (an
+object it names does not exist, a rule between its fields): the view's own 400.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import date, datetime
+from typing import Any
+from uuid import UUID
+
+from django.utils.dateparse import parse_date, parse_datetime
+from django.utils.translation import gettext
+from jsonschema import Draft4Validator, FormatChecker
+from jsonschema.exceptions import ValidationError as SchemaError
+from jsonschema.exceptions import best_match
+from rest_framework import exceptions, serializers
+from rest_framework.request import Request
+
+from tenants.api.serializers import unknown_field_message
+
+NUL_FREE = "^[^\\u0000]*$"  # free text in the schema: PostgreSQL stores no NUL
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+INTEGER = re.compile(r"^-?\d+$")
+NUMBER = re.compile(r"^-?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?$")
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One operation of the published schema, as the check reads it."""
+
+    query: Mapping[str, Mapping[str, Any]]  # name -> the parameter (schema, required)
+    body: Mapping[str, Any] | None  # the JSON request body's schema
+    body_required: bool
+
+
+@functools.cache
+def _published() -> tuple[list[tuple[re.Pattern[str], str, Mapping[str, Any]]], dict[str, Any]]:
+    """The schema's paths as patterns, fewest placeholders first, and its components: as
+    /api/schema/ shows it to a platform admin, who sees every operation's body."""
+    from django.contrib.auth import get_user_model
+    from django.test import RequestFactory
+    from drf_spectacular.generators import SchemaGenerator
+
+    asking = Request(RequestFactory().get("/api/schema/"))
+    asking.auth = None
+    asking.user = get_user_model()(is_staff=True, is_superuser=True, is_active=True)
+    schema = SchemaGenerator().get_schema(request=asking, public=True)
+    paths = []
+    for path, item in schema.get("paths", {}).items():
+        pattern = re.compile("^" + re.sub(r"\\{\w+\\}", "[^/]+", re.escape(path)) + "$")
+        paths.append((pattern, path, item))
+    paths.sort(key=lambda entry: entry[1].count("{"))
+    return paths, schema.get("components", {})
+
+
+@functools.cache
+def operation_of(path: str, method: str) -> Operation | None:
+    """The published operation a request to ``path`` with ``method`` is, if any."""
+    paths, components = _published()
+    for pattern, _, item in paths:
+        if pattern.match(path):
+            found = item.get(method.lower())
+            return _operation(found, components) if found is not None else None
+    return None
+
+
+def _operation(found: Mapping[str, Any], components: Mapping[str, Any]) -> Operation:
+    query = {p["name"]: p for p in found.get("parameters", []) if p.get("in") == "query"}
+    content = (found.get("requestBody") or {}).get("content", {})
+    body = content.get("application/json", {}).get("schema")
+    resolved = _json_schema(body, components) if body is not None else None
+    required = bool((found.get("requestBody") or {}).get("required"))
+    return Operation(query=query, body=resolved, body_required=required)
+
+
+def _json_schema(schema: Any, components: Mapping[str, Any]) -> dict[str, Any]:
+    """An OpenAPI 3.0 schema as JSON Schema: references resolved through ``definitions``
+    and ``nullable`` spelled as a null alternative."""
+    return {
+        **_nullable(schema),
+        "definitions": {k: _nullable(v) for k, v in components.get("schemas", {}).items()},
+    }
+
+
+def _nullable(schema: Any) -> Any:
+    if isinstance(schema, list):
+        return [_nullable(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    converted = {
+        key: _nullable(value)
+        for key, value in schema.items()
+        if key not in {"nullable", "readOnly", "writeOnly", "example", "discriminator"}
+    }
+    if "$ref" in converted:
+        converted["$ref"] = converted["$ref"].replace("#/components/schemas/", "#/definitions/")
+    if schema.get("nullable"):
+        return {"anyOf": [converted, {"type": "null"}]}
+    return converted
+
+
+FORMATS = FormatChecker(formats=())
+
+
+@FORMATS.checks("date", raises=ValueError)
+def _is_date(value: object) -> bool:
+    return not isinstance(value, str) or _parsed(parse_date, value) is not None
+
+
+@FORMATS.checks("date-time", raises=ValueError)
+def _is_datetime(value: object) -> bool:
+    return not isinstance(value, str) or _parsed(parse_datetime, value) is not None
+
+
+@FORMATS.checks("uuid", raises=ValueError)
+def _is_uuid(value: object) -> bool:
+    return not isinstance(value, str) or bool(UUID(value))
+
+
+def _parsed(parse: Any, value: str) -> date | datetime | None:
+    result: date | datetime | None = parse(value)
+    return result
+
+
+class KeepsContract:
+    """Mixin for every API view: after authentication, permissions and rate limits, the
+    request is checked against its published operation (tests/security/test_contract.py
+    checks every API view has it)."""
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)  # type: ignore[misc]
+        self.refuse_outright(request)
+        check_request(request, self)
+
+    def refuse_outright(self, request: Request) -> None:
+        """Raise here what the view answers whatever the request holds (a frozen row)."""
+
+    def finalize_response(self, request: Request, response: Any, *args: Any, **kwargs: Any) -> Any:
+        """A read whose query the schema refuses, and that the view answered anyway, is
+        a 400 naming the parameters (the view's own refusal, when it has one, says more)."""
+        errors = getattr(request, "_contract_errors", None)
+        if errors and 200 <= response.status_code < 300:
+            try:
+                raise exceptions.ValidationError(errors)
+            except exceptions.ValidationError as refused:
+                response = self.handle_exception(refused)  # type: ignore[attr-defined]
+        return super().finalize_response(request, response, *args, **kwargs)  # type: ignore[misc]
+
+
+def check_request(request: Request, view: Any = None) -> None:
+    """Raise a 400 naming each field when ``request`` is not what its operation takes.
+
+    The messages are the view's own where it has them: a body the schema refuses is
+    first shown to the view's serializer; a read (GET) whose query the schema refuses
+    runs, and its own refusal is the answer (else ``finalize_response`` refuses it)."""
+    operation = operation_of(request.path_info, request.method or "GET")
+    if operation is None:
+        return
+    errors = dict(_query_errors(request, operation))
+    if errors and request.method == "GET":
+        request._contract_errors = errors  # type: ignore[attr-defined]
+        return
+    if not errors:
+        errors = dict(_body_errors(request, operation))
+        if errors:
+            _raise_serializer_errors(request, view)
+    if errors:
+        raise exceptions.ValidationError(errors)
+
+
+def _raise_serializer_errors(request: Request, view: Any) -> None:
+    """Raise the view's serializer's own 400 for a body the schema refuses, if it has one."""
+    get_serializer = getattr(view, "get_serializer", None)
+    if get_serializer is None or not isinstance(request.data, Mapping):
+        return
+    try:
+        serializer = get_serializer(data=request.data, partial=request.method == "PATCH")
+    except Exception:  # a view whose serializer needs more than the body: the schema speaks
+        return
+    if not serializer.is_valid():
+        raise exceptions.ValidationError(serializer.errors)
+
+
+def _query_errors(request: Request, operation: Operation) -> Iterator[tuple[str, list[str]]]:
+    given = request.query_params
+    for name, parameter in operation.query.items():
+        schema = parameter.get("schema", {})
+        values = given.getlist(name)
+        if not values:
+            if parameter.get("required"):
+                yield name, [_drf("required")]
+            continue
+        if schema.get("type") != "array" and len(values) > 1:
+            yield name, [gettext("Give this parameter once.")]
+            continue
+        if schema.get("type") == "array":
+            items = schema.get("items", {})
+            problems = [message for value in values for message in _value_errors(value, items)]
+        else:
+            problems = list(_value_errors(values[0], schema))
+        if problems:
+            yield name, problems[:1]
+
+
+def _value_errors(text: str, schema: Mapping[str, Any]) -> Iterator[str]:
+    kind = schema.get("type", "string")
+    value: Any = text
+    if kind == "integer":
+        if not INTEGER.match(text):
+            yield _drf("type:integer")
+            return
+        value = int(text)
+    elif kind == "number":
+        if not NUMBER.match(text):
+            yield _drf("type:number")
+            return
+        value = float(text)
+    elif kind == "boolean":
+        if text not in {"true", "false"}:
+            yield gettext("Give true or false.")
+            return
+        value = text == "true"
+    for error in Draft4Validator(dict(schema), format_checker=FORMATS).iter_errors(value):
+        yield _message(error)
+        return
+
+
+def _body_errors(request: Request, operation: Operation) -> Iterator[tuple[str, list[str]]]:
+    if operation.body is None and request.method not in BODY_METHODS:
+        return
+    data = request.data
+    if hasattr(data, "dict"):  # no JSON body: DRF's empty form
+        data = data.dict()
+    if operation.body is None:  # an action that takes no body
+        if isinstance(data, Mapping):
+            for name in sorted(data, key=str):
+                yield str(name), [unknown_field_message(str(name), [])]
+        elif data not in (None, ""):
+            yield "non_field_errors", [gettext("This request takes no body.")]
+        return
+    found: dict[str, Any] = {}
+    validator = Draft4Validator(operation.body, format_checker=FORMATS)
+    for error in sorted(validator.iter_errors(data), key=lambda e: [str(p) for p in e.path]):
+        for place, message in _located(error):
+            _put(found, place, message)
+    yield from found.items()
+
+
+def _put(found: dict[str, Any], place: list[str], message: str) -> None:
+    """File ``message`` under ``place`` as DRF nests errors: by field, then by index."""
+    here = found
+    for part in place[:-1]:
+        inner = here.setdefault(part, {})
+        if not isinstance(inner, dict):  # a message already stands for the whole value
+            return
+        here = inner
+    slot = here.setdefault(place[-1], [])
+    if isinstance(slot, list):
+        slot.append(message)
+
+
+def _located(error: SchemaError) -> Iterable[tuple[list[str], str]]:
+    """Where in the body ``error`` is (field names and indexes), and what to fix there."""
+    place = [str(part) for part in error.path]
+    if error.validator == "additionalProperties" and isinstance(error.instance, Mapping):
+        known = sorted(error.schema.get("properties", {}))
+        unknown = sorted(set(error.instance) - set(known), key=str)
+        return [([*place, str(name)], unknown_field_message(str(name), known)) for name in unknown]
+    if error.validator == "required" and isinstance(error.validator_value, list):
+        missing = [name for name in error.validator_value if name not in (error.instance or {})]
+        return [([*place, name], _drf("required")) for name in missing]
+    return [(place or ["non_field_errors"], _message(error))]
+
+
+def _message(error: SchemaError) -> str:
+    """What the value breaks, worded as DRF words the same refusal (and translated)."""
+    if error.validator == "anyOf" and error.context:
+        real = [e for e in error.context if e.validator != "type" or e.validator_value != "null"]
+        return _message(best_match(real) if real else best_match(error.context))
+    rule, limit, value = error.validator, error.validator_value, error.instance
+    if rule == "type":
+        if value is None:
+            return _drf("null")
+        wanted = limit if isinstance(limit, str) else next(iter(limit), "string")
+        text = _drf(f"type:{wanted}" if f"type:{wanted}" in _SOURCES else "type:string")
+        return text.format(input_type=type(value).__name__, input=value)
+    if rule == "enum":
+        return _drf("enum").format(input=value)
+    if rule == "format":
+        return _drf(f"format:{limit}" if f"format:{limit}" in _SOURCES else "pattern")
+    if rule == "pattern":
+        if error.schema.get("format") == "decimal":
+            return _drf("type:number")
+        if limit == NUL_FREE:
+            return gettext("Text may not contain the NUL character (\\u0000).")
+        return _drf("pattern")
+    if rule == "minLength" and limit == 1:
+        return _drf("blank")
+    if rule in _SOURCES:
+        return _drf(rule).format(limit=limit)
+    return gettext("This value does not match the API schema (%(rule)s).") % {"rule": rule}
+
+
+_SOURCES: dict[str, tuple[Any, str, str]] = {
+    "null": (serializers.Field, "null", ""),
+    "required": (serializers.Field, "required", ""),
+    "blank": (serializers.CharField, "blank", ""),
+    "type:string": (serializers.CharField, "invalid", ""),
+    "type:integer": (serializers.IntegerField, "invalid", ""),
+    "type:number": (serializers.DecimalField, "invalid", ""),
+    "type:boolean": (serializers.BooleanField, "invalid", ""),
+    "type:object": (serializers.DictField, "not_a_dict", ""),
+    "type:array": (serializers.ListField, "not_a_list", ""),
+    "enum": (serializers.ChoiceField, "invalid_choice", ""),
+    "pattern": (serializers.RegexField, "invalid", ""),
+    "format:date": (serializers.DateField, "invalid", ""),
+    "format:date-time": (serializers.DateTimeField, "invalid", ""),
+    "format:uuid": (serializers.UUIDField, "invalid", ""),
+    "minimum": (serializers.IntegerField, "min_value", "min_value"),
+    "maximum": (serializers.IntegerField, "max_value", "max_value"),
+    "minLength": (serializers.CharField, "min_length", "min_length"),
+    "maxLength": (serializers.CharField, "max_length", "max_length"),
+    "minItems": (serializers.ListField, "min_length", "min_length"),
+    "maxItems": (serializers.ListField, "max_length", "max_length"),
+}
+
+
+def _drf(key: str) -> str:
+    """DRF's own wording of a refusal (translated with DRF's catalogue)."""
+    field, name, rename = _SOURCES[key]
+    text = str(field.default_error_messages[name])
+    return text.replace("{" + rename + "}", "{limit}") if rename else text
