@@ -159,6 +159,7 @@ EXPECTATIONS: dict[str, Expect] = {
     # --- sign-in, language, webhook
     "login": NONE,
     "logout": NONE,
+    "password-change": NONE,  # one's own password
     "set_language": NONE,
     "webhook-suspend-jobs": NONE,
     # --- API: tenants

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.validators import RegexValidator
 from django.http import Http404
+from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import (
     extend_schema,
+    extend_schema_field,
     extend_schema_serializer,
 )
 from rest_framework import mixins, serializers, status, viewsets
@@ -35,12 +38,23 @@ from tenants.api.serializers import RejectUnknownFields, at_most
 MAX_MULTIPLIERS = 100  # priority classes a rate card prices apart
 
 
+@extend_schema_field(
+    {
+        "type": "object",
+        "maxProperties": MAX_MULTIPLIERS,
+        "additionalProperties": {},
+        "description": 'Price multiplier per priority class name, e.g. {"spot": "0.6"}.',
+    }
+)
+class MultipliersField(serializers.JSONField):
+    """Priority class name to price multiplier (a decimal as text)."""
+
+
 class RateCardSerializer(RejectUnknownFields, serializers.ModelSerializer[RateCard]):
     cluster = VisibleClusterField(required=False, allow_null=True)
     flavour = VisibleFlavourField(required=False, allow_null=True)
-    flavour_name = serializers.CharField(
-        source="flavour.name", read_only=True, default=None, allow_null=True
-    )
+    flavour_name = serializers.SerializerMethodField()
+    priority_multipliers = MultipliersField(required=False)
     scope = serializers.CharField(source="scope_label", read_only=True)
     # Negative prices are the service's to refuse, with a message naming the field.
     reserved_price = serializers.DecimalField(max_digits=12, decimal_places=4)
@@ -71,6 +85,11 @@ class RateCardSerializer(RejectUnknownFields, serializers.ModelSerializer[RateCa
     def validate_priority_multipliers(self, value: Any) -> Any:
         return at_most(value, MAX_MULTIPLIERS)
 
+    @extend_schema_field({"type": "string", "nullable": True})
+    def get_flavour_name(self, card: RateCard) -> str | None:
+        """Also in a PATCH's answer (a read-only field with a default is left out of one)."""
+        return card.flavour.name if card.flavour is not None else None
+
 
 @extend_schema_serializer(many=False)  # one policy: GET /billing/policy/ is not a page
 class BillingPolicySerializer(RejectUnknownFields, serializers.ModelSerializer[BillingPolicy]):
@@ -78,6 +97,15 @@ class BillingPolicySerializer(RejectUnknownFields, serializers.ModelSerializer[B
         model = BillingPolicy
         fields = ["idle_mode", "allocation_idle", "default_currency", "updated_at"]
         read_only_fields = ["updated_at"]
+
+
+MONTH_SHAPE = RegexValidator(
+    r"^\d{4}-(0[1-9]|1[0-2])$", _("Use a month written YYYY-MM, e.g. 2026-02.")
+)
+CURRENCY_SHAPE = RegexValidator(
+    r"^[A-Z]{3}$",
+    _("Use a three-letter ISO 4217 currency code in capitals, e.g. 'USD' or 'EUR'."),
+)
 
 
 class ExchangeRateSerializer(RejectUnknownFields, serializers.ModelSerializer[ExchangeRate]):
@@ -101,10 +129,11 @@ class ExchangeRateSerializer(RejectUnknownFields, serializers.ModelSerializer[Ex
         ]
         read_only_fields = ["id", "created_by", "created_at", "updated_at"]
         validators: list[Any] = []  # the service reports a taken month and pair as a field error
+        # the shapes only, so /api/schema/ states them; every rule is the service's
         extra_kwargs: dict[str, Any] = {
-            "month": {"validators": []},
-            "from_currency": {"validators": []},
-            "to_currency": {"validators": []},
+            "month": {"validators": [MONTH_SHAPE]},
+            "from_currency": {"validators": [CURRENCY_SHAPE]},
+            "to_currency": {"validators": [CURRENCY_SHAPE]},
         }
 
 

@@ -126,7 +126,12 @@ class SpendReportViewSet(KeepsContract, viewsets.ViewSet):
 SINCE = OpenApiParameter("since", OpenApiTypes.DATETIME, description="ISO 8601")
 UNTIL = OpenApiParameter("until", OpenApiTypes.DATETIME, description="ISO 8601")
 TENANT = OpenApiParameter("tenant", OpenApiTypes.STR, description="A tenant's slug: its subtree")
-PERIOD = OpenApiParameter("period", OpenApiTypes.STR, description="YYYY-MM (default: the last)")
+MONTH = r"^\d{4}-(0[1-9]|1[0-2])$"
+# a date, or a date and a time: the day's shape is checked here, the rest by the view
+DAY = r"^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])([T ].*)?$"
+PERIOD = OpenApiParameter(
+    "period", OpenApiTypes.STR, description="YYYY-MM (default: the last)", pattern=MONTH
+)
 
 
 class EfficiencyReportViewSet(KeepsContract, viewsets.ViewSet):
@@ -186,9 +191,13 @@ class AllocationViewSet(KeepsContract, viewsets.ViewSet):
 
     @extend_schema(
         parameters=[
-            OpenApiParameter("window", OpenApiTypes.STR, description="YYYY-MM"),
-            OpenApiParameter("start", OpenApiTypes.STR, description="ISO 8601 date or date-time"),
-            OpenApiParameter("end", OpenApiTypes.STR, description="ISO 8601, exclusive"),
+            OpenApiParameter("window", OpenApiTypes.STR, description="YYYY-MM", pattern=MONTH),
+            OpenApiParameter(
+                "start", OpenApiTypes.STR, description="ISO 8601 date or date-time", pattern=DAY
+            ),
+            OpenApiParameter(
+                "end", OpenApiTypes.STR, description="ISO 8601, exclusive", pattern=DAY
+            ),
             OpenApiParameter(
                 "aggregate", OpenApiTypes.STR, description="e.g. namespace,label:team"
             ),

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import Http404
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -40,11 +40,23 @@ class QuotaEntryInput(RejectUnknownFields, serializers.Serializer):  # type: ign
     guaranteed = serializers.IntegerField(min_value=0, max_value=1_000_000)
 
 
+@extend_schema_field(
+    {
+        "type": "object",
+        "maxProperties": MAX_ENTRIES,
+        "additionalProperties": {"type": "number", "minimum": 0.001, "maximum": 999_999},
+        "description": "A tenant's slug to its fair-share weight.",
+    }
+)
+class WeightsField(serializers.DictField):  # type: ignore[type-arg]
+    """Fair-share weights by tenant slug, at most MAX_ENTRIES of them."""
+
+
 class ProposalInput(RejectUnknownFields, serializers.Serializer):  # type: ignore[type-arg]
     quotas: BoundedListSerializer = BoundedListSerializer(
         child=QuotaEntryInput(), required=False, max_length=MAX_ENTRIES
     )
-    weights = serializers.DictField(
+    weights = WeightsField(
         child=serializers.FloatField(min_value=0.001, max_value=999_999), required=False
     )
     reclaim_min_run_s = serializers.FloatField(

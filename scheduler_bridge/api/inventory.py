@@ -42,6 +42,14 @@ MAX_GPUS_PER_NODE = 64
 MAX_TOLERATIONS = 64
 
 
+@extend_schema_field(
+    {"type": "array", "maxItems": MAX_TOLERATIONS, "items": {"type": "object"}},
+)
+class TolerationsField(serializers.JSONField):
+    """Kubernetes tolerations, as a pod spec writes them; the service
+    (gateways/tolerations.py) checks each entry and names the bad ones."""
+
+
 class ClusterSerializer(RejectUnknownFields, serializers.ModelSerializer[Cluster]):
     class Meta:
         model = Cluster
@@ -174,11 +182,23 @@ class NodeSerializer(serializers.ModelSerializer[Node]):
         read_only_fields = [f for f in fields if f != "pinned_layout"]
 
 
+@extend_schema_field(
+    {
+        "type": "array",
+        "nullable": True,
+        "maxItems": MAX_GPUS_PER_NODE,
+        "items": {"type": "array", "nullable": True, "items": {}},
+    }
+)
+class PinnedLayoutField(serializers.JSONField):
+    """One entry per GPU: null (MIG off), or profile names or [profile, start] pairs."""
+
+
 class NodePinSerializer(RejectUnknownFields, serializers.Serializer[Node]):
     """An admin pin: one entry per GPU, each `null` (MIG disabled) or a list of
     profile names (placed by Tidegate) or [profile, start] pairs."""
 
-    pinned_layout = serializers.JSONField(allow_null=True)
+    pinned_layout = PinnedLayoutField(allow_null=True)
 
     def validate_pinned_layout(self, value: Any) -> Any:
         return at_most(value, MAX_GPUS_PER_NODE)
@@ -190,8 +210,7 @@ class FlavourSerializer(RejectUnknownFields, serializers.ModelSerializer[Flavour
     )
     overcommitted = serializers.SerializerMethodField()
     untolerated_taints = serializers.SerializerMethodField()
-    # validated by the service (gateways/tolerations.py), which names each bad entry
-    tolerations = serializers.JSONField()
+    tolerations = TolerationsField()
     sharing = serializers.ChoiceField(
         choices=Flavour.Sharing.choices,
         required=False,

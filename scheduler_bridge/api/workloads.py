@@ -235,16 +235,18 @@ class WorkloadViewSet(
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         """Withdraw pending or running work."""
+        workload = self.get_object()  # another tenant's work is a 404 whatever the body
         NoInput.check(request.data)
-        workload = services.workload_cancel(actor=request.user, workload=self.get_object())
+        workload = services.workload_cancel(actor=request.user, workload=workload)
         return Response(WorkloadSerializer(workload).data)
 
     @extend_schema(request=None, responses=WorkloadSerializer)
     @action(detail=True, methods=["post"])
     def finish(self, request: Request, pk: str | None = None) -> Response:
         """Report that running work ended, freeing its GPUs."""
+        workload = self.get_object()  # another tenant's work is a 404 whatever the body
         NoInput.check(request.data)
-        workload = services.workload_finish(actor=request.user, workload=self.get_object())
+        workload = services.workload_finish(actor=request.user, workload=workload)
         return Response(WorkloadSerializer(workload).data)
 
 

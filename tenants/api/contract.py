@@ -5,8 +5,10 @@ caller is authenticated and allowed (``KeepsContract``): query parameters (type,
 format, pattern, bounds; a single parameter given once) and the JSON body (the request
 schema, unknown fields included). What the schema refuses is a 400 naming each field.
 
-A request the schema accepts can still be refused by what only the server knows (an
-object it names does not exist, a rule between its fields): the view's own 400.
+A request the schema accepts can still be refused by what only the server knows: it
+names an object that does not exist or that the caller may not see (404), it conflicts
+with the current state such as a name already taken (409), or it breaks a rule between
+its fields (422). ``refusal_status`` says which; the schema declares all three.
 """
 
 from __future__ import annotations
@@ -24,11 +26,15 @@ from django.utils.translation import gettext
 from jsonschema import Draft4Validator, FormatChecker
 from jsonschema.exceptions import ValidationError as SchemaError
 from jsonschema.exceptions import best_match
-from rest_framework import exceptions, serializers
+from rest_framework import exceptions, serializers, status
 from rest_framework.request import Request
 
 from tenants.api.serializers import unknown_field_message
 
+# DRF error codes for a value that names nothing the caller may see, or that another row
+# already holds; every other refusal of a schema-valid request is a rule between fields
+MISSING_CODES = frozenset({"does_not_exist", "not_found", "missing"})
+CONFLICT_CODES = frozenset({"unique", "conflict"})
 NUL_FREE = "^[^\\u0000]*$"  # free text in the schema: PostgreSQL stores no NUL
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 INTEGER = re.compile(r"^-?\d+$")
@@ -159,11 +165,11 @@ class KeepsContract:
 
 
 def check_request(request: Request, view: Any = None) -> None:
-    """Raise a 400 naming each field when ``request`` is not what its operation takes.
-
-    The messages are the view's own where it has them: a body the schema refuses is
-    first shown to the view's serializer; a read (GET) whose query the schema refuses
-    runs, and its own refusal is the answer (else ``finalize_response`` refuses it)."""
+    """Raise a 400 naming each query parameter ``request`` gives that its operation
+    refuses. A read (GET) runs anyway, so that its own refusal, which says more, is the
+    answer (else ``finalize_response`` refuses it). The body is checked when the view
+    reads it (``check_body``, from the JSON parser): after the view has found the object
+    it acts on, so a caller who may not see that object gets 404 whatever the body."""
     operation = operation_of(request.path_info, request.method or "GET")
     if operation is None:
         return
@@ -171,21 +177,71 @@ def check_request(request: Request, view: Any = None) -> None:
     if errors and request.method == "GET":
         request._contract_errors = errors  # type: ignore[attr-defined]
         return
-    if not errors:
-        errors = dict(_body_errors(request, operation))
-        if errors:
-            _raise_serializer_errors(request, view)
     if errors:
         raise exceptions.ValidationError(errors)
+    request._contract_query_kept = True  # type: ignore[attr-defined]
+    if _sent_a_body(request):
+        return  # kept once check_body has read it (none taken: the view's NoInput refuses it)
+    if operation.body is None or not operation.body_required:
+        request._contract_kept = True  # type: ignore[attr-defined]
 
 
-def _raise_serializer_errors(request: Request, view: Any) -> None:
+def check_body(data: Any, request: Any, view: Any) -> None:
+    """Raise a 400 naming each field of the parsed body ``data`` its operation refuses,
+    in the view's serializer's words where it has them."""
+    if request is None or not getattr(request, "_contract_query_kept", False):
+        return
+    operation = operation_of(request.path_info, request.method or "GET")
+    if operation is None or operation.body is None:
+        return
+    errors = dict(_body_errors(data, operation))
+    if errors:
+        _raise_serializer_errors(data, request, view)
+        raise exceptions.ValidationError(errors)
+    request._contract_kept = True
+
+
+def _sent_a_body(request: Request) -> bool:
+    return request.method in BODY_METHODS and request.META.get("CONTENT_LENGTH") not in (
+        None,
+        "",
+        "0",
+    )
+
+
+def kept_contract(request: Any) -> bool:
+    """Whether ``request`` passed its schema check (a later refusal is about meaning)."""
+    return bool(getattr(request, "_contract_kept", False))
+
+
+def refusal_status(codes: Any) -> int:
+    """The status of a refused request that matched its schema, by DRF's error codes."""
+    found = set(_codes(codes))
+    if found and found <= MISSING_CODES:
+        return status.HTTP_404_NOT_FOUND
+    if found & CONFLICT_CODES:
+        return status.HTTP_409_CONFLICT
+    return status.HTTP_422_UNPROCESSABLE_ENTITY
+
+
+def _codes(codes: Any) -> Iterator[str]:
+    if isinstance(codes, Mapping):
+        for value in codes.values():
+            yield from _codes(value)
+    elif isinstance(codes, list | tuple):
+        for value in codes:
+            yield from _codes(value)
+    elif codes is not None:
+        yield str(codes)
+
+
+def _raise_serializer_errors(data: Any, request: Any, view: Any) -> None:
     """Raise the view's serializer's own 400 for a body the schema refuses, if it has one."""
     get_serializer = getattr(view, "get_serializer", None)
-    if get_serializer is None or not isinstance(request.data, Mapping):
+    if get_serializer is None or not isinstance(data, Mapping):
         return
     try:
-        serializer = get_serializer(data=request.data, partial=request.method == "PATCH")
+        serializer = get_serializer(data=data, partial=request.method == "PATCH")
     except Exception:  # a view whose serializer needs more than the body: the schema speaks
         return
     if not serializer.is_valid():
@@ -236,18 +292,8 @@ def _value_errors(text: str, schema: Mapping[str, Any]) -> Iterator[str]:
         return
 
 
-def _body_errors(request: Request, operation: Operation) -> Iterator[tuple[str, list[str]]]:
-    if operation.body is None and request.method not in BODY_METHODS:
-        return
-    data = request.data
-    if hasattr(data, "dict"):  # no JSON body: DRF's empty form
-        data = data.dict()
-    if operation.body is None:  # an action that takes no body
-        if isinstance(data, Mapping):
-            for name in sorted(data, key=str):
-                yield str(name), [unknown_field_message(str(name), [])]
-        elif data not in (None, ""):
-            yield "non_field_errors", [gettext("This request takes no body.")]
+def _body_errors(data: Any, operation: Operation) -> Iterator[tuple[str, list[str]]]:
+    if operation.body is None:
         return
     found: dict[str, Any] = {}
     validator = Draft4Validator(operation.body, format_checker=FORMATS)
@@ -333,6 +379,7 @@ _SOURCES: dict[str, tuple[Any, str, str]] = {
     "maxLength": (serializers.CharField, "max_length", "max_length"),
     "minItems": (serializers.ListField, "min_length", "min_length"),
     "maxItems": (serializers.ListField, "max_length", "max_length"),
+    "maxProperties": (serializers.ListField, "max_length", "max_length"),
 }
 
 

@@ -14,7 +14,7 @@ from rest_framework.views import exception_handler as drf_exception_handler
 from rest_framework.views import set_rollback
 
 from tenants import throttles
-from tenants.api import problems
+from tenants.api import contract, problems
 from tenants.errors import TidegateError
 
 logger = logging.getLogger(__name__)
@@ -55,6 +55,13 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         code = response.status_code
         body = problems.from_drf_data(code, response.data)
         headers = {name: value for name, value in response.items() if name != "Content-Type"}
+    if code == status.HTTP_400_BAD_REQUEST and contract.kept_contract(request):
+        # the request matched its schema: refused for what it names or a rule between fields
+        code = contract.refusal_status(
+            exc.get_codes() if isinstance(exc, exceptions.APIException) else None
+        )
+        body = {**body, "status": code, "type": problems.problem_type(code)}
+        body["title"] = problems.title_of(body["type"], code)
     renderer = getattr(request, "accepted_renderer", None)
     # the browsable API (a browser asking for HTML) keeps its own page
     as_json = renderer is None or getattr(renderer, "format", "json") == "json"

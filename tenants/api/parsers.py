@@ -18,6 +18,8 @@ from django.utils.translation import gettext, gettext_lazy
 from rest_framework import exceptions, status
 from rest_framework.parsers import JSONParser
 
+from tenants.api import contract
+
 MAX_NESTING = 32
 NUL = "\x00"
 
@@ -113,6 +115,8 @@ class BoundedJSONParser(JSONParser):
         where = nul_location(data)
         if where is not None:
             raise exceptions.ValidationError({where: [nul_message()]})
+        context = parser_context or {}
+        contract.check_body(data, context.get("request"), context.get("view"))
         return data
 
 

@@ -29,6 +29,7 @@ BLANK = "about:blank"
 INVALID_INPUT = "https://tidegate.io/problems/invalid-input"
 CONFLICT = "https://tidegate.io/problems/conflict"
 UNAVAILABLE = "https://tidegate.io/problems/unavailable"
+REFUSED = "https://tidegate.io/problems/refused"
 
 # problem members that a field error must not overwrite at the top level
 MEMBERS = frozenset({"type", "title", "status", "detail", "instance", "errors"})
@@ -37,6 +38,7 @@ TITLES = {
     INVALID_INPUT: _("Invalid input"),
     CONFLICT: _("Conflicts with the current state"),
     UNAVAILABLE: _("Temporarily unavailable"),
+    REFUSED: _("Well formed, but cannot be done"),
 }
 
 # The errors that mean a dependency is down, not that the request is wrong: the database
@@ -103,6 +105,8 @@ def problem_type(status: int) -> str:
         return CONFLICT
     if status == HTTPStatus.SERVICE_UNAVAILABLE:
         return UNAVAILABLE
+    if status == HTTPStatus.UNPROCESSABLE_ENTITY:
+        return REFUSED
     return BLANK
 
 

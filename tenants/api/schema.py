@@ -38,7 +38,11 @@ EVERY_OPERATION = {
     "400": "Invalid input: a field error or a bad query parameter.",
     "401": "Not authenticated.",
     "403": "The caller's role does not allow this.",
-    "404": "Not found, or not visible to the caller (also a page beyond the last).",
+    "404": "Not found, or not visible to the caller (also a page beyond the last), or "
+    "the request names an object that does not exist or that the caller may not see "
+    "(the field is named under `errors`).",
+    "422": "The request matches this schema but cannot be done as it is: a rule between "
+    "its fields (e.g. a window that ends before it starts), named under `errors`.",
     "429": "Too many requests: this user's rate, or, for requests without valid "
     "credentials, this address's (answered before the credentials are read, so guessing "
     "a token is slowed down); Retry-After says when to try again.",
@@ -46,11 +50,15 @@ EVERY_OPERATION = {
 }
 # and operations that change something
 WRITES = {
-    "409": "Conflicts with the current state (e.g. still in use), or a request with the "
-    "same Idempotency-Key is still being answered.",
+    "409": "Conflicts with the current state (e.g. still in use, or a name another row "
+    "already has), or a request with the same Idempotency-Key is still being answered.",
     "413": "The request body is larger than Tidegate accepts.",
 }
 WRITE_METHODS = frozenset({"post", "put", "patch", "delete"})
+IDEMPOTENT_422 = (
+    "The request matches this schema but cannot be done as it is: a rule between its "
+    "fields, named under `errors`; or its Idempotency-Key was used for another request."
+)
 
 
 def add_error_responses(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
@@ -67,6 +75,8 @@ def add_error_responses(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]
             answers = dict(EVERY_OPERATION)
             if method in WRITE_METHODS:
                 answers |= WRITES
+            if method == "post":
+                answers["422"] = IDEMPOTENT_422
             responses = operation["responses"]
             for status, description in answers.items():
                 responses.setdefault(
@@ -132,8 +142,9 @@ def drop_developer_descriptions(result: dict[str, Any], **kwargs: Any) -> dict[s
 
 class ContractSchema(AutoSchema):
     """drf-spectacular's schema with the limits of Tidegate's input fields it leaves out:
-    a reference by name or slug names something (not empty); a decimal holds at least
-    one digit, and no sign where the field takes no negative value."""
+    a list of nested inputs holds at most its ``max_length`` items; a reference by name
+    or slug names something (not empty); a decimal holds at least one digit, and no
+    sign where the field takes no negative value."""
 
     def _map_serializer_field(
         self, field: Any, direction: str, bypass_extensions: bool = False
@@ -141,6 +152,12 @@ class ContractSchema(AutoSchema):
         mapped: dict[str, Any] = super()._map_serializer_field(field, direction, bypass_extensions)
         if direction != "request" or not isinstance(mapped, dict):
             return mapped
+        if isinstance(field, serializers.ListSerializer) and mapped.get("type") == "array":
+            limit = getattr(field, "max_length", None)
+            if limit is not None:
+                mapped["maxItems"] = limit
+            if not getattr(field, "allow_empty", True):
+                mapped.setdefault("minItems", 1)
         if isinstance(field, serializers.SlugRelatedField) and mapped.get("type") == "string":
             mapped.setdefault("minLength", 1)
         if isinstance(field, serializers.DecimalField) and mapped.get("format") == "decimal":

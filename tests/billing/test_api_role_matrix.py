@@ -199,8 +199,8 @@ BUDGET_WRITE = {
     "dept_admin": 201,
     "finance": 201,
     "lead": 403,
-    "member": 400,
-    "outsider": 400,  # vision is not a tenant they can name
+    "member": 404,
+    "outsider": 404,  # vision is not a tenant they can see: named, it is not found
 }
 
 
@@ -219,7 +219,7 @@ def test_budgets_are_set_by_admins_and_finance(
     change = client.patch(
         f"/api/v1/billing/budgets/{books['budget'].pk}/", {"amount": "120.00"}, format="json"
     )
-    expected = {201: 200, 403: 403, 400: 404}[BUDGET_WRITE[role]]
+    expected = {201: 200, 403: 403, 404: 404}[BUDGET_WRITE[role]]
     assert change.status_code == expected
     gone = client.delete(f"/api/v1/billing/budgets/{books['budget'].pk}/")
     assert gone.status_code == {200: 204, 403: 403, 404: 404}[expected]
@@ -249,7 +249,7 @@ def test_adjustments_and_billing_settings_need_admin_or_finance(
     )
     assert settings_change.status_code == BUDGET_WRITE[role]
     withdrawn = client.delete(f"/api/v1/billing/adjustments/{books['adjustment'].pk}/")
-    assert withdrawn.status_code == {201: 204, 403: 403, 400: 404}[BUDGET_WRITE[role]]
+    assert withdrawn.status_code == {201: 204, 403: 403, 404: 404}[BUDGET_WRITE[role]]
     assert Adjustment.objects.filter(pk=books["adjustment"].pk).exists() == (
         withdrawn.status_code != 204
     )

@@ -59,26 +59,26 @@ def test_budget_currency_must_match_the_rate_cards(cast: Cast, gpu: GpuCluster) 
         {"tenant": "vision", "amount": "500.00", "currency": "EUR", "enforcement": "hard"},
         format="json",
     )
-    assert response.status_code == 400
+    assert response.status_code == 422
     assert "USD" in response.json()["detail"] and "currency" in response.json()
     assert not Budget.objects.exists()
 
 
 @pytest.mark.parametrize(
-    "body, field",
-    [
-        ({"amount": "-5.00"}, "amount"),
-        ({"amount": "0.00"}, "amount"),
-        ({"thresholds": [0, 80]}, "thresholds"),
-        ({"cadence": "week"}, "cadence"),
+    "body, field, status",
+    [  # 400: the schema refuses it; 422: it matches the schema, the rule refuses it
+        ({"amount": "-5.00"}, "amount", 422),
+        ({"amount": "0.00"}, "amount", 422),
+        ({"thresholds": [0, 80]}, "thresholds", 422),
+        ({"cadence": "week"}, "cadence", 400),
     ],
 )
 def test_bad_budgets_are_refused_with_the_reason(
-    cast: Cast, gpu: GpuCluster, body: dict[str, Any], field: str
+    cast: Cast, gpu: GpuCluster, body: dict[str, Any], field: str, status: int
 ) -> None:
     data = {"tenant": "vision", "amount": "500.00", "currency": "USD"} | body
     response = client_for(cast.finance).post("/api/v1/billing/budgets/", data, format="json")
-    assert response.status_code == 400 and field in response.json(), response.json()
+    assert response.status_code == status and field in response.json(), response.json()
     assert not Budget.objects.exists()
 
 
@@ -90,7 +90,7 @@ def test_one_budget_per_tenant_and_cadence(cast: Cast, gpu: GpuCluster) -> None:
         format="json",
     )
     assert (
-        response.status_code == 400 and "already has a monthly budget" in response.json()["detail"]
+        response.status_code == 422 and "already has a monthly budget" in response.json()["detail"]
     )
 
 

@@ -200,23 +200,23 @@ def test_platform_billing_records_rates_through_the_api(cast: Cast) -> None:
 
 
 @pytest.mark.parametrize(
-    ("body", "field", "words"),
-    [
-        ({"to_currency": "USD"}, "to_currency", "Both sides are USD"),
-        ({"rate": "0"}, "rate", "above 0"),
-        ({"rate": "-1.5"}, "rate", "above 0"),
-        ({"month": "2026-13"}, "month", "YYYY-MM"),
-        ({"month": "Feb"}, "month", "YYYY-MM"),
-        ({"from_currency": "usd"}, "from_currency", "three-letter"),
-        ({"rate": "abc"}, "rate", ""),
+    ("body", "field", "words", "status"),
+    [  # 400: the schema refuses it; 422: it matches the schema, the rule refuses it
+        ({"to_currency": "USD"}, "to_currency", "Both sides are USD", 422),
+        ({"rate": "0"}, "rate", "above 0", 422),
+        ({"rate": "-1.5"}, "rate", "above 0", 422),
+        ({"month": "2026-13"}, "month", "YYYY-MM", 400),
+        ({"month": "Feb"}, "month", "YYYY-MM", 400),
+        ({"from_currency": "usd"}, "from_currency", "three-letter", 400),
+        ({"rate": "abc"}, "rate", "", 400),
     ],
 )
 def test_bad_rates_are_refused_with_field_errors(
-    cast: Cast, body: dict[str, str], field: str, words: str
+    cast: Cast, body: dict[str, str], field: str, words: str, status: int
 ) -> None:
     good = {"month": "2026-02", "from_currency": "USD", "to_currency": "CNY", "rate": "7.1"}
     response = client_for(cast.platform_admin).post(RATES, good | body, format="json")
-    assert response.status_code == 400, response.content
+    assert response.status_code == status, response.content
     payload = response.json()
     assert field in payload and words in str(payload[field]), payload
     assert not ExchangeRate.objects.exists()
@@ -226,7 +226,7 @@ def test_a_second_rate_for_the_same_month_and_pair_is_refused(cast: Cast) -> Non
     rate("2026-02", "7.1")
     body = {"month": "2026-02", "from_currency": "USD", "to_currency": "CNY", "rate": "7.3"}
     response = client_for(cast.platform_admin).post(RATES, body, format="json")
-    assert response.status_code == 400 and "already has a rate" in str(response.json()["month"])
+    assert response.status_code == 422 and "already has a rate" in str(response.json()["month"])
     assert ExchangeRate.objects.get().rate == Decimal("7.1")
 
 
@@ -327,7 +327,7 @@ def test_a_cny_budget_counts_usd_spend_at_the_months_rate(cast: Cast, gpu: GpuCl
         {"tenant": "speech", "amount": "500.00", "currency": "CNY", "enforcement": "soft"},
         format="json",
     )
-    assert refused.status_code == 400 and "currency" in refused.json()
+    assert refused.status_code == 422 and "currency" in refused.json()
 
 
 def test_the_close_confirmation_states_each_currency_apart(cast: Cast, gpu: GpuCluster) -> None:
@@ -403,6 +403,6 @@ def test_adjustments_are_entered_in_the_tenants_billing_currency(
     client = client_for(cast.finance)
     body = {"tenant": "vision", "period": "2026-03", "amount": "-10.00", "reason": "x"}
     wrong = client.post("/api/v1/billing/adjustments/", body | {"currency": "USD"}, format="json")
-    assert wrong.status_code == 400 and "billed in CNY" in wrong.json()["detail"]
+    assert wrong.status_code == 422 and "billed in CNY" in wrong.json()["detail"]
     made = client.post("/api/v1/billing/adjustments/", body | {"currency": "CNY"}, format="json")
     assert made.status_code == 201, made.content

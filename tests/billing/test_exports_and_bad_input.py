@@ -118,12 +118,12 @@ def test_xlsx_and_pdf_of_a_closed_period(cast: Cast, closed_february: BillingPer
         ("period=2026-02&as=docx", "as=csv"),
     ],
 )
-def test_exporting_a_period_that_does_not_exist_is_a_400_with_the_reason(
+def test_exporting_a_period_that_does_not_exist_is_refused_with_the_reason(
     cast: Cast, gpu: GpuCluster, query: str, reason: str
 ) -> None:
     record_usage(cast.team_a, gpu.h100, FEB)
     response = client_for(cast.finance).get(f"/api/v1/billing/exports/?{query}")
-    assert response.status_code == 400 and reason in response.json()["detail"]
+    assert response.status_code == 422 and reason in response.json()["detail"]
 
 
 def card(**overrides: Any) -> dict[str, Any]:
@@ -138,25 +138,25 @@ def card(**overrides: Any) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    "body, field, words",
-    [
-        (card(reserved_price="-1"), "reserved_price", "may not be negative"),
-        (card(on_demand_price="-0.01"), "on_demand_price", "may not be negative"),
-        (card(valid_to="2026-12-01"), "valid_to", "must be after valid_from"),
-        (card(currency="usd"), "currency", "three-letter"),
-        (card(mig_profile="1g.10gb", product=""), "product", "needs the product"),
-        (card(priority_multipliers={"spot": "-0.5"}), "priority_multipliers", "negative"),
-        (card(priority_multipliers={"spot": "NaN"}), "priority_multipliers", "negative"),
+    "body, field, words, status",
+    [  # 400: the schema refuses it; 422: it matches the schema, the rule refuses it
+        (card(reserved_price="-1"), "reserved_price", "may not be negative", 422),
+        (card(on_demand_price="-0.01"), "on_demand_price", "may not be negative", 422),
+        (card(valid_to="2026-12-01"), "valid_to", "must be after valid_from", 422),
+        (card(currency="usd"), "currency", "three-letter", 400),
+        (card(mig_profile="1g.10gb", product=""), "product", "needs the product", 422),
+        (card(priority_multipliers={"spot": "-0.5"}), "priority_multipliers", "negative", 422),
+        (card(priority_multipliers={"spot": "NaN"}), "priority_multipliers", "negative", 422),
     ],
 )
-def test_bad_rate_cards_are_400_with_the_reason_and_nothing_written(
-    cast: Cast, gpu: GpuCluster, body: dict[str, Any], field: str, words: str
+def test_bad_rate_cards_are_refused_with_the_reason_and_nothing_written(
+    cast: Cast, gpu: GpuCluster, body: dict[str, Any], field: str, words: str, status: int
 ) -> None:
     before = RateCard.objects.count()
     response = client_for(cast.platform_admin).post(
         "/api/v1/billing/rate-cards/", body, format="json"
     )
-    assert response.status_code == 400, response.content
+    assert response.status_code == status, response.content
     payload = response.json()
     assert field in payload and words in str(payload), payload
     assert RateCard.objects.count() == before
@@ -173,7 +173,7 @@ def test_overlapping_rate_cards_for_the_same_scope_are_refused(cast: Cast, gpu: 
     overlap = client.post(
         "/api/v1/billing/rate-cards/", card(valid_from="2027-06-01"), format="json"
     )
-    assert overlap.status_code == 400
+    assert overlap.status_code == 422
     assert "already valid from 2027-01-01 to 2027-07-01" in overlap.json()["detail"]
     follow_on = client.post(
         "/api/v1/billing/rate-cards/", card(valid_from="2027-07-01"), format="json"
@@ -182,7 +182,7 @@ def test_overlapping_rate_cards_for_the_same_scope_are_refused(cast: Cast, gpu: 
     other_scope = client.post(
         "/api/v1/billing/rate-cards/", card(product="A100-SXM4-80GB", currency="EUR"), format="json"
     )
-    assert other_scope.status_code == 400 and "one currency" in other_scope.json()["detail"]
+    assert other_scope.status_code == 422 and "one currency" in other_scope.json()["detail"]
     assert RateCard.objects.count() == 3
 
 
@@ -192,7 +192,7 @@ def test_a_new_currency_must_start_on_the_first_of_a_month(cast: Cast, gpu: GpuC
     assert client.post("/api/v1/billing/rate-cards/", usd, format="json").status_code == 201
     mid_month = card(name="H100 EUR", currency="EUR", valid_from="2027-03-15")
     response = client.post("/api/v1/billing/rate-cards/", mid_month, format="json")
-    assert response.status_code == 400
+    assert response.status_code == 422
     assert "first day of a month" in response.json()["detail"]
     assert RateCard.objects.filter(currency="EUR").count() == 0
 

@@ -229,7 +229,7 @@ def test_finance_corrects_a_closed_statement_with_an_adjustment(
         },
         format="json",
     )
-    assert wrong_currency.status_code == 400 and "USD" in wrong_currency.json()["detail"]
+    assert wrong_currency.status_code == 422 and "USD" in wrong_currency.json()["detail"]
     assert Adjustment.objects.count() == 1
     period_close(actor=cast.platform_admin, period=BillingPeriod.objects.get(name="2026-03"))
     line = StatementLine.objects.get(statement__period__name="2026-03", kind="adjustment")

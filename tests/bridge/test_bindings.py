@@ -24,10 +24,10 @@ def bind(cast: Cast, cluster: str, namespace: str):  # type: ignore[no-untyped-d
     "namespace",
     ["kube-system", "kube-public", "kube-node-lease", "gpu-operator", "tidegate-system"],
 )
-def test_a_system_namespace_is_refused_with_400(cast: Cast, namespace: str) -> None:
+def test_a_system_namespace_is_refused_with_422(cast: Cast, namespace: str) -> None:
     ClusterFactory(name="gpu-east")
     response = bind(cast, "gpu-east", namespace)
-    assert response.status_code == 400
+    assert response.status_code == 422
     assert "system namespace" in response.json()["namespace"][0]
     assert not NamespaceBinding.objects.filter(namespace=namespace).exists()
 
@@ -35,7 +35,7 @@ def test_a_system_namespace_is_refused_with_400(cast: Cast, namespace: str) -> N
 def test_the_clusters_own_mig_config_namespace_is_refused(cast: Cast) -> None:
     ClusterFactory(name="gpu-east", mig_config_namespace="nvidia-mig")
     response = bind(cast, "gpu-east", "nvidia-mig")
-    assert response.status_code == 400
+    assert response.status_code == 422
     assert "MIG configuration" in response.json()["namespace"][0]
 
 
@@ -45,7 +45,7 @@ def test_a_cluster_tidegate_does_not_manage_is_refused_naming_the_known_ones(
     ClusterFactory(name="gpu-east")
     ClusterFactory(name="gpu-west")
     response = bind(cast, "gpu-north", "vision-train")
-    assert response.status_code == 400
+    assert response.status_code == 422
     assert response.json()["cluster_name"] == [
         "Cluster gpu-north does not exist; Tidegate manages: gpu-east, gpu-west."
     ]

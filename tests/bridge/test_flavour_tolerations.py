@@ -85,14 +85,14 @@ def test_an_admin_sets_tolerations_and_inventory_keeps_them(
         ({"key": "bad key!"}, "is not a valid taint key"),
     ],
 )
-def test_a_bad_toleration_is_400_naming_the_entry_and_nothing_is_saved(
+def test_a_bad_toleration_is_422_naming_the_entry_and_nothing_is_saved(
     fake_cluster: FakeCluster, cast: Cast, toleration: dict[str, object], words: str
 ) -> None:
     url = f"/api/v1/flavours/{fake_cluster.h100.pk}/"
     response = client_for(cast.platform_admin).patch(
         url, {"tolerations": [GPU_TOLERATION, toleration]}, format="json"
     )
-    assert response.status_code == 400
+    assert response.status_code == 422
     errors = response.json()["tolerations"]
     assert any(e.startswith("toleration 1:") and words in e for e in errors), errors
     assert Flavour.objects.get(pk=fake_cluster.h100.pk).tolerations == []

@@ -126,14 +126,14 @@ def test_pinning_an_unknown_profile_lists_the_valid_ones(sim: Cluster, cast: Cas
         {"pinned_layout": [["5g.50gb"]] + [None] * 7},
         format="json",
     )
-    assert response.status_code == 400
+    assert response.status_code == 422
     message = response.json()["pinned_layout"][0]
     assert "5g.50gb" in message and "1g.10gb" in message and "7g.80gb" in message
     too_much = [["4g.40gb", "4g.40gb"]] + [None] * 7
     response = client.post(
         f"/api/v1/nodes/{node.pk}/pin/", {"pinned_layout": too_much}, format="json"
     )
-    assert response.status_code == 400 and "GPU 0" in response.json()["pinned_layout"][0]
+    assert response.status_code == 422 and "GPU 0" in response.json()["pinned_layout"][0]
     assert client_for(cast.dept_admin).post(
         f"/api/v1/nodes/{node.pk}/pin/", {"pinned_layout": None}, format="json"
     ).status_code in (403, 404)

@@ -35,7 +35,7 @@ SET_TEAM_QUOTA = {  # vision's quota is set by research's admins (its parent)
     "finance": 403,
     "lead": 403,
     "member": 403,
-    "outsider": 400,
+    "outsider": 404,  # vision is not a tenant they can see
 }
 
 
@@ -64,11 +64,11 @@ def test_quotas_are_visible_in_the_subtree_only(
     assert ("vision" in tenants) == (role != "outsider")
 
 
-def test_a_quota_above_what_the_parent_has_left_is_400_with_the_numbers(
+def test_a_quota_above_what_the_parent_has_left_is_a_422_with_the_numbers(
     fake_cluster: FakeCluster, cast: Cast
 ) -> None:
     response = set_quota(cast, "dept_admin", "vision", 9)
-    assert response.status_code == 400
+    assert response.status_code == 422
     assert response.json()["guaranteed"] == [
         "vision asks 9 h100-80gb, parent research has 8 unassigned "
         "(guaranteed 10, 2 given to other sub-tenants)."
@@ -80,26 +80,31 @@ def test_a_parent_cannot_drop_below_its_childrens_guarantees(
     fake_cluster: FakeCluster, cast: Cast
 ) -> None:
     response = set_quota(cast, "platform_admin", "research", 7)
-    assert response.status_code == 400
+    assert response.status_code == 422
     assert "sub-tenants already hold 8 h100-80gb" in response.json()["guaranteed"][0]
 
 
 @pytest.mark.parametrize(
-    ("extra", "field", "words"),
+    ("extra", "field", "words", "status"),
     [
-        ({"guaranteed": -1}, "guaranteed", "greater than or equal to 0"),
-        ({"guaranteed": 1.5}, "guaranteed", "valid integer"),
-        ({"guaranteed": 2, "lend_limit": 3}, "lend_limit", "exceeds guaranteed 2"),
-        ({"flavour": "gpu-east/b200"}, "flavour", "h100-80gb"),
-        ({"flavour": "h100-80gb"}, "flavour", "<cluster>/<flavour>"),
+        ({"guaranteed": -1}, "guaranteed", "greater than or equal to 0", 400),
+        ({"guaranteed": 1.5}, "guaranteed", "valid integer", 400),
+        ({"guaranteed": 2, "lend_limit": 3}, "lend_limit", "exceeds guaranteed 2", 422),
+        ({"flavour": "gpu-east/b200"}, "flavour", "h100-80gb", 404),  # names no flavour
+        ({"flavour": "h100-80gb"}, "flavour", "<cluster>/<flavour>", 400),
     ],
 )
-def test_bad_quota_input_is_400_naming_the_field(
-    fake_cluster: FakeCluster, cast: Cast, extra: dict[str, object], field: str, words: str
+def test_bad_quota_input_is_refused_naming_the_field(
+    fake_cluster: FakeCluster,
+    cast: Cast,
+    extra: dict[str, object],
+    field: str,
+    words: str,
+    status: int,
 ) -> None:
     payload = {"tenant": "vision", "flavour": H100, "guaranteed": 1} | extra
     response = client_for(cast.dept_admin).post("/api/v1/quotas/", payload, format="json")
-    assert response.status_code == 400
+    assert response.status_code == status
     assert words in " ".join(response.json()[field])
 
 
@@ -107,7 +112,7 @@ def test_top_level_guarantees_cannot_pass_capacity_without_an_explicit_overcommi
     fake_cluster: FakeCluster, cast: Cast
 ) -> None:
     response = set_quota(cast, "platform_admin", "acme", 13)
-    assert response.status_code == 400
+    assert response.status_code == 422
     assert (
         "top-level guarantees would total 17 h100-80gb but the cluster has 16"
         in (response.json()["guaranteed"][0])
@@ -166,13 +171,13 @@ def test_an_approval_that_no_longer_fits_is_refused_and_stays_pending(
 
     quota_set(actor=cast.dept_admin, tenant=cast.team_b, flavour=fake_cluster.h100, guaranteed=3)
     response = client_for(cast.dept_admin).post(f"/api/v1/quota-requests/{request.pk}/approve/")
-    assert response.status_code == 400 and "7 unassigned" in response.json()["guaranteed"][0]
+    assert response.status_code == 422 and "7 unassigned" in response.json()["guaranteed"][0]
     request.refresh_from_db()
     assert request.state == "pending"
     assert Quota.objects.get(tenant=cast.team_a, flavour=fake_cluster.h100).guaranteed == 6
 
 
-def test_a_request_that_cannot_fit_now_is_a_400_with_the_largest_ask(
+def test_a_request_that_cannot_fit_now_is_a_422_with_the_largest_ask(
     fake_cluster: FakeCluster, cast: Cast
 ) -> None:
     response = client_for(cast.lead).post(
@@ -185,7 +190,7 @@ def test_a_request_that_cannot_fit_now_is_a_400_with_the_largest_ask(
         },
         format="json",
     )
-    assert response.status_code == 400
+    assert response.status_code == 422
     assert "The most vision can ask for now is 8 h100-80gb." in response.json()["guaranteed"][0]
     assert not QuotaRequest.objects.exists()
 
@@ -200,14 +205,14 @@ def test_rejecting_needs_a_comment(fake_cluster: FakeCluster, cast: Cast) -> Non
     )
     client = client_for(cast.dept_admin)
     response = client.post(f"/api/v1/quota-requests/{request.pk}/reject/")
-    assert response.status_code == 400 and "comment" in response.json()
+    assert response.status_code == 422 and "comment" in response.json()
     response = client.post(
         f"/api/v1/quota-requests/{request.pk}/reject/", {"comment": "next quarter"}, format="json"
     )
     assert response.json()["state"] == "rejected"
 
 
-def test_a_request_for_a_flavour_the_cluster_lacks_is_400(
+def test_a_request_for_a_flavour_the_cluster_lacks_is_a_422(
     fake_cluster: FakeCluster, cast: Cast
 ) -> None:
     gone = Flavour.objects.create(
@@ -227,7 +232,7 @@ def test_a_request_for_a_flavour_the_cluster_lacks_is_400(
         },
         format="json",
     )
-    assert response.status_code == 400
+    assert response.status_code == 422
     assert "currently has no l4" in response.json()["flavour"][0]
 
 
@@ -291,7 +296,7 @@ def test_a_kubernetes_cluster_needs_exactly_one_way_to_connect(cast: Cast) -> No
     response = client_for(cast.platform_admin).post(
         "/api/v1/clusters/", {"name": "gpu-west", "gateway": "kubernetes"}, format="json"
     )
-    assert response.status_code == 400
+    assert response.status_code == 422
     assert "exactly one of" in response.json()["kubeconfig_path"][0]
 
 
@@ -355,7 +360,7 @@ def test_an_admin_maps_dra_drivers_to_flavours_and_a_bad_map_says_what_is_wrong(
         ({"gpu.amd.com": "MI 300X"}, "is not a flavour name"),
     ]:
         refused = admin.patch(url, {"dra_flavours": bad}, format="json")
-        assert refused.status_code == 400, refused.json()
+        assert refused.status_code == 422, refused.json()
         assert says in str(refused.json()["dra_flavours"])
     lead = client_for(cast.user("lead")).patch(url, {"dra_flavours": {}}, format="json")
     assert lead.status_code in (403, 404)

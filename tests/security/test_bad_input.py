@@ -110,26 +110,28 @@ def test_a_nul_character_inside_a_json_value_stored_as_jsonb_is_a_400(
     assert list(problem(response, 400)["errors"]) == ["tolerations.0.key"]
 
 
+# 400: not a date-time or a month at all (the schema's format or pattern refuses it);
+# 422: a well-formed moment or month that UTC, or the calendar, cannot hold
 @pytest.mark.parametrize(
-    ("path", "field"),
+    ("path", "field", "status"),
     [
-        ("/api/v1/audit-events/?since=2026-01-01T00:00:00%2B24:00", "since"),
-        ("/api/v1/audit-events/?until=0001-01-01T00:00:00%2B05:00", "until"),
-        ("/api/v1/billing/usage/?since=2026-01-01T00:00:00-24:30", "since"),
-        ("/api/v1/billing/usage/?until=9999-12-31T23:59:00-01:00", "until"),
-        ("/api/v1/billing/reports/efficiency/?since=2026-01-01T00:00:00%2B25:00", "since"),
-        ("/api/v1/billing/reports/idle/?since=0001-01-01T00:00:00%2B01:00", "since"),
-        ("/api/v1/allocation/?start=2026-01-01T00:00:00%2B25:00&end=2026-02-01", "start"),
-        ("/api/v1/allocation/?start=2026-13-01&end=2026-02-01", "start"),
-        ("/api/v1/allocation/?start=2026-01-01&end=0001-01-01T00:00:00%2B01:00", "end"),
-        ("/api/v1/allocation/?window=9999-12", "window"),
-        ("/api/v1/allocation/?window=0000-01", "window"),
+        ("/api/v1/audit-events/?since=2026-01-01T00:00:00%2B24:00", "since", 400),
+        ("/api/v1/audit-events/?until=0001-01-01T00:00:00%2B05:00", "until", 422),
+        ("/api/v1/billing/usage/?since=2026-01-01T00:00:00-24:30", "since", 400),
+        ("/api/v1/billing/usage/?until=9999-12-31T23:59:00-01:00", "until", 422),
+        ("/api/v1/billing/reports/efficiency/?since=2026-01-01T00:00:00%2B25:00", "since", 400),
+        ("/api/v1/billing/reports/idle/?since=0001-01-01T00:00:00%2B01:00", "since", 422),
+        ("/api/v1/allocation/?start=2026-01-01T00:00:00%2B25:00&end=2026-02-01", "start", 422),
+        ("/api/v1/allocation/?start=2026-13-01&end=2026-02-01", "start", 400),
+        ("/api/v1/allocation/?start=2026-01-01&end=0001-01-01T00:00:00%2B01:00", "end", 422),
+        ("/api/v1/allocation/?window=9999-12", "window", 422),
+        ("/api/v1/allocation/?window=0000-01", "window", 422),
     ],
 )
-def test_an_impossible_moment_or_month_is_a_400_naming_the_parameter(
-    cast: Cast, path: str, field: str
+def test_an_impossible_moment_or_month_is_refused_naming_the_parameter(
+    cast: Cast, path: str, field: str, status: int
 ) -> None:
-    body = problem(client_for(cast.platform_admin).get(path), 400)
+    body = problem(client_for(cast.platform_admin).get(path), status)
     assert field in body["errors"]
 
 

@@ -105,3 +105,54 @@ def test_a_collection_that_cannot_reach_prometheus_is_queued_not_a_500(
         response = admin.post("/api/v1/billing/collections/", {"cluster": "gpu-east"})
     assert response.status_code == 202, response.content
     assert "asked to be tried again later" in caplog.text
+
+
+def test_a_request_the_schema_takes_is_refused_by_what_it_means(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    """404 when it names what the caller may not see, 409 when another row holds the
+    name, 422 when a rule between its fields or against the current state refuses it:
+    each with the field named, and each declared by /api/schema/."""
+    lead = client_for(cast.lead)
+    hidden = lead.post(
+        "/api/v1/namespace-bindings/",
+        {"tenant": "globex", "cluster_name": "gpu-east", "namespace": "x"},
+    )
+    assert hidden.status_code == 404 and "tenant" in hidden.json()["errors"], hidden.content
+    admin = client_for(cast.platform_admin)
+    taken = admin.post("/api/v1/tenants/", {"slug": "vision", "name": "Again"})
+    assert taken.status_code == 409 and "slug" in taken.json()["errors"], taken.content
+    ruled = admin.post(
+        "/api/v1/billing/exchange-rates/",
+        {"month": "2026-02", "from_currency": "USD", "to_currency": "USD", "rate": "1"},
+    )
+    assert ruled.status_code == 422, ruled.content
+    assert ruled.json()["type"] == "https://tidegate.io/problems/refused"
+    assert "to_currency" in ruled.json()["errors"]
+    malformed = admin.post(
+        "/api/v1/billing/exchange-rates/",
+        {"month": "February", "from_currency": "USD", "to_currency": "CNY", "rate": "1"},
+    )
+    assert malformed.status_code == 400 and "month" in malformed.json()["errors"]
+
+
+def test_a_patched_rate_card_answers_every_field_its_schema_lists(
+    fake_cluster: FakeCluster, cast: Cast
+) -> None:
+    admin = client_for(cast.platform_admin)
+    created = admin.post(
+        "/api/v1/billing/rate-cards/",
+        {
+            "name": "H100",
+            "product": "NVIDIA-H100-80GB-HBM3",
+            "currency": "USD",
+            "reserved_price": "2.0",
+            "on_demand_price": "3.0",
+            "valid_from": "2026-01-01",
+        },
+    )
+    assert created.status_code == 201, created.content
+    patched = admin.patch(f"/api/v1/billing/rate-cards/{created.json()['id']}/", {})
+    assert patched.status_code == 200
+    assert set(created.json()) == set(patched.json())
+    assert patched.json()["flavour_name"] is None

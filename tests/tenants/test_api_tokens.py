@@ -76,7 +76,7 @@ def test_revoking_ones_own_token_stops_it_and_anothers_is_404(cast: Cast) -> Non
 def test_a_token_needs_a_name_and_nothing_else(cast: Cast) -> None:
     lead = client_for(cast.lead)
     blank = lead.post("/api/v1/tokens/", {"name": "  "}, format="json")
-    assert blank.status_code == 400 and "name" in blank.json()
+    assert blank.status_code == 422 and "name" in blank.json()
     extra = lead.post("/api/v1/tokens/", {"name": "ci", "expiry": "2099-01-01"}, format="json")
     assert extra.status_code == 400 and "expiry" in extra.json()
     assert not ApiToken.objects.exists()

@@ -57,14 +57,14 @@ def test_the_api_answers_in_english_unless_asked_for_chinese(cast: Cast) -> None
     body = {"tenant": "vision", "user": member, "role": "member"}
     client = client_for(cast.lead)
     english = client.post("/api/v1/memberships/", body, format="json")
-    assert english.status_code == 400
+    assert english.status_code == 422
     assert english.json()["user"] == [
         f"{member} is already a member of vision; change the existing membership's role instead."
     ]
     chinese = client.post(
         "/api/v1/memberships/", body, format="json", HTTP_ACCEPT_LANGUAGE="zh-hans"
     )
-    assert chinese.status_code == 400
+    assert chinese.status_code == 422
     assert chinese.json()["user"] == [f"{member} 已是 vision 的成员；请改为修改其现有成员角色。"]
     assert Membership.objects.filter(user=cast.member).count() == 1
 

@@ -69,7 +69,7 @@ def test_a_lead_cannot_bind_a_system_namespace(cast: Cast, namespace: str) -> No
         {"tenant": "vision", "cluster_name": "gpu-east", "namespace": namespace},
         format="json",
     )
-    assert response.status_code == 400
+    assert response.status_code == 422
     message = " ".join(response.json()["namespace"])
     assert namespace in message and "system namespace" in message
     assert not NamespaceBinding.objects.filter(namespace=namespace).exists()

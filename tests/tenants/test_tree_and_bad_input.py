@@ -17,24 +17,24 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.mark.parametrize(
-    ("payload", "field", "words"),
-    [
-        ({"slug": "Bad_Slug", "name": "x"}, "slug", "DNS-1123"),
-        ({"slug": "-starts-with-dash", "name": "x"}, "slug", "DNS-1123"),
-        ({"slug": "a" * 64, "name": "x"}, "slug", "63"),
-        ({"slug": "ok-slug", "name": "   "}, "name", "blank"),
-        ({"slug": "ok-slug", "name": "x", "weight": "-1"}, "weight", "greater than 0"),
-        ({"slug": "vision", "name": "x"}, "slug", "already exists"),
+    ("payload", "field", "words", "status"),
+    [  # 400: the schema refuses it; 422: a rule refuses it; 409: the slug is taken
+        ({"slug": "Bad_Slug", "name": "x"}, "slug", "DNS-1123", 400),
+        ({"slug": "-starts-with-dash", "name": "x"}, "slug", "DNS-1123", 400),
+        ({"slug": "a" * 64, "name": "x"}, "slug", "63", 400),
+        ({"slug": "ok-slug", "name": "   "}, "name", "blank", 422),
+        ({"slug": "ok-slug", "name": "x", "weight": "-1"}, "weight", "greater than 0", 422),
+        ({"slug": "vision", "name": "x"}, "slug", "already exists", 409),
     ],
 )
-def test_bad_tenant_fields_get_400_naming_the_field_and_rule(
-    cast: Cast, payload: dict[str, str], field: str, words: str
+def test_bad_tenant_fields_are_refused_naming_the_field_and_rule(
+    cast: Cast, payload: dict[str, str], field: str, words: str, status: int
 ) -> None:
     before = Tenant.objects.count()
     response = client_for(cast.platform_admin).post(
         "/api/v1/tenants/", payload | {"parent": "research"}, format="json"
     )
-    assert response.status_code == 400
+    assert response.status_code == status
     assert words in " ".join(response.json()[field])
     assert Tenant.objects.count() == before
     assert not AuditEvent.objects.exists()
@@ -44,7 +44,7 @@ def test_moving_a_tenant_under_its_descendant_is_refused_naming_the_cycle(cast: 
     response = client_for(cast.platform_admin).patch(
         "/api/v1/tenants/research/", {"parent": "vision"}, format="json"
     )
-    assert response.status_code == 400
+    assert response.status_code == 422
     assert "research -> vision -> research" in response.json()["parent"][0]
     cast.dept.refresh_from_db()
     assert cast.dept.parent == cast.org
@@ -96,7 +96,7 @@ def test_binding_an_already_bound_namespace_names_its_tenant_when_visible(cast: 
     response = client_for(cast.dept_admin).post(
         "/api/v1/namespace-bindings/", payload, format="json"
     )
-    assert response.status_code == 400
+    assert response.status_code == 422
     assert "already bound to tenant speech" in response.json()["namespace"][0]
 
 
@@ -104,7 +104,7 @@ def test_binding_conflict_does_not_leak_a_foreign_tenant(cast: Cast) -> None:
     BindingFactory(tenant=cast.other_org, cluster_name="gpu-east", namespace="shared")
     payload = {"tenant": "vision", "cluster_name": "gpu-east", "namespace": "shared"}
     response = client_for(cast.lead).post("/api/v1/namespace-bindings/", payload, format="json")
-    assert response.status_code == 400
+    assert response.status_code == 422
     assert "already bound." in response.json()["namespace"][0]
     assert "globex" not in response.content.decode()
 
@@ -127,13 +127,13 @@ def test_unknown_role_is_400(cast: Cast) -> None:
     assert "role" in response.json()
 
 
-def test_duplicate_membership_is_400_pointing_at_the_existing_one(cast: Cast) -> None:
+def test_duplicate_membership_is_422_pointing_at_the_existing_one(cast: Cast) -> None:
     response = client_for(cast.lead).post(
         "/api/v1/memberships/",
         {"tenant": "vision", "user": cast.member.username, "role": "member"},
         format="json",
     )
-    assert response.status_code == 400
+    assert response.status_code == 422
     assert "already a member" in response.json()["user"][0]
 
 

@@ -83,12 +83,12 @@ def test_a_queued_run_shows_its_progress(cast: Cast) -> None:
 
 
 @pytest.mark.parametrize(
-    ("body", "field", "words"),
+    ("body", "field", "words", "status"),
     [
-        ({"cluster": "nowhere"}, "cluster", "does not exist"),
-        ({"cluster": "gpu-east", "days": 0}, "days", "greater than or equal to 1"),
-        ({"cluster": "gpu-east", "kind": "magic"}, "kind", "not a valid choice"),
-        ({"cluster": "gpu-east", "days": 2}, "days", "no finished workloads"),
+        ({"cluster": "nowhere"}, "cluster", "does not exist", 404),
+        ({"cluster": "gpu-east", "days": 0}, "days", "greater than or equal to 1", 400),
+        ({"cluster": "gpu-east", "kind": "magic"}, "kind", "not a valid choice", 400),
+        ({"cluster": "gpu-east", "days": 2}, "days", "no finished workloads", 422),
         (
             {
                 "cluster": "gpu-east",
@@ -98,6 +98,7 @@ def test_a_queued_run_shows_its_progress(cast: Cast) -> None:
             },
             "quotas",
             "nobody ran no work",
+            422,
         ),
         (
             {
@@ -106,6 +107,7 @@ def test_a_queued_run_shows_its_progress(cast: Cast) -> None:
             },
             "quotas",
             "v100 is not a flavour of gpu-east",
+            422,
         ),
         (
             {
@@ -116,27 +118,30 @@ def test_a_queued_run_shows_its_progress(cast: Cast) -> None:
             },
             "quotas",
             "more than its capacity of 8",
+            422,
         ),
         (
             {"cluster": "gpu-east", "proposal": {"weights": {"globex": 2}}},
             "weights",
             "globex ran no work",
+            422,
         ),
         (
             {"cluster": "gpu-east", "proposal": {"policy": "lottery"}},
             "proposal",
             "not a valid choice",
+            400,
         ),
     ],
 )
-def test_bad_input_is_a_400_naming_the_field(
-    cast: Cast, body: dict[str, Any], field: str, words: str
+def test_bad_input_is_refused_naming_the_field(
+    cast: Cast, body: dict[str, Any], field: str, words: str, status: int
 ) -> None:
     build_history(cast)
 
     response = client_for(cast.platform_admin).post(URL, body, format="json")
 
-    assert response.status_code == 400
+    assert response.status_code == status
     assert words in str(response.json()[field])
     assert not WhatIfRun.objects.exists()
 

@@ -65,7 +65,7 @@ def test_a_bad_toleration_is_refused_in_the_readers_language(
     english = client.patch(url, body, format="json").json()["tolerations"]
     assert english == ['toleration 0: operator must be "Equal" or "Exists", not \'Maybe\'']
     chinese = client.patch(url, body, format="json", HTTP_ACCEPT_LANGUAGE="zh-hans")
-    assert chinese.status_code == 400
+    assert chinese.status_code == 422
     assert chinese.json()["tolerations"] == [
         '容忍度 0：operator 必须是 "Equal" 或 "Exists"，而不是 \'Maybe\''
     ]

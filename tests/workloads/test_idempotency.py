@@ -85,7 +85,7 @@ def test_a_refusal_is_answered_again_and_a_bad_key_is_a_400(
     bad = {**body(), "pod_sets": []}
     first = client.post(URL, bad, format="json", HTTP_IDEMPOTENCY_KEY="bad-1")
     again = client.post(URL, bad, format="json", HTTP_IDEMPOTENCY_KEY="bad-1")
-    assert first.status_code == again.status_code == 400
+    assert first.status_code == again.status_code == 422
     assert again.json() == first.json()
     too_long = client.post(URL, body(), format="json", HTTP_IDEMPOTENCY_KEY="x" * 256)
     assert too_long.status_code == 400 and "Idempotency-Key" in too_long.json()["detail"]

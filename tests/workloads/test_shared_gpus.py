@@ -97,10 +97,10 @@ def test_sharing_cannot_change_under_unfinished_work_nor_take_an_unknown_value(
     bad = client.patch(url, {"sharing": "vgpu"}, format="json")
     assert bad.status_code == 400 and "sharing" in bad.json()["errors"]
     mig = client.patch(f"{FLAVOURS}{fake_cluster.mig_1g.pk}/", {"sharing": "mps"}, format="json")
-    assert mig.status_code == 400 and "MIG" in mig.json()["detail"]
+    assert mig.status_code == 422 and "MIG" in mig.json()["detail"]
     assert share(cast.member, None).status_code == 201  # one whole GPU, not shared yet
     busy = client.patch(url, {"sharing": "hami"}, format="json")
-    assert busy.status_code == 400
+    assert busy.status_code == 422
     assert "1 unfinished workloads" in busy.json()["detail"]
     fake_cluster.h100.refresh_from_db()
     assert fake_cluster.h100.sharing == ""
@@ -158,9 +158,9 @@ def test_a_memory_share_holds_its_part_of_the_gpu(
     [
         ({"milli": 1001}, 400, "less than or equal to 1000"),
         ({"milli": 0}, 400, "greater than or equal to 1"),
-        ({"milli": 500, "gpus_per_pod": 2}, 400, "gpus_per_pod must be 1"),
-        ({"milli": None, "gpus_per_pod": 2}, 400, "holds at most one GPU"),
-        ({"milli": 500, "memory": 200_000}, 400, "more than one GPU"),
+        ({"milli": 500, "gpus_per_pod": 2}, 422, "gpus_per_pod must be 1"),
+        ({"milli": None, "gpus_per_pod": 2}, 422, "holds at most one GPU"),
+        ({"milli": 500, "memory": 200_000}, 422, "more than one GPU"),
     ],
 )
 def test_a_share_no_gpu_can_give_is_refused_with_the_reason(
@@ -182,7 +182,7 @@ def test_a_share_on_a_flavour_nobody_shares_is_refused(
     fake_cluster: FakeCluster, cast: Cast
 ) -> None:
     response = share(cast.member, 500)
-    assert response.status_code == 400
+    assert response.status_code == 422
     assert response.json()["detail"] == (
         "h100-80gb is not shared: a share of a GPU (gpu_milli, gpu_memory_mib) needs a shared "
         "flavour; shared flavours on gpu-east: none."
@@ -376,7 +376,7 @@ def test_low_priority_shares_fill_idle_gpus_and_are_the_first_taken_back(
     admin = client_for(cast.platform_admin)
     scavenger = {"name": "scavenger", "value": -10, "fills_idle": True}
     refused = admin.post("/api/v1/priority-classes/", scavenger | {"preemptible": False})
-    assert refused.status_code == 400
+    assert refused.status_code == 422
     assert "must be preemptible" in refused.json()["errors"]["fills_idle"][0]
     assert admin.post("/api/v1/priority-classes/", scavenger, format="json").status_code == 201
     assert make_shared(cast, fake_cluster.h100).status_code == 200
