@@ -19,6 +19,8 @@ from rest_framework.response import Response
 
 from billing import selectors
 from billing.api.common import (
+    MONTH,
+    MONTH_MESSAGE,
     BillingTenantField,
     VisibleClusterField,
     VisibleFlavourField,
@@ -99,9 +101,7 @@ class BillingPolicySerializer(RejectUnknownFields, serializers.ModelSerializer[B
         read_only_fields = ["updated_at"]
 
 
-MONTH_SHAPE = RegexValidator(
-    r"^\d{4}-(0[1-9]|1[0-2])$", _("Use a month written YYYY-MM, e.g. 2026-02.")
-)
+MONTH_SHAPE = RegexValidator(MONTH, MONTH_MESSAGE)
 CURRENCY_SHAPE = RegexValidator(
     r"^[A-Z]{3}$",
     _("Use a three-letter ISO 4217 currency code in capitals, e.g. 'USD' or 'EUR'."),

@@ -11,7 +11,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext_lazy as _
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema_field
+from drf_spectacular.utils import OpenApiParameter, extend_schema_field
 from rest_framework import serializers
 from rest_framework.request import Request
 
@@ -26,6 +26,14 @@ from scheduler_bridge import selectors as bridge_selectors
 from tenants.api.filters import in_utc
 from tenants.errors import ValidationFailed
 from tenants.models import Tenant
+
+# a billing period's name, as /api/schema/ states it
+MONTH = r"^\d{4}-(0[1-9]|1[0-2])$"
+MONTH_MESSAGE = _("Use a month written YYYY-MM, e.g. 2026-02.")
+PERIOD = OpenApiParameter(
+    "period", OpenApiTypes.STR, description="YYYY-MM", pattern=MONTH, required=True
+)
+TENANT = OpenApiParameter("tenant", OpenApiTypes.STR, description="A tenant's slug: its subtree")
 
 
 @extend_schema_field(OpenApiTypes.STR)

@@ -19,6 +19,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from billing.api.common import (
+    MONTH,
+    PERIOD,
+    TENANT,
     period_named,
     plain_row,
     require_billing_reader,
@@ -77,11 +80,14 @@ class AllocationReportSerializer(serializers.Serializer[Any]):
     rows = serializers.ListField(child=serializers.DictField())
 
 
+GROUPS = ["line", "tenant", "cost_center", "flavor", "kind", "child"]
+
+
 class ReportQuerySerializer(serializers.Serializer[Any]):
-    period = serializers.CharField(required=False)
+    period = serializers.CharField(required=False)  # period_named says what is wrong
     tenant = serializers.CharField(required=False)
     group_by = serializers.ChoiceField(
-        choices=["line", "tenant", "cost_center", "flavor", "kind", "child"],
+        choices=GROUPS,
         required=False,
         default="line",
     )
@@ -91,7 +97,14 @@ class SpendReportViewSet(KeepsContract, viewsets.ViewSet):
     """Charges of a period by line, tenant, cost centre, flavour, kind, or the children of
     `tenant`. An open period is priced on the fly (`provisional: true`)."""
 
-    @extend_schema(parameters=[ReportQuerySerializer], responses=SpendReportSerializer)
+    @extend_schema(
+        parameters=[
+            PERIOD,
+            TENANT,
+            OpenApiParameter("group_by", OpenApiTypes.STR, enum=GROUPS, default="line"),
+        ],
+        responses=SpendReportSerializer,
+    )
     def list(self, request: Request) -> Response:
         require_billing_reader(request)
         query = ReportQuerySerializer(data=request.query_params)
@@ -125,13 +138,9 @@ class SpendReportViewSet(KeepsContract, viewsets.ViewSet):
 
 SINCE = OpenApiParameter("since", OpenApiTypes.DATETIME, description="ISO 8601")
 UNTIL = OpenApiParameter("until", OpenApiTypes.DATETIME, description="ISO 8601")
-TENANT = OpenApiParameter("tenant", OpenApiTypes.STR, description="A tenant's slug: its subtree")
-MONTH = r"^\d{4}-(0[1-9]|1[0-2])$"
+
 # a date, or a date and a time: the day's shape is checked here, the rest by the view
 DAY = r"^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])([T ].*)?$"
-PERIOD = OpenApiParameter(
-    "period", OpenApiTypes.STR, description="YYYY-MM (default: the last)", pattern=MONTH
-)
 
 
 class EfficiencyReportViewSet(KeepsContract, viewsets.ViewSet):

@@ -7,7 +7,8 @@ from typing import Any
 import django_filters
 from django.http import Http404, HttpResponse
 from django.utils.translation import gettext_lazy as _
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, serializers, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -15,6 +16,8 @@ from rest_framework.response import Response
 
 from billing import selectors
 from billing.api.common import (
+    PERIOD,
+    TENANT,
     BillingTenantField,
     export_response,
     invoice_response,
@@ -258,7 +261,7 @@ class StatementViewSet(KeepsContract, viewsets.ModelViewSet[Statement]):
         )
 
     def refuse_outright(self, request: Request) -> None:
-        if request.method in {"PUT", "PATCH"}:  # whatever the body says
+        if self.action in {"update", "partial_update"}:  # whatever the body says
             raise self._frozen()
 
     def update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -318,7 +321,14 @@ class ExportViewSet(KeepsContract, viewsets.ViewSet):
     """Chargeback export of a period: `?period=YYYY-MM&as=csv|xlsx|pdf[&tenant=slug]`.
     An open period's export is provisional (file name and `X-Tidegate-Provisional`)."""
 
-    @extend_schema(responses=None)
+    @extend_schema(
+        parameters=[
+            PERIOD,
+            OpenApiParameter("as", OpenApiTypes.STR, enum=["csv", "xlsx", "pdf"], default="csv"),
+            TENANT,
+        ],
+        responses=None,
+    )
     def list(self, request: Request) -> HttpResponse:
         require_billing_reader(request)
         fmt = request.query_params.get("as", "csv")
@@ -333,7 +343,18 @@ class ExportViewSet(KeepsContract, viewsets.ViewSet):
         report = reports.period_report(request.user, period, subtree=tenant)
         return export_response(report, fmt)
 
-    @extend_schema(responses=None)
+    @extend_schema(
+        parameters=[
+            PERIOD,
+            OpenApiParameter(
+                "code",
+                OpenApiTypes.STR,
+                required=True,
+                description="A cost centre; empty: tenants without one; __idle__: idle capacity",
+            ),
+        ],
+        responses=None,
+    )
     @action(detail=False, methods=["get"], url_path="cost-centre")
     def cost_centre(self, request: Request) -> HttpResponse:
         """One cost centre's lines of a period as an invoice-grade PDF:

@@ -149,8 +149,10 @@ class WhatIfRunViewSet(
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)
-        if not services.can_run_what_if(request.user):
-            raise Http404  # tenant users do not learn that what-if runs exist
+        # tenant users do not learn that what-if runs exist (a method no route takes is
+        # still a 405, as for everyone: the schema lists the routes)
+        if self.action is not None and not services.can_run_what_if(request.user):
+            raise Http404
 
     def get_queryset(self) -> Any:
         if getattr(self, "swagger_fake_view", False):  # schema generation: no user, no DB

@@ -28,7 +28,7 @@ from scheduler_bridge.inventory.services import (
 from scheduler_bridge.mig.services import mig_plan
 from scheduler_bridge.workloads.selectors import shared_gpu_context
 from tenants import access
-from tenants.api.contract import KeepsContract
+from tenants.api.contract import NUL_FREE, KeepsContract
 from tenants.api.serializers import (
     NoInput,
     QueuedSerializer,
@@ -42,8 +42,29 @@ MAX_GPUS_PER_NODE = 64
 MAX_TOLERATIONS = 64
 
 
+@extend_schema_field({"type": "object", "additionalProperties": {"type": "string"}})
+class DraFlavoursField(serializers.JSONField):
+    """A DRA driver's name to the flavour its devices count as."""
+
+
+_TEXT = {"type": "string", "pattern": NUL_FREE}
+
+
 @extend_schema_field(
-    {"type": "array", "maxItems": MAX_TOLERATIONS, "items": {"type": "object"}},
+    {
+        "type": "array",
+        "maxItems": MAX_TOLERATIONS,
+        "items": {
+            "type": "object",
+            "properties": {
+                "key": _TEXT,
+                "operator": _TEXT,
+                "value": _TEXT,
+                "effect": _TEXT,
+                "tolerationSeconds": {"type": "integer", "nullable": True},
+            },
+        },
+    },
 )
 class TolerationsField(serializers.JSONField):
     """Kubernetes tolerations, as a pod spec writes them; the service
@@ -72,13 +93,13 @@ class ClusterSerializer(RejectUnknownFields, serializers.ModelSerializer[Cluster
             "workload_kinds",
         ]
         read_only_fields = ["id", "status", "status_message", "last_synced_at", "workload_kinds"]
-        extra_kwargs = {
-            "dra_flavours": {
-                "help_text": "DRA drivers whose devices do not describe themselves as NVIDIA's "
-                "driver does, mapped to the flavour each device counts as, e.g. "
-                '{"gpu.amd.com": "mi300x"} (docs/dra.md).'
-            }
-        }
+
+    dra_flavours = DraFlavoursField(
+        required=False,
+        help_text="DRA drivers whose devices do not describe themselves as NVIDIA's driver "
+        'does, mapped to the flavour each device counts as, e.g. {"gpu.amd.com": "mi300x"} '
+        "(docs/dra.md).",
+    )
 
     def validate_dra_flavours(self, value: Any) -> dict[str, str]:
         problems = mapping_problems(value)

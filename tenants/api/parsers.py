@@ -112,11 +112,13 @@ class BoundedJSONParser(JSONParser):
             raise exceptions.ParseError(
                 gettext("The body is not valid JSON: %(error)s") % {"error": error}
             ) from error
+        context = parser_context or {}
+        # the schema first (a NUL in a declared string is a 400 there), then a NUL where
+        # the schema cannot say it is refused (an object's keys, free-form values): 422
+        contract.check_body(data, context.get("request"), context.get("view"))
         where = nul_location(data)
         if where is not None:
             raise exceptions.ValidationError({where: [nul_message()]})
-        context = parser_context or {}
-        contract.check_body(data, context.get("request"), context.get("view"))
         return data
 
 

@@ -42,7 +42,9 @@ EVERY_OPERATION = {
     "the request names an object that does not exist or that the caller may not see "
     "(the field is named under `errors`).",
     "422": "The request matches this schema but cannot be done as it is: a rule between "
-    "its fields (e.g. a window that ends before it starts), named under `errors`.",
+    "its fields or against the current state (e.g. a window that ends before it starts, "
+    "a guarantee above what the parent has left), or a NUL character where the schema "
+    "cannot refuse one (an object's keys); the field is named under `errors`.",
     "429": "Too many requests: this user's rate, or, for requests without valid "
     "credentials, this address's (answered before the credentials are read, so guessing "
     "a token is slowed down); Retry-After says when to try again.",

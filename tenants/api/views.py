@@ -92,11 +92,12 @@ class MembershipViewSet(KeepsContract, viewsets.ModelViewSet[Membership]):
     @extend_schema(request=s.MembershipUpdateSerializer, responses=s.MembershipSerializer)
     def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         membership = self.get_object()
-        serializer = s.MembershipUpdateSerializer(data=request.data)
+        serializer = s.MembershipUpdateSerializer(data=request.data, partial=True)
         serializer.is_valid(raise_exception=True)
-        membership = services.membership_update(
-            actor=request.user, membership=membership, source="api", **serializer.validated_data
-        )
+        if serializer.validated_data:  # a PATCH without fields changes nothing
+            membership = services.membership_update(
+                actor=request.user, membership=membership, source="api", **serializer.validated_data
+            )
         return Response(s.MembershipSerializer(membership, context={"request": request}).data)
 
     def perform_destroy(self, instance: Membership) -> None:
@@ -130,12 +131,13 @@ class NamespaceBindingViewSet(KeepsContract, viewsets.ModelViewSet[NamespaceBind
     def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         binding = self.get_object()
         serializer = s.NamespaceBindingUpdateSerializer(
-            data=request.data, context={"request": request}
+            data=request.data, context={"request": request}, partial=True
         )
         serializer.is_valid(raise_exception=True)
-        binding = services.binding_update(
-            actor=request.user, binding=binding, source="api", **serializer.validated_data
-        )
+        if serializer.validated_data:  # a PATCH without fields changes nothing
+            binding = services.binding_update(
+                actor=request.user, binding=binding, source="api", **serializer.validated_data
+            )
         return Response(s.NamespaceBindingSerializer(binding, context={"request": request}).data)
 
     def perform_destroy(self, instance: NamespaceBinding) -> None:

@@ -300,7 +300,7 @@ def test_a_cost_centre_pdf_in_english_keeps_showback_out_of_the_charged_total(
 
 def test_a_cost_centre_needs_its_code(cast: Cast, two_months: Any) -> None:
     response = client_for(cast.finance).get("/api/v1/billing/exports/cost-centre/?period=2026-02")
-    assert response.status_code == 422 and "code" in str(response.json())
+    assert response.status_code == 400 and "code" in str(response.json())
 
 
 def test_outsiders_get_404_for_every_invoice_pdf(

@@ -92,10 +92,10 @@ def test_a_nul_character_in_json_is_a_400_naming_the_field(cast: Cast) -> None:
     )
     assert list(body["errors"]) == ["name"]
     body = problem(
-        post_raw(client, "/api/v1/priority-classes/", '{"name": "x", "description": ["\\u0000"]}'),
+        post_raw(client, "/api/v1/priority-classes/", '{"name": "x", "description": "a\\u0000"}'),
         400,
     )
-    assert list(body["errors"]) == ["description.0"]
+    assert list(body["errors"]) == ["description"]
     assert not Tenant.objects.filter(slug="ok").exists()
 
 
@@ -107,7 +107,9 @@ def test_a_nul_character_inside_a_json_value_stored_as_jsonb_is_a_400(
         {"tolerations": [{"key": "gpu\x00", "operator": "Exists"}]},
         format="json",
     )
-    assert list(problem(response, 400)["errors"]) == ["tolerations.0.key"]
+    errors = problem(response, 400)["errors"]
+    assert list(errors) == ["tolerations"]  # nested as a serializer nests them
+    assert "NUL" in errors["tolerations"]["0"]["key"][0]
 
 
 # 400: not a date-time or a month at all (the schema's format or pattern refuses it);
