@@ -185,6 +185,10 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_TIME_LIMIT = env.int("CELERY_TASK_TIME_LIMIT", default=600)
 CELERY_TASK_SOFT_TIME_LIMIT = env.int("CELERY_TASK_SOFT_TIME_LIMIT", default=540)
 CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=False)
+# Tasks that, run eagerly (the demo), run on a thread of their own rather than inside the
+# request that queued them: a what-if run takes many seconds, and production's answer is
+# a 202 at once with the run queued.
+TIDEGATE_EAGER_IN_BACKGROUND: frozenset[str] = frozenset()
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TIMEZONE = "UTC"
 # A killed worker's unacknowledged task is delivered again after the visibility timeout:

@@ -9,6 +9,7 @@ DEBUG = env.bool("DJANGO_DEBUG", default=False)
 LOGGING["handlers"]["console"]["formatter"] = env("LOG_FORMAT", default="plain")  # type: ignore[index]
 SECRET_KEY = env("SECRET_KEY", default="demo-only-insecure-key-do-not-use-in-production")
 CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=True)
+TIDEGATE_EAGER_IN_BACKGROUND = frozenset({"billing.tasks.whatif_run"})
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", default="memory://")
 CELERY_RESULT_BACKEND = env("CELERY_RESULT_BACKEND", default=None)
 EMAIL_BACKEND = "django.core.mail.backends.console.EmailBackend"

@@ -6,7 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema, extend_schema_field, extend_schema_serializer
+from drf_spectacular.utils import (
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_field,
+    extend_schema_serializer,
+)
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -170,7 +175,17 @@ class QuotaViewSet(KeepsContract, viewsets.ModelViewSet[Quota]):
         }
         return super().get_serializer(*args, **kwargs)
 
+    @extend_schema(
+        responses={
+            201: OpenApiResponse(QuotaSerializer, description="A quota for a new pair."),
+            200: OpenApiResponse(
+                QuotaSerializer,
+                description="The tenant already had a quota of this flavour: it is changed.",
+            ),
+        }
+    )
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Set a tenant's quota of a flavour: created (201), or changed when one exists (200)."""
         body = self.get_serializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = dict(body.validated_data)

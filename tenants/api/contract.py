@@ -14,13 +14,17 @@ its fields (422). ``refusal_status`` says which; the schema declares all three.
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
+from urllib.parse import urlsplit
 from uuid import UUID
 
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.core.validators import EmailValidator
 from django.utils.dateparse import parse_date, parse_datetime
 from django.utils.translation import gettext
 from jsonschema import Draft4Validator, FormatChecker
@@ -41,7 +45,7 @@ INTEGER = re.compile(r"^-?\d+$")
 NUMBER = re.compile(r"^-?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?$")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # one per operation (cached): hashed by identity
 class Operation:
     """One operation of the published schema, as the check reads it."""
 
@@ -127,6 +131,23 @@ def _is_date(value: object) -> bool:
 @FORMATS.checks("date-time", raises=ValueError)
 def _is_datetime(value: object) -> bool:
     return not isinstance(value, str) or _parsed(parse_datetime, value) is not None
+
+
+@FORMATS.checks("uri", raises=ValueError)
+def _is_uri(value: object) -> bool:
+    """An absolute URI (RFC 3986: a scheme and an authority). Django's URLField asks more
+    of the host (a known kind of domain), which is then a 422, not a malformed request."""
+    if not isinstance(value, str):
+        return True
+    parts = urlsplit(value)
+    return bool(parts.scheme and parts.netloc) and not any(c.isspace() for c in value)
+
+
+@FORMATS.checks("email", raises=DjangoValidationError)
+def _is_email(value: object) -> bool:
+    if isinstance(value, str):
+        EmailValidator()(value)
+    return True
 
 
 @FORMATS.checks("uuid", raises=ValueError)
@@ -287,16 +308,27 @@ def _value_errors(text: str, schema: Mapping[str, Any]) -> Iterator[str]:
             yield gettext("Give true or false.")
             return
         value = text == "true"
-    for error in Draft4Validator(dict(schema), format_checker=FORMATS).iter_errors(value):
+    for error in _validator(json.dumps(schema, sort_keys=True)).iter_errors(value):
         yield _message(error)
         return
+
+
+@functools.lru_cache(maxsize=1024)
+def _validator(schema: str) -> Draft4Validator:
+    """A validator per distinct schema (given as its JSON text), built once."""
+    return Draft4Validator(json.loads(schema), format_checker=FORMATS)
+
+
+@functools.lru_cache(maxsize=512)
+def _body_validator(operation: Operation) -> Draft4Validator:
+    return Draft4Validator(operation.body, format_checker=FORMATS)
 
 
 def _body_errors(data: Any, operation: Operation) -> Iterator[tuple[str, list[str]]]:
     if operation.body is None:
         return
     found: dict[str, Any] = {}
-    validator = Draft4Validator(operation.body, format_checker=FORMATS)
+    validator = _body_validator(operation)
     for error in sorted(validator.iter_errors(data), key=lambda e: [str(p) for p in e.path]):
         for place, message in _located(error):
             _put(found, place, message)
@@ -331,7 +363,7 @@ def _located(error: SchemaError) -> Iterable[tuple[list[str], str]]:
 
 def _message(error: SchemaError) -> str:
     """What the value breaks, worded as DRF words the same refusal (and translated)."""
-    if error.validator == "anyOf" and error.context:
+    if error.validator in {"anyOf", "oneOf"} and error.context:
         real = [e for e in error.context if e.validator != "type" or e.validator_value != "null"]
         return _message(best_match(real) if real else best_match(error.context))
     rule, limit, value = error.validator, error.validator_value, error.instance
@@ -373,6 +405,8 @@ _SOURCES: dict[str, tuple[Any, str, str]] = {
     "format:date": (serializers.DateField, "invalid", ""),
     "format:date-time": (serializers.DateTimeField, "invalid", ""),
     "format:uuid": (serializers.UUIDField, "invalid", ""),
+    "format:uri": (serializers.URLField, "invalid", ""),
+    "format:email": (serializers.EmailField, "invalid", ""),
     "minimum": (serializers.IntegerField, "min_value", "min_value"),
     "maximum": (serializers.IntegerField, "max_value", "max_value"),
     "minLength": (serializers.CharField, "min_length", "min_length"),

@@ -198,3 +198,27 @@ def test_a_run_is_run_again_from_its_request(
     assert again.json()["id"] != first["id"]
     assert again.json()["params"] == first["params"]
     assert client_for(cast.platform_admin).get(again["Location"]).json()["status"] == "done"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_in_the_demo_a_what_if_is_answered_at_once_and_runs_beside_the_request(
+    cast: Cast, settings: Any
+) -> None:
+    """Tasks run eagerly in the demo; a what-if run still answers 202 with the run queued,
+    as production does, and finishes on its own thread."""
+    import time
+
+    settings.CELERY_TASK_ALWAYS_EAGER = True
+    settings.TIDEGATE_EAGER_IN_BACKGROUND = frozenset({"billing.tasks.whatif_run"})
+    build_history(cast)
+    body = {"cluster": "gpu-east", "days": 30, "kind": "whatif", "proposal": PROPOSAL_BODY}
+    response = client_for(cast.platform_admin).post(URL, body, format="json")
+    assert response.status_code == 202, response.json()
+    assert response.json()["status"] == "queued"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        run = WhatIfRun.objects.get(pk=response.json()["id"])
+        if run.status in ("done", "failed"):
+            break
+        time.sleep(0.2)
+    assert run.status == "done", run.message
