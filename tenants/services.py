@@ -304,11 +304,16 @@ def membership_create(
 
 
 def membership_update(
-    *, actor: Any, membership: Membership, role: str, source: str = "api"
+    *, actor: Any, membership: Membership, role: str | None = None, source: str = "api"
 ) -> Membership:
+    """Change a membership's role; without one (a PATCH of no fields), check that the
+    actor may change it and change nothing."""
+    role = role or membership.role
     _check_grant(actor, membership.tenant, role)
     _check_grant(actor, membership.tenant, membership.role)
     _check_not_own_role(actor, membership)
+    if role == membership.role:
+        return membership
     with transaction.atomic():
         before = snapshot(membership)
         membership.role = role
@@ -430,15 +435,19 @@ def _already_bound(actor: Any, cluster_name: str, namespace: str) -> NamespaceAl
 
 
 def binding_update(
-    *, actor: Any, binding: NamespaceBinding, tenant: Tenant, source: str = "api"
+    *, actor: Any, binding: NamespaceBinding, tenant: Tenant | None = None, source: str = "api"
 ) -> NamespaceBinding:
-    """Hand a namespace over to another tenant (needs lead or admin on both)."""
+    """Hand a namespace over to another tenant (needs lead or admin on both); without
+    one (a PATCH of no fields), check that the actor may and change nothing."""
+    tenant = tenant or binding.tenant
     for side in (binding.tenant, tenant):
         if not access.can_manage_bindings(actor, side):
             raise PermissionDenied(
                 _("Moving bindings of %(tenant)s needs the lead or admin role."),
                 params={"tenant": side.slug},
             )
+    if tenant == binding.tenant:
+        return binding
     with transaction.atomic():
         before = snapshot(binding)
         binding.tenant = tenant

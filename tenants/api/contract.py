@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -31,7 +32,7 @@ from jsonschema import Draft4Validator, FormatChecker
 from jsonschema.exceptions import ValidationError as SchemaError
 from jsonschema.exceptions import best_match
 from rest_framework import exceptions, serializers, status
-from rest_framework.request import Request
+from rest_framework.request import Empty, Request
 
 from tenants.api.serializers import unknown_field_message
 
@@ -41,7 +42,7 @@ MISSING_CODES = frozenset({"does_not_exist", "not_found", "missing"})
 CONFLICT_CODES = frozenset({"unique", "conflict"})
 NUL_FREE = "^[^\\u0000]*$"  # free text in the schema: PostgreSQL stores no NUL
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
-INTEGER = re.compile(r"^-?\d+$")
+INTEGER = re.compile(r"^-?\d{1,4000}$")  # int() reads at most 4,300 digits
 NUMBER = re.compile(r"^-?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?$")
 
 
@@ -54,10 +55,19 @@ class Operation:
     body_required: bool
 
 
+_PUBLISHING = threading.Lock()
+
+
 @functools.cache
 def _published() -> tuple[list[tuple[re.Pattern[str], str, Mapping[str, Any]]], dict[str, Any]]:
-    """The schema's paths as patterns, fewest placeholders first, and its components: as
-    /api/schema/ shows it to a platform admin, who sees every operation's body."""
+    """The schema's paths as patterns, fewest placeholders first, and its components as
+    JSON Schema definitions: as /api/schema/ shows it to a platform admin, who sees every
+    operation's body. Built once per process (``warm_up`` at start, else at first use)."""
+    with _PUBLISHING:
+        return _publish()
+
+
+def _publish() -> tuple[list[tuple[re.Pattern[str], str, Mapping[str, Any]]], dict[str, Any]]:
     from django.contrib.auth import get_user_model
     from django.test import RequestFactory
     from drf_spectacular.generators import SchemaGenerator
@@ -71,36 +81,41 @@ def _published() -> tuple[list[tuple[re.Pattern[str], str, Mapping[str, Any]]], 
         pattern = re.compile("^" + re.sub(r"\\{\w+\\}", "[^/]+", re.escape(path)) + "$")
         paths.append((pattern, path, item))
     paths.sort(key=lambda entry: entry[1].count("{"))
-    return paths, schema.get("components", {})
+    definitions = {
+        k: _nullable(v) for k, v in schema.get("components", {}).get("schemas", {}).items()
+    }
+    return paths, definitions
 
 
-@functools.cache
+def warm_up() -> None:
+    """Build the published schema now (a web process's start), not at its first request."""
+    _published()
+
+
 def operation_of(path: str, method: str) -> Operation | None:
-    """The published operation a request to ``path`` with ``method`` is, if any."""
-    paths, components = _published()
-    for pattern, _, item in paths:
+    """The published operation a request to ``path`` with ``method`` is, if any (one
+    per route template and method, however many object ids the requests name)."""
+    paths, _ = _published()
+    for pattern, template, _ in paths:
         if pattern.match(path):
-            found = item.get(method.lower())
-            return _operation(found, components) if found is not None else None
+            return _operation(template, method.lower())
     return None
 
 
-def _operation(found: Mapping[str, Any], components: Mapping[str, Any]) -> Operation:
+@functools.cache
+def _operation(template: str, method: str) -> Operation | None:
+    paths, definitions = _published()
+    item = next(item for _, path, item in paths if path == template)
+    found = item.get(method)
+    if found is None:
+        return None
     query = {p["name"]: p for p in found.get("parameters", []) if p.get("in") == "query"}
     content = (found.get("requestBody") or {}).get("content", {})
     body = content.get("application/json", {}).get("schema")
-    resolved = _json_schema(body, components) if body is not None else None
+    # every body shares the one set of definitions (references resolve through them)
+    resolved = {**_nullable(body), "definitions": definitions} if body is not None else None
     required = bool((found.get("requestBody") or {}).get("required"))
     return Operation(query=query, body=resolved, body_required=required)
-
-
-def _json_schema(schema: Any, components: Mapping[str, Any]) -> dict[str, Any]:
-    """An OpenAPI 3.0 schema as JSON Schema: references resolved through ``definitions``
-    and ``nullable`` spelled as a null alternative."""
-    return {
-        **_nullable(schema),
-        "definitions": {k: _nullable(v) for k, v in components.get("schemas", {}).items()},
-    }
 
 
 def _nullable(schema: Any) -> Any:
@@ -201,7 +216,11 @@ def check_request(request: Request, view: Any = None) -> None:
     if errors:
         raise exceptions.ValidationError(errors)
     request._contract_query_kept = True  # type: ignore[attr-defined]
-    if _sent_a_body(request):
+    if getattr(request, "_full_data", Empty) is not Empty and operation.body is not None:
+        # already parsed (a session's CSRF check reads the body): check it now
+        check_body(request.data, request, view)
+        return
+    if _sent_a_body(request) and not (operation.body is None and _empty_json(request)):
         return  # kept once check_body has read it (none taken: the view's NoInput refuses it)
     if operation.body is None or not operation.body_required:
         request._contract_kept = True  # type: ignore[attr-defined]
@@ -220,6 +239,13 @@ def check_body(data: Any, request: Any, view: Any) -> None:
         _raise_serializer_errors(data, request, view)
         raise exceptions.ValidationError(errors)
     request._contract_kept = True
+
+
+def _empty_json(request: Request) -> bool:
+    """Whether the body is an empty JSON object (what an action without one may be sent)."""
+    if not str(request.META.get("CONTENT_TYPE", "")).startswith("application/json"):
+        return False
+    return request.data == {}
 
 
 def _sent_a_body(request: Request) -> bool:
@@ -259,7 +285,9 @@ def _codes(codes: Any) -> Iterator[str]:
 def _raise_serializer_errors(data: Any, request: Any, view: Any) -> None:
     """Raise the view's serializer's own 400 for a body the schema refuses, if it has one."""
     get_serializer = getattr(view, "get_serializer", None)
-    if get_serializer is None or not isinstance(data, Mapping):
+    # the view's own serializer is the body's only for its model's writes, not its actions
+    standard = getattr(view, "action", None) in {"create", "update", "partial_update"}
+    if get_serializer is None or not standard or not isinstance(data, Mapping):
         return
     try:
         serializer = get_serializer(data=data, partial=request.method == "PATCH")

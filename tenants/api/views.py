@@ -94,10 +94,9 @@ class MembershipViewSet(KeepsContract, viewsets.ModelViewSet[Membership]):
         membership = self.get_object()
         serializer = s.MembershipUpdateSerializer(data=request.data, partial=True)
         serializer.is_valid(raise_exception=True)
-        if serializer.validated_data:  # a PATCH without fields changes nothing
-            membership = services.membership_update(
-                actor=request.user, membership=membership, source="api", **serializer.validated_data
-            )
+        membership = services.membership_update(  # without fields: checked, not changed
+            actor=request.user, membership=membership, source="api", **serializer.validated_data
+        )
         return Response(s.MembershipSerializer(membership, context={"request": request}).data)
 
     def perform_destroy(self, instance: Membership) -> None:
@@ -134,10 +133,9 @@ class NamespaceBindingViewSet(KeepsContract, viewsets.ModelViewSet[NamespaceBind
             data=request.data, context={"request": request}, partial=True
         )
         serializer.is_valid(raise_exception=True)
-        if serializer.validated_data:  # a PATCH without fields changes nothing
-            binding = services.binding_update(
-                actor=request.user, binding=binding, source="api", **serializer.validated_data
-            )
+        binding = services.binding_update(  # without fields: checked, not changed
+            actor=request.user, binding=binding, source="api", **serializer.validated_data
+        )
         return Response(s.NamespaceBindingSerializer(binding, context={"request": request}).data)
 
     def perform_destroy(self, instance: NamespaceBinding) -> None:

@@ -156,3 +156,28 @@ def test_a_patched_rate_card_answers_every_field_its_schema_lists(
     assert patched.status_code == 200
     assert set(created.json()) == set(patched.json())
     assert patched.json()["flavour_name"] is None
+
+
+def test_a_signed_in_browser_session_is_held_to_the_same_contract(cast: Cast) -> None:
+    """With a session, the CSRF check reads the body before the view: it is checked
+    against the schema all the same (400), and a rule's refusal is still a 422."""
+    from django.test import Client
+
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(cast.platform_admin)
+    browser.get("/")  # the portal sets the CSRF cookie
+    token = browser.cookies["csrftoken"].value
+    malformed = browser.post(
+        "/api/v1/tenants/",
+        {"slug": "new-team", "name": "New", "weight": "heavy"},
+        content_type="application/json",
+        HTTP_X_CSRFTOKEN=token,
+    )
+    assert malformed.status_code == 400, malformed.content
+    ruled = browser.post(
+        "/api/v1/tenants/",
+        {"slug": "new-team", "name": "New", "weight": "-1"},
+        content_type="application/json",
+        HTTP_X_CSRFTOKEN=token,
+    )
+    assert ruled.status_code == 422, ruled.content
