@@ -216,16 +216,19 @@ class Explainer:
         key = shape.id * self._tree_size + node  # (_group_key)
         explained = st.static.explained_groups
         found = explained.get(key)
-        if (
-            found is not None
-            and found[1] == self._stamp(node, shape, cls, found[0])
-            and self._same_on_nodes(shape, found[6])
-        ):
-            return found[2], found[3], found[4], found[5]
+        stamp: tuple | None = None
+        read_before = -1
+        if found is not None:
+            read_before = found[0]
+            stamp = self._stamp(node, shape, cls, read_before)
+            if found[1] == stamp and self._same_on_nodes(shape, found[6]):
+                return found[2], found[3], found[4], found[5]
         verdict, on_nodes, reads = self._explain_fresh(node, shape, cls, protecting)
+        if stamp is None or reads != read_before:  # (what it read then was stamped)
+            stamp = self._stamp(node, shape, cls, reads)
         if len(explained) >= EXPLAINED_GROUPS_KEPT:
             explained.clear()
-        explained[key] = (reads, self._stamp(node, shape, cls, reads), *verdict, on_nodes)
+        explained[key] = (reads, stamp, *verdict, on_nodes)
         return verdict
 
     def _stamp(self, node: int, shape: Shape, cls: int, reads: int) -> tuple:
@@ -259,16 +262,7 @@ class Explainer:
         key = (node, f)
         view = self._views.get(key)
         if view is None:
-            tree = self.state.tree
-            usage = self.state.usage[f]
-            from_parent, binding = tree.from_parent(f, node, usage)
-            # (a verdict says none is left however far below zero it is)
-            view = self._views[key] = (
-                usage[node],
-                max(0, self._available(node, f)),
-                max(0, from_parent),
-                -1 if binding is None else binding,
-            )
+            view = self._views[key] = self.state.tree.view(f, node, self.state.usage[f])
         return view
 
     def _available(self, node: int, f: int) -> int:
@@ -426,7 +420,9 @@ class Explainer:
             key = (node, f, need)
             found = self._by_quota.get(key)
             if found is None:
-                found = self._by_quota[key] = tree.explain(f, node, need, usage[f])
+                found = self._by_quota[key] = tree.explain(
+                    f, node, need, usage[f], self._quota_view(node, f)
+                )
             return found[0], found[1], f
         return None
 

@@ -65,7 +65,7 @@ def own_limits_only(
     tenant's elastic pods do not count for its rigid work when reclaim is on, which
     takes them back. ``headroom`` memoises the room left per (node, flavour, may
     borrow, rigid)."""
-    if state.config.priority_preemption:
+    if state.config.priority_preemption or state.static.is_unbounded(node, shape):
         return False
     if headroom is None:
         headroom = {}

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from .model import Node, PendingWorkload, PodSet, Topology
 from .placement import Need, NodePool
@@ -168,12 +169,12 @@ def group_items(items: Sequence[Item]) -> dict[int, dict[int, list[Item]]]:
             bucket.append(item)
     for shapes in by_node.values():
         for bucket in shapes.values():
-            bucket.sort(key=_order)
+            if len(bucket) > 1:
+                bucket.sort(key=_order)
     return by_node
 
 
-def _order(item: Item) -> tuple[int, float, str]:
-    return item.order
+_order = attrgetter("order")  # (an Item's queue order; in C, 50,000 times a cycle)
 
 
 def fits_when_idle(nodes: Sequence[Node], pod_sets: Sequence[PodSet], topology: Topology) -> bool:

@@ -249,8 +249,18 @@ class QuotaTree:
         return tuple([usage[n] for n in self.root_members[root]])
 
     # ----------------------------------------------------------------- explanation
-    def explain(self, f: int, node: int, need: int, usage: list[int]) -> tuple[ReasonCode, str]:
-        """Why ``need`` GPUs of flavour ``f`` do not fit the quota of ``node``."""
+    def explain(
+        self,
+        f: int,
+        node: int,
+        need: int,
+        usage: list[int],
+        view: tuple[int, int, int, int] | None = None,
+    ) -> tuple[ReasonCode, str]:
+        """Why ``need`` GPUs of flavour ``f`` do not fit the quota of ``node``. ``view``,
+        when the caller has it for this usage, is (the node's usage, what it may still
+        take, what its parent may give, the binding cohort or -1), each at least 0
+        (``view``): not worked out again along the path."""
         flavour = self.flavours[f]
         tenant = self.label[node]
         if not self.access[f][node]:
@@ -263,16 +273,30 @@ class QuotaTree:
         used = usage[node]
         if limit != NO_LIMIT and used + need > g + limit:
             return ReasonCode.QUOTA_LIMIT, QuotaReasons.own_limit(flavour, used, g, limit, need)
-        from_parent, binding = self.from_parent(f, node, usage)
+        if view is None:
+            view = self.view(f, node, usage)
+        _, total, from_parent, binding = view
         unused = max(0, g - used)
-        if binding is not None:
+        if binding >= 0:
             return ReasonCode.COHORT_LIMIT, QuotaReasons.cohort_limit(
-                flavour, self.label[binding], max(0, from_parent), need
+                flavour, self.label[binding], from_parent, need
             )
         root = self.label[self.root[node]]
-        total = self.available(f, node, usage)
         return ReasonCode.COHORT_EXHAUSTED, QuotaReasons.cohort_exhausted(
-            flavour, tenant, root, g, unused, max(0, total), need
+            flavour, tenant, root, g, unused, total, need
+        )
+
+    def view(self, f: int, node: int, usage: list[int]) -> tuple[int, int, int, int]:
+        """What a quota verdict of ``node`` on flavour ``f`` reads of ``usage``: the
+        node's own usage, what it may still take, what its parent may give (both at
+        least 0: a verdict says none is left however far below zero it is) and the inner
+        cohort whose borrowing limit binds it (-1 when the root's pool does)."""
+        from_parent, binding = self.from_parent(f, node, usage)
+        return (
+            usage[node],
+            max(0, self.available(f, node, usage)),
+            max(0, from_parent),
+            -1 if binding is None else binding,
         )
 
     def ceiling(self, f: int, node: int) -> int:

@@ -18,7 +18,7 @@ from .fairshare import ShareCalculator
 from .model import ClusterSnapshot, EngineConfig, Flavour, Node, Quota, RunningWorkload, Tenant
 from .pending import RawShape, Shape, build_shape
 from .placement import NodePool, fragment_of
-from .quota import QuotaTree
+from .quota import NO_LIMIT, QuotaTree
 
 Layout = tuple[tuple[str, tuple[tuple[str, int], ...], str | None], ...]
 
@@ -56,6 +56,26 @@ class Static:
         # verdicts of (workload node, shape) groups with what they read, by shape id x
         # tree size + workload node (explain.Explainer._explain_shape)
         self.explained_groups: dict[int, tuple] = {}  # (stamp, *verdict, node verdicts)
+        # whether some option of a (workload node, shape) group is free of the tenant's
+        # own limits (every flavour within reach, none borrow-limited), by shape id x
+        # tree size + workload node: such a group is never refused by them alone
+        self.unbounded: dict[int, bool] = {}
+
+    def is_unbounded(self, node: int, shape: Shape) -> bool:
+        """Whether some option of ``shape`` may borrow without limit on every flavour
+        for ``node`` (see ``unbounded``): true until the quotas change."""
+        key = shape.id * self.tree.size + node
+        found = self.unbounded.get(key)
+        if found is None:
+            tree = self.tree
+            found = self.unbounded[key] = shape.may_borrow and any(
+                all(
+                    tree.access[f][node] and tree.borrow_limit[f][node] == NO_LIMIT
+                    for f, _ in option.totals
+                )
+                for option in shape.options
+            )
+        return found
 
     def shape(self, raw: RawShape) -> Shape:
         shape = self.shapes.get(raw)
