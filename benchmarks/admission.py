@@ -31,6 +31,9 @@ ask for (their core). Same figures as ``deep-queue`` plus ``shrinks`` and ``grow
 
 ``persisted`` needs PostgreSQL; see ``persisted`` below.
 
+Each line says which ``engine`` it timed: ``compiled`` (mypyc's build of the current
+sources, ``make native``) or ``interpreted`` (none built, or ``TIDEGATE_ENGINE=python``).
+
 Figures are measured, never asserted. ``decisions_per_s`` counts one decision per
 workload per cycle - admitted, preempted, or left pending with an explained position and
 reason - divided by the engine's own time on one core.
@@ -63,6 +66,7 @@ from scheduler_bridge.admission import (  # noqa: E402
     Quota,
     Tenant,
     Topology,
+    _native,
     core_of,
     elastic_changes,
     elastic_parts,
@@ -78,6 +82,8 @@ def progress(message: str) -> None:
 
 
 def emit(figures: dict[str, Any]) -> None:
+    # which engine was timed: mypyc's build of these sources, or the interpreter
+    figures["engine"] = "compiled" if _native.active else "interpreted"
     print(json.dumps(figures), flush=True)
 
 

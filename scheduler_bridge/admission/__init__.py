@@ -21,7 +21,14 @@ Where things live:
   again in the reader's language by the portal)
 * budget.py       - the BudgetGate protocol billing implements
 * simulator.py    - virtual-time replay of jobs through the engine
+
+The modules run compiled by mypyc when built for these very sources, interpreted
+otherwise (_native.py).
 """
+
+from . import _native
+
+_native.use_compiled(__path__)
 
 from .budget import AllowAllBudgetGate, BudgetGate
 from .elastic import (

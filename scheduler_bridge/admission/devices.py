@@ -70,7 +70,7 @@ def to_devices(snapshot: ClusterSnapshot) -> tuple[ClusterSnapshot, DeviceMap | 
         if rest:
             free = None if node.free is None else {n: v for n, v in node.free.items() if n in rest}
             nodes.append(replace(node, capacity=rest, free=free, device_used={}))
-        for flavour in sorted(shared & node.capacity.keys()):
+        for flavour in sorted(shared.intersection(node.capacity)):
             gpus = node.capacity[flavour] // MILLI
             foreign = tuple(node.device_used.get(flavour, ())) or (0,) * gpus
             for index in range(gpus):

@@ -348,11 +348,12 @@ class Explainer:
                 [(self._label(option), part[1]) for option, part in zip(shape.options, parts)]  # noqa: B905
             )
             worded = self.state.static.worded_options
-            message = worded.get(labelled)  # type: ignore[assignment]
-            if message is None:
+            combined = worded.get(labelled)
+            if combined is None:
                 if len(worded) >= WORDED_KEPT:
                     worded.clear()
-                message = worded[labelled] = reasons.options(labelled)
+                combined = worded[labelled] = reasons.options(labelled)
+            message = combined
         if protecting and cls == 0:
             until = self._protected_until(node, shape)
             if until is not None:

@@ -96,9 +96,11 @@ def hold_for_preemptors(state: CycleState, items: Sequence[Item]) -> None:
         for placement in held:
             f = names.flavour_index.get(placement.flavour)
             n = names.node_index.get(placement.node)
-            j = pool.local[f][n] if f is not None and n is not None else -1
+            if f is None or n is None:
+                continue
+            j = pool.local[f][n]
             if j >= 0 and placement.gpus > 0:
-                plan.append((f, j, placement.gpus))  # type: ignore[arg-type]
+                plan.append((f, j, placement.gpus))
         flavours = {f for f, _, _ in plan}
         option = next((o for o in item.shape.options if set(o.flavours) == flavours), None)
         if option is None:

@@ -129,16 +129,11 @@ class Run:
         its stop frees that no preemptor of the cycle has taken over yet
         (CycleState.spare). Another reclaimer of the tree may take them over without
         stopping anyone else."""
-        spare = Run.__new__(Run)
-        spare.wl = self.wl
-        spare.node = self.node
-        spare.root = self.root
+        spare = Run(self.wl, self.node, self.root, None)
         spare.parts = parts
         spare.totals = totals
         spare.order = self.order
-        spare.claimed = False
         spare.end = self.end
-        spare.protected_until = None
         spare.token = self.token
         spare.spare_of = self
         return spare
@@ -276,7 +271,7 @@ class CycleState:
                     self.runs_by_node.setdefault((run.node, f), []).append(run)
                     if run.wl.opportunistic:
                         self.opportunistic_by_root.setdefault((run.root, f), []).append(run)
-        del self._global_parts
+        self._global_parts = []  # (kept by the runs now)
 
     def _init_victim_view(self) -> None:
         """Usage of the work that was running when the cycle started, minus the victims

@@ -92,6 +92,11 @@ def engine_for(cluster: Cluster) -> engine.AdmissionEngine:
     ):
         current = engine.AdmissionEngine(config, gate)
         _engines[cluster.pk] = current
+        logger.info(
+            "admission engine for cluster %s: %s",
+            cluster.name,
+            "compiled" if engine._native.active else "interpreted (run make native to compile it)",
+        )
     current.budget_gate = gate
     return current
 

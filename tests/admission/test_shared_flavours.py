@@ -147,9 +147,7 @@ def test_pods_of_one_workload_that_want_one_node_share_one_nodes_gpus() -> None:
 def test_gpus_held_by_pods_outside_tidegate_are_left_alone() -> None:
     snap = snapshot((share("w", 600),), nodes=1)
     busy = (Node("n0", {T4: 2 * MILLI}, device_used={T4: (500, 0)}),)
-    result = run_cycle(
-        ClusterSnapshot(**{**{f: getattr(snap, f) for f in snap.__slots__}, "nodes": busy})
-    )
+    result = run_cycle(replace(snap, nodes=busy))
     assert result.admissions[0].placements == (Placement("n0", T4, 600, gpu=1),)
 
 
@@ -197,9 +195,7 @@ def _borrowed_full(borrowed: list[int]) -> ClusterSnapshot:
 
 
 def _with_pending(snap: ClusterSnapshot, pending: tuple[PendingWorkload, ...]) -> ClusterSnapshot:
-    return ClusterSnapshot(
-        **{**{f: getattr(snap, f) for f in snap.__slots__}, "pending": snap.pending + pending}
-    )
+    return replace(snap, pending=snap.pending + pending)
 
 
 @settings(max_examples=80, deadline=None)
@@ -248,12 +244,10 @@ def test_every_share_preempted_for_starts_within_two_cycles_and_all_fitting_work
     waiting = {w.id for w in mine} - {w.id for w in snap.running}
     if not waiting:
         return
-    without_b = ClusterSnapshot(
-        **{
-            **{f: getattr(snap, f) for f in snap.__slots__},
-            "running": tuple(w for w in snap.running if w.tenant_id == "a"),
-            "pending": tuple(w for w in snap.pending if w.tenant_id == "a"),
-        }
+    without_b = replace(
+        snap,
+        running=tuple(w for w in snap.running if w.tenant_id == "a"),
+        pending=tuple(w for w in snap.pending if w.tenant_id == "a"),
     )
     could = {a.workload_id for a in run_cycle(without_b).admissions}
     assert not (could & waiting), f"{waiting} {borrowed} {owned}"
