@@ -2,7 +2,9 @@
 # Makes sure everything the test suite talks to is installed and running:
 # PostgreSQL and Redis at 127.0.0.1, Debian's chromium and a Chinese font (portal tests), gettext (the check
 # that the translation catalogue matches the sources) and prometheus
-# (metering tests), and poppler-utils with poppler-data (the PDF tests). Idempotent: does nothing when all is in place.
+# (metering tests), poppler-utils with poppler-data (the PDF tests), and a C compiler with the
+# interpreter's headers (make native compiles the admission engine, which CI tests). Idempotent:
+# does nothing when all is in place.
 set -euo pipefail
 
 need_apt=()
@@ -18,6 +20,9 @@ ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need_apt+=(postgresql)
 command -v pdftoppm >/dev/null 2>&1 || need_apt+=(poppler-utils)
 # poppler's CMaps, so pdftotext and pdffonts read the Chinese PDFs' CID font
 [ -d /usr/share/poppler/cMap ] || need_apt+=(poppler-data)
+command -v cc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)
+py_include=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null || true)
+[ -n "$py_include" ] && [ -f "$py_include/Python.h" ] || need_apt+=(python3-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "installing Debian packages: ${need_apt[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive

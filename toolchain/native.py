@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -23,8 +24,23 @@ import sysconfig
 import tempfile
 import time
 from pathlib import Path
+from types import ModuleType
 
-from scheduler_bridge.admission import _native
+REPOSITORY = Path(__file__).resolve().parent.parent
+
+
+def _load_native() -> ModuleType:
+    """scheduler_bridge/admission/_native.py on its own: importing the package would load
+    the build it is about to check, or fail on a damaged one before it can be rebuilt."""
+    path = REPOSITORY / "scheduler_bridge" / "admission" / "_native.py"
+    spec = importlib.util.spec_from_file_location("tidegate_native_build", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_native = _load_native()
 
 # compiled in one C unit: calls between the engine's modules stay native
 SETUP = """
@@ -51,6 +67,9 @@ def can_compile() -> str | None:
     """Why this machine cannot build (None when it can)."""
     if os.environ.get("CC") is None and shutil.which("cc") is None and shutil.which("gcc") is None:
         return "no C compiler (install gcc)"
+    for module, package in (("mypyc.build", "mypy"), ("setuptools", "setuptools")):
+        if importlib.util.find_spec(module.split(".")[0]) is None:
+            return f"no {module} (pip install -r requirements.lock installs {package})"
     include = Path(sysconfig.get_paths()["include"]) / "Python.h"
     if not include.is_file():
         return f"no Python headers ({include}; install python3-dev)"
@@ -59,14 +78,15 @@ def can_compile() -> str | None:
 
 def build(progress: bool = True) -> Path:
     """Build the current sources into their folder unless it is there; returns it."""
-    digest = _native.sources_digest()
-    folder = _native.build_dir(digest)
-    if (folder / _native.READY).is_file():
+    folder = _native.build_dir()
+    if _native.complete(folder):
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)
     with (folder.parent / ".lock").open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # two builds at once: the second reuses the first
-        if not (folder / _native.READY).is_file():
+        if not _native.complete(folder):
+            if folder.exists():  # damaged: set aside, then built again
+                _discard(folder)
             _build_into(folder, progress)
     return folder
 
@@ -79,7 +99,7 @@ def _build_into(folder: Path, progress: bool) -> None:
         started = time.monotonic()
         process = subprocess.Popen(
             command,
-            cwd=_native.REPOSITORY,
+            cwd=REPOSITORY,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -113,7 +133,15 @@ def _prune(keep: Path, kept: int = 3) -> None:
     )
     for old in builds[kept:]:
         if old != keep:
-            shutil.rmtree(old, ignore_errors=True)
+            _discard(old)
+
+
+def _discard(folder: Path) -> None:
+    """Take a build out of use at once (a rename), then delete it: a process starting
+    meanwhile never finds half of one."""
+    trash = folder.with_name(f".discarded-{folder.name}-{os.getpid()}")
+    os.replace(folder, trash)
+    shutil.rmtree(trash, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,6 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.print:
         print(_native.build_dir())
+        return 0
+    if _native.complete(_native.build_dir()):
+        print(f"admission engine compiled: {_native.build_dir()}", file=sys.stderr)
         return 0
     missing = can_compile()
     if missing is not None:

@@ -142,7 +142,8 @@ class PodSet:
     ``per_flavour`` (empty: ``gpus_per_pod`` on every flavour) says what a pod needs on
     each of ``flavours``, in order, when that differs: a prioritized list of DRA claims
     such as "two H100s, or else four MIG slices" (docs/dra.md). ``gpus_per_pod`` is then
-    its first entry."""
+    its first entry. ``flavours`` is a tuple, even of one (the compiled engine checks
+    every field's type as it is made)."""
 
     count: int
     gpus_per_pod: int
@@ -152,8 +153,6 @@ class PodSet:
     per_flavour: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
-        if isinstance(self.flavours, str):
-            object.__setattr__(self, "flavours", (self.flavours,))
         if self.count < 1 or self.gpus_per_pod < 1 or not self.flavours:
             raise ValueError(f"pod set {self.name}: needs count >= 1, gpus >= 1, a flavour")
         if self.min_count is not None and not 1 <= self.min_count <= self.count:

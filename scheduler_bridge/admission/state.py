@@ -139,7 +139,7 @@ class Run:
         return spare
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # compared by identity (released by list.remove)
 class ReservationEntry:
     """GPUs held for a starving workload during this cycle."""
 

@@ -95,7 +95,9 @@ def engine_for(cluster: Cluster) -> engine.AdmissionEngine:
         logger.info(
             "admission engine for cluster %s: %s",
             cluster.name,
-            "compiled" if engine._native.active else "interpreted (run make native to compile it)",
+            "compiled"
+            if engine._native.active
+            else "interpreted (python -m toolchain.native compiles it)",
         )
     current.budget_gate = gate
     return current

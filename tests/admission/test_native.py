@@ -4,6 +4,7 @@ built from the current sources and only then, and deciding exactly as the interp
 from __future__ import annotations
 
 import hashlib
+import importlib
 import os
 import random
 import shutil
@@ -30,20 +31,24 @@ from scheduler_bridge.admission import (
     _native,
     core_of,
 )
-from scheduler_bridge.admission import engine as engine_module
 from scheduler_bridge.admission.simulator import apply_result
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 
 
 def test_the_engine_runs_compiled_exactly_when_built_for_its_sources() -> None:
-    built = (_native.build_dir() / _native.READY).is_file()
-    compiled = str(engine_module.__file__).endswith(str(sysconfig.get_config_var("EXT_SUFFIX")))
-    assert compiled == _native.active
-    assert _native.active == (built and _native.wanted())
+    suffix = str(sysconfig.get_config_var("EXT_SUFFIX"))
+    for name in _native.compiled_modules():
+        module = importlib.import_module(f"scheduler_bridge.admission.{name}")
+        assert str(module.__file__).endswith(suffix) == _native.active, name
+        if _native.active:
+            assert _native.used is not None and _native.used == _native.build_dir()
+            assert Path(str(module.__file__)).is_relative_to(_native.used), name
+    for name in (*_native.INTERPRETED, "_native"):
+        module = importlib.import_module(f"scheduler_bridge.admission.{name}")
+        assert str(module.__file__).endswith(".py"), name
     if os.environ.get("CI") and _native.wanted():
-        # make test builds it first (make native); a CI run that timed the interpreter
-        # instead would say nothing about what the product runs
+        # make test builds it first (make native): CI tests what the product runs
         assert _native.active, f"no build at {_native.build_dir()}: run make native"
 
 
@@ -52,20 +57,25 @@ def test_an_edited_source_is_not_shadowed_by_the_build_of_its_older_text(
 ) -> None:
     package = tmp_path / "scheduler_bridge" / "admission"
     shutil.copytree(_native.PACKAGE_DIR, package, ignore=shutil.ignore_patterns("__pycache__"))
-    (tmp_path / "i18n").mkdir()
-    shutil.copy(REPOSITORY / "i18n" / "wording.py", tmp_path / "i18n" / "wording.py")
+    for relative in _native.DEPENDS_ON:
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPOSITORY / relative, tmp_path / relative)
     before = _native.sources_digest(package, tmp_path)
     assert before == _native.sources_digest()  # the copy's text is the same
     with (package / "quota.py").open("a") as source:
         source.write("\n# edited\n")
     assert _native.sources_digest(package, tmp_path) != before
-    # the modules it does not compile are not part of what a build is made from
-    with (package / "budget.py").open("a") as source:
-        source.write("\n# edited\n")
+    # what compiled code is type-checked against and the recipe count too; the two
+    # modules that choose do not
+    for changed in (package / "budget.py", tmp_path / "toolchain" / "native.py"):
+        edited = _native.sources_digest(package, tmp_path)
+        with changed.open("a") as source:
+            source.write("\n# edited\n")
+        assert _native.sources_digest(package, tmp_path) != edited, changed
     edited = _native.sources_digest(package, tmp_path)
-    with (package / "quota.py").open("a") as source:
-        source.write("# edited again\n")
-    assert _native.sources_digest(package, tmp_path) != edited
+    with (package / "__init__.py").open("a") as source:
+        source.write("\n# edited\n")
+    assert _native.sources_digest(package, tmp_path) == edited
     assert "budget" not in _native.compiled_modules(package)
     assert "engine" in _native.compiled_modules(package)
 
@@ -79,15 +89,34 @@ def test_an_edited_source_is_not_shadowed_by_the_build_of_its_older_text(
     path: list[str] = []
     assert not _native.use_compiled(path) and path == []
     current = _native.build_dir()
-    (current / "scheduler_bridge" / "admission").mkdir(parents=True)
+    modules = current / "scheduler_bridge" / "admission"
+    modules.mkdir(parents=True)
+    suffix = str(sysconfig.get_config_var("EXT_SUFFIX"))
+    for name in _native.compiled_modules():
+        (modules / f"{name}{suffix}").write_bytes(b"")
+    library = current / f"tidegatetestlibrary{_native.SHARED}{suffix}"
+    library.write_text("not a library")
     assert not _native.use_compiled(path) and path == []  # not marked ready: half-written
     (current / _native.READY).write_text("")
     monkeypatch.setenv(_native.ENGINE_VARIABLE, "python")
     assert not _native.use_compiled(path) and path == []
     monkeypatch.delenv(_native.ENGINE_VARIABLE)
-    assert _native.use_compiled(path)
-    assert path == [str(current / "scheduler_bridge" / "admission")]
-    assert str(current) in sys.path
+    # complete in name, but its library does not load: interpreted, paths as they were
+    assert not _native.use_compiled(path) and path == []
+    assert str(current) not in sys.path and not _native.active
+    assert _native.complete(current) == f"tidegatetestlibrary{_native.SHARED}"
+    (modules / f"model{suffix}").unlink()  # a module missing: never imported at all
+    assert _native.complete(current) is None
+    assert not _native.use_compiled(path) and path == []
+    # an unreadable cache (no home, a folder of another user) leaves it interpreted too
+    monkeypatch.delenv(_native.DIRECTORY_VARIABLE)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setattr(Path, "home", _no_home)
+    assert not _native.use_compiled(path) and path == []
+
+
+def _no_home() -> Path:
+    raise RuntimeError("Could not determine home directory")
 
 
 def decisions_digest() -> str:
@@ -180,6 +209,8 @@ def _workload(wid: str, team: str, rng: random.Random, now: float) -> PendingWor
 
 
 def test_the_compiled_engine_decides_exactly_as_the_interpreted_one() -> None:
+    if not _native.active:
+        pytest.skip("the engine is not compiled here (make native); CI requires it")
     here = decisions_digest()
     interpreted = subprocess.run(
         [
