@@ -299,6 +299,8 @@ class _Cycle:
         self.names = static.flavour_names
         self.items = items
         self.gate = gate
+        # the default gate allows everything: nothing to price per workload
+        self.budgets = type(gate) is not AllowAllBudgetGate
         self.failures_in = failures_in
         self.failures_out: dict[FailureKey, Failure] = {}
         self.preemptor = Preemptor(self.state)
@@ -358,13 +360,9 @@ class _Cycle:
                 self.admitted_priority,
                 self.outcomes,
                 budget_blocked=blocked,
+                holds=self.holds,
             )
             pending = explainer.decisions(self.group_lists, self.unqueued)
-            if self.holds:
-                pending = tuple(
-                    replace(d, held=self.holds[d.workload_id]) if d.workload_id in self.holds else d
-                    for d in pending
-                )
         return CycleResult(
             now=st.now,
             admissions=tuple(self.admissions),
@@ -818,6 +816,8 @@ class _Cycle:
         return self.queue_class == 0 and any(entry.cls > 0 for entry in reservations)
 
     def _budget_ok(self, item: Item, option: Option) -> bool:
+        if not self.budgets:
+            return True
         # The gate prices the workload as it would run: each pod set on the flavour this
         # option gives it, so the card and the borrowing it estimates are that flavour's.
         wl = item.wl

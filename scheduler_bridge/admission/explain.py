@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from . import reasons
-from .model import PendingDecision, ReasonCode, Topology
+from .model import PendingDecision, Placement, ReasonCode, Topology
 from .pending import Item, Option, Shape
 from .state import CycleState
 
@@ -49,8 +49,11 @@ class Explainer:
         admitted_priority: Mapping[int, int],
         outcomes: Mapping[str, Outcome],
         budget_blocked: Callable[[str], str | None] | None = None,
+        holds: Mapping[str, tuple[Placement, ...]] | None = None,
     ) -> None:
         self.state = state
+        # where preemptors will start once their victims stop (PendingDecision.held)
+        self.holds = holds or {}
         self.budget_blocked = budget_blocked
         self._blocked: dict[str, str | None] = {}  # per tenant, asked once a cycle
         self.start_caps = start_caps
@@ -63,6 +66,9 @@ class Explainer:
         self._labels: dict[tuple[int, ...], str] = {}
         self._room: dict[tuple[int, int], int] = {}  # quota still available, at cycle end
         self._views: dict[tuple[int, int], tuple[int, int, int, int]] = {}  # _quota_view
+        # verdicts shared by groups whose tenants stand alike (_explain_alike)
+        self._alike: dict[tuple, tuple[tuple[ReasonCode, str, str | None, int], tuple, int]] = {}
+        self._quota_settings: dict[tuple[int, int], tuple[bool, int, int, int]] = {}
         self._tree_size = state.tree.size
         # reclaim protection words a window that moves with the clock into reasons
         self._protecting = state.config.reclaim and state.config.reclaim_min_run_s > 0
@@ -86,7 +92,7 @@ class Explainer:
         inadmissible ones (no position) in the same order. ``groups`` are the
         (tenant node, shape, workloads) groups of the cycle, ``others`` the workloads
         that never queued (unknown tenant or flavour); admitted ones are left out."""
-        keyed = self._ordered(groups, others)
+        runs = self._ordered(groups, others)
         tenant_positions: dict[str, int] = {}
         out: list[PendingDecision] = []
         aside: list[PendingDecision] = []  # inadmissible, listed after the queue
@@ -94,7 +100,8 @@ class Explainer:
         outcomes = self.outcomes
         held = self.state.reservation_of
         # most workloads have neither a recorded outcome nor a reservation: one test
-        special = outcomes.keys() | held.keys()
+        holds = self.holds
+        special = outcomes.keys() | held.keys() | holds.keys()
         verdicts: list[tuple[ReasonCode, str, str | None, int] | None] = [None] * len(groups)
         admitted_priority = self.admitted_priority
         names = self.names
@@ -105,84 +112,108 @@ class Explainer:
         wait_s = config.reclaim_wait_s if config.reclaim else 0.0
         now = self.state.now
         position = 0
-        for entry in keyed:
-            item = entry[-1]
-            wl = item.wl
-            tenant = wl.tenant_id
-            wid = wl.id
-            if wid in special:
-                recorded = outcomes.get(wid)
-                if recorded is not None:
-                    code, message, flavour = recorded
+        for cls, run in runs:
+            for entry in run:
+                item = entry[-1]
+                wl = item.wl
+                tenant = wl.tenant_id
+                wid = wl.id
+                placed: tuple[Placement, ...] = ()
+                if wid in special:
+                    placed = holds.get(wid, ())
+                    recorded = outcomes.get(wid)
+                    if recorded is not None:
+                        code, message, flavour = recorded
+                    else:
+                        code, message, flavour = self._held(item, held[wid].option)
                 else:
-                    code, message, flavour = self._held(item, held[wid].option)
-            else:
-                g = entry[-2]
-                cached = verdicts[g]
-                if cached is None:
-                    # (the group's guarantee class leads its sort key)
-                    cached = verdicts[g] = self._explain_shape(item.node, item.shape, entry[0])
-                code, message, flavour, f = cached
-                if code is WAITING and admitted_priority.get(f, wl.priority) > wl.priority:
-                    code = ReasonCode.WAITING_PRIORITY
-                    worded = waiting_priority.get(f)
-                    if worded is None:
-                        worded = waiting_priority[f] = reasons.waiting_priority(names[f])
-                    message = worded
-                if wait_s and entry[0] == 0 and code not in INADMISSIBLE:
-                    left = wl.submitted_at + wait_s - now
-                    if left > 0:
-                        message = reasons.with_reclaim_wait(message, wait_s, left)
-            if code in INADMISSIBLE:
-                aside.append(
-                    PendingDecision(
-                        workload_id=wid,
-                        tenant_id=tenant,
-                        position=None,
-                        tenant_position=None,
-                        code=code,
-                        message=message,
-                        flavour=flavour,
+                    g = entry[-2]
+                    cached = verdicts[g]
+                    if cached is None:
+                        cached = verdicts[g] = self._explain_shape(item.node, item.shape, cls)
+                    code, message, flavour, f = cached
+                    if code is WAITING and admitted_priority.get(f, wl.priority) > wl.priority:
+                        code = ReasonCode.WAITING_PRIORITY
+                        worded = waiting_priority.get(f)
+                        if worded is None:
+                            worded = waiting_priority[f] = reasons.waiting_priority(names[f])
+                        message = worded
+                    if wait_s and cls == 0 and code not in INADMISSIBLE:
+                        left = wl.submitted_at + wait_s - now
+                        if left > 0:
+                            message = reasons.with_reclaim_wait(message, wait_s, left)
+                if code in INADMISSIBLE:
+                    aside.append(
+                        PendingDecision(
+                            workload_id=wid,
+                            tenant_id=tenant,
+                            position=None,
+                            tenant_position=None,
+                            code=code,
+                            message=message,
+                            flavour=flavour,
+                            held=placed,
+                        )
                     )
-                )
-                continue
-            if budgets and code is not ReasonCode.BUDGET:
-                spent = self._budget_spent(tenant)
-                if spent is not None:  # freeing GPUs would not start it: say so first
-                    code, message = ReasonCode.BUDGET, reasons.budget(spent)
-            if wl.fills_idle:
-                message = reasons.fills_idle(message)
-            position += 1
-            mine = tenant_positions[tenant] = tenant_positions.get(tenant, 0) + 1
-            # (positional: the hot loop of a deep queue; the fields in their order)
-            append(PendingDecision(wid, tenant, position, mine, code, message, flavour))
+                    continue
+                if budgets and code is not ReasonCode.BUDGET:
+                    spent = self._budget_spent(tenant)
+                    if spent is not None:  # freeing GPUs would not start it: say so first
+                        code, message = ReasonCode.BUDGET, reasons.budget(spent)
+                if wl.fills_idle:
+                    message = reasons.fills_idle(message)
+                position += 1
+                mine = tenant_positions[tenant] = tenant_positions.get(tenant, 0) + 1
+                # (positional: the hot loop of a deep queue; the fields in their order)
+                append(PendingDecision(wid, tenant, position, mine, code, message, flavour, placed))
         return (*out, *aside)
 
     def _ordered(
         self, groups: Sequence[tuple[int, Shape, list[Item]]], others: Sequence[Item]
-    ) -> list[tuple]:
-        """The order the next cycle will try them in, with today's shares: one sort key
-        per workload, the group's class and share computed once per group. Ids are
-        unique, so comparison never reaches the group index or the item."""
+    ) -> list[tuple[int, list[tuple]]]:
+        """The order the next cycle will try them in, with today's shares: by guarantee
+        class, priority (highest first), share, submission and id. Returned as runs of
+        one class and priority, each sorted by (share, submitted, id, group index,
+        item): a queue has few classes and priorities, so the sort compares shares and
+        times, not the same class and priority again and again (a third of its cost
+        over a deep queue). Ids are unique, so comparison never reaches the group index
+        or the item."""
         st = self.state
         admitted = self.admitted
         shares: dict[int, float] = {}
-        keyed: list[tuple] = []
-        append = keyed.append
+        runs: dict[tuple[int, int], list[tuple]] = {}
         for g, (node, shape, items) in enumerate(groups):
             share = shares.get(node)
             if share is None:
                 share = shares[node] = st.share(node)
             cls = st.guarantee_class(node, shape)
+            run: list[tuple] = []
+            run_priority = 0
             for item in items:
                 minus_priority, submitted, wid = item.order
-                if wid not in admitted:
-                    append((cls, minus_priority, share, submitted, wid, g, item))
+                if wid in admitted:
+                    continue
+                if not run or minus_priority != run_priority:  # (a group is in order)
+                    run_priority = minus_priority
+                    key = (cls, minus_priority)
+                    found = runs.get(key)
+                    if found is None:
+                        found = runs[key] = []
+                    run = found
+                run.append((share, submitted, wid, g, item))
         for item in others:
             minus_priority, submitted, wid = item.order
-            append((2, minus_priority, 0.0, submitted, wid, -1, item))
-        keyed.sort()
-        return keyed
+            key = (2, minus_priority)
+            found = runs.get(key)
+            if found is None:
+                found = runs[key] = []
+            found.append((0.0, submitted, wid, -1, item))
+        ordered: list[tuple[int, list[tuple]]] = []
+        for key in sorted(runs):
+            run = runs[key]
+            run.sort()
+            ordered.append((key[0], run))
+        return ordered
 
     # ---------------------------------------------------------------- reasons
     def _held(self, item: Item, option_index: int) -> Outcome:
@@ -223,13 +254,59 @@ class Explainer:
             stamp = self._stamp(node, shape, cls, read_before)
             if found[1] == stamp and self._same_on_nodes(shape, found[6]):
                 return found[2], found[3], found[4], found[5]
-        verdict, on_nodes, reads = self._explain_fresh(node, shape, cls, protecting)
+        verdict, on_nodes, reads = self._explain_alike(node, shape, cls)
         if stamp is None or reads != read_before:  # (what it read then was stamped)
             stamp = self._stamp(node, shape, cls, reads)
         if len(explained) >= EXPLAINED_GROUPS_KEPT:
             explained.clear()
         explained[key] = (reads, stamp, *verdict, on_nodes)
         return verdict
+
+    def _explain_alike(
+        self, node: int, shape: Shape, cls: int
+    ) -> tuple[tuple[ReasonCode, str, str | None, int], tuple, int]:
+        """A fresh verdict (as _explain_fresh), shared within the cycle by the groups of
+        one shape and class whose tenants stand alike on each of its flavours: the same
+        quota settings and tree, the same view of the usage, the same reclaims and work
+        that cannot be preempted. Of 2,000 tenants many stand alike, and one workload
+        ending changes what a whole cohort can lend, so most verdicts are shared. A
+        verdict whose words name its tenant (a tenant's own limits, its reclaims) is
+        kept to its group."""
+        st = self.state
+        parts: list[object] = [shape.id, cls, st.tree.root[node]]
+        for f in shape.flavours:
+            parts.append(self._settings(node, f))
+            parts.extend(self._quota_view(node, f))
+            parts.append(self._available(node, f))  # (the view says at least 0)
+            claimed = st.reclaiming[f][node]
+            parts.append(claimed)
+            if claimed:
+                parts.append(tuple(st.reclaimers[(f, node)]))
+            if not shape.may_borrow:
+                parts.append(st.pinned[f][node])
+        key = tuple(parts)
+        found = self._alike.get(key)
+        if found is not None:
+            return found
+        fresh = self._explain_fresh(node, shape, cls, False)
+        if st.tree.label[node] not in fresh[0][1]:
+            self._alike[key] = fresh
+        return fresh
+
+    def _settings(self, node: int, f: int) -> tuple[bool, int, int, int]:
+        """The quota settings a verdict of ``node`` on flavour ``f`` reads: access, the
+        guarantee, the borrowing limit and the most it could ever hold."""
+        key = (node, f)
+        found = self._quota_settings.get(key)
+        if found is None:
+            tree = self.state.tree
+            found = self._quota_settings[key] = (
+                tree.access[f][node],
+                tree.guaranteed[f][node],
+                tree.borrow_limit[f][node],
+                tree.ceiling(f, node),
+            )
+        return found
 
     def _stamp(self, node: int, shape: Shape, cls: int, reads: int) -> tuple:
         """What a group's verdict read, as one flat tuple (kept between cycles: few

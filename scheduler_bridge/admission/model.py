@@ -411,7 +411,7 @@ class Preemption:
     message: str
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class PendingDecision:
     """Why ``workload_id`` waits and where it stands: ``position`` is 1-based in the whole
     queue (the order the next cycle will try), ``tenant_position`` within its tenant.
@@ -422,8 +422,10 @@ class PendingDecision:
     Read-only like the other records, but neither frozen nor keyword-only: a cycle
     makes one per pending workload (50,000 over a deep queue), and a frozen dataclass's
     constructor costs 2.5 times as much (one object.__setattr__ call per field), a
-    keyword call twice as much again. Change it with ``dataclasses.replace``; outside
-    the explainer's loop, name the fields."""
+    keyword call twice as much again. Its constructor is written out rather than made
+    by ``dataclass``, so that it is compiled with the engine (a generated one runs
+    interpreted: a tenth of a deep queue's incremental cycle). Change it with
+    ``dataclasses.replace``; outside the explainer's loop, name the fields."""
 
     workload_id: str
     tenant_id: str
@@ -435,6 +437,26 @@ class PendingDecision:
     # for work preempting: where it will start once its victims stop (pass it back as
     # PendingWorkload.held next cycle)
     held: tuple[Placement, ...] = ()
+
+    def __init__(
+        self,
+        workload_id: str,
+        tenant_id: str,
+        position: int | None,
+        tenant_position: int | None,
+        code: ReasonCode,
+        message: str,
+        flavour: str | None = None,
+        held: tuple[Placement, ...] = (),
+    ) -> None:
+        self.workload_id = workload_id
+        self.tenant_id = tenant_id
+        self.position = position
+        self.tenant_position = tenant_position
+        self.code = code
+        self.message = message
+        self.flavour = flavour
+        self.held = held
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -283,7 +283,7 @@ class QuotaTree:
             )
         root = self.label[self.root[node]]
         return ReasonCode.COHORT_EXHAUSTED, QuotaReasons.cohort_exhausted(
-            flavour, tenant, root, g, unused, total, need
+            flavour, root, g, unused, total, need
         )
 
     def view(self, f: int, node: int, usage: list[int]) -> tuple[int, int, int, int]:

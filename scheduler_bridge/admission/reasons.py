@@ -85,19 +85,20 @@ class QuotaReasons:
 
     @staticmethod
     def cohort_exhausted(
-        flavour: str, tenant: str, root: str, guaranteed: int, unused: int, total: int, need: int
+        flavour: str, root: str, guaranteed: int, unused: int, total: int, need: int
     ) -> Wording:
+        """The cohort has too little to lend. Worded of the workload's own tenant without
+        naming it (the decision names it): one wording serves every tenant that stands
+        alike, and the explainer shares it between them (explain.Explainer._shared)."""
         if total <= 0:
             if unused > 0:
                 detail = wording(
-                    gettext_noop("%(tenant)s's %(unused)s unused guaranteed are lent out"),
-                    tenant=tenant,
+                    gettext_noop("its tenant's %(unused)s unused guaranteed are lent out"),
                     unused=unused,
                 )
             else:
                 detail = wording(
-                    gettext_noop("%(tenant)s's %(guaranteed)s guaranteed are in use"),
-                    tenant=tenant,
+                    gettext_noop("its tenant's %(guaranteed)s guaranteed are in use"),
                     guaranteed=guaranteed,
                 )
             return wording(
@@ -113,25 +114,23 @@ class QuotaReasons:
         if total < unused:
             return wording(
                 gettext_noop(
-                    "needs %(need)s %(flavour)s: %(lent)s of %(tenant)s's %(unused)s unused "
+                    "needs %(need)s %(flavour)s: %(lent)s of its tenant's %(unused)s unused "
                     "guaranteed are lent out and cohort %(root)s has nothing more to lend"
                 ),
                 need=need,
                 flavour=flavour,
                 lent=unused - total,
-                tenant=tenant,
                 unused=unused,
                 root=root,
             )
         return wording(
             gettext_noop(
-                "cohort %(root)s can lend only %(room)s %(flavour)s (%(tenant)s has "
+                "cohort %(root)s can lend only %(room)s %(flavour)s (its tenant has "
                 "%(unused)s guaranteed unused); needs %(need)s"
             ),
             root=root,
             room=total - unused,
             flavour=flavour,
-            tenant=tenant,
             unused=unused,
             need=need,
         )
