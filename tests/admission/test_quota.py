@@ -180,3 +180,44 @@ def test_borrowing_is_the_newest_work_above_the_guarantee_after_each_cycle():
     result = engine.run_cycle(joined)
     assert [a.workload_id for a in result.admissions] == ["late"]
     assert engine.borrowing_after(joined, result) == {"newer": {"H100": 2}, "late": {"H100": 2}}
+
+
+def test_tenants_that_stand_alike_are_told_alike_and_the_others_their_own():
+    """Verdicts are worked out once for tenants that stand alike (same quota settings,
+    tree, usage): each still reads its own figures, its own cohort and its own limits."""
+    tree = tenants(
+        {"org": None, "a": "org", "b": "org", "c": "org", "d": "org"}
+        | {"x": None, "y": "x", "z": "x", "w": "x"}
+    )
+    quotas = (
+        quota("a", 4),
+        quota("b", 4),
+        quota("c", 4, lend_limit=0),  # lends nothing, as a and b do not either: all in use
+        quota("d", 4, borrow_limit=0),  # the same usage, but may not borrow at all
+        # alike to a and b, in a tree of their own
+        *(quota(t, 4) for t in ("y", "z", "w")),
+    )
+    busy = [
+        running(f"{t}-run", t, {f"n{i:03d}": 4})
+        for i, t in enumerate(("a", "b", "c", "d", "y", "z", "w"))
+    ]
+    pending = [workload(f"{t}1", t, 4) for t in ("a", "b", "c", "d", "y")]
+    # more than a or b could ever hold: a verdict that names its tenant is its own
+    pending += [workload(f"{t}-huge", t, 4, count=5, submitted=1) for t in ("a", "b")]
+    snap = snapshot(tree, quotas, nodes(7, gpus=4), pending, busy)
+    result = run_cycle(snap)
+    assert result.admissions == ()
+    why = {t: reason_of(result, f"{t}1") for t in ("a", "b", "c", "d", "y")}
+    alike = (
+        "cohort org has nothing to lend for H100 (its tenant's 4 guaranteed are in use; needs 4)"
+    )
+    for t in ("a", "b", "c"):
+        assert (why[t].code, why[t].message) == (ReasonCode.COHORT_EXHAUSTED, alike)
+    assert why["d"].code is ReasonCode.QUOTA_LIMIT
+    assert why["d"].message.startswith("quota of H100 used 4/4 (guaranteed 4, borrowing limit 0)")
+    assert why["y"].message == alike.replace("cohort org", "cohort x")
+    for t in ("a", "b"):
+        huge = reason_of(result, f"{t}-huge")
+        assert (huge.code, huge.position) == (ReasonCode.NEVER_FITS, None)
+        assert f"quota lets {t} hold at most 12 " in huge.message
+    check_cycle(snap, result)

@@ -131,7 +131,7 @@ def test_work_told_it_will_be_preempted_says_when_in_chinese(
     victim.refresh_from_db()
     assert (victim.state, victim.reason_code) == ("pending", "cohort_exhausted")
     text = page(cast.platform_admin, f"/workloads/{victim.pk}/", "zh-hans")
-    assert "资源组 acme 只能借出 4 块 h100-80gb（speech 有 2 块保障额度未使用）；需要 8" in text
+    assert "资源组 acme 只能借出 4 块 h100-80gb（其租户有 2 块保障额度未使用）；需要 8" in text
 
 
 def test_a_reason_rewritten_without_its_words_is_shown_as_stored(
