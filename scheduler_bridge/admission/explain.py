@@ -66,9 +66,14 @@ class Explainer:
         self._labels: dict[tuple[int, ...], str] = {}
         self._room: dict[tuple[int, int], int] = {}  # quota still available, at cycle end
         self._views: dict[tuple[int, int], tuple[int, int, int, int]] = {}  # _quota_view
-        # verdicts shared by groups whose tenants stand alike (_explain_alike)
+        # Fresh verdicts, shared within the cycle by the groups of one shape whose
+        # tenants stand alike: the same quota settings and tree (Static.quota_classes)
+        # and all a verdict may read of the usage the same (_stamp, READS_PATH). Of
+        # 2,000 tenants many stand alike, and one workload ending changes what a whole
+        # cohort can lend: most changed verdicts are shared. A verdict whose words name
+        # its tenant (its own ceiling, its reclaims) is kept to its group.
         self._alike: dict[tuple, tuple[tuple[ReasonCode, str, str | None, int], tuple, int]] = {}
-        self._quota_settings: dict[tuple[int, int], tuple[bool, int, int, int]] = {}
+        self._quota_classes = state.static.quota_classes()
         self._tree_size = state.tree.size
         # reclaim protection words a window that moves with the clock into reasons
         self._protecting = state.config.reclaim and state.config.reclaim_min_run_s > 0
@@ -254,59 +259,25 @@ class Explainer:
             stamp = self._stamp(node, shape, cls, read_before)
             if found[1] == stamp and self._same_on_nodes(shape, found[6]):
                 return found[2], found[3], found[4], found[5]
-        verdict, on_nodes, reads = self._explain_alike(node, shape, cls)
-        if stamp is None or reads != read_before:  # (what it read then was stamped)
+        # worked out afresh, or shared with a group whose tenant stands alike (_alike)
+        read_all = stamp if read_before == READS_PATH else None
+        if read_all is None:
+            read_all = self._stamp(node, shape, cls, READS_PATH)
+        alike_key = (shape.id, self._quota_classes[node], read_all)
+        fresh = self._alike.get(alike_key)
+        if fresh is None:
+            fresh = self._explain_fresh(node, shape, cls, False)
+            if st.tree.label[node] not in fresh[0][1]:
+                self._alike[alike_key] = fresh
+        verdict, on_nodes, reads = fresh
+        if reads == READS_PATH:
+            stamp = read_all
+        elif stamp is None or reads != read_before:  # (what it read then was stamped)
             stamp = self._stamp(node, shape, cls, reads)
         if len(explained) >= EXPLAINED_GROUPS_KEPT:
             explained.clear()
         explained[key] = (reads, stamp, *verdict, on_nodes)
         return verdict
-
-    def _explain_alike(
-        self, node: int, shape: Shape, cls: int
-    ) -> tuple[tuple[ReasonCode, str, str | None, int], tuple, int]:
-        """A fresh verdict (as _explain_fresh), shared within the cycle by the groups of
-        one shape and class whose tenants stand alike on each of its flavours: the same
-        quota settings and tree, the same view of the usage, the same reclaims and work
-        that cannot be preempted. Of 2,000 tenants many stand alike, and one workload
-        ending changes what a whole cohort can lend, so most verdicts are shared. A
-        verdict whose words name its tenant (a tenant's own limits, its reclaims) is
-        kept to its group."""
-        st = self.state
-        parts: list[object] = [shape.id, cls, st.tree.root[node]]
-        for f in shape.flavours:
-            parts.append(self._settings(node, f))
-            parts.extend(self._quota_view(node, f))
-            parts.append(self._available(node, f))  # (the view says at least 0)
-            claimed = st.reclaiming[f][node]
-            parts.append(claimed)
-            if claimed:
-                parts.append(tuple(st.reclaimers[(f, node)]))
-            if not shape.may_borrow:
-                parts.append(st.pinned[f][node])
-        key = tuple(parts)
-        found = self._alike.get(key)
-        if found is not None:
-            return found
-        fresh = self._explain_fresh(node, shape, cls, False)
-        if st.tree.label[node] not in fresh[0][1]:
-            self._alike[key] = fresh
-        return fresh
-
-    def _settings(self, node: int, f: int) -> tuple[bool, int, int, int]:
-        """The quota settings a verdict of ``node`` on flavour ``f`` reads: access, the
-        guarantee, the borrowing limit and the most it could ever hold."""
-        key = (node, f)
-        found = self._quota_settings.get(key)
-        if found is None:
-            tree = self.state.tree
-            found = self._quota_settings[key] = (
-                tree.access[f][node],
-                tree.guaranteed[f][node],
-                tree.borrow_limit[f][node],
-                tree.ceiling(f, node),
-            )
-        return found
 
     def _stamp(self, node: int, shape: Shape, cls: int, reads: int) -> tuple:
         """What a group's verdict read, as one flat tuple (kept between cycles: few

@@ -60,6 +60,34 @@ class Static:
         # own limits (every flavour within reach, none borrow-limited), by shape id x
         # tree size + workload node: such a group is never refused by them alone
         self.unbounded: dict[int, bool] = {}
+        self._quota_classes: list[int] | None = None
+
+    def quota_classes(self) -> list[int]:
+        """Per tree node, one int shared by the nodes whose quota settings are the same
+        on every flavour (access, guarantee, borrowing limit, the most they could ever
+        hold) in the same tree: what a verdict reads of a tenant besides its usage
+        (explain.Explainer._explain_shape). Worked out once while the quotas stand."""
+        if self._quota_classes is None:
+            tree = self.tree
+            flavours = range(len(self.flavour_names))
+            seen: dict[tuple, int] = {}
+            classes: list[int] = []
+            for node in range(tree.size):
+                settings = (
+                    tree.root[node],
+                    *[
+                        (
+                            tree.access[f][node],
+                            tree.guaranteed[f][node],
+                            tree.borrow_limit[f][node],
+                            tree.ceiling(f, node),
+                        )
+                        for f in flavours
+                    ],
+                )
+                classes.append(seen.setdefault(settings, len(seen)))
+            self._quota_classes = classes
+        return self._quota_classes
 
     def is_unbounded(self, node: int, shape: Shape) -> bool:
         """Whether some option of ``shape`` may borrow without limit on every flavour
