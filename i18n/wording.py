@@ -50,16 +50,7 @@ class Wording(str):
     def __new__(
         cls, template: str, params: Mapping[str, Param] | None = None, plural: str = ""
     ) -> Wording:
-        values = dict(params or {})
-        # a nested Wording is a str of its English text already: no need to render it
-        # again (a reason composed of reasons would otherwise render each level twice)
-        text = _english_plural(template, plural, int(values["count"])) if plural else template
-        english = text % values if values else text
-        self = super().__new__(cls, english)
-        self.template = template
-        self.params = values
-        self.plural = plural
-        return self
+        return _made(cls, template, dict(params or {}), plural)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (Wording, (self.template, dict(self.params), self.plural))
@@ -108,6 +99,20 @@ class Wording(str):
             return None  # a template that no longer matches its stored values
 
 
+def _made(cls: type[Wording], template: str, values: dict[str, Param], plural: str) -> Wording:
+    """A Wording that keeps ``values`` itself (Wording() copies what it is given; the
+    helpers below pass a dict made for it: a deep queue words tens of thousands a cycle)."""
+    # a nested Wording is a str of its English text already: no need to render it
+    # again (a reason composed of reasons would otherwise render each level twice)
+    text = _english_plural(template, plural, int(values["count"])) if plural else template
+    english = text % values if values else text
+    self = str.__new__(cls, english)
+    self.template = template
+    self.params = values
+    self.plural = plural
+    return self
+
+
 def _render(
     template: str,
     params: Mapping[str, Param],
@@ -126,7 +131,7 @@ def _render(
 def ngettext(singular: str, plural: str, count: int, **params: Param) -> Wording:
     """A wording with a singular and a plural form (extracted by makemessages as a
     plural pair); ``count`` picks the form when it is rendered."""
-    return Wording(singular, {"count": count, **params}, plural)
+    return _made(Wording, singular, {"count": count, **params}, plural)
 
 
 def chain(template: str, parts: Sequence[str]) -> str:
@@ -136,10 +141,10 @@ def chain(template: str, parts: Sequence[str]) -> str:
         return ""
     joined: str = parts[-1]
     for part in reversed(parts[:-1]):
-        joined = Wording(template, {"first": part, "rest": joined})
+        joined = _made(Wording, template, {"first": part, "rest": joined}, "")
     return joined
 
 
 def wording(template: str, **params: Param) -> Wording:
     """``template`` (marked with gettext_noop at the call) with its named values."""
-    return Wording(template, params)
+    return _made(Wording, template, params, "")

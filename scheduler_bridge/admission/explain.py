@@ -98,7 +98,9 @@ class Explainer:
         (tenant node, shape, workloads) groups of the cycle, ``others`` the workloads
         that never queued (unknown tenant or flavour); admitted ones are left out."""
         runs = self._ordered(groups, others)
-        tenant_positions: dict[str, int] = {}
+        # positions within each tenant, by workload node (one per tenant; work of an
+        # unknown tenant has no position)
+        tenant_positions = [0] * self._tree_size
         out: list[PendingDecision] = []
         aside: list[PendingDecision] = []  # inadmissible, listed after the queue
         append = out.append
@@ -168,7 +170,8 @@ class Explainer:
                 if wl.fills_idle:
                     message = reasons.fills_idle(message)
                 position += 1
-                mine = tenant_positions[tenant] = tenant_positions.get(tenant, 0) + 1
+                mine = tenant_positions[item.node] + 1
+                tenant_positions[item.node] = mine
                 # (positional: the hot loop of a deep queue; the fields in their order)
                 append(PendingDecision(wid, tenant, position, mine, code, message, flavour, placed))
         return (*out, *aside)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from .fairshare import ShareCalculator
 from .model import ClusterSnapshot, EngineConfig, Flavour, Node, Quota, RunningWorkload, Tenant
@@ -115,6 +116,9 @@ class Static:
 def node_layout(nodes: Sequence[Node]) -> Layout:
     """The parts of the nodes that change rarely (names, capacity, domain), sorted by name."""
     return tuple(sorted((n.name, tuple(sorted(n.capacity.items())), n.domain) for n in nodes))
+
+
+_running_id = attrgetter("id")  # (in C: a cycle sorts every running workload)
 
 
 class Run:
@@ -242,7 +246,7 @@ class CycleState:
         self.run_tokens: dict[tuple[int, int], int] = {}
         assumed = self.config.assumed_run_time_s
         min_run = self.config.reclaim_min_run_s
-        for wl in sorted(running, key=lambda r: r.id):
+        for wl in sorted(running, key=_running_id):
             tenant = tree.tenant_index.get(wl.tenant_id)
             node = tree.workload_node[tenant] if tenant is not None else -1
             protection = wl.admitted_at + min_run
