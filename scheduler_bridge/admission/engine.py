@@ -392,8 +392,8 @@ class _Cycle:
             else:
                 known.append(item)
         queues: dict[int, TenantQueue] = {}
-        for node, shapes in group_items(known).items():
-            groups = [Group(items[0].shape, items) for items in shapes.values()]
+        for node, buckets in group_items(known, st.tree.size).items():
+            groups = [Group(items[0].shape, items) for items in buckets]
             queues[node] = TenantQueue(node, groups, st.share(node))
             for group in groups:
                 self.groups.append((node, group))

@@ -188,10 +188,12 @@ class Explainer:
         or the item."""
         st = self.state
         admitted = self.admitted
-        shares: dict[int, float] = {}
+        # (shares and times stay boxed: a float typed as such is boxed anew into
+        # every key tuple)
+        shares: dict[int, object] = {}
         runs: dict[tuple[int, int], list[tuple]] = {}
         for g, (node, shape, items) in enumerate(groups):
-            share = shares.get(node)
+            share: object = shares.get(node)
             if share is None:
                 share = shares[node] = st.share(node)
             cls = st.guarantee_class(node, shape)

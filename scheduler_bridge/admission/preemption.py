@@ -85,7 +85,7 @@ class _Index:
     smallest: dict[int, int]  # per tenant, its smallest preemptible workload
 
 
-def _victim_order(run: Run) -> tuple[int, float, str]:
+def _victim_order(run: Run) -> tuple:
     return run.order
 
 

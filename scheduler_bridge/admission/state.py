@@ -147,7 +147,7 @@ class Run:
         self.parts: list[tuple[int, int, int]] = []  # (flavour, local node, GPUs)
         self.totals: dict[int, int] = {}
         # victims go lowest priority first, then most recently admitted
-        self.order = (wl.priority, -wl.admitted_at, wl.id)
+        self.order: tuple = (wl.priority, -wl.admitted_at, wl.id)  # (boxed: Item.order)
         self.claimed = False
         self.end = 0.0
         # until then no other tenant may reclaim it (EngineConfig.reclaim_min_run_s)
