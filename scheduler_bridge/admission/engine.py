@@ -221,9 +221,13 @@ class AdmissionEngine:
             else:
                 item.reach = NO_REACH
                 item.holder = False
-            if wl.id in fresh:
-                raise ValueError(f"duplicate pending workload id {wl.id}")
             fresh[wl.id] = item
+        if len(fresh) != len(pending):  # (one test for the whole queue, not one per id)
+            seen: set[str] = set()
+            for wl in pending:
+                if wl.id in seen:
+                    raise ValueError(f"duplicate pending workload id {wl.id}")
+                seen.add(wl.id)
         self._items = fresh
         return list(fresh.values())
 

@@ -74,6 +74,7 @@ class Explainer:
         # its tenant (its own ceiling, its reclaims) is kept to its group.
         self._alike: dict[tuple, tuple[tuple[ReasonCode, str, str | None, int], tuple, int]] = {}
         self._quota_classes = state.static.quota_classes()
+        self._stamps: dict[tuple, tuple] = {}  # _stamp's, this cycle
         self._tree_size = state.tree.size
         # reclaim protection words a window that moves with the clock into reasons
         self._protecting = state.config.reclaim and state.config.reclaim_min_run_s > 0
@@ -294,6 +295,11 @@ class Explainer:
         a level that does not bind leaves it standing - and its guarantee class)."""
         if reads == READS_NOTHING:
             return ()
+        # the same for a tenant's groups of one set of flavours: worked out once a cycle
+        key = (node, shape.flavours, shape.may_borrow, cls if reads == READS_PATH else -1, reads)
+        found = self._stamps.get(key)
+        if found is not None:
+            return found
         st = self.state
         parts: list[object] = [cls] if reads == READS_PATH else []
         for f in shape.flavours:
@@ -306,7 +312,8 @@ class Explainer:
                 parts.extend(st.reclaimers[(f, node)])
             if not shape.may_borrow:
                 parts.append(st.pinned[f][node])
-        return tuple(parts)
+        stamp = self._stamps[key] = tuple(parts)
+        return stamp
 
     def _quota_view(self, node: int, f: int) -> tuple[int, int, int, int]:
         """What a quota verdict of ``node`` on flavour ``f`` reads of the usage (its
