@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
+from i18n.wording import Wording
+
 from . import reasons
 from .model import PendingDecision, Placement, ReasonCode, Topology
 from .pending import Item, Option, Shape
@@ -122,20 +124,21 @@ class Explainer:
         position = 0
         for cls, run in runs:
             for entry in run:
-                item = entry[-1]
+                item = entry[4]
                 wl = item.wl
                 tenant = wl.tenant_id
                 wid = wl.id
                 placed: tuple[Placement, ...] = ()
+                recorded: Outcome | None = None
                 if wid in special:
                     placed = holds.get(wid, ())
                     recorded = outcomes.get(wid)
-                    if recorded is not None:
-                        code, message, flavour = recorded
-                    else:
-                        code, message, flavour = self._held(item, held[wid].option)
+                    if recorded is None and wid in held:
+                        recorded = self._held(item, held[wid].option)
+                if recorded is not None:
+                    code, message, flavour = recorded
                 else:
-                    g = entry[-2]
+                    g = entry[3]
                     cached = verdicts[g]
                     if cached is None:
                         cached = verdicts[g] = self._explain_shape(item.node, item.shape, cls)
@@ -273,7 +276,7 @@ class Explainer:
         fresh = self._alike.get(alike_key)
         if fresh is None:
             fresh = self._explain_fresh(node, shape, cls, False)
-            if st.tree.label[node] not in fresh[0][1]:
+            if not _names(fresh[0][1], st.tree.label[node]):
                 self._alike[alike_key] = fresh
         verdict, on_nodes, reads = fresh
         if reads == READS_PATH:
@@ -639,3 +642,14 @@ class Explainer:
             reasons.pod_set_shape(count, per_pod, self.names[f])
             for f, count, per_pod in option.needs
         ]
+
+
+def _names(message: str, label: str) -> bool:
+    """Whether ``message`` puts ``label`` (a tenant's) into its words: as a value of the
+    wording or of a wording within it; in the text, for a plain string."""
+    if not isinstance(message, Wording):
+        return label in message
+    for value in message.params.values():
+        if value == label or (isinstance(value, Wording) and _names(value, label)):
+            return True
+    return False

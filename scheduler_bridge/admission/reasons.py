@@ -89,7 +89,7 @@ class QuotaReasons:
     ) -> Wording:
         """The cohort has too little to lend. Worded of the workload's own tenant without
         naming it (the decision names it): one wording serves every tenant that stands
-        alike, and the explainer shares it between them (explain.Explainer._shared)."""
+        alike, and the explainer shares it between them (explain.Explainer._alike)."""
         if total <= 0:
             if unused > 0:
                 detail = wording(

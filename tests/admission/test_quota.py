@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler_bridge.admission import AdmitCode, ReasonCode, run_cycle
+from scheduler_bridge.admission import AdmissionEngine, AdmitCode, ReasonCode, run_cycle
 
 from .factories import nodes, quota, running, snapshot, tenants, two_teams, workload
 from .invariants import check_cycle
@@ -183,41 +183,66 @@ def test_borrowing_is_the_newest_work_above_the_guarantee_after_each_cycle():
 
 
 def test_tenants_that_stand_alike_are_told_alike_and_the_others_their_own():
-    """Verdicts are worked out once for tenants that stand alike (same quota settings,
-    tree, usage): each still reads its own figures, its own cohort and its own limits."""
+    """A reason is worked out once for the groups whose tenants stand alike (the same
+    quota settings and tree, the same reading of the usage); each tenant still reads its
+    own figures, its own cohort and its own limits, cycle after cycle."""
+    teams = ("team-a", "team-b", "team-c", "team-d", "team-e", "team-y", "team-z", "team-w")
     tree = tenants(
-        {"org": None, "a": "org", "b": "org", "c": "org", "d": "org"}
-        | {"x": None, "y": "x", "z": "x", "w": "x"}
+        {"org": None, "x": None} | {t: "org" for t in teams[:5]} | {t: "x" for t in teams[5:]}
     )
     quotas = (
-        quota("a", 4),
-        quota("b", 4),
-        quota("c", 4, lend_limit=0),  # lends nothing, as a and b do not either: all in use
-        quota("d", 4, borrow_limit=0),  # the same usage, but may not borrow at all
-        # alike to a and b, in a tree of their own
-        *(quota(t, 4) for t in ("y", "z", "w")),
+        *(quota(t, 4) for t in ("team-a", "team-b", "team-e")),  # alike
+        quota("team-c", 4, lend_limit=0),  # lends nothing: may borrow more than they
+        quota("team-d", 4, borrow_limit=0),  # may not borrow at all
+        *(quota(t, 4) for t in teams[5:]),  # alike to a, b and e, in a tree of their own
     )
-    busy = [
-        running(f"{t}-run", t, {f"n{i:03d}": 4})
-        for i, t in enumerate(("a", "b", "c", "d", "y", "z", "w"))
-    ]
-    pending = [workload(f"{t}1", t, 4) for t in ("a", "b", "c", "d", "y")]
-    # more than a or b could ever hold: a verdict that names its tenant is its own
-    pending += [workload(f"{t}-huge", t, 4, count=5, submitted=1) for t in ("a", "b")]
-    snap = snapshot(tree, quotas, nodes(7, gpus=4), pending, busy)
-    result = run_cycle(snap)
+    busy = [running(f"{t}-run", t, {f"n{i:03d}": 4}) for i, t in enumerate(teams)]
+    waiting = ("team-a", "team-b", "team-c", "team-d", "team-e", "team-y")
+    pending = [workload(f"{t}-1", t, 4) for t in waiting]
+    # more than team-a or team-b could ever hold: a reason that names its tenant is its own
+    pending += [workload(f"{t}-huge", t, 4, count=5, submitted=1) for t in ("team-a", "team-b")]
+    engine = AdmissionEngine()
+    snap = snapshot(tree, quotas, nodes(len(teams), gpus=4), pending, busy)
+    result = engine.run_cycle(snap)
     assert result.admissions == ()
-    why = {t: reason_of(result, f"{t}1") for t in ("a", "b", "c", "d", "y")}
+    why = {t: reason_of(result, f"{t}-1") for t in waiting}
     alike = (
         "cohort org has nothing to lend for H100 (its tenant's 4 guaranteed are in use; needs 4)"
     )
-    for t in ("a", "b", "c"):
+    for t in ("team-a", "team-b", "team-c", "team-e"):
         assert (why[t].code, why[t].message) == (ReasonCode.COHORT_EXHAUSTED, alike)
-    assert why["d"].code is ReasonCode.QUOTA_LIMIT
-    assert why["d"].message.startswith("quota of H100 used 4/4 (guaranteed 4, borrowing limit 0)")
-    assert why["y"].message == alike.replace("cohort org", "cohort x")
-    for t in ("a", "b"):
+    # worded once for the three that stand alike (team-c may borrow more: its own)
+    assert why["team-a"].message is why["team-b"].message is why["team-e"].message
+    assert why["team-c"].message is not why["team-a"].message
+    assert why["team-d"].code is ReasonCode.QUOTA_LIMIT
+    assert why["team-d"].message.startswith(
+        "quota of H100 used 4/4 (guaranteed 4, borrowing limit 0)"
+    )
+    assert why["team-y"].message == alike.replace("cohort org", "cohort x")
+    for t in ("team-a", "team-b"):
         huge = reason_of(result, f"{t}-huge")
         assert (huge.code, huge.position) == (ReasonCode.NEVER_FITS, None)
-        assert f"quota lets {t} hold at most 12 " in huge.message
+        assert f"quota lets {t} hold at most 16 " in huge.message
     check_cycle(snap, result)
+    # next cycle half of team-b's running work has ended (too little for anyone to
+    # start): the reasons it shared must now follow its own usage, and the cohort's
+    engine_half = snapshot(
+        tree,
+        quotas,
+        nodes(len(teams), gpus=4),
+        pending,
+        [r for r in busy if r.tenant_id != "team-b"]
+        + [running("team-b-run", "team-b", {"n001": 2})],
+    )
+    again = engine.run_cycle(engine_half)
+    assert again.admissions == ()
+    assert reason_of(again, "team-b-1").message == (
+        "cohort org can lend only 0 H100 (its tenant has 2 guaranteed unused); needs 4"
+    )
+    assert reason_of(again, "team-a-1").message == (
+        "cohort org can lend only 2 H100 (its tenant has 0 guaranteed unused); needs 4"
+    )
+    fresh = AdmissionEngine().run_cycle(engine_half)  # a warm engine decides as a fresh one
+    assert [(d.workload_id, d.position, d.code, d.message) for d in again.pending] == [
+        (d.workload_id, d.position, d.code, d.message) for d in fresh.pending
+    ]
