@@ -77,6 +77,9 @@ class Explainer:
         self._alike: dict[tuple, tuple[tuple[ReasonCode, str, str | None, int], tuple, int]] = {}
         self._quota_classes = state.static.quota_classes()
         self._stamps: dict[tuple, tuple] = {}  # _stamp's, this cycle
+        # reasons worded once a cycle per tenant, flavour and need (_quota, _beyond_reach)
+        self._reclaim_waits: dict[tuple[int, int, int, bool], str] = {}
+        self._out_of_reach: dict[tuple[int, int, int], tuple[ReasonCode, str]] = {}
         self._tree_size = state.tree.size
         # reclaim protection words a window that moves with the clock into reasons
         self._protecting = state.config.reclaim and state.config.reclaim_min_run_s > 0
@@ -415,7 +418,9 @@ class Explainer:
             if combined is None:
                 if len(worded) >= WORDED_KEPT:
                     worded.clear()
-                combined = worded[labelled] = reasons.options(labelled)
+                combined = worded[labelled] = reasons.options(
+                    labelled, [self._option_worded(*part) for part in labelled]
+                )
             message = combined
         if protecting and cls == 0:
             until = self._protected_until(node, shape)
@@ -424,6 +429,17 @@ class Explainer:
                     message, reasons.reclaim_protected(st.config.reclaim_min_run_s, until - st.now)
                 )
         return (code, message, self.names[f], f), tuple(on_nodes), reads
+
+    def _option_worded(self, label: str, message: str) -> str:
+        """One option's reason, labelled with its flavours: worded once while the static
+        state stands (the same part comes back in many combinations)."""
+        worded = self.state.static.worded_options_parts
+        found = worded.get((label, message))
+        if found is None:
+            if len(worded) >= WORDED_KEPT:
+                worded.clear()
+            found = worded[(label, message)] = reasons.option(label, message)
+        return found
 
     def _protected_until(self, node: int, shape: Shape) -> float | None:
         """When the first borrowed workload the tenant could reclaim (other tenants' work
@@ -469,9 +485,12 @@ class Explainer:
                 # reclaimers of this cycle: it waits for them, it does not reclaim more;
                 # nor does the tenant borrow the flavour while it reclaims it
                 alone = usage[f][node] - claimed + need <= guaranteed
-                message = (
-                    reasons.waiting_reclaim if alone else reasons.borrowing_waits_for_reclaim
-                )(st.reclaimers[(f, node)], tree.label[node], guaranteed, self.names[f], need)
+                waits = (node, f, need, alone)
+                message = self._reclaim_waits.get(waits)
+                if message is None:
+                    message = self._reclaim_waits[waits] = (
+                        reasons.waiting_reclaim if alone else reasons.borrowing_waits_for_reclaim
+                    )(st.reclaimers[(f, node)], tree.label[node], guaranteed, self.names[f], need)
                 return ReasonCode.WAITING_RECLAIM, message, f
             free = room.get((node, f))
             if free is None:
@@ -518,7 +537,7 @@ class Explainer:
         tree = self.state.tree
         for f, need in option.totals:
             if not tree.access[f][node]:
-                code, message = tree.explain(f, node, need, tree.zero_usage)
+                code, message = self._beyond_reach(node, f, need)
                 return code, message, f
             if not shape.may_borrow:
                 if need > tree.guaranteed[f][node]:
@@ -531,10 +550,20 @@ class Explainer:
                     )
                     return ReasonCode.NEVER_FITS, message, f
             elif need > tree.ceiling(f, node):
-                code, message = tree.explain(f, node, need, tree.zero_usage)
+                code, message = self._beyond_reach(node, f, need)
                 return code, message, f
         reachable.add(key)  # quotas are part of the static state: true until they change
         return None
+
+    def _beyond_reach(self, node: int, f: int, need: int) -> tuple[ReasonCode, str]:
+        """Why ``need`` GPUs of ``f`` are out of ``node``'s reach with its tree idle, once a
+        cycle per tenant, flavour and need (its groups of several shapes ask alike)."""
+        key = (node, f, need)
+        found = self._out_of_reach.get(key)
+        if found is None:
+            tree = self.state.tree
+            found = self._out_of_reach[key] = tree.explain(f, node, need, tree.zero_usage)
+        return found
 
     def _never_fits(self, shape: Shape, option: Option) -> tuple[ReasonCode, str, int] | None:
         """NEVER_FITS when no layout of the nodes, all GPUs free, holds the option."""

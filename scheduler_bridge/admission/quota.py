@@ -30,6 +30,8 @@ from .model import Quota, ReasonCode, Tenant
 from .reasons import QuotaReasons
 
 NO_LIMIT = 1 << 62
+# cohort reasons kept (QuotaTree.explain) before starting over
+EXHAUSTED_KEPT = 100_000
 
 
 class QuotaTree:
@@ -96,6 +98,9 @@ class QuotaTree:
         self.post_order = sorted(range(self.size), key=lambda n: -len(self.paths[n]))
         self.zero_usage = [0] * self.size
         self._ceilings: dict[tuple[int, int], int] = {}
+        # "the cohort has too little to lend", worded once per set of figures: thousands
+        # of borrowing groups of a deep queue share a few dozen of them
+        self._exhausted: dict[tuple[int, int, int, int, int, int], str] = {}
 
     def _build_quotas(self, quotas: Sequence[Quota]) -> None:
         findex = {name: i for i, name in enumerate(self.flavours)}
@@ -281,10 +286,16 @@ class QuotaTree:
             return ReasonCode.COHORT_LIMIT, QuotaReasons.cohort_limit(
                 flavour, self.label[binding], from_parent, need
             )
-        root = self.label[self.root[node]]
-        return ReasonCode.COHORT_EXHAUSTED, QuotaReasons.cohort_exhausted(
-            flavour, root, g, unused, total, need
-        )
+        root = self.root[node]
+        key = (f, root, g, unused, total, need)
+        message = self._exhausted.get(key)
+        if message is None:
+            if len(self._exhausted) >= EXHAUSTED_KEPT:
+                self._exhausted.clear()
+            message = self._exhausted[key] = QuotaReasons.cohort_exhausted(
+                flavour, self.label[root], g, unused, total, need
+            )
+        return ReasonCode.COHORT_EXHAUSTED, message
 
     def view(self, f: int, node: int, usage: list[int]) -> tuple[int, int, int, int]:
         """What a quota verdict of ``node`` on flavour ``f`` reads of ``usage``: the

@@ -434,15 +434,19 @@ def unknown_flavour(flavours: Sequence[str]) -> Wording:
     )
 
 
-def options(parts: Sequence[tuple[str, str]]) -> str:
-    """Join the reasons of each acceptable flavour, in the order they were tried."""
+def options(parts: Sequence[tuple[str, str]], labelled: Sequence[str] | None = None) -> str:
+    """Join the reasons of each acceptable flavour, in the order they were tried;
+    ``labelled``, when given, is each part already worded by ``option``."""
     if len(parts) == 1:
         return parts[0][1]
-    labelled = [
-        wording(gettext_noop("%(flavour)s: %(reason)s"), flavour=flavour, reason=message)
-        for flavour, message in parts
-    ]
+    if labelled is None:
+        labelled = [option(flavour, message) for flavour, message in parts]
     return chain(gettext_noop("%(first)s; %(rest)s"), labelled)
+
+
+def option(flavour: str, message: str) -> Wording:
+    """One flavour's reason among several (``options``)."""
+    return wording(gettext_noop("%(flavour)s: %(reason)s"), flavour=flavour, reason=message)
 
 
 def admitted_within(flavour: str, used: int, guaranteed: int) -> Wording:

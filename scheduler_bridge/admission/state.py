@@ -54,6 +54,8 @@ class Static:
         # the reason of a workload with several flavour options, by its options' reasons
         # (explain.Explainer._explain_shape): most do not change between cycles
         self.worded_options: dict[tuple[tuple[str, str], ...], str] = {}
+        # and each option's part of it, by (flavours' label, reason)
+        self.worded_options_parts: dict[tuple[str, str], str] = {}
         # verdicts of (workload node, shape) groups with what they read, by shape id x
         # tree size + workload node (explain.Explainer._explain_shape)
         self.explained_groups: dict[int, tuple] = {}  # (stamp, *verdict, node verdicts)
