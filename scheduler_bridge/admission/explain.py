@@ -189,10 +189,9 @@ class Explainer:
         """The order the next cycle will try them in, with today's shares: by guarantee
         class, priority (highest first), share, submission and id. Returned as runs of
         one class and priority, each sorted by (share, submitted, id, group index,
-        item): a queue has few classes and priorities, so the sort compares shares and
-        times, not the same class and priority again and again (a third of its cost
-        over a deep queue). Ids are unique, so comparison never reaches the group index
-        or the item."""
+        item): a queue has few classes and priorities, so the keys are shorter and the
+        sort does not compare the same class and priority again and again. Ids are
+        unique, so comparison never reaches the group index or the item."""
         st = self.state
         admitted = self.admitted
         # (shares and times stay boxed: a float typed as such is boxed anew into
