@@ -58,6 +58,7 @@ never count the same victim twice.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from .model import Topology
@@ -66,6 +67,8 @@ from .placement import Plan
 from .state import CycleState, Run
 
 SPARE_TRIED = 4  # spare victim GPUs tried per search (Preemptor._spare)
+EMPTY: frozenset[int] = frozenset()
+TAKEN_WHOLE_FROM = 4  # candidate lists this long are first tried whole (take_in_order)
 
 
 @dataclass(slots=True)
@@ -166,16 +169,25 @@ class Preemptor:
         if not reclaim and not own:
             return None
         evicting = _merge([[r for r in ix.evicting if not r.claimed] for ix in indexes])
-        borrowers: list[int] = []
+        # tenants to reclaim from (any order: take_reclaim's heap decides), the
+        # preemptor's own among them on one flavour
+        borrowers: Collection[int] = ()
         if reclaim:
-            found: set[int] = set()
-            for f in flavours:
-                found.update(st.borrowers.get((root, f), ()))
-            found.discard(node)
-            borrowers = list(found)  # any order: the heap's keys decide
+            if len(flavours) == 1:
+                # the live set, not a copy: take_reclaim reads it before its first
+                # removal, and a tenant a removal drops from it no longer borrows
+                live = st.borrowers.get((root, flavours[0]), EMPTY)
+                if len(live) > 1 or (live and node not in live):
+                    borrowers = live
+            else:
+                found: set[int] = set()
+                for f in flavours:
+                    found.update(st.borrowers.get((root, f), ()))
+                found.discard(node)
+                borrowers = found
             wait_ends = item.wl.submitted_at + st.config.reclaim_wait_s
             if borrowers and st.now < wait_ends:  # GPUs may yet free on their own
-                borrowers = []
+                borrowers = ()
                 self.wait_until = wait_ends
         # a reclaim's candidates depend on the node and flavour alone (without priority
         # preemption, and out of the reclaim wait): its quota misses can be remembered
@@ -341,6 +353,9 @@ class _Search:
         # preemption for it would stop work for nothing (and the victim, back in the
         # queue, would backfill there again: a loop)
         self.closed = _closed_to(state, item)
+        # a fit test that is exact and only grows with removals (take_in_order)
+        shape = item.shape
+        self.simple = shape.simple and shape.topology is not Topology.ONE_DOMAIN
         self.seen_gone: dict[tuple[int, int], int] = {}
         self.seen_nodes: set[int] = set()  # paths _see_gone already adjusted
         if state.taken_from:
@@ -409,8 +424,7 @@ class _Search:
         for f, need in self.option.totals:
             if not self.quota_fits(f, need):
                 return False
-        shape = self.item.shape
-        if shape.simple and shape.topology is not Topology.ONE_DOMAIN:
+        if self.simple:
             return self._fits_simple()
         return self.plan() is not None
 
@@ -433,8 +447,7 @@ class _Search:
         return pods >= count
 
     def plan(self, victims_only: bool = False) -> Plan | None:
-        shape = self.item.shape
-        if victims_only and shape.simple and shape.topology is not Topology.ONE_DOMAIN:
+        if victims_only and self.simple:
             return self._plan_on_victims()
         pool = self.st.pool
         caps = pool.caps([f for f, _ in self.option.totals])
@@ -472,11 +485,29 @@ class _Search:
         return self.fits()
 
     def take_in_order(self, runs: list[Run]) -> bool:
+        """Take ``runs`` one by one until the preemptor fits. Most long lists (a tree's
+        elastic pods) do not make it fit even all together: such a list is taken whole
+        and tried once. Where the fit test is exact (one pod set, not gathered in one
+        domain) more removals never make a fitting preemptor unfit, so no shorter part
+        of the list would have done either, and the search goes on from the same state
+        as one by one."""
+        if len(runs) >= TAKEN_WHOLE_FROM and self.simple:
+            out = self.out
+            taken = len(self.removed)
+            for run in runs:
+                if run.wl.id not in out:
+                    self._remove(run)
+                    self.removed.append(run)
+            if not self.fits():
+                return False
+            for run in reversed(self.removed[taken:]):  # it would do: find how little
+                self._restore(run)
+            del self.removed[taken:]
         return any(self._take(run) for run in runs if run.wl.id not in self.out)
 
     def take_reclaim(
         self,
-        borrowers: list[int],
+        borrowers: Collection[int],
         indexes: list[_Index],
         queues: dict[int, list[Run]],
         flavours: list[int],
@@ -507,14 +538,25 @@ class _Search:
 
         if len(flavours) == 1:  # the common case, without a Python call per tenant
             used, owed = view[flavours[0]], guaranteed[flavours[0]]
+            me = self.item.node
             if strict:
                 # tenants whose smallest workload would already take them below their
                 # guarantee cannot give anything in this pass: leave them out at once
                 small = indexes[0].smallest
-                borrowers = [
-                    t for t in borrowers if small.get(t, 0) and used[t] - small[t] >= owed[t]
+                heap = [
+                    (owed[t] - used[t], label[t], t)
+                    for t in borrowers
+                    if used[t] > owed[t]
+                    and t != me
+                    and small.get(t, 0)
+                    and used[t] - small[t] >= owed[t]
                 ]
-            heap = [(owed[t] - used[t], label[t], t) for t in borrowers if used[t] > owed[t]]
+            else:
+                heap = [
+                    (owed[t] - used[t], label[t], t)
+                    for t in borrowers
+                    if used[t] > owed[t] and t != me
+                ]
         else:
             heap = [(-borrowed(t), label[t], t) for t in borrowers if borrowed(t) > 0]
         heapq.heapify(heap)
