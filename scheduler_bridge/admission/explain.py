@@ -17,6 +17,7 @@ from i18n.wording import Wording
 from . import reasons
 from .model import PendingDecision, Placement, ReasonCode, Topology
 from .pending import Item, Option, Shape
+from .quota import NO_LIMIT
 from .state import CycleState
 
 Outcome = tuple[ReasonCode, str, str | None]
@@ -297,7 +298,8 @@ class Explainer:
         tenant's reclaims, what its work that cannot be preempted holds) or READS_PATH
         (also what its quota verdict reads of the usage along the path - the room left,
         what the parent gives, the binding cohort: not the usage itself, so a change at
-        a level that does not bind leaves it standing - and its guarantee class)."""
+        a level that does not bind leaves it standing - and its guarantee class; of a
+        tenant without a borrowing limit, only the guarantee its usage leaves unused)."""
         if reads == READS_NOTHING:
             return ()
         # the same for a tenant's groups of one set of flavours: worked out once a cycle
@@ -306,11 +308,27 @@ class Explainer:
         if found is not None:
             return found
         st = self.state
+        tree = st.tree
         parts: list[object] = [cls] if reads == READS_PATH else []
         for f in shape.flavours:
             parts.append(-1)  # separates flavours
             if reads == READS_PATH:
-                parts.extend(self._quota_view(node, f))
+                used, free, from_parent, binding = self._quota_view(node, f)
+                # Without a borrowing limit or a reclaim of its own, a quota verdict
+                # reads the tenant's usage only as the guarantee it leaves unused:
+                # tenants of one quota class that all borrow stand alike, whatever
+                # each borrows
+                guaranteed = tree.guaranteed[f][node]
+                if (
+                    used > guaranteed
+                    and not st.reclaiming[f][node]
+                    and tree.borrow_limit[f][node] == NO_LIMIT
+                ):
+                    used = guaranteed
+                parts.append(used)
+                parts.append(free)
+                parts.append(from_parent)
+                parts.append(binding)
             else:
                 parts.append(st.usage[f][node])
             if st.reclaiming[f][node]:

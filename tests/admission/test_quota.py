@@ -243,3 +243,47 @@ def test_tenants_that_stand_alike_are_told_alike_and_the_others_their_own():
     assert [(d.workload_id, d.position, d.code, d.message) for d in again.pending] == [
         (d.workload_id, d.position, d.code, d.message) for d in fresh.pending
     ]
+
+
+def test_borrowers_are_told_alike_whatever_each_borrows_but_a_borrowing_limit_reads_its_own():
+    """Without a borrowing limit a tenant's reason reads its usage only as the guarantee
+    it leaves unused: tenants that borrow different amounts are told alike, in every
+    cycle. With a borrowing limit how much the tenant holds decides whether its own
+    limit or the cohort stops it, and the reason follows it when that changes."""
+    teams = ("team-a", "team-b", "team-c", "team-d")
+    tree = tenants({"org": None} | {t: "org" for t in teams})
+    quotas = (
+        quota("team-a", 4),
+        quota("team-b", 4),
+        quota("team-c", 4, borrow_limit=4),
+        quota("team-d", 4),  # idle: its guarantee is lent
+    )
+    pending = [workload("team-a-1", "team-a", 4), workload("team-b-1", "team-b", 4)]
+    pending.append(workload("team-c-1", "team-c", 2))
+
+    def holding(a: int, b: int, c: int):
+        busy = [
+            running(f"{t}-run", t, {f"n00{i}": 4} | ({"n003": held - 4} if held > 4 else {}))
+            for i, (t, held) in enumerate(zip(teams, (a, b, c), strict=False))
+        ]
+        return snapshot(tree, quotas, nodes(4, gpus=4), pending, busy)
+
+    nothing = "cohort org has nothing to lend for H100 (its tenant's 4 guaranteed are in use; "
+    engine = AdmissionEngine()
+    first = engine.run_cycle(holding(6, 5, 5))
+    assert first.admissions == ()
+    assert reason_of(first, "team-a-1").message == nothing + "needs 4)"
+    assert reason_of(first, "team-b-1").message == nothing + "needs 4)"
+    assert reason_of(first, "team-c-1").message == nothing + "needs 2)"
+    # next cycle team-a holds its guarantee alone, team-c up to 7 of the 8 it may hold
+    again = holding(4, 5, 7)
+    warm = engine.run_cycle(again)
+    assert reason_of(warm, "team-a-1").message == nothing + "needs 4)"
+    assert reason_of(warm, "team-b-1").message == nothing + "needs 4)"
+    assert reason_of(warm, "team-c-1").code is ReasonCode.QUOTA_LIMIT
+    assert reason_of(warm, "team-c-1").message.startswith("quota of H100 used 7/8 ")
+    fresh = AdmissionEngine().run_cycle(again)
+    assert [(d.workload_id, d.position, d.code, d.message) for d in warm.pending] == [
+        (d.workload_id, d.position, d.code, d.message) for d in fresh.pending
+    ]
+    check_cycle(again, warm)
