@@ -194,13 +194,19 @@ class Preemptor:
         remember = reclaim and not own and self.wait_until is None
         if remember and self._quota_missed(node, option):
             return None
-        elastic = self._elastic(root, flavours) if reclaim else []
         spare = self._spare(root, option) if reclaim else []
-        if not spare and not evicting and not elastic and not borrowers and not own:
-            return None
+        # the tree's elastic pods, looked up only when no spare victim GPUs do (taking
+        # those leaves the victim view, which orders the pods, as it was)
+        elastic: list[Run] = []
+        if not spare:
+            elastic = self._elastic(root, flavours) if reclaim else []
+            if not evicting and not elastic and not borrowers and not own:
+                return None
         search = _Search(st, item, option)
         done = bool(spare) and search.take_in_order(spare)
         if not done:
+            if spare and reclaim:
+                elastic = self._elastic(root, flavours)
             done = search.take_in_order(evicting)
         if not done and elastic:
             done = search.take_in_order(elastic)
