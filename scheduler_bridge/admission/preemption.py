@@ -363,7 +363,8 @@ class _Search:
         shape = item.shape
         self.simple = shape.simple and shape.topology is not Topology.ONE_DOMAIN
         self.seen_gone: dict[tuple[int, int], int] = {}
-        self.seen_nodes: set[int] = set()  # paths _see_gone already adjusted
+        # tree nodes _see_gone already adjusted (with each of them, all above it)
+        self.seen_levels: set[int] = set()
         if state.taken_from:
             self._see_gone(item.node)
 
@@ -375,17 +376,17 @@ class _Search:
         (the part falling back into its tenant's private guarantee counted twice).
         Levels where victims and their preemptors meet keep both: there the view only
         errs on the safe side. ``undo`` puts the usage back."""
-        if node in self.seen_nodes:  # (taken_from does not change during a search)
-            return
-        self.seen_nodes.add(node)
         st = self.st
-        path = st.tree.paths[node]
-        for f, levels in st.taken_from.items():
-            usage = st.usage[f]
-            for n in path:
+        seen = self.seen_levels
+        taken = st.taken_from.items()  # (it does not change during a search)
+        for n in st.tree.paths[node]:
+            if n in seen:  # and so is every level above it
+                return
+            seen.add(n)
+            for f, levels in taken:
                 gpus = levels.get(n)
-                if gpus and (f, n) not in self.seen_gone:
-                    usage[n] -= gpus
+                if gpus:
+                    st.usage[f][n] -= gpus
                     self.seen_gone[(f, n)] = gpus
 
     def _remove(self, run: Run) -> None:
