@@ -359,6 +359,8 @@ class _Search:
         # preemption for it would stop work for nothing (and the victim, back in the
         # queue, would backfill there again: a loop)
         self.closed = _closed_to(state, item)
+        # lists take_in_order took whole (each in removal order), for minimise
+        self.taken_whole: list[list[Run]] = []
         # a fit test that is exact and only grows with removals (take_in_order)
         shape = item.shape
         self.simple = shape.simple and shape.topology is not Topology.ONE_DOMAIN
@@ -506,6 +508,8 @@ class _Search:
                     self._remove(run)
                     self.removed.append(run)
             if not self.fits():
+                if len(self.removed) - taken >= TAKEN_WHOLE_FROM:
+                    self.taken_whole.append(self.removed[taken:])
                 return False
             for run in reversed(self.removed[taken:]):  # it would do: find how little
                 self._restore(run)
@@ -600,15 +604,45 @@ class _Search:
             if run.spare_of is None and self._below_guarantee(run)
         ]
         others = [run for run in reversed(self.removed) if run not in dipped]
-        for run in dipped + others:
+        walk = dipped + others
+        # a list taken whole (take_in_order) comes back whole if the preemptor then
+        # still fits: one fit test for what one by one would give back anyway
+        blocks = {id(block[-1]): block for block in self.taken_whole}
+        i = 0
+        while i < len(walk):
+            run = walk[i]
+            block = blocks.get(id(run)) if blocks else None
+            if block is not None and self._give_back_whole(walk, i, block):
+                i += len(block)
+                continue
             self._restore(run)
             if not self.fits():
                 self._remove(run)
+            i += 1
         # The victims' GPUs are of no use to anyone else this cycle: place the preemptor
         # on them if it fits there, and leave the free GPUs to the rest of the queue.
         plan = self.plan(victims_only=True) or self.plan()
         assert plan is not None, "victims were chosen so that the preemptor fits"
         return plan
+
+    def _give_back_whole(self, walk: list[Run], start: int, block: list[Run]) -> bool:
+        """Return ``block`` (runs taken whole, in removal order) at once if it stands in
+        ``walk`` from ``start`` as one by one would meet it (last removed first) and the
+        preemptor still fits without it. The fit test only grows with removals, so one
+        by one would then have given back every one of them too."""
+        size = len(block)
+        if start + size > len(walk):
+            return False
+        for k in range(size):
+            if walk[start + k] is not block[size - 1 - k]:
+                return False
+        for run in block:
+            self._restore(run)
+        if self.fits():
+            return True
+        for run in block:
+            self._remove(run)
+        return False
 
     def _below_guarantee(self, run: Run) -> bool:
         if run.node == self.item.node or run.node < 0:

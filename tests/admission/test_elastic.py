@@ -113,6 +113,25 @@ def test_reclaim_shrinks_elastic_pods_before_it_preempts_whole_workloads() -> No
     assert waiting["b-new"].code is ReasonCode.PREEMPTING
 
 
+def test_a_reclaim_that_needs_a_whole_workload_too_shrinks_only_the_pods_it_still_needs() -> None:
+    tree, quotas = two_teams(a=8, b=8)
+    # a holds all 16 GPUs: an elastic workload (core 2, 4 elastic pods) and a 2-GPU job on
+    # n000, and its newest job of 8 on n001; b, idle, needs 5 of its guarantee back
+    core, pods_running, pods_pending = elastic_running("e", "a", {"n000": 2}, ["n000"] * 4, count=6)
+    a_small = running("a-small", "a", {"n000": 2}, admitted=20.0)
+    a_late = running("a-late", "a", {"n001": 8}, admitted=30.0)
+    b_new = workload("b-new", "b", gpus=1, count=5)
+    snap = snapshot(
+        tree, quotas, nodes(2), [*pods_pending, b_new], [core, *pods_running, a_small, a_late]
+    )
+    result = run_cycle(snap)
+    # all 4 pods free too little: a-small stops as well (taking a-late would leave a
+    # below its guarantee), and then 3 pods are enough, so one keeps running
+    assert [p.victim_id for p in without_elastic_pods(snap, result).preemptions] == ["a-small"]
+    assert len(elastic_changes(snap, result)["e"].shrink) == 3
+    assert {d.workload_id: d.code for d in result.pending}["b-new"] is ReasonCode.PREEMPTING
+
+
 def test_a_tenants_rigid_work_takes_back_its_own_elastic_pods() -> None:
     tree, quotas = two_teams(a=8, b=8)
     # a's elastic workload fills a's whole guarantee and the node: 2 core + 6 elastic
