@@ -299,7 +299,8 @@ class Explainer:
         (also what its quota verdict reads of the usage along the path - the room left,
         what the parent gives, the binding cohort: not the usage itself, so a change at
         a level that does not bind leaves it standing - and its guarantee class; of a
-        tenant without a borrowing limit, only the guarantee its usage leaves unused)."""
+        tenant without a borrowing limit and without a reclaim of its own on the
+        flavour, only the guarantee its usage leaves unused)."""
         if reads == READS_NOTHING:
             return ()
         # the same for a tenant's groups of one set of flavours: worked out once a cycle
@@ -316,8 +317,8 @@ class Explainer:
                 used, free, from_parent, binding = self._quota_view(node, f)
                 # Without a borrowing limit or a reclaim of its own, a quota verdict
                 # reads the tenant's usage only as the guarantee it leaves unused:
-                # tenants of one quota class that all borrow stand alike, whatever
-                # each borrows
+                # tenants of one quota class that all hold at least their guarantee
+                # stand alike, whatever each borrows
                 guaranteed = tree.guaranteed[f][node]
                 if (
                     used > guaranteed

@@ -67,8 +67,8 @@ from .placement import Plan
 from .state import CycleState, Run
 
 SPARE_TRIED = 4  # spare victim GPUs tried per search (Preemptor._spare)
-EMPTY: frozenset[int] = frozenset()
-TAKEN_WHOLE_FROM = 4  # candidate lists this long are first tried whole (take_in_order)
+NO_TENANTS: frozenset[int] = frozenset()
+TAKEN_WHOLE_FROM = 4  # elastic pod lists this long are first tried whole (take_in_order)
 
 
 @dataclass(slots=True)
@@ -174,9 +174,11 @@ class Preemptor:
         borrowers: Collection[int] = ()
         if reclaim:
             if len(flavours) == 1:
-                # the live set, not a copy: take_reclaim reads it before its first
-                # removal, and a tenant a removal drops from it no longer borrows
-                live = st.borrowers.get((root, flavours[0]), EMPTY)
+                # the live set, not a copy. It is read after removals too (whether
+                # anyone is left to reclaim from, the second pass), but a removal only
+                # drops a tenant that no longer borrows, which take_reclaim leaves out
+                # anyway; nothing changes it while take_reclaim builds its heap
+                live = st.borrowers.get((root, flavours[0]), NO_TENANTS)
                 if len(live) > 1 or (live and node not in live):
                     borrowers = live
             else:
@@ -205,11 +207,11 @@ class Preemptor:
         search = _Search(st, item, option)
         done = bool(spare) and search.take_in_order(spare)
         if not done:
-            if spare and reclaim:
+            if spare:
                 elastic = self._elastic(root, flavours)
             done = search.take_in_order(evicting)
         if not done and elastic:
-            done = search.take_in_order(elastic)
+            done = search.take_in_order(elastic, whole_first=True)
         if not done and own and not within:
             # its own first: only without them does the reclaim stay inside the guarantee
             done = search.take_in_order(own)
@@ -493,14 +495,16 @@ class _Search:
         self.removed.append(run)
         return self.fits()
 
-    def take_in_order(self, runs: list[Run]) -> bool:
-        """Take ``runs`` one by one until the preemptor fits. Most long lists (a tree's
-        elastic pods) do not make it fit even all together: such a list is taken whole
-        and tried once. Where the fit test is exact (one pod set, not gathered in one
-        domain) more removals never make a fitting preemptor unfit, so no shorter part
-        of the list would have done either, and the search goes on from the same state
-        as one by one."""
-        if len(runs) >= TAKEN_WHOLE_FROM and self.simple:
+    def take_in_order(self, runs: list[Run], whole_first: bool = False) -> bool:
+        """Take ``runs`` one by one until the preemptor fits. ``whole_first``: a long
+        list (a tree's elastic pods, which in a deep queue most often do not make the
+        preemptor fit even all together) is taken whole and tried once. Where the fit
+        test is exact (one pod set, not gathered in one domain) more removals never
+        make a fitting preemptor unfit, so no shorter part of the list would have done
+        either, and the search goes on as one by one would: the same runs removed, the
+        same usage on the preemptor's path (the paths of the runs given back stay
+        adjusted for this cycle's earlier victims, which nothing reads but ``undo``)."""
+        if whole_first and len(runs) >= TAKEN_WHOLE_FROM and self.simple:
             out = self.out
             taken = len(self.removed)
             for run in runs:
