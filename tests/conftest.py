@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from django.conf import settings
+from django.utils import translation
 from rest_framework.test import APIClient
 
 from tenants.models import Role, Tenant
@@ -29,6 +31,15 @@ class Cast:
 
     def user(self, name: str) -> Any:
         return getattr(self, name)
+
+
+@pytest.fixture(autouse=True)
+def site_language() -> Any:
+    """Every test starts in the site's language: a request in Chinese leaves Chinese active on
+    its thread (Django's locale middleware activates and never deactivates), and messages built
+    later on that thread outside a request would otherwise be translated."""
+    with translation.override(settings.LANGUAGE_CODE):
+        yield
 
 
 ROLE_NAMES = ["platform_admin", "dept_admin", "finance", "lead", "member", "outsider"]
