@@ -8,6 +8,13 @@ is fair share with borrowed work protected from reclaim for its first 30 minutes
 more, ``fair-share-reclaim-wait-2m`` and ``fair-share-elastic-reclaim-wait-2m``, let work
 inside its guarantee wait 2 minutes for GPUs to free before it preempts.
 
+Scenario ``bursty`` (``--bursty`` runs only it): a trace the engine was not tuned on, of
+Tidegate's own generator (scheduler_bridge/replay/synthetic.py ``bursty_trace``): 8,000
+jobs of 12 tenants with their own job-size mix, each tenant quiet for days and then in a
+burst, on 384 GPUs. One line per policy (``bursty-static``, ``bursty-fair-share``,
+``bursty-fair-share-elastic``) and two with a 10-minute reclaim wait
+(``bursty-fair-share-reclaim-wait-10m``, ``bursty-fair-share-elastic-reclaim-wait-10m``).
+
 Scenario ``synthetic-100k`` (``--synthetic`` runs only it): 100,000 jobs of 50 tenants drawn
 from the slice's job shapes at 80 % offered load on 2,048 GPUs, under fair share; it prints
 jobs, jobs_per_s and wall_s. ``BENCH_SYNTHETIC_JOBS`` changes its size."""
@@ -34,7 +41,7 @@ from scheduler_bridge.replay.policies import (  # noqa: E402
     replay,
     replay_policies,
 )
-from scheduler_bridge.replay.synthetic import synthetic_trace  # noqa: E402
+from scheduler_bridge.replay.synthetic import bursty_trace, synthetic_trace  # noqa: E402
 from scheduler_bridge.replay.trace import (  # noqa: E402
     PHILLY_ATTRIBUTION,
     PHILLY_JOBS,
@@ -47,6 +54,9 @@ CAPACITY = 320  # the trace keeps about 262 GPUs busy on average: ~80 % offered 
 MIN_RUN_S = 1800.0
 RECLAIM_WAIT_S = 120.0
 SYNTHETIC_CAPACITY = 2048
+BURSTY_JOBS, BURSTY_TENANTS, BURSTY_CAPACITY = 8000, 12, 384
+BURSTY_RECLAIM_WAIT_S = 600.0
+BURSTY_SOURCE = "synthetic bursty trace (Tidegate's generator, seed 1)"
 
 
 def emit(scenario: str, figures: dict[str, object], **extra: object) -> None:
@@ -102,6 +112,38 @@ def philly() -> None:
         )
 
 
+def bursty() -> None:
+    jobs = bursty_trace(jobs=BURSTY_JOBS, tenants=BURSTY_TENANTS, capacity=BURSTY_CAPACITY, seed=1)
+    cluster = one_product(BURSTY_CAPACITY)
+    quotas = proportional_quotas(sorted({j.tenant for j in jobs}), demand_shares(jobs), cluster)
+
+    def say(policy: str, done: int) -> None:
+        print(f"replaying {len(jobs)} bursty jobs under {policy} ...", file=sys.stderr, flush=True)
+
+    runs = replay_policies(
+        ("static", "fair-share", "fair-share-elastic"), jobs, cluster, quotas, progress=say
+    )
+    for run in runs:
+        emit(f"bursty-{run.figures.policy}", run.figures.as_json(), trace_source=BURSTY_SOURCE)
+    static_wait = runs[0].figures.owner_wait_mean_s
+    for policy in ("fair-share", "fair-share-elastic"):
+        say(f"{policy} with a 10-minute reclaim wait", len(runs))
+        waited = replay(
+            policy,
+            jobs,
+            cluster,
+            quotas,
+            ReplayOptions(reclaim_wait_s=BURSTY_RECLAIM_WAIT_S),
+            static_owner_wait_s=static_wait,
+        )
+        emit(
+            f"bursty-{policy}-reclaim-wait-10m",
+            waited.figures.as_json(),
+            reclaim_wait_s=BURSTY_RECLAIM_WAIT_S,
+            trace_source=BURSTY_SOURCE,
+        )
+
+
 def synthetic() -> None:
     size = int(os.environ.get("BENCH_SYNTHETIC_JOBS", "100000"))
     jobs = synthetic_trace(
@@ -125,6 +167,10 @@ def synthetic() -> None:
 
 
 if __name__ == "__main__":
-    if "--synthetic" not in sys.argv:
+    only = {"--synthetic", "--bursty"} & set(sys.argv)
+    if not only:
         philly()
-    synthetic()
+    if not only or "--bursty" in only:
+        bursty()
+    if not only or "--synthetic" in only:
+        synthetic()
