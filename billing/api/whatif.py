@@ -63,6 +63,14 @@ class ProposalInput(RejectUnknownFields, serializers.Serializer):  # type: ignor
         min_value=0, max_value=30 * 86_400, required=False, allow_null=True
     )
     policy = serializers.ChoiceField(choices=POLICIES, default=DEFAULT_POLICY)
+    reclaim_wait_s = serializers.FloatField(
+        min_value=0,
+        max_value=services.MAX_RECLAIM_WAIT_S,
+        required=False,
+        allow_null=True,
+        help_text="Seconds work inside its guarantee waits for GPUs to free before it "
+        "preempts, for the proposed run (absent or null: today's setting).",
+    )
 
     def validate_weights(self, value: dict[str, float]) -> dict[str, float]:
         return at_most(value, MAX_ENTRIES)  # type: ignore[no-any-return]
@@ -95,6 +103,7 @@ class WhatIfRunInput(RejectUnknownFields, serializers.Serializer):  # type: igno
             weights=dict(data.get("weights") or {}),
             reclaim_min_run_s=data.get("reclaim_min_run_s"),
             policy=data.get("policy") or DEFAULT_POLICY,
+            reclaim_wait_s=data.get("reclaim_wait_s"),
         )
 
 

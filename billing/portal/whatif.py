@@ -70,6 +70,15 @@ class WhatIfForm(forms.Form):
         max_value=30 * 86_400,
         help_text=gettext_lazy("Borrowed work runs this long before its owner may reclaim it."),
     )
+    reclaim_wait_s = forms.FloatField(
+        label=gettext_lazy("Reclaim wait (seconds)"),
+        min_value=0,
+        max_value=services.MAX_RECLAIM_WAIT_S,
+        required=False,  # left empty: today's
+        help_text=gettext_lazy(
+            "Work inside its guarantee waits this long for GPUs to free before it preempts."
+        ),
+    )
 
     def __init__(self, *args: Any, grid: Grid, today: dict[tuple[str, str], int], **kw: Any):
         super().__init__(*args, **kw)
@@ -111,6 +120,7 @@ class WhatIfForm(forms.Form):
             weights={tenant: data[f"w_{r}"] for r, tenant in enumerate(self.grid.tenants)},
             reclaim_min_run_s=data["reclaim_min_run_s"],
             policy=data["policy"],
+            reclaim_wait_s=data["reclaim_wait_s"],
         )
 
 
@@ -155,7 +165,11 @@ def whatif_page(request: HttpRequest) -> HttpResponse:
     status = 200
     if cluster is not None:
         grid, today = _grid(cluster, days)
-        initial = {"reclaim_min_run_s": services.today_options().reclaim_min_run_s}
+        options = services.today_options()
+        initial = {
+            "reclaim_min_run_s": options.reclaim_min_run_s,
+            "reclaim_wait_s": options.reclaim_wait_s,
+        }
         if request.method == "POST":
             form = WhatIfForm(request.POST, grid=grid, today=today, initial=initial)
             if form.is_valid() and grid.tenants:

@@ -24,13 +24,14 @@ class QuotaEntry:
 @dataclass(frozen=True)
 class Proposal:
     """Guarantees and weights that replace today's where given (the rest stay as they
-    are), a reclaim minimum run for the proposed run (None: today's), and the policy
-    both runs (and the savings search's target) replay under."""
+    are), a reclaim minimum run and a reclaim wait for the proposed run (None: today's),
+    and the policy both runs (and the savings search's target) replay under."""
 
     quotas: tuple[QuotaEntry, ...] = ()
     weights: Mapping[str, float] = field(default_factory=dict)
     reclaim_min_run_s: float | None = None
     policy: str = DEFAULT_POLICY
+    reclaim_wait_s: float | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -38,6 +39,7 @@ class Proposal:
             "weights": dict(self.weights),
             "reclaim_min_run_s": self.reclaim_min_run_s,
             "policy": self.policy,
+            "reclaim_wait_s": self.reclaim_wait_s,
         }
 
     @classmethod
@@ -52,6 +54,9 @@ class Proposal:
                 None if data.get("reclaim_min_run_s") is None else float(data["reclaim_min_run_s"])
             ),
             policy=str(data.get("policy") or DEFAULT_POLICY),
+            reclaim_wait_s=(  # (absent from runs kept before it could be proposed)
+                None if data.get("reclaim_wait_s") is None else float(data["reclaim_wait_s"])
+            ),
         )
 
 

@@ -48,6 +48,7 @@ from tenants.transactions import queue_after_commit
 logger = logging.getLogger(__name__)
 
 MAX_DAYS = 365
+MAX_RECLAIM_WAIT_S = 86_400.0  # a proposed reclaim wait longer than a day is a typo
 MAX_ATTEMPTS = 3  # a run whose worker died this often is failed, not started again
 # No progress for longer than the task's hard time limit: no worker is running it.
 STALLED_AFTER = timedelta(seconds=settings.CELERY_TASK_TIME_LIMIT + 60)
@@ -169,6 +170,13 @@ def whatif_request_check(*, cluster: Cluster, kind: str, days: int, proposal: Pr
             )
     if proposal.reclaim_min_run_s is not None and proposal.reclaim_min_run_s < 0:
         errors.setdefault("reclaim_min_run_s", []).append(_("Give 0 or more seconds."))
+    if (
+        proposal.reclaim_wait_s is not None
+        and not 0 <= proposal.reclaim_wait_s <= MAX_RECLAIM_WAIT_S
+    ):
+        errors.setdefault("reclaim_wait_s", []).append(
+            _("Give 0 to %(most)s seconds (a day).") % {"most": int(MAX_RECLAIM_WAIT_S)}
+        )
     if not errors:
         guaranteed = today_guarantees(cluster=cluster, tenants=tenants)
         guaranteed |= {(e.tenant, e.flavour): e.guaranteed for e in proposal.quotas}
@@ -312,11 +320,12 @@ def whatif_runs_fail_stalled(*, now: datetime | None = None) -> int:
 
 
 def today_options() -> ReplayOptions:
-    """The replay options of today's settings: the queue's usage half-life and the
-    reclaim minimum run."""
+    """The replay options of today's settings: the queue's usage half-life, the reclaim
+    minimum run and the reclaim wait."""
     return ReplayOptions(
         half_life_h=DEFAULT_HALF_LIFE_S / 3600,
         reclaim_min_run_s=float(settings.TIDEGATE["RECLAIM_MIN_RUN_S"]),
+        reclaim_wait_s=float(settings.TIDEGATE["RECLAIM_WAIT_S"]),
     )
 
 
@@ -336,6 +345,8 @@ def _what_if(trace: HistoryTrace, params: WhatIfParams, progress: runs.Progress)
     proposed_options = options
     if proposal.reclaim_min_run_s is not None:
         proposed_options = replace(options, reclaim_min_run_s=proposal.reclaim_min_run_s)
+    if proposal.reclaim_wait_s is not None:
+        proposed_options = replace(proposed_options, reclaim_wait_s=proposal.reclaim_wait_s)
     proposed = runs.proposed_plan(trace.quotas, proposal)
     today_run, proposed_run = runs.what_if(
         trace.jobs,

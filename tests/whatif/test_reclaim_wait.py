@@ -1,0 +1,196 @@
+"""A what-if can propose a reclaim wait (docs/what-if.md): owners inside their guarantee
+wait that long for GPUs to free before they preempt. Today's run replays under today's
+setting (TIDEGATE_RECLAIM_WAIT_S), the proposed run under the proposal's."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone, translation
+
+from billing.models import WhatIfRun
+from billing.whatif import services
+from billing.whatif.records import Proposal, WhatIfParams
+from scheduler_bridge.inventory.models import Cluster
+from tenants.errors import ValidationFailed
+from tests.conftest import Cast, client_for
+from tests.factories import ClusterFactory, FinishedWorkloadFactory, FlavourFactory, QuotaFactory
+from tests.tenants.test_portal import logged_in
+from tests.whatif.test_page import FORM, PAGE, submit
+
+API = "/api/v1/what-if/"
+ROUNDS = 8
+
+
+def churn_history(cast: Cast) -> None:
+    """8 GPUs: speech (guarantee 6) submits four 2-GPU jobs of 50 minutes every hour,
+    borrowing vision's 2 GPUs; vision (guarantee 2) submits one 2-GPU job of 30 minutes
+    half-way through each hour. Reclaiming at once stops a speech job that would have
+    ended 20 minutes later (and the job run again shifts the hours after it)."""
+    cluster = ClusterFactory(name="gpu-east")
+    flavour = FlavourFactory(cluster=cluster, name="h100-80gb", product="H100-80GB", capacity=8)
+    QuotaFactory(tenant=cast.team_a, flavour=flavour, guaranteed=2)
+    QuotaFactory(tenant=cast.team_b, flavour=flavour, guaranteed=6)
+    start = timezone.now().replace(microsecond=0) - timedelta(days=3)
+    for hour in range(ROUNDS):
+        at = start + timedelta(hours=hour)
+        for _ in range(4):
+            FinishedWorkloadFactory(
+                tenant=cast.team_b,
+                flavour=flavour,
+                gpus=2,
+                submitted_at=at,
+                ran=timedelta(minutes=50),
+            )
+        FinishedWorkloadFactory(
+            tenant=cast.team_a,
+            flavour=flavour,
+            gpus=2,
+            submitted_at=at + timedelta(minutes=30),
+            ran=timedelta(minutes=30),
+        )
+
+
+def run_whatif(cast: Cast, proposal: Proposal) -> WhatIfRun:
+    churn_history(cast)
+    cluster = Cluster.objects.get(name="gpu-east")
+    run = services.whatif_run_create(
+        actor=cast.platform_admin, cluster=cluster, kind="whatif", days=30, proposal=proposal
+    )
+    executed = services.whatif_run_execute(run_id=run.pk)
+    assert executed is not None and executed.status == "done", executed and executed.error
+    return executed
+
+
+def test_a_proposed_reclaim_wait_lets_owners_take_gpus_that_free_instead_of_preempting(
+    cast: Cast,
+) -> None:
+    result = run_whatif(cast, Proposal(reclaim_wait_s=1800)).whatif_result()
+
+    assert result is not None
+    today, proposed = result.today, result.proposed
+    assert today.preemptions >= 2 and today.wasted_gpu_hours > 0
+    assert proposed.preemptions == 0 and proposed.wasted_gpu_hours == 0
+    # speech's work is no longer stopped and run again
+    assert proposed.tenant_waits["speech"].mean_s < today.tenant_waits["speech"].mean_s
+    # vision waits for speech's jobs to end (20 minutes, plus a cycle) instead
+    vision_today = today.tenant_waits["vision"].mean_s
+    vision_proposed = proposed.tenant_waits["vision"].mean_s
+    assert vision_today < 5 * 60
+    assert 15 * 60 <= vision_proposed <= 25 * 60
+    assert proposed.jobs_completed == today.jobs_completed == 5 * ROUNDS
+
+
+def test_todays_run_replays_under_todays_reclaim_wait(cast: Cast, settings: Any) -> None:
+    settings.TIDEGATE = {**settings.TIDEGATE, "RECLAIM_WAIT_S": 1800.0}
+
+    result = run_whatif(cast, Proposal(reclaim_wait_s=0)).whatif_result()
+
+    assert result is not None
+    assert result.today.preemptions == 0  # today's setting already waits
+    assert result.proposed.preemptions >= 2  # the proposal takes it away
+    assert (
+        result.proposed.tenant_waits["vision"].mean_s < result.today.tenant_waits["vision"].mean_s
+    )
+
+
+def test_a_proposal_without_a_reclaim_wait_keeps_todays() -> None:
+    stored = Proposal(reclaim_min_run_s=60).as_json()
+    del stored["reclaim_wait_s"]  # a run kept before the reclaim wait could be proposed
+    assert Proposal.from_json(stored).reclaim_wait_s is None
+    params = WhatIfParams(days=30, proposal=Proposal(reclaim_wait_s=600.0))
+    assert WhatIfParams.from_json(params.as_json()).proposal.reclaim_wait_s == 600.0
+
+
+@pytest.mark.parametrize("wait", [-1.0, services.MAX_RECLAIM_WAIT_S + 1])
+def test_a_reclaim_wait_below_zero_or_over_a_day_is_a_field_error(cast: Cast, wait: float) -> None:
+    churn_history(cast)
+    cluster = Cluster.objects.get(name="gpu-east")
+    with translation.override("en"), pytest.raises(ValidationFailed) as refused:
+        services.whatif_run_create(
+            actor=cast.platform_admin,
+            cluster=cluster,
+            kind="whatif",
+            days=30,
+            proposal=Proposal(reclaim_wait_s=wait),
+        )
+    assert "Give 0 to 86400 seconds" in str((refused.value.field_errors or {})["reclaim_wait_s"])
+    assert not WhatIfRun.objects.exists()
+
+
+@pytest.mark.parametrize("wait", [-60, 100_000, "soon"])
+def test_the_api_refuses_a_bad_reclaim_wait_with_a_400_inside_the_proposal(
+    cast: Cast, wait: Any
+) -> None:
+    churn_history(cast)
+
+    response = client_for(cast.platform_admin).post(
+        API, {"cluster": "gpu-east", "proposal": {"reclaim_wait_s": wait}}, format="json"
+    )
+
+    assert response.status_code == 400
+    assert "reclaim_wait_s" in response.json()["proposal"]
+    assert not WhatIfRun.objects.exists()
+
+
+def test_the_api_keeps_a_proposed_reclaim_wait_with_the_run(
+    cast: Cast, django_capture_on_commit_callbacks: Any
+) -> None:
+    churn_history(cast)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client_for(cast.platform_admin).post(
+            API, {"cluster": "gpu-east", "proposal": {"reclaim_wait_s": 1800}}, format="json"
+        )
+
+    assert response.status_code == 202, response.json()
+    run = WhatIfRun.objects.get()
+    assert run.params_record().proposal.reclaim_wait_s == 1800.0
+    result = run.whatif_result()
+    assert result is not None and result.proposed.preemptions == 0
+
+
+def test_the_page_offers_todays_reclaim_wait_and_shows_the_proposed_one(
+    cast: Cast, settings: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    settings.TIDEGATE = {**settings.TIDEGATE, "RECLAIM_WAIT_S": 120.0}
+    churn_history(cast)
+    client = logged_in(cast.platform_admin)
+
+    page = client.get(f"{PAGE}?cluster=gpu-east").content.decode()
+    assert 'name="reclaim_wait_s"' in page and 'value="120.0"' in page
+    assert "Reclaim wait (seconds)" in page
+
+    response = submit(client, django_capture_on_commit_callbacks, reclaim_wait_s="1800")
+    assert response.status_code == 302
+    run_page = client.get(response["Location"]).content.decode()
+    assert "Proposed reclaim wait: 1800.0 s." in run_page
+    client.post("/i18n/setlang/", {"language": "zh-hans", "next": "/"})
+    assert "提议的回收等待时间：1800.0 秒。" in client.get(response["Location"]).content.decode()
+
+
+def test_the_page_refuses_a_negative_reclaim_wait_and_keeps_what_was_typed(cast: Cast) -> None:
+    churn_history(cast)
+
+    response = logged_in(cast.platform_admin).post(PAGE, {**FORM, "reclaim_wait_s": "-5"})
+
+    assert response.status_code == 400
+    page = response.content.decode()
+    assert "greater than or equal to 0" in page
+    assert 'name="reclaim_wait_s"' in page and 'value="-5"' in page
+    assert not WhatIfRun.objects.exists()
+
+
+def test_an_empty_reclaim_wait_on_the_page_proposes_todays(
+    cast: Cast, django_capture_on_commit_callbacks: Any
+) -> None:
+    churn_history(cast)
+
+    response = submit(
+        logged_in(cast.platform_admin), django_capture_on_commit_callbacks, reclaim_wait_s=""
+    )
+
+    assert response.status_code == 302
+    assert WhatIfRun.objects.get().params_record().proposal.reclaim_wait_s is None
