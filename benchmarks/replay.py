@@ -25,12 +25,15 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from scheduler_bridge.replay.cluster import (  # noqa: E402
+    QuotaPlan,
+    ReplayCluster,
     demand_shares,
     one_product,
     proportional_quotas,
@@ -46,6 +49,7 @@ from scheduler_bridge.replay.trace import (  # noqa: E402
     PHILLY_ATTRIBUTION,
     PHILLY_JOBS,
     PHILLY_VC_NODES,
+    TraceJob,
     read_jobs,
     read_vc_nodes,
 )
@@ -94,21 +98,40 @@ def philly() -> None:
         reclaim_min_run_s=MIN_RUN_S,
         trace_source=PHILLY_ATTRIBUTION,
     )
+    reclaim_waits(
+        "", jobs, cluster, quotas, RECLAIM_WAIT_S, static_wait, PHILLY_ATTRIBUTION, say, len(runs)
+    )
+
+
+def reclaim_waits(
+    prefix: str,
+    jobs: list[TraceJob],
+    cluster: ReplayCluster,
+    quotas: QuotaPlan,
+    wait_s: float,
+    static_wait: float,
+    source: str,
+    say: Callable[[str, int], None],
+    done: int,
+) -> None:
+    """One line each for fair share and fair share with elastic jobs under a reclaim wait
+    of ``wait_s`` (scenario ``<prefix><policy>-reclaim-wait-<minutes>m``)."""
+    minutes = round(wait_s / 60)
     for policy in ("fair-share", "fair-share-elastic"):
-        say(f"{policy} with a 2-minute reclaim wait", len(runs))
+        say(f"{policy} with a {minutes}-minute reclaim wait", done)
         waited = replay(
             policy,
             jobs,
             cluster,
             quotas,
-            ReplayOptions(reclaim_wait_s=RECLAIM_WAIT_S),
+            ReplayOptions(reclaim_wait_s=wait_s),
             static_owner_wait_s=static_wait,
         )
         emit(
-            f"{policy}-reclaim-wait-2m",
+            f"{prefix}{policy}-reclaim-wait-{minutes}m",
             waited.figures.as_json(),
-            reclaim_wait_s=RECLAIM_WAIT_S,
-            trace_source=PHILLY_ATTRIBUTION,
+            reclaim_wait_s=wait_s,
+            trace_source=source,
         )
 
 
@@ -126,22 +149,17 @@ def bursty() -> None:
     for run in runs:
         emit(f"bursty-{run.figures.policy}", run.figures.as_json(), trace_source=BURSTY_SOURCE)
     static_wait = runs[0].figures.owner_wait_mean_s
-    for policy in ("fair-share", "fair-share-elastic"):
-        say(f"{policy} with a 10-minute reclaim wait", len(runs))
-        waited = replay(
-            policy,
-            jobs,
-            cluster,
-            quotas,
-            ReplayOptions(reclaim_wait_s=BURSTY_RECLAIM_WAIT_S),
-            static_owner_wait_s=static_wait,
-        )
-        emit(
-            f"bursty-{policy}-reclaim-wait-10m",
-            waited.figures.as_json(),
-            reclaim_wait_s=BURSTY_RECLAIM_WAIT_S,
-            trace_source=BURSTY_SOURCE,
-        )
+    reclaim_waits(
+        "bursty-",
+        jobs,
+        cluster,
+        quotas,
+        BURSTY_RECLAIM_WAIT_S,
+        static_wait,
+        BURSTY_SOURCE,
+        say,
+        len(runs),
+    )
 
 
 def synthetic() -> None:
