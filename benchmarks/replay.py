@@ -14,6 +14,8 @@ jobs of 12 tenants with their own job-size mix, each tenant quiet for days and t
 burst, on 384 GPUs. One line per policy (``bursty-static``, ``bursty-fair-share``,
 ``bursty-fair-share-elastic``) and two with a 10-minute reclaim wait
 (``bursty-fair-share-reclaim-wait-10m``, ``bursty-fair-share-elastic-reclaim-wait-10m``).
+``BENCH_BURSTY_SEED`` (default 1) draws another trace, ``BENCH_BURSTY_RECLAIM_WAIT_S``
+(default 600) sets the wait of the last two lines (named by its minutes).
 
 Scenario ``synthetic-100k`` (``--synthetic`` runs only it): 100,000 jobs of 50 tenants drawn
 from the slice's job shapes at 80 % offered load on 2,048 GPUs, under fair share; it prints
@@ -59,8 +61,9 @@ MIN_RUN_S = 1800.0
 RECLAIM_WAIT_S = 120.0
 SYNTHETIC_CAPACITY = 2048
 BURSTY_JOBS, BURSTY_TENANTS, BURSTY_CAPACITY = 8000, 12, 384
-BURSTY_RECLAIM_WAIT_S = 600.0
-BURSTY_SOURCE = "synthetic bursty trace (Tidegate's generator, seed 1)"
+BURSTY_SEED = int(os.environ.get("BENCH_BURSTY_SEED", "1"))
+BURSTY_RECLAIM_WAIT_S = float(os.environ.get("BENCH_BURSTY_RECLAIM_WAIT_S", "600"))
+BURSTY_SOURCE = f"synthetic bursty trace (Tidegate's generator, seed {BURSTY_SEED})"
 
 
 def emit(scenario: str, figures: dict[str, object], **extra: object) -> None:
@@ -99,7 +102,15 @@ def philly() -> None:
         trace_source=PHILLY_ATTRIBUTION,
     )
     reclaim_waits(
-        "", jobs, cluster, quotas, RECLAIM_WAIT_S, static_wait, PHILLY_ATTRIBUTION, say, len(runs)
+        "",
+        jobs,
+        cluster,
+        quotas,
+        wait_s=RECLAIM_WAIT_S,
+        static_wait=static_wait,
+        source=PHILLY_ATTRIBUTION,
+        say=say,
+        done=len(runs),
     )
 
 
@@ -108,6 +119,7 @@ def reclaim_waits(
     jobs: list[TraceJob],
     cluster: ReplayCluster,
     quotas: QuotaPlan,
+    *,
     wait_s: float,
     static_wait: float,
     source: str,
@@ -136,7 +148,9 @@ def reclaim_waits(
 
 
 def bursty() -> None:
-    jobs = bursty_trace(jobs=BURSTY_JOBS, tenants=BURSTY_TENANTS, capacity=BURSTY_CAPACITY, seed=1)
+    jobs = bursty_trace(
+        jobs=BURSTY_JOBS, tenants=BURSTY_TENANTS, capacity=BURSTY_CAPACITY, seed=BURSTY_SEED
+    )
     cluster = one_product(BURSTY_CAPACITY)
     quotas = proportional_quotas(sorted({j.tenant for j in jobs}), demand_shares(jobs), cluster)
 
@@ -154,11 +168,11 @@ def bursty() -> None:
         jobs,
         cluster,
         quotas,
-        BURSTY_RECLAIM_WAIT_S,
-        static_wait,
-        BURSTY_SOURCE,
-        say,
-        len(runs),
+        wait_s=BURSTY_RECLAIM_WAIT_S,
+        static_wait=static_wait,
+        source=BURSTY_SOURCE,
+        say=say,
+        done=len(runs),
     )
 
 

@@ -1,6 +1,6 @@
 """The what-if page (platform admins; everyone else gets 404): choose a cluster and a
-window, propose guarantees per tenant and flavour, weights and a reclaim minimum run,
-and see the replay of the cluster's own history under today's quotas and the proposal
+window, propose guarantees per tenant and flavour, weights, a reclaim minimum run and a
+reclaim wait, and see the replay of the cluster's own history under today's quotas and the proposal
 side by side; or ask what static slices would cost for the same p95 wait.
 
 A run is a Celery task; its page polls its progress (htmx) and reloads when it is done.
@@ -74,15 +74,25 @@ class WhatIfForm(forms.Form):
         label=gettext_lazy("Reclaim wait (seconds)"),
         min_value=0,
         max_value=services.MAX_RECLAIM_WAIT_S,
-        required=False,  # left empty: today's
+        required=False,  # left empty (as the page offers it): today's
         help_text=gettext_lazy(
-            "Work inside its guarantee waits this long for GPUs to free before it preempts."
+            "Work inside its guarantee waits this long for GPUs to free before it "
+            "preempts. Left empty: today's, shown in the field."
         ),
     )
 
-    def __init__(self, *args: Any, grid: Grid, today: dict[tuple[str, str], int], **kw: Any):
+    def __init__(
+        self,
+        *args: Any,
+        grid: Grid,
+        today: dict[tuple[str, str], int],
+        today_reclaim_wait_s: float = 0.0,
+        **kw: Any,
+    ):
         super().__init__(*args, **kw)
         self.grid = grid
+        # empty unless changed: today's wait shows in the field without being proposed
+        self.fields["reclaim_wait_s"].widget.attrs["placeholder"] = f"{today_reclaim_wait_s:g}"
         for row, tenant in enumerate(grid.tenants):
             for column, flavour in enumerate(grid.flavours):
                 self.fields[grid.cell(row, column)] = forms.IntegerField(
@@ -166,12 +176,15 @@ def whatif_page(request: HttpRequest) -> HttpResponse:
     if cluster is not None:
         grid, today = _grid(cluster, days)
         options = services.today_options()
-        initial = {
-            "reclaim_min_run_s": options.reclaim_min_run_s,
-            "reclaim_wait_s": options.reclaim_wait_s,
-        }
+        initial = {"reclaim_min_run_s": options.reclaim_min_run_s}
         if request.method == "POST":
-            form = WhatIfForm(request.POST, grid=grid, today=today, initial=initial)
+            form = WhatIfForm(
+                request.POST,
+                grid=grid,
+                today=today,
+                today_reclaim_wait_s=options.reclaim_wait_s,
+                initial=initial,
+            )
             if form.is_valid() and grid.tenants:
                 try:
                     run = services.whatif_run_create(
@@ -187,7 +200,12 @@ def whatif_page(request: HttpRequest) -> HttpResponse:
                     return redirect("billing-whatif-run", pk=run.pk)
             status = 400
         else:
-            form = WhatIfForm(grid=grid, today=today, initial=initial)
+            form = WhatIfForm(
+                grid=grid,
+                today=today,
+                today_reclaim_wait_s=options.reclaim_wait_s,
+                initial=initial,
+            )
     context = {
         "clusters": clusters,
         "cluster": cluster,

@@ -59,7 +59,14 @@ def test_the_bursty_trace_draws_its_own_sizes_and_bounded_run_times() -> None:
     assert all(low <= job.run_time_s <= high for job in trace)
     # never larger than the cluster: a capacity of 8 leaves out the 16- and 32-GPU jobs
     small = bursty_trace(jobs=500, tenants=4, capacity=8, seed=1)
-    assert max(job.gpus for job in small) <= 8
+    assert {job.gpus for job in small} == {1, 2, 4, 8}
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_single_tenant_quiet_for_days_still_gives_every_job_asked_for(seed: int) -> None:
+    trace = bursty_trace(jobs=50, tenants=1, capacity=8, seed=seed)
+    assert len(trace) == 50
+    assert [j.submitted_at for j in trace] == sorted(j.submitted_at for j in trace)
 
 
 def test_the_bursty_trace_offers_about_the_load_asked_of_the_capacity() -> None:
@@ -86,18 +93,20 @@ def test_bursty_tenants_come_back_all_at_once_where_poisson_tenants_trickle() ->
 
 
 @pytest.mark.parametrize(
-    "arguments",
+    ("arguments", "words"),
     [
-        {"jobs": 0, "tenants": 4, "capacity": 64},
-        {"jobs": 10, "tenants": 0, "capacity": 64},
-        {"jobs": 10, "tenants": 4, "capacity": 0},
-        {"jobs": 10, "tenants": 4, "capacity": 64, "load": 0.0},
+        ({"jobs": 0, "tenants": 4, "capacity": 64}, "jobs must be at least 1, not 0"),
+        ({"jobs": 10, "tenants": 0, "capacity": 64}, "tenants must be at least 1, not 0"),
+        ({"jobs": 10, "tenants": 4, "capacity": -8}, "capacity must be at least 1, not -8"),
+        ({"jobs": 10, "tenants": 4, "capacity": 64, "load": 0.0}, "above 0, not 0.0"),
+        ({"jobs": 10, "tenants": 4, "capacity": 64, "load": float("nan")}, "not nan"),
+        ({"jobs": 10, "tenants": 4, "capacity": 64, "load": float("inf")}, "not inf"),
     ],
 )
-def test_a_bursty_trace_of_nothing_is_refused_with_what_must_be_positive(
-    arguments: dict[str, float],
+def test_a_bursty_trace_that_cannot_be_made_says_which_argument_is_wrong(
+    arguments: dict[str, float], words: str
 ) -> None:
-    with pytest.raises(ValueError, match="must be positive"):
+    with pytest.raises(ValueError, match=words):
         bursty_trace(**arguments)  # type: ignore[arg-type]
 
 

@@ -4,6 +4,7 @@ setting (TIDEGATE_RECLAIM_WAIT_S), the proposed run under the proposal's."""
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -96,7 +97,17 @@ def test_todays_run_replays_under_todays_reclaim_wait(cast: Cast, settings: Any)
     )
 
 
-def test_a_proposal_without_a_reclaim_wait_keeps_todays() -> None:
+def test_a_proposal_without_a_reclaim_wait_replays_todays(cast: Cast, settings: Any) -> None:
+    settings.TIDEGATE = {**settings.TIDEGATE, "RECLAIM_WAIT_S": 1800.0}
+
+    result = run_whatif(cast, Proposal()).whatif_result()
+
+    assert result is not None
+    assert result.proposed.preemptions == result.today.preemptions == 0
+    assert result.proposed == result.today
+
+
+def test_a_run_kept_before_the_reclaim_wait_could_be_proposed_reads_as_todays() -> None:
     stored = Proposal(reclaim_min_run_s=60).as_json()
     del stored["reclaim_wait_s"]  # a run kept before the reclaim wait could be proposed
     assert Proposal.from_json(stored).reclaim_wait_s is None
@@ -160,8 +171,15 @@ def test_the_page_offers_todays_reclaim_wait_and_shows_the_proposed_one(
     client = logged_in(cast.platform_admin)
 
     page = client.get(f"{PAGE}?cluster=gpu-east").content.decode()
-    assert 'name="reclaim_wait_s"' in page and 'value="120.0"' in page
+    # today's wait is shown, not proposed: the field stays empty unless changed
+    field = re.search(r'<input[^>]*name="reclaim_wait_s"[^>]*>', page)
+    assert field is not None
+    assert 'placeholder="120"' in field.group() and "value=" not in field.group()
     assert "Reclaim wait (seconds)" in page
+    untouched = submit(client, django_capture_on_commit_callbacks)
+    assert untouched.status_code == 302
+    assert WhatIfRun.objects.get().params_record().proposal.reclaim_wait_s is None
+    assert "Proposed reclaim wait" not in client.get(untouched["Location"]).content.decode()
 
     response = submit(client, django_capture_on_commit_callbacks, reclaim_wait_s="1800")
     assert response.status_code == 302
