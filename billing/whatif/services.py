@@ -32,6 +32,7 @@ from billing.whatif.records import (
 from scheduler_bridge.inventory.models import Cluster, Flavour
 from scheduler_bridge.quotas.models import Quota
 from scheduler_bridge.replay.policies import POLICIES, ReplayInputError, ReplayOptions
+from scheduler_bridge.workloads.cycle import engine_config
 from scheduler_bridge.workloads.history_trace import (
     HISTORY_SOURCES,
     RAN_STATES,
@@ -320,12 +321,15 @@ def whatif_runs_fail_stalled(*, now: datetime | None = None) -> int:
 
 
 def today_options() -> ReplayOptions:
-    """The replay options of today's settings: the queue's usage half-life, the reclaim
-    minimum run and the reclaim wait."""
+    """The replay options of the queue as it runs today: its usage half-life and the
+    engine's settings (the same EngineConfig the queue's cycles use)."""
+    config = engine_config()
     return ReplayOptions(
         half_life_h=DEFAULT_HALF_LIFE_S / 3600,
-        reclaim_min_run_s=float(settings.TIDEGATE["RECLAIM_MIN_RUN_S"]),
-        reclaim_wait_s=float(settings.TIDEGATE["RECLAIM_WAIT_S"]),
+        reclaim_min_run_s=float(config.reclaim_min_run_s),
+        reclaim_wait_s=float(config.reclaim_wait_s),
+        share_packing=config.share_packing,
+        priority_preemption=config.priority_preemption,
     )
 
 

@@ -55,6 +55,8 @@ class ReplayOptions:
     seed: int = 0  # orders jobs submitted in the same second
     timeline_points: int = 0  # samples kept for plots; 0: none
     share_packing: str = "fgd"  # which GPU a share takes on shared products (EngineConfig)
+    # higher-priority work may preempt its own tenant's lower-priority work (EngineConfig)
+    priority_preemption: bool = False
 
 
 @dataclass(frozen=True)
@@ -199,6 +201,7 @@ def replay(
                 reclaim_min_run_s=options.reclaim_min_run_s,
                 reclaim_wait_s=options.reclaim_wait_s,
                 share_packing=options.share_packing,
+                priority_preemption=options.priority_preemption,
             )
         ),
         cycle_interval_s=options.cycle_interval_s,

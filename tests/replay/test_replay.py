@@ -401,3 +401,47 @@ def test_the_replay_command_refuses_bad_arguments_with_a_clear_message(
 ) -> None:
     with pytest.raises(CommandError, match=message):
         call_command("replay", *arguments, stdout=StringIO(), stderr=StringIO())
+
+
+def test_priority_preemption_lets_a_tenants_urgent_job_stop_its_own_batch_job() -> None:
+    """a holds the whole cluster with a 2-hour batch job; its urgent job arrives at 600 s.
+    With priority preemption (as the queue runs with TIDEGATE_PRIORITY_PREEMPTION) the
+    urgent job stops the batch job at once; without, it waits for the batch job to end."""
+    jobs = [
+        TraceJob("batch", "a", 0.0, 7200.0, 8, priority=0),
+        TraceJob("urgent", "a", 600.0, 600.0, 8, priority=10),
+    ]
+    waiting = run("fair-share", jobs, {"a": 1}, 8)
+    preempting = run("fair-share", jobs, {"a": 1}, 8, priority_preemption=True)
+    assert waiting.preemptions == 0 and waiting.wait_mean_s >= 3000.0
+    assert preempting.preemptions == 1
+    assert preempting.tenant_waits["a"].p99_s <= 600.0  # the urgent job within a cycle
+
+
+@pytest.mark.parametrize(("flag", "preemptions"), [((), 0), (("--priority-preemption",), 1)])
+def test_the_replay_command_preempts_by_priority_when_asked(
+    tmp_path: Path, flag: tuple[str, ...], preemptions: int
+) -> None:
+    trace = write(
+        tmp_path,
+        "t.csv",
+        "submit_time,duration_s,gpus,tenant,priority\n0,7200,8,a,0\n600,600,8,a,10\n",
+    )
+    out = StringIO()
+    call_command(
+        "replay",
+        "--format",
+        "csv",
+        "--trace",
+        str(trace),
+        "--capacity",
+        "8",
+        "--policy",
+        "fair-share",
+        "--json",
+        *flag,
+        stdout=out,
+        stderr=StringIO(),
+    )
+    (line,) = [json.loads(text) for text in out.getvalue().splitlines()]
+    assert line["preemptions"] == preemptions and line["jobs_completed"] == 2

@@ -212,3 +212,22 @@ def test_an_empty_reclaim_wait_on_the_page_proposes_todays(
 
     assert response.status_code == 302
     assert WhatIfRun.objects.get().params_record().proposal.reclaim_wait_s is None
+
+
+def test_todays_run_replays_under_every_setting_the_queue_runs_with(settings: Any) -> None:
+    settings.TIDEGATE = {
+        **settings.TIDEGATE,
+        "RECLAIM_MIN_RUN_S": 900.0,
+        "RECLAIM_WAIT_S": 120.0,
+        "SHARE_PACKING": "best-fit",
+        "PRIORITY_PREEMPTION": True,
+    }
+
+    options = services.today_options()
+
+    assert (
+        options.reclaim_min_run_s,
+        options.reclaim_wait_s,
+        options.share_packing,
+        options.priority_preemption,
+    ) == (900.0, 120.0, "best-fit", True)

@@ -121,6 +121,11 @@ class Command(BaseCommand):
             default="fgd",
             help="shared GPUs (openb): which GPU a share takes",
         )
+        parser.add_argument(
+            "--priority-preemption",
+            action="store_true",
+            help="higher-priority work may preempt its own tenant's lower-priority work",
+        )
         parser.add_argument("--seed", type=int, default=0, help="orders same-second submits")
         parser.add_argument("--limit", type=int, help="replay only the first N jobs")
         parser.add_argument("--json", action="store_true", help="one JSON line per policy")
@@ -142,6 +147,7 @@ class Command(BaseCommand):
             reclaim_wait_s=options["reclaim_wait"],
             seed=options["seed"],
             share_packing=options["share_packing"],
+            priority_preemption=options["priority_preemption"],
             timeline_points=PLOT_POINTS if options["plot"] else 0,
         )
         policies = POLICIES if options["policy"] == "all" else (options["policy"],)
