@@ -186,7 +186,7 @@ def test_the_page_offers_todays_reclaim_wait_and_shows_the_proposed_one(
     run_page = client.get(response["Location"]).content.decode()
     assert "Proposed reclaim wait: 1800.0 s." in run_page
     client.post("/i18n/setlang/", {"language": "zh-hans", "next": "/"})
-    assert "提议的回收等待时间：1800.0 秒。" in client.get(response["Location"]).content.decode()
+    assert "提议的收回等待时间：1800.0 秒。" in client.get(response["Location"]).content.decode()
 
 
 def test_the_page_refuses_a_negative_reclaim_wait_and_keeps_what_was_typed(cast: Cast) -> None:
