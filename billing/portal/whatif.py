@@ -23,7 +23,7 @@ from django.views.decorators.http import require_POST
 
 from billing.whatif import charts, services
 from billing.whatif.records import DEFAULT_POLICY, Proposal, QuotaEntry
-from billing.whatif.tables import figure_rows, savings_rows, tenant_wait_rows
+from billing.whatif.tables import figure_rows, savings_rows, settings_rows, tenant_wait_rows
 from scheduler_bridge.inventory.models import Cluster, Flavour
 from scheduler_bridge.replay.policies import POLICIES
 from tenants.errors import TidegateError
@@ -240,6 +240,7 @@ def whatif_run_page(request: HttpRequest, pk: int) -> HttpResponse:
         context |= {
             "whatif": result,
             "figures": figure_rows(result.today, result.proposed),
+            "settings_replayed": settings_rows(result.today_settings, result.proposed_settings),
             "tenant_waits": tenant_wait_rows(result.today, result.proposed),
             "chart": charts.tenant_waits_chart(result.today, result.proposed),
             "quota_changes": [

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from scheduler_bridge.replay.figures import WaitFigures
-from scheduler_bridge.replay.policies import ReplayFigures
+from scheduler_bridge.replay.policies import ReplayFigures, ReplayOptions
 
 DEFAULT_POLICY = "fair-share"
 
@@ -97,14 +97,43 @@ class HistoryWindow:
 
 
 @dataclass(frozen=True)
+class RunSettings:
+    """The queue settings a replay ran under, kept with its result: what "today" meant
+    when the run was made, whatever the settings are now."""
+
+    half_life_h: float
+    reclaim_min_run_s: float
+    reclaim_wait_s: float
+    share_packing: str
+    priority_preemption: bool
+
+    @classmethod
+    def of(cls, options: ReplayOptions) -> RunSettings:
+        return cls(
+            half_life_h=options.half_life_h,
+            reclaim_min_run_s=options.reclaim_min_run_s,
+            reclaim_wait_s=options.reclaim_wait_s,
+            share_packing=options.share_packing,
+            priority_preemption=options.priority_preemption,
+        )
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | None) -> RunSettings | None:
+        return None if not data else cls(**data)
+
+
+@dataclass(frozen=True)
 class WhatIfResult:
-    """Both runs' figures; the guarantees (GPUs per tenant and flavour) each ran under."""
+    """Both runs' figures; the guarantees (GPUs per tenant and flavour) and the settings
+    each ran under (no settings: a run kept before they were recorded)."""
 
     history: HistoryWindow
     today: ReplayFigures
     proposed: ReplayFigures
     today_quotas: tuple[QuotaEntry, ...]
     proposed_quotas: tuple[QuotaEntry, ...]
+    today_settings: RunSettings | None = None
+    proposed_settings: RunSettings | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -113,6 +142,10 @@ class WhatIfResult:
             "proposed": self.proposed.as_json(),
             "today_quotas": [asdict(q) for q in self.today_quotas],
             "proposed_quotas": [asdict(q) for q in self.proposed_quotas],
+            "today_settings": asdict(self.today_settings) if self.today_settings else None,
+            "proposed_settings": (
+                asdict(self.proposed_settings) if self.proposed_settings else None
+            ),
         }
 
     @classmethod
@@ -123,6 +156,8 @@ class WhatIfResult:
             proposed=figures_from_json(data["proposed"]),
             today_quotas=tuple(QuotaEntry(**q) for q in data.get("today_quotas") or ()),
             proposed_quotas=tuple(QuotaEntry(**q) for q in data.get("proposed_quotas") or ()),
+            today_settings=RunSettings.from_json(data.get("today_settings")),
+            proposed_settings=RunSettings.from_json(data.get("proposed_settings")),
         )
 
 

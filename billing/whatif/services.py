@@ -25,6 +25,7 @@ from billing.whatif import runs
 from billing.whatif.records import (
     HistoryWindow,
     Proposal,
+    RunSettings,
     SavingsResult,
     WhatIfParams,
     WhatIfResult,
@@ -368,6 +369,8 @@ def _what_if(trace: HistoryTrace, params: WhatIfParams, progress: runs.Progress)
         proposed=proposed_run.figures,
         today_quotas=runs.quota_entries(trace.quotas),
         proposed_quotas=runs.quota_entries(proposed),
+        today_settings=RunSettings.of(options),
+        proposed_settings=RunSettings.of(proposed_options),
     )
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from billing.whatif.records import SavingsResult
+from billing.whatif.records import RunSettings, SavingsResult
 from scheduler_bridge.replay.figures import WaitFigures
 from scheduler_bridge.replay.policies import ReplayFigures
 
@@ -88,6 +88,45 @@ def figure_rows(today: ReplayFigures, proposed: ReplayFigures) -> list[dict[str,
             }
         )
     return rows
+
+
+def _seconds(value: float) -> str:
+    return _("%(seconds).0f s") % {"seconds": value}
+
+
+def _yes_no(value: bool) -> str:
+    return _("on") if value else _("off")
+
+
+# (setting, label, how it reads)
+SETTINGS: list[tuple[str, Any, Callable[[Any], str]]] = [
+    ("reclaim_wait_s", gettext_lazy("Reclaim wait"), _seconds),
+    ("reclaim_min_run_s", gettext_lazy("Reclaim minimum run"), _seconds),
+    ("priority_preemption", gettext_lazy("Priority preemption"), _yes_no),
+    ("share_packing", gettext_lazy("Share packing"), str),
+    (
+        "half_life_h",
+        gettext_lazy("Usage half-life"),
+        lambda h: _("%(hours)s h") % {"hours": f"{h:g}"},
+    ),
+]
+
+
+def settings_rows(today: RunSettings | None, proposed: RunSettings | None) -> list[dict[str, Any]]:
+    """The settings each run replayed under, side by side (none for a run kept before
+    they were recorded)."""
+    if today is None or proposed is None:
+        return []
+    return [
+        {
+            "name": name,
+            "label": label,
+            "today": shown(getattr(today, name)),
+            "proposed": shown(getattr(proposed, name)),
+            "changed": getattr(today, name) != getattr(proposed, name),
+        }
+        for name, label, shown in SETTINGS
+    ]
 
 
 def tenant_wait_rows(today: ReplayFigures, proposed: ReplayFigures) -> list[dict[str, Any]]:

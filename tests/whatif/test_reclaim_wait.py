@@ -231,3 +231,43 @@ def test_todays_run_replays_under_every_setting_the_queue_runs_with(settings: An
         options.share_packing,
         options.priority_preemption,
     ) == (900.0, 120.0, "best-fit", True)
+
+
+def test_a_result_keeps_the_settings_each_run_replayed_under_and_the_page_shows_them(
+    cast: Cast, settings: Any
+) -> None:
+    settings.TIDEGATE = {**settings.TIDEGATE, "RECLAIM_WAIT_S": 120.0}
+    run = run_whatif(cast, Proposal(reclaim_wait_s=1800))
+    # the setting changes after the run was made: the run still says what today meant
+    settings.TIDEGATE = {**settings.TIDEGATE, "RECLAIM_WAIT_S": 0.0}
+
+    result = run.whatif_result()
+    assert result is not None and result.today_settings and result.proposed_settings
+    assert (result.today_settings.reclaim_wait_s, result.proposed_settings.reclaim_wait_s) == (
+        120.0,
+        1800.0,
+    )
+    assert result.today_settings.half_life_h == result.proposed_settings.half_life_h == 168.0
+    client = logged_in(cast.platform_admin)
+    page = client.get(f"/billing/what-if/{run.pk}/").content.decode()
+    row = re.search(r'<tr id="setting-reclaim_wait_s">.*?</tr>', page, re.S)
+    assert row is not None
+    assert "120 s" in row.group() and "<strong>1800 s</strong>" in row.group()
+    unchanged = re.search(r'<tr id="setting-reclaim_min_run_s">.*?</tr>', page, re.S)
+    assert unchanged is not None and "<strong>" not in unchanged.group()
+    client.post("/i18n/setlang/", {"language": "zh-hans", "next": "/"})
+    chinese = client.get(f"/billing/what-if/{run.pk}/").content.decode()
+    assert "回放所用设置" in chinese and "收回等待时间" in chinese
+
+
+def test_a_result_kept_before_settings_were_recorded_still_shows(cast: Cast) -> None:
+    run = run_whatif(cast, Proposal())
+    kept = dict(run.result or {})
+    del kept["today_settings"], kept["proposed_settings"]
+    WhatIfRun.objects.filter(pk=run.pk).update(result=kept)
+
+    page = logged_in(cast.platform_admin).get(f"/billing/what-if/{run.pk}/")
+
+    assert page.status_code == 200
+    assert 'id="whatif-figures"' in page.content.decode()
+    assert 'id="whatif-settings"' not in page.content.decode()
