@@ -1,7 +1,8 @@
 """The what-if page (platform admins; everyone else gets 404): choose a cluster and a
 window, propose guarantees per tenant and flavour, weights, a reclaim minimum run and a
-reclaim wait, and see the replay of the cluster's own history under today's quotas and the proposal
-side by side; or ask what static slices would cost for the same p95 wait.
+reclaim wait, and see the replay of the cluster's own history under today's quotas and
+settings and under the proposal side by side; or ask what static slices would cost for
+the same p95 wait.
 
 A run is a Celery task; its page polls its progress (htmx) and reloads when it is done.
 With tasks run eagerly (the demo) the result is there when the POST returns.
