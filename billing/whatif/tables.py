@@ -53,6 +53,7 @@ FIGURES: list[tuple[str, Any, Callable[[Any], str], bool]] = [
     ("share_fairness", gettext_lazy("Share fairness (1 = fair)"), _number, False),
     ("jain_fairness", gettext_lazy("Slowdown fairness (Jain)"), _number, False),
     ("preemptions", gettext_lazy("Preemptions"), _number, True),
+    ("preempted_jobs", gettext_lazy("Jobs preempted (at least once)"), _number, True),
     ("shrinks", gettext_lazy("Elastic shrinks"), _number, True),
     ("grows", gettext_lazy("Elastic grows"), _number, False),
     ("jobs_completed", gettext_lazy("Jobs completed"), _number, False),

@@ -71,6 +71,7 @@ def _table(runs: Sequence[PolicyRun]) -> str:
         ("owner wait ratio", "owner_wait_ratio", "{:.2f}"),
         ("share fairness", "share_fairness", "{:.3f}"),
         ("preemptions", "preemptions", "{:,}"),
+        ("preempted jobs", "preempted_jobs", "{:,}"),
     ]
     head = "".join(f"<th>{html.escape(label)}</th>" for label, _, _ in columns)
     rows = []

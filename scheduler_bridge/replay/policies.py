@@ -87,6 +87,10 @@ class ReplayFigures:
     shrinks: int
     grows: int
     tenant_waits: dict[str, WaitFigures] = field(default_factory=dict)
+    # jobs stopped whole at least once, and the most times one job was (None: a result
+    # kept from before these were measured)
+    preempted_jobs: int | None = None
+    most_preemptions_of_a_job: int | None = None
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -463,6 +467,8 @@ def _measure(
         shrinks=result.shrinks,
         grows=result.grows,
         tenant_waits=tenant_waits(result.jobs),
+        preempted_jobs=sum(1 for o in result.jobs if o.preemptions),
+        most_preemptions_of_a_job=max((o.preemptions for o in result.jobs), default=0),
     )
     return PolicyRun(figures, timeline, samples, guarantee)
 

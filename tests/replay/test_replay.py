@@ -240,6 +240,19 @@ def test_a_minimum_run_lets_young_borrowed_work_finish_before_the_owner_reclaims
     assert protected.wait_mean_s > at_once.wait_mean_s
 
 
+def test_a_job_preempted_twice_counts_twice_as_a_preemption_and_once_as_a_job() -> None:
+    """b borrows with four one-hour jobs; each of a's two short jobs takes GPUs back. The
+    second finds the same job of b borrowing again (re-admitted when a's first ended, so
+    the most recently admitted): two preemptions of one job."""
+    jobs = [TraceJob(f"b{i}", "b", float(i), 3600.0, 8) for i in range(4)]
+    jobs += [TraceJob("a0", "a", 600.0, 600.0, 8), TraceJob("a1", "a", 1800.0, 600.0, 8)]
+    shared = run("fair-share", jobs, {"a": 2, "b": 1}, 32)
+    assert shared.preemptions == 2
+    assert shared.preempted_jobs == 1 and shared.most_preemptions_of_a_job == 2
+    fifo = run("fifo", jobs, {"a": 2, "b": 1}, 32)
+    assert (fifo.preemptions, fifo.preempted_jobs, fifo.most_preemptions_of_a_job) == (0, 0, 0)
+
+
 def test_elastic_jobs_shrink_instead_of_being_preempted_and_waste_less() -> None:
     jobs = [TraceJob(f"b{i}", "b", float(i), 3600.0, 8) for i in range(4)]
     jobs.append(TraceJob("a0", "a", 600.0, 600.0, 8))
@@ -336,11 +349,14 @@ def test_the_replay_command_prints_json_lines_and_a_plot(tmp_path: Path) -> None
         "owner_wait_ratio",
         "share_fairness",
         "preemptions",
+        "preempted_jobs",
+        "most_preemptions_of_a_job",
         "makespan_h",
         "jobs_completed",
         "tenant_waits",
     }
     assert all(required <= line.keys() for line in lines)
+    assert all(line["preempted_jobs"] <= line["preemptions"] for line in lines)
     assert all(line["jobs"] == 300 and line["trace_source"] == PHILLY_ATTRIBUTION for line in lines)
     page = plot.read_text(encoding="utf-8")
     assert "Utilisation over time" in page and "Holdings against guarantee" in page

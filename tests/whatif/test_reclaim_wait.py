@@ -273,3 +273,42 @@ def test_a_result_kept_before_settings_were_recorded_still_shows(cast: Cast) -> 
     assert page.status_code == 200
     assert 'id="whatif-figures"' in page.content.decode()
     assert 'id="whatif-settings"' not in page.content.decode()
+
+
+def test_the_run_page_counts_the_jobs_preempted_beside_the_preemptions(cast: Cast) -> None:
+    run = run_whatif(cast, Proposal(reclaim_wait_s=1800))
+    result = run.whatif_result()
+    assert result is not None
+    today = result.today
+    assert today.preempted_jobs is not None and 1 <= today.preempted_jobs <= today.preemptions
+    assert result.proposed.preempted_jobs == 0
+
+    page = logged_in(cast.platform_admin).get(f"/billing/what-if/{run.pk}/").content.decode()
+
+    row = re.search(r'<tr id="figure-preempted_jobs">.*?</tr>', page, re.S)
+    assert row is not None
+    assert "Jobs preempted (at least once)" in row.group()
+    assert f"<td>{today.preempted_jobs}</td>" in row.group() and "<td>0</td>" in row.group()
+    client = logged_in(cast.platform_admin)
+    client.post("/i18n/setlang/", {"language": "zh-hans", "next": "/"})
+    assert "被抢占过的作业数" in client.get(f"/billing/what-if/{run.pk}/").content.decode()
+
+
+def test_a_result_kept_before_preempted_jobs_were_counted_shows_a_dash(cast: Cast) -> None:
+    run = run_whatif(cast, Proposal(reclaim_wait_s=1800))
+    kept = dict(run.result or {})
+    for side in ("today", "proposed"):
+        kept[side] = {
+            k: v
+            for k, v in kept[side].items()
+            if k not in ("preempted_jobs", "most_preemptions_of_a_job")
+        }
+    WhatIfRun.objects.filter(pk=run.pk).update(result=kept)
+
+    page = logged_in(cast.platform_admin).get(f"/billing/what-if/{run.pk}/")
+
+    assert page.status_code == 200
+    row = re.search(r'<tr id="figure-preempted_jobs">.*?</tr>', page.content.decode(), re.S)
+    assert row is not None and row.group().count("<td>—</td>") == 3
+    preemptions = re.search(r'<tr id="figure-preemptions">.*?</tr>', page.content.decode(), re.S)
+    assert preemptions is not None and "—" not in preemptions.group()
