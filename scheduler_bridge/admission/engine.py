@@ -55,7 +55,16 @@ from .model import (
     Preemption,
     ReasonCode,
 )
-from .pending import NO_REACH, Group, Item, Option, Shape, TenantQueue, group_items
+from .pending import (
+    NO_REACH,
+    ArrivalRanks,
+    Group,
+    Item,
+    Option,
+    Shape,
+    TenantQueue,
+    group_items,
+)
 from .placement import Plan
 from .preemption import PreemptionPlan, Preemptor
 from .reservation import (
@@ -89,6 +98,7 @@ class AdmissionEngine:
         self._static: Static | None = None
         self._nodes_seen: tuple[tuple[Node, ...], Layout] | None = None
         self._items: dict[str, Item] = {}
+        self._ranks = ArrivalRanks()  # the items' ranks by arrival (explanation order)
         self._failures: dict[FailureKey, Failure] = {}
 
     def run_cycle(self, snapshot: ClusterSnapshot, *, explain_pending: bool = True) -> CycleResult:
@@ -102,7 +112,9 @@ class AdmissionEngine:
         snapshot, devices = to_devices(snapshot)
         static = self._static_for(snapshot)
         items = self._compile(snapshot.pending, static)
-        cycle = _Cycle(static, snapshot, self.config, self.budget_gate, items, self._failures)
+        cycle = _Cycle(
+            static, snapshot, self.config, self.budget_gate, items, self._failures, self._ranks
+        )
         result = cycle.run(explain_pending)
         self._failures = cycle.failures_out
         stats = CycleStats(
@@ -199,6 +211,7 @@ class AdmissionEngine:
         if self._static is None or self._static.key != key:
             self._static = Static(snapshot.tenants, snapshot.quotas, snapshot.flavours, layout)
             self._items = {}
+            self._ranks = ArrivalRanks()
             self._failures = {}
         return self._static
 
@@ -217,7 +230,15 @@ class AdmissionEngine:
                     wl.preemptible,
                     wl.opportunistic,
                 )
+                changed = item
                 item = Item(wl, node, static.shape(raw))
+                if (
+                    changed is not None
+                    and changed.seq >= 0
+                    and changed.wl.submitted_at == wl.submitted_at
+                ):
+                    item.seq = changed.seq  # it keeps its rank by arrival
+                    self._ranks.by_seq[item.seq] = item
             else:
                 item.reach = NO_REACH
                 item.holder = False
@@ -298,8 +319,10 @@ class _Cycle:
         gate: BudgetGate,
         items: list[Item],
         failures_in: dict[FailureKey, Failure],
+        ranks: ArrivalRanks,
     ) -> None:
         self.state = CycleState(static, snapshot, config)
+        self.ranks = ranks
         self.names = static.flavour_names
         self.items = items
         self.gate = gate
@@ -357,6 +380,7 @@ class _Cycle:
                 if isinstance(self.gate, AllowAllBudgetGate)
                 else getattr(self.gate, "blocked", None)
             )
+            self.ranks.assign(self.items)
             explainer = Explainer(
                 st,
                 start_caps,
@@ -365,6 +389,7 @@ class _Cycle:
                 self.outcomes,
                 budget_blocked=blocked,
                 holds=self.holds,
+                ranks=self.ranks,
             )
             pending = explainer.decisions(self.group_lists, self.unqueued)
         return CycleResult(

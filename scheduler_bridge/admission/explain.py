@@ -16,7 +16,7 @@ from i18n.wording import Wording
 
 from . import reasons
 from .model import PendingDecision, Placement, ReasonCode, Topology
-from .pending import Item, Option, Shape
+from .pending import ArrivalRanks, Item, Option, Shape
 from .quota import NO_LIMIT
 from .state import CycleState
 
@@ -53,8 +53,13 @@ class Explainer:
         outcomes: Mapping[str, Outcome],
         budget_blocked: Callable[[str], str | None] | None = None,
         holds: Mapping[str, tuple[Placement, ...]] | None = None,
+        ranks: ArrivalRanks | None = None,
     ) -> None:
         self.state = state
+        # every item's rank by arrival: the engine's, kept between cycles and assigned
+        # before; or, without one, made here by ``decisions``
+        self._own_ranks = ranks is None
+        self.ranks = ranks if ranks is not None else ArrivalRanks()
         # where preemptors will start once their victims stop (PendingDecision.held)
         self.holds = holds or {}
         self.budget_blocked = budget_blocked
@@ -104,7 +109,12 @@ class Explainer:
         inadmissible ones (no position) in the same order. ``groups`` are the
         (tenant node, shape, workloads) groups of the cycle, ``others`` the workloads
         that never queued (unknown tenant or flavour); admitted ones are left out."""
+        if self._own_ranks:
+            self.ranks.assign([item for _, _, items in groups for item in items] + [*others])
         runs = self._ordered(groups, others)
+        ranks = self.ranks
+        by_seq = ranks.by_seq
+        mask = ranks.size - 1
         # positions within each tenant, by workload node (one per tenant; work of an
         # unknown tenant has no position)
         tenant_positions = [0] * self._tree_size
@@ -127,8 +137,11 @@ class Explainer:
         now = self.state.now
         position = 0
         for cls, run in runs:
-            for entry in run:
-                item = entry[4]
+            for key in run:
+                seq = key & mask
+                found_item = by_seq[seq]
+                assert found_item is not None
+                item = found_item
                 wl = item.wl
                 tenant = wl.tenant_id
                 wid = wl.id
@@ -142,7 +155,7 @@ class Explainer:
                 if recorded is not None:
                     code, message, flavour = recorded
                 else:
-                    g = entry[3]
+                    g = item.group
                     cached = verdicts[g]
                     if cached is None:
                         cached = verdicts[g] = self._explain_shape(item.node, item.shape, cls)
@@ -186,30 +199,36 @@ class Explainer:
 
     def _ordered(
         self, groups: Sequence[tuple[int, Shape, list[Item]]], others: Sequence[Item]
-    ) -> list[tuple[int, list[tuple]]]:
+    ) -> list[tuple[int, list[int]]]:
         """The order the next cycle will try them in, with today's shares: by guarantee
         class, priority (highest first), share, submission and id. Returned as runs of
-        one class and priority, each sorted by (share, submitted, id, group index,
-        item): a queue has few classes and priorities, so the keys are shorter and the
-        sort does not compare the same class and priority again and again. Ids are
-        unique, so comparison never reaches the group index or the item."""
+        one class and priority, each of one int per workload, ``share rank * size +
+        Item.seq`` (ArrivalRanks): within a run the order is the share, then arrival, and
+        ints sort far faster than tuples. Each item is told its group's index
+        (Item.group)."""
         st = self.state
         admitted = self.admitted
-        # (shares and times stay boxed: a float typed as such is boxed anew into
-        # every key tuple)
-        shares: dict[int, object] = {}
-        runs: dict[tuple[int, int], list[tuple]] = {}
+        size = self.ranks.size
+        shares: dict[int, float] = {}
+        for node, _, _ in groups:
+            if node not in shares:
+                shares[node] = st.share(node)
+        # one rank per distinct share, in share order (equal shares: equal ranks)
+        share_rank: dict[float, int] = {}
+        for share in sorted(set(shares.values())):
+            share_rank[share] = len(share_rank)
+        node_offset = {node: share_rank[share] * size for node, share in shares.items()}
+        runs: dict[tuple[int, int], list[int]] = {}
         for g, (node, shape, items) in enumerate(groups):
-            share: object = shares.get(node)
-            if share is None:
-                share = shares[node] = st.share(node)
+            offset = node_offset[node]
             cls = st.guarantee_class(node, shape)
-            run: list[tuple] = []
+            run: list[int] = []
             run_priority = 0
             for item in items:
-                minus_priority, submitted, wid = item.order
-                if wid in admitted:
+                wl = item.wl
+                if wl.id in admitted:
                     continue
+                minus_priority = -wl.priority
                 if not run or minus_priority != run_priority:  # (a group is in order)
                     run_priority = minus_priority
                     key = (cls, minus_priority)
@@ -217,15 +236,15 @@ class Explainer:
                     if found is None:
                         found = runs[key] = []
                     run = found
-                run.append((share, submitted, wid, g, item))
+                item.group = g
+                run.append(offset + item.seq)
         for item in others:
-            minus_priority, submitted, wid = item.order
-            key = (2, minus_priority)
+            key = (2, -item.wl.priority)
             found = runs.get(key)
             if found is None:
                 found = runs[key] = []
-            found.append((0.0, submitted, wid, -1, item))
-        ordered: list[tuple[int, list[tuple]]] = []
+            found.append(item.seq)
+        ordered: list[tuple[int, list[int]]] = []
         for key in sorted(runs):
             run = runs[key]
             run.sort()

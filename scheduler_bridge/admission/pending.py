@@ -98,7 +98,7 @@ def _on(per_pod: int | tuple[int, ...], k: int) -> int:
 class Item:
     """A compiled pending workload."""
 
-    __slots__ = ("holder", "node", "order", "reach", "shape", "wl")
+    __slots__ = ("group", "holder", "node", "order", "reach", "seq", "shape", "wl")
 
     def __init__(self, wl: PendingWorkload, node: int, shape: Shape) -> None:
         self.wl = wl
@@ -108,8 +108,90 @@ class Item:
         # compiled engine would store it unboxed and make a new tuple (and float) at
         # every read - tens of thousands a cycle, to sort and to key queues
         self.order: tuple = (-wl.priority, wl.submitted_at, wl.id)
+        self.seq = -1  # its rank by arrival among the engine's items (ArrivalRanks)
+        self.group = -1  # set per explanation: the index of its group there
         self.reach = NO_REACH  # set per cycle, see below
         self.holder = False  # set per cycle: holds a reservation (GPUs of its own)
+
+
+class ArrivalRanks:
+    """Every pending workload's rank by arrival (submission, then id) among the engine's
+    items, as one small int (``Item.seq``, below ``size``), kept between cycles. Within
+    one guarantee class, priority and share the queue goes by arrival, so the
+    explanation sorts ints instead of tuples. A workload keeps its rank while it waits;
+    new ones, which mostly arrive after everyone waiting, take the next ranks. Only one
+    arriving before the last ranked, or no rank left below ``size``, ranks everyone
+    again with one sort (by submission time, a float: ties, rare, are put in id order
+    after it)."""
+
+    __slots__ = ("by_seq", "last", "size", "taken")
+
+    def __init__(self) -> None:
+        self.by_seq: list[Item | None] = []  # the item of each rank (stale once it left)
+        self.size = 0  # a power of two; ranks are below it
+        self.taken = 0  # ranks handed out
+        self.last: tuple[float, str] | None = None  # the arrival of the item ranked last
+
+    def assign(self, items: Sequence[Item]) -> None:
+        """Give every item without a rank one (Item.seq)."""
+        fresh = [item for item in items if item.seq < 0]
+        if not fresh:
+            return
+        _by_arrival(fresh)
+        first = fresh[0].wl
+        last = self.last
+        if self.taken + len(fresh) > self.size or (
+            last is not None and (first.submitted_at, first.id) < last
+        ):
+            self._rank_all(items)
+            return
+        by_seq = self.by_seq
+        seq = self.taken
+        for item in fresh:
+            item.seq = seq
+            by_seq[seq] = item
+            seq += 1
+        self.taken = seq
+        self.last = (fresh[-1].wl.submitted_at, fresh[-1].wl.id)
+
+    def _rank_all(self, items: Sequence[Item]) -> None:
+        ranked = list(items)
+        _by_arrival(ranked)
+        size = 1024
+        while size < 2 * len(ranked):
+            size *= 2
+        by_seq: list[Item | None] = [None] * size
+        for seq, item in enumerate(ranked):
+            item.seq = seq
+            by_seq[seq] = item
+        self.by_seq = by_seq
+        self.size = size
+        self.taken = len(ranked)
+        self.last = (ranked[-1].wl.submitted_at, ranked[-1].wl.id) if ranked else None
+
+
+def _submitted(item: Item) -> float:
+    return item.wl.submitted_at
+
+
+def _workload_id(item: Item) -> str:
+    return item.wl.id
+
+
+def _by_arrival(items: list[Item]) -> None:
+    """Sort by (submitted, id): by the float first (Python sorts floats fast), then each
+    run of equal times by id."""
+    items.sort(key=_submitted)
+    start = 0
+    count = len(items)
+    while start < count - 1:
+        at = items[start].wl.submitted_at
+        end = start + 1
+        while end < count and items[end].wl.submitted_at == at:
+            end += 1
+        if end - start > 1:
+            items[start:end] = sorted(items[start:end], key=_workload_id)
+        start = end
 
 
 # How far a pending workload may reach into other workloads' reserved GPUs as backfill
