@@ -3,10 +3,11 @@
 fair share with elastic jobs, one JSON line per policy with the figures of docs/replay.md
 (bench, scenario, policy, jobs, wall_s, utilization, goodput, wasted_gpu_hours,
 borrowed_gpu_hours, wait_mean_s, wait_p50_s, wait_p95_s, wait_p99_s, owner_wait_ratio,
-share_fairness, jain_fairness, preemptions, preempted_jobs, ...). One more line, ``fair-share-min-run-30m``,
-is fair share with borrowed work protected from reclaim for its first 30 minutes; two
-more, ``fair-share-reclaim-wait-2m`` and ``fair-share-elastic-reclaim-wait-2m``, let work
-inside its guarantee wait 2 minutes for GPUs to free before it preempts.
+share_fairness, jain_fairness, preemptions, preempted_jobs, ...). One more line,
+``fair-share-min-run-30m``, is fair share with borrowed work protected from reclaim for
+its first 30 minutes; two more, ``fair-share-reclaim-wait-2m`` and
+``fair-share-elastic-reclaim-wait-2m``, let work inside its guarantee wait 2 minutes for
+GPUs to free before it preempts.
 
 Scenario ``bursty`` (``--bursty`` runs only it): a trace the engine was not tuned on, of
 Tidegate's own generator (scheduler_bridge/replay/synthetic.py ``bursty_trace``): 8,000

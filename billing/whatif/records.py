@@ -5,7 +5,7 @@ and what came out (``WhatIfResult`` or ``SavingsResult``). Each has one ``from_j
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from scheduler_bridge.replay.figures import WaitFigures
@@ -74,7 +74,10 @@ class WhatIfParams:
 
 
 def figures_from_json(data: Mapping[str, Any]) -> ReplayFigures:
-    values = dict(data)
+    """Figures kept with a run; a figure this version does not know (kept by a newer
+    one, during a rolling upgrade) is left out rather than refused."""
+    known = {f.name for f in fields(ReplayFigures)}
+    values = {name: value for name, value in data.items() if name in known}
     values["tenant_waits"] = {
         tenant: WaitFigures(**waits) for tenant, waits in (data.get("tenant_waits") or {}).items()
     }

@@ -230,15 +230,11 @@ class AdmissionEngine:
                     wl.preemptible,
                     wl.opportunistic,
                 )
-                changed = item
+                previous = item
                 item = Item(wl, node, static.shape(raw))
-                if (
-                    changed is not None
-                    and changed.seq >= 0
-                    and changed.wl.submitted_at == wl.submitted_at
-                ):
-                    item.seq = changed.seq  # it keeps its rank by arrival
-                    self._ranks.by_seq[item.seq] = item
+                if previous is not None:
+                    # it keeps its rank by arrival if its arrival stands (ArrivalRanks)
+                    item.seq = previous.seq
             else:
                 item.reach = NO_REACH
                 item.holder = False
@@ -383,13 +379,13 @@ class _Cycle:
             self.ranks.assign(self.items)
             explainer = Explainer(
                 st,
+                self.ranks,
                 start_caps,
                 self.admitted,
                 self.admitted_priority,
                 self.outcomes,
                 budget_blocked=blocked,
                 holds=self.holds,
-                ranks=self.ranks,
             )
             pending = explainer.decisions(self.group_lists, self.unqueued)
         return CycleResult(

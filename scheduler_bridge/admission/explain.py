@@ -47,19 +47,17 @@ class Explainer:
     def __init__(
         self,
         state: CycleState,
+        ranks: ArrivalRanks,
         start_caps: dict[int, list[int]],
         admitted: set[str],
         admitted_priority: Mapping[int, int],
         outcomes: Mapping[str, Outcome],
         budget_blocked: Callable[[str], str | None] | None = None,
         holds: Mapping[str, tuple[Placement, ...]] | None = None,
-        ranks: ArrivalRanks | None = None,
     ) -> None:
         self.state = state
-        # every item's rank by arrival: the engine's, kept between cycles and assigned
-        # before; or, without one, made here by ``decisions``
-        self._own_ranks = ranks is None
-        self.ranks = ranks if ranks is not None else ArrivalRanks()
+        # every item's rank by arrival (the engine's, kept between cycles), assigned
+        self.ranks = ranks
         # where preemptors will start once their victims stop (PendingDecision.held)
         self.holds = holds or {}
         self.budget_blocked = budget_blocked
@@ -109,8 +107,6 @@ class Explainer:
         inadmissible ones (no position) in the same order. ``groups`` are the
         (tenant node, shape, workloads) groups of the cycle, ``others`` the workloads
         that never queued (unknown tenant or flavour); admitted ones are left out."""
-        if self._own_ranks:
-            self.ranks.assign([item for _, _, items in groups for item in items] + [*others])
         runs = self._ordered(groups, others)
         ranks = self.ranks
         by_seq = ranks.by_seq
@@ -213,9 +209,13 @@ class Explainer:
         for node, _, _ in groups:
             if node not in shares:
                 shares[node] = st.share(node)
-        # one rank per distinct share, in share order (equal shares: equal ranks)
+        # one rank per distinct share, in share order (equal shares: equal ranks); work
+        # that never queued (unknown tenant or flavour) is placed as of share 0
+        distinct = set(shares.values())
+        if others:
+            distinct.add(0.0)
         share_rank: dict[float, int] = {}
-        for share in sorted(set(shares.values())):
+        for share in sorted(distinct):
             share_rank[share] = len(share_rank)
         node_offset = {node: share_rank[share] * size for node, share in shares.items()}
         runs: dict[tuple[int, int], list[int]] = {}
@@ -238,12 +238,13 @@ class Explainer:
                     run = found
                 item.group = g
                 run.append(offset + item.seq)
+        unqueued = share_rank[0.0] * size if others else 0
         for item in others:
             key = (2, -item.wl.priority)
             found = runs.get(key)
             if found is None:
                 found = runs[key] = []
-            found.append(item.seq)
+            found.append(unqueued + item.seq)
         ordered: list[tuple[int, list[int]]] = []
         for key in sorted(runs):
             run = runs[key]

@@ -119,10 +119,11 @@ class ArrivalRanks:
     items, as one small int (``Item.seq``, below ``size``), kept between cycles. Within
     one guarantee class, priority and share the queue goes by arrival, so the
     explanation sorts ints instead of tuples. A workload keeps its rank while it waits;
-    new ones, which mostly arrive after everyone waiting, take the next ranks. Only one
-    arriving before the last ranked, or no rank left below ``size``, ranks everyone
-    again with one sort (by submission time, a float: ties, rare, are put in id order
-    after it)."""
+    new ones, which mostly arrive after every workload ranked so far, take the next
+    ranks. One arriving before the latest ranked arrival (a preempted job queued again
+    with its first submit time), or no rank left below ``size``, ranks everyone again
+    with one sort (by submission time, a float: ties, rare, are put in id order after
+    it)."""
 
     __slots__ = ("by_seq", "last", "size", "taken")
 
@@ -130,11 +131,31 @@ class ArrivalRanks:
         self.by_seq: list[Item | None] = []  # the item of each rank (stale once it left)
         self.size = 0  # a power of two; ranks are below it
         self.taken = 0  # ranks handed out
-        self.last: tuple[float, str] | None = None  # the arrival of the item ranked last
+        # the latest arrival ranked (its workload may have left the queue since)
+        self.last: tuple[float, str] | None = None
 
     def assign(self, items: Sequence[Item]) -> None:
-        """Give every item without a rank one (Item.seq)."""
-        fresh = [item for item in items if item.seq < 0]
+        """Give every item without a rank one (Item.seq). An item holds its rank only if
+        the rank's slot holds it: a rank carried over from another item of the same
+        workload and arrival (compiled again because it changed) is taken over; any
+        other is a rank it does not have."""
+        by_seq = self.by_seq
+        ranked = len(by_seq)
+        fresh: list[Item] = []
+        for item in items:
+            seq = item.seq
+            if 0 <= seq < ranked:
+                held = by_seq[seq]
+                if held is item:
+                    continue
+                if (
+                    held is not None
+                    and held.wl.id == item.wl.id
+                    and held.wl.submitted_at == item.wl.submitted_at
+                ):
+                    by_seq[seq] = item  # the same workload, changed while it waited
+                    continue
+            fresh.append(item)
         if not fresh:
             return
         _by_arrival(fresh)
@@ -145,7 +166,6 @@ class ArrivalRanks:
         ):
             self._rank_all(items)
             return
-        by_seq = self.by_seq
         seq = self.taken
         for item in fresh:
             item.seq = seq

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from scheduler_bridge.admission import AdmissionEngine, CycleResult, run_cycle
 from scheduler_bridge.admission.pending import ArrivalRanks, Item, Shape
 
@@ -15,6 +17,14 @@ from .factories import nodes, quota, running, snapshot, tenants, workload
 
 def positions(result: CycleResult) -> list[tuple[str, int | None, int | None]]:
     return [(d.workload_id, d.position, d.tenant_position) for d in result.pending]
+
+
+def explained(result: CycleResult) -> list[tuple]:
+    """Everything a waiting workload is told, in the order it is listed."""
+    return [
+        (d.workload_id, d.tenant_id, d.position, d.tenant_position, d.code, d.message)
+        for d in result.pending
+    ]
 
 
 def crowded(pending, busy=()):
@@ -108,3 +118,101 @@ def test_work_that_changes_while_it_waits_keeps_its_place() -> None:
 
     assert warm.pending == run_cycle(second).pending
     assert warm.pending[0].workload_id == "p1"  # its priority puts it first
+
+
+def test_tenants_with_equal_shares_are_interleaved_by_arrival() -> None:
+    """a and b hold the same, so their work waits in one line by submit time, then id."""
+    pending = [
+        workload("p0", "a", 2, submitted=1.0),
+        workload("p1", "b", 2, submitted=2.0),
+        workload("p3", "b", 2, submitted=3.0),
+        workload("p2", "a", 2, submitted=3.0),
+    ]
+    result = run_cycle(crowded(pending))
+    assert [d.workload_id for d in result.pending] == ["p0", "p1", "p2", "p3"]
+    assert [d.position for d in result.pending] == [1, 2, 3, 4]
+
+
+def test_work_that_moves_to_another_tenant_is_explained_as_it_is_now() -> None:
+    engine = AdmissionEngine()
+    pending = [workload(f"p{i}", "a", 2, submitted=float(i)) for i in range(4)]
+    first = crowded(pending)
+    engine.run_cycle(first)
+    moved = [
+        replace(w, tenant_id="b", pod_sets=(replace(w.pod_sets[0], count=3),))
+        if w.id == "p1"
+        else w
+        for w in first.pending
+    ]
+    second = replace(first, now=first.now + 60, pending=tuple(moved))
+
+    assert explained(engine.run_cycle(second)) == explained(run_cycle(second))
+
+
+def test_work_queued_again_with_a_later_submit_time_goes_to_the_back() -> None:
+    engine = AdmissionEngine()
+    pending = [workload(f"p{i}", "a", 2, submitted=float(i)) for i in range(4)]
+    first = crowded(pending)
+    engine.run_cycle(first)
+    later = [replace(w, submitted_at=10.0) if w.id == "p0" else w for w in first.pending]
+    second = replace(first, now=first.now + 60, pending=tuple(later))
+
+    warm = engine.run_cycle(second)
+
+    assert explained(warm) == explained(run_cycle(second))
+    assert [d.workload_id for d in warm.pending] == ["p1", "p2", "p3", "p0"]
+
+
+def test_cycles_without_explanations_in_between_keep_positions_right() -> None:
+    engine = AdmissionEngine()
+    pending = [workload(f"p{i}", "a", 2, submitted=float(10 + i)) for i in range(4)]
+    first = crowded(pending)
+    engine.run_cycle(first)
+    early = workload("early", "b", 2, submitted=1.0)
+    second = replace(first, pending=(*first.pending, early))
+    engine.run_cycle(second, explain_pending=False)
+    late = workload("late", "a", 2, submitted=99.0)
+    third = replace(second, pending=(*second.pending[1:], late))
+
+    assert explained(engine.run_cycle(third)) == explained(run_cycle(third))
+
+
+def test_a_refused_snapshot_leaves_a_warm_engine_as_it_was() -> None:
+    """A queue with one id twice is refused whole; the next cycle is the last one's."""
+    engine = AdmissionEngine()
+    pending = [workload("p0", "a", 2, submitted=1.0), workload("p1", "a", 2, submitted=2.0)]
+    first = crowded(pending)
+    engine.run_cycle(first)
+    twin = replace(pending[0], tenant_id="b", priority=3)
+    with pytest.raises(ValueError, match="duplicate pending workload id p0"):
+        engine.run_cycle(replace(first, pending=(twin, twin, pending[1])))
+
+    assert explained(engine.run_cycle(first)) == explained(run_cycle(first))
+
+
+def test_work_of_an_unknown_tenant_is_listed_before_later_work_that_never_fits() -> None:
+    """Both have no position; work that never queued is placed as of share 0, ahead of
+    an idle filler of a tenant that holds GPUs."""
+    tree = tenants({"org": None, "a": "org", "b": "org"})
+    fill = [running("r-a", "a", {"n000": 4})]
+    never = replace(workload("E", "a", 16, submitted=1.0), fills_idle=True)
+    stray = workload("U", "nobody", 1, submitted=2.0)
+    result = run_cycle(
+        snapshot(tree, (quota("a", 8), quota("b", 8)), nodes(2), [never, stray], fill)
+    )
+    assert [(d.workload_id, d.position) for d in result.pending] == [("U", None), ("E", None)]
+
+
+def test_a_rank_passes_to_the_same_workload_compiled_again_only() -> None:
+    ranks = ArrivalRanks()
+    waiting = items(("w0", 0.0), ("w1", 10.0), ("w2", 20.0))
+    ranks.assign(waiting)
+    again = items(("w1", 10.0))[0]  # w1 changed while it waited: compiled anew
+    again.seq = waiting[1].seq
+    impostor = items(("x", 30.0))[0]  # a rank it was never given
+    impostor.seq = waiting[2].seq
+
+    ranks.assign([waiting[0], again, impostor])
+
+    assert again.seq == 1 and ranks.by_seq[1] is again
+    assert impostor.seq == 3 and ranks.by_seq[3] is impostor

@@ -312,3 +312,16 @@ def test_a_result_kept_before_preempted_jobs_were_counted_shows_a_dash(cast: Cas
     assert row is not None and row.group().count("<td>—</td>") == 3
     preemptions = re.search(r'<tr id="figure-preemptions">.*?</tr>', page.content.decode(), re.S)
     assert preemptions is not None and "—" not in preemptions.group()
+
+
+def test_a_result_with_a_figure_this_version_does_not_know_still_shows(cast: Cast) -> None:
+    """A newer worker may keep a figure an older web process does not know yet."""
+    run = run_whatif(cast, Proposal(reclaim_wait_s=1800))
+    kept = dict(run.result or {})
+    kept["today"] = {**kept["today"], "a_figure_from_a_newer_version": 7}
+    WhatIfRun.objects.filter(pk=run.pk).update(result=kept)
+
+    page = logged_in(cast.platform_admin).get(f"/billing/what-if/{run.pk}/")
+
+    assert page.status_code == 200
+    assert 'id="figure-preemptions"' in page.content.decode()

@@ -177,7 +177,8 @@ class Command(BaseCommand):
                     f"{figures.wait_mean_s / 3600:.2f} h p95 {figures.wait_p95_s / 3600:.2f} h, "
                     f"owner wait ratio {'-' if ratio is None else f'{ratio:.2f}'}, share "
                     f"fairness {figures.share_fairness:.3f}, {figures.preemptions} preemptions "
-                    f"of {figures.preempted_jobs} jobs "
+                    f"of {figures.preempted_jobs} jobs (at most "
+                    f"{figures.most_preemptions_of_a_job} of one) "
                     f"({figures.jobs_completed}/{figures.jobs} jobs done, {figures.wall_s} s)"
                 )
         if options["plot"]:
