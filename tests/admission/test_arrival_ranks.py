@@ -5,11 +5,12 @@ same moment."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
 
-from scheduler_bridge.admission import AdmissionEngine, CycleResult, run_cycle
+from scheduler_bridge.admission import AdmissionEngine, CycleResult, PendingWorkload, run_cycle
 from scheduler_bridge.admission.pending import ArrivalRanks, Item, Shape
 
 from .factories import nodes, quota, running, snapshot, tenants, workload
@@ -37,6 +38,19 @@ def crowded(pending, busy=()):
 def items(*arrivals: tuple[str, float]) -> list[Item]:
     shape = Shape.__new__(Shape)  # (ranks read neither shape nor node)
     return [Item(workload(wid, "a", submitted=at), 0, shape) for wid, at in arrivals]
+
+
+def after_a_change(
+    workload_id: str, change: Callable[[PendingWorkload], PendingWorkload]
+) -> tuple[CycleResult, CycleResult]:
+    """a's four jobs wait in a warm engine; one of them changes while it waits. The next
+    cycle as the warm engine and as a fresh one decide it."""
+    engine = AdmissionEngine()
+    first = crowded([workload(f"p{i}", "a", 2, submitted=float(i)) for i in range(4)])
+    engine.run_cycle(first)
+    changed = [change(w) if w.id == workload_id else w for w in first.pending]
+    second = replace(first, now=first.now + 60, pending=tuple(changed))
+    return engine.run_cycle(second), run_cycle(second)
 
 
 def test_later_arrivals_take_the_next_ranks_without_ranking_everyone_again() -> None:
@@ -106,17 +120,10 @@ def test_a_warm_engine_lists_the_same_positions_as_a_fresh_one_when_work_comes_b
 
 
 def test_work_that_changes_while_it_waits_keeps_its_place() -> None:
-    engine = AdmissionEngine()
-    pending = [workload(f"p{i}", "a", 2, submitted=float(i)) for i in range(4)]
-    first = crowded(pending)
-    engine.run_cycle(first)
     # p1 asks for another priority: a new compiled item, the same arrival
-    changed = [replace(w, priority=5) if w.id == "p1" else w for w in first.pending]
-    second = replace(first, now=first.now + 60, pending=tuple(changed))
+    warm, fresh = after_a_change("p1", lambda w: replace(w, priority=5))
 
-    warm = engine.run_cycle(second)
-
-    assert warm.pending == run_cycle(second).pending
+    assert warm.pending == fresh.pending
     assert warm.pending[0].workload_id == "p1"  # its priority puts it first
 
 
@@ -134,32 +141,18 @@ def test_tenants_with_equal_shares_are_interleaved_by_arrival() -> None:
 
 
 def test_work_that_moves_to_another_tenant_is_explained_as_it_is_now() -> None:
-    engine = AdmissionEngine()
-    pending = [workload(f"p{i}", "a", 2, submitted=float(i)) for i in range(4)]
-    first = crowded(pending)
-    engine.run_cycle(first)
-    moved = [
-        replace(w, tenant_id="b", pod_sets=(replace(w.pod_sets[0], count=3),))
-        if w.id == "p1"
-        else w
-        for w in first.pending
-    ]
-    second = replace(first, now=first.now + 60, pending=tuple(moved))
+    warm, fresh = after_a_change(
+        "p1", lambda w: replace(w, tenant_id="b", pod_sets=(replace(w.pod_sets[0], count=3),))
+    )
 
-    assert explained(engine.run_cycle(second)) == explained(run_cycle(second))
+    assert explained(warm) == explained(fresh)
+    assert [d.tenant_id for d in warm.pending if d.workload_id == "p1"] == ["b"]
 
 
 def test_work_queued_again_with_a_later_submit_time_goes_to_the_back() -> None:
-    engine = AdmissionEngine()
-    pending = [workload(f"p{i}", "a", 2, submitted=float(i)) for i in range(4)]
-    first = crowded(pending)
-    engine.run_cycle(first)
-    later = [replace(w, submitted_at=10.0) if w.id == "p0" else w for w in first.pending]
-    second = replace(first, now=first.now + 60, pending=tuple(later))
+    warm, fresh = after_a_change("p0", lambda w: replace(w, submitted_at=10.0))
 
-    warm = engine.run_cycle(second)
-
-    assert explained(warm) == explained(run_cycle(second))
+    assert explained(warm) == explained(fresh)
     assert [d.workload_id for d in warm.pending] == ["p1", "p2", "p3", "p0"]
 
 
