@@ -164,7 +164,9 @@ class ArrivalRanks:
         if self.taken + len(fresh) > self.size or (
             last is not None and (first.submitted_at, first.id) < last
         ):
-            self._rank_all(items)
+            # (all new, as in a fresh engine's first cycle: they are in order already)
+            everyone = len(fresh) == len(items)
+            self._rank_all(fresh if everyone else items, in_order=everyone)
             return
         seq = self.taken
         for item in fresh:
@@ -174,9 +176,10 @@ class ArrivalRanks:
         self.taken = seq
         self.last = (fresh[-1].wl.submitted_at, fresh[-1].wl.id)
 
-    def _rank_all(self, items: Sequence[Item]) -> None:
+    def _rank_all(self, items: Sequence[Item], in_order: bool = False) -> None:
         ranked = list(items)
-        _by_arrival(ranked)
+        if not in_order:
+            _by_arrival(ranked)
         size = 1024
         while size < 2 * len(ranked):
             size *= 2

@@ -110,6 +110,15 @@ class Preemptor:
         # as gone) or a returning reclaimer's held quota is released for its turn
         self._quota_misses: dict[tuple[int, int], int] = {}
         self._misses_version = 0  # CycleState.taken_version they were found under
+        # (tree, flavour, spare victim GPUs tried) -> the usage left at the tree's root
+        # by a reclaim that took every candidate it could take: the least any reclaim
+        # of one flavour there with those spare GPUs can leave until the candidates
+        # change (a nomination) or quota is given back (_root_floor_missed). Many
+        # tenants of a tree fail alike once this cycle's admissions fill its quota:
+        # each would take the same victims in vain.
+        self._root_floors: dict[tuple[int, int, tuple[Run, ...]], int] = {}
+        # (workload node, flavour) -> the private quota on its path below the root
+        self._private_on_path: dict[tuple[int, int], int] = {}
 
     def _index(self, root: int, f: int) -> _Index:
         index = self._indexes.get((root, f))
@@ -132,6 +141,7 @@ class Preemptor:
     def forget(self, victims: list[Run]) -> None:
         """Victims were claimed: drop them from the candidate lists (and keep each
         tenant's smallest workload accurate, which the strict pass filters on)."""
+        self._root_floors.clear()  # the candidates change
         for run in victims:
             if run.spare_of is not None:
                 continue  # its victim was forgotten when it was claimed
@@ -204,6 +214,8 @@ class Preemptor:
             elastic = self._elastic(root, flavours) if reclaim else []
             if not evicting and not elastic and not borrowers and not own:
                 return None
+        if remember and len(flavours) == 1 and self._root_floor_missed(root, node, option, spare):
+            return None
         search = _Search(st, item, option)
         done = bool(spare) and search.take_in_order(spare)
         if not done:
@@ -225,6 +237,8 @@ class Preemptor:
         if not done:
             if remember:
                 self._note_quota_misses(search)
+                if len(flavours) == 1:
+                    self._note_root_floor(root, flavours[0], node, spare)
             search.undo()
             return None
         plan = search.minimise()
@@ -269,9 +283,51 @@ class Preemptor:
 
     def forget_quota_misses(self, node: int) -> None:
         """``node``'s quota grew back for a moment (a returning reclaimer's held quota
-        released for its own turn): its remembered misses no longer hold."""
+        released for its own turn): its remembered misses no longer hold, nor do the
+        floors of its tree."""
         for f in range(len(self.state.usage)):
             self._quota_misses.pop((node, f), None)
+        self._root_floors.clear()
+
+    def _note_root_floor(self, root: int, f: int, node: int, spare: list[Run]) -> None:
+        """A reclaim on ``f`` alone failed with every candidate taken (and not yet
+        given back): record the usage it left at the root. Any later reclaim of the
+        tree on ``f`` alone trying the same spare victim GPUs, out of its reclaim wait
+        and without priority preemption, takes a subset of the same candidates (those
+        spare GPUs, the evicting work and elastic pods of the tree, and of every
+        borrowing tenant but itself the same runs, each tenant's taken by its own
+        figures alone), so it leaves at least that much there for as long as no
+        nomination changes the candidates and no quota is given back: within a cycle
+        usage otherwise only grows, and what a removal carries up the tree grows with
+        it. Only a failure whose preemptor does not borrow the flavour counts: its own
+        runs were not among the candidates, and another preemptor may take them."""
+        if node in self.state.borrowers.get((root, f), NO_TENANTS):
+            return
+        left = self.state.usage[f][root]
+        key = (root, f, tuple(spare))
+        self._root_floors[key] = max(self._root_floors.get(key, left), left)
+
+    def _root_floor_missed(self, root: int, node: int, option: Option, spare: list[Run]) -> bool:
+        """Whether a reclaim of ``option`` (one flavour) is bound to fail on quota: its
+        tenant could be given at most what the root has left above the floor plus the
+        private quota along its path (QuotaTree.available adds no more than that below
+        the root), and that is less than it needs."""
+        if not self._root_floors:
+            return False
+        f, need = option.totals[0]
+        floor = self._root_floors.get((root, f, tuple(spare)))
+        if floor is None:
+            return False
+        tree = self.state.tree
+        private = self._private_on_path.get((node, f))
+        if private is None:
+            below = tree.paths[node][:-1]
+            private = self._private_on_path[(node, f)] = sum(tree.private[f][n] for n in below)
+        if tree.quota[f][root] - floor + private >= need:
+            return False
+        misses = self._quota_misses  # (as the search would have found)
+        misses[(node, f)] = min(misses.get((node, f), need), need)
+        return True
 
     def _elastic(self, root: int, flavours: list[int]) -> list[Run]:
         """Elastic pods of the tree on ``flavours``, most-borrowing tenant first (as the
