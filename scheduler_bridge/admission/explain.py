@@ -78,7 +78,9 @@ class Explainer:
         # 2,000 tenants many stand alike, and one workload ending changes what a whole
         # cohort can lend: most changed verdicts are shared. A verdict whose words name
         # its tenant (its own ceiling, its reclaims) is kept to its group.
-        self._alike: dict[tuple, tuple[tuple[ReasonCode, str, str | None, int], tuple, int]] = {}
+        self._alike: dict[
+            tuple, tuple[tuple[ReasonCode, str, str | None, int], tuple, int, bool]
+        ] = {}
         self._quota_classes = state.static.quota_classes()
         self._stamps: dict[tuple, tuple] = {}  # _stamp's, this cycle
         # reasons worded once a cycle per tenant, flavour and need (_quota, _beyond_reach)
@@ -299,9 +301,9 @@ class Explainer:
         fresh = self._alike.get(alike_key)
         if fresh is None:
             fresh = self._explain_fresh(node, shape, cls, False)
-            if not _names(fresh[0][1], st.tree.label[node]):
+            if not fresh[3]:  # (its words do not name its tenant)
                 self._alike[alike_key] = fresh
-        verdict, on_nodes, reads = fresh
+        verdict, on_nodes, reads, _ = fresh
         if reads == READS_PATH:
             stamp = read_all
         elif stamp is None or reads != read_before:  # (what it read then was stamped)
@@ -400,11 +402,16 @@ class Explainer:
 
     def _explain_fresh(
         self, node: int, shape: Shape, cls: int, protecting: bool
-    ) -> tuple[tuple[ReasonCode, str, str | None, int], tuple, int]:
-        """The verdict, the node-side verdicts it used ((option, class, verdict)) and
-        how far it read (READS_NOTHING, READS_OWN or READS_PATH; see _stamp)."""
+    ) -> tuple[tuple[ReasonCode, str, str | None, int], tuple, int, bool]:
+        """The verdict, the node-side verdicts it used ((option, class, verdict)), how
+        far it read (READS_NOTHING, READS_OWN or READS_PATH; see _stamp) and whether its
+        words name the tenant. Only quota-side parts can: node-side ones are the same
+        for every tenant, so the whole (options joined by their flavours' names) is not
+        searched for the tenant's name."""
         st = self.state
         reads = READS_NOTHING
+        label = st.tree.label[node]
+        named = False
         parts: list[tuple[ReasonCode, str, int]] = []
         on_nodes: list[tuple[int, int, tuple[ReasonCode, str, int]]] = []
         by_nodes = self._by_nodes
@@ -425,6 +432,7 @@ class Explainer:
                 never = self._never_by_quota(node, shape, option)
                 if never is not None:
                     parts.append(never)
+                    named = named or _names(never[1], label)
                     if not shape.may_borrow:  # its words say what such work holds now
                         reads = max(reads, READS_OWN)
                     continue
@@ -436,6 +444,7 @@ class Explainer:
                 reads = READS_PATH
             else:
                 parts.append(quota)
+                named = named or _names(quota[1], label)
                 # a refusal by the tenant's own figures on the option's first flavour
                 # read nothing further; on a later one, the earlier ones' room counted
                 own = quota[0] in READ_OWN and quota[2] == option.totals[0][0]
@@ -466,7 +475,7 @@ class Explainer:
                 message = reasons.with_protection(
                     message, reasons.reclaim_protected(st.config.reclaim_min_run_s, until - st.now)
                 )
-        return (code, message, self.names[f], f), tuple(on_nodes), reads
+        return (code, message, self.names[f], f), tuple(on_nodes), reads, named
 
     def _option_worded(self, label: str, message: str) -> str:
         """One option's reason, labelled with its flavours: worded once while the static

@@ -58,6 +58,7 @@ never count the same victim twice.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left, insort
 from collections.abc import Collection
 from dataclasses import dataclass
 
@@ -86,6 +87,17 @@ class _Index:
     evicting: list[Run]
     by_tenant: dict[int, list[Run]]
     smallest: dict[int, int]  # per tenant, its smallest preemptible workload
+
+
+@dataclass(slots=True)
+class _StrictOrder:
+    """The tenants a strict reclaim pass of one tree and flavour starts from, sorted
+    (a heap already), kept between the cycle's reclaims: ``dirty`` tenants had work
+    claimed since, and are placed again before the next reclaim reads it."""
+
+    entries: list[tuple[int, str, int]]  # (guarantee - usage, label, tenant)
+    by_tenant: dict[int, tuple[int, str, int]]
+    dirty: set[int]
 
 
 def _victim_order(run: Run) -> tuple:
@@ -119,6 +131,8 @@ class Preemptor:
         self._root_floors: dict[tuple[int, int, tuple[Run, ...]], int] = {}
         # (workload node, flavour) -> the private quota on its path below the root
         self._private_on_path: dict[tuple[int, int], int] = {}
+        # (tree, flavour) -> where strict reclaim passes start (_Search.take_reclaim)
+        self._strict_orders: dict[tuple[int, int], _StrictOrder] = {}
 
     def _index(self, root: int, f: int) -> _Index:
         index = self._indexes.get((root, f))
@@ -142,6 +156,9 @@ class Preemptor:
         """Victims were claimed: drop them from the candidate lists (and keep each
         tenant's smallest workload accurate, which the strict pass filters on)."""
         self._root_floors.clear()  # the candidates change
+        claimed = {run.node for run in victims if run.spare_of is None}
+        for order in self._strict_orders.values():
+            order.dirty.update(claimed)  # (they borrow less now)
         for run in victims:
             if run.spare_of is not None:
                 continue  # its victim was forgotten when it was claimed
@@ -229,7 +246,11 @@ class Preemptor:
             done = search.take_in_order(own)
         if not done and borrowers:
             queues: dict[int, list[Run]] = {}
-            done = search.take_reclaim(borrowers, indexes, queues, flavours, strict=True)
+            # (its own work taken first changes how much its own tenant borrows)
+            orders = self._strict_orders if not own else None
+            done = search.take_reclaim(
+                borrowers, indexes, queues, flavours, strict=True, orders=orders
+            )
             if not done:
                 done = search.take_reclaim(borrowers, indexes, queues, flavours, strict=False)
         if not done and own and within:
@@ -583,12 +604,22 @@ class _Search:
         queues: dict[int, list[Run]],
         flavours: list[int],
         strict: bool,
+        orders: dict[tuple[int, int], _StrictOrder] | None = None,
     ) -> bool:
         """Most-borrowing tenant first, recomputed after every removal. ``strict`` only
         takes work that leaves its tenant at or above its guarantee (work wholly
         borrowed); the second, Kueue-like pass also takes work straddling the guarantee
         line, as long as its tenant borrows when it is taken. ``queues`` caches each
-        tenant's candidates across both passes."""
+        tenant's candidates across both passes.
+
+        ``orders`` keeps, per tree and flavour, the order a strict pass of one flavour
+        starts from (the preemptor's own tenant included, passed over when it comes
+        up). What it reads - how much each tenant borrows, its smallest workload - is,
+        when the pass starts, what the cycle started with less this cycle's victims and
+        less what every such reclaim has taken by then: all evicting work and elastic
+        pods of the tree (spare victim GPUs count for no tenant's borrowing). It holds
+        for every reclaim that took no work of its own first, and changes only for the
+        tenants of victims claimed since (Preemptor.forget), placed again here."""
         st = self.st
         guaranteed = st.tree.guaranteed
         label = st.tree.label
@@ -607,10 +638,13 @@ class _Search:
                 view[f][tenant] - run.totals[f] >= guaranteed[f][tenant] for f in mine
             )
 
+        me = self.item.node
         if len(flavours) == 1:  # the common case, without a Python call per tenant
             used, owed = view[flavours[0]], guaranteed[flavours[0]]
-            me = self.item.node
-            if strict:
+            if strict and orders is not None:
+                order = self._strict_order(orders, borrowers, indexes[0], flavours[0])
+                heap = list(order.entries)  # (sorted: a heap already)
+            elif strict:
                 # tenants whose smallest workload would already take them below their
                 # guarantee cannot give anything in this pass: leave them out at once
                 small = indexes[0].smallest
@@ -634,6 +668,8 @@ class _Search:
         position: dict[int, int] = {}
         while heap:
             _, _, tenant = heapq.heappop(heap)
+            if tenant == me:
+                continue
             runs = queues.get(tenant)
             if runs is None:
                 runs = queues[tenant] = _merge([ix.by_tenant.get(tenant, []) for ix in indexes])
@@ -649,6 +685,46 @@ class _Search:
             if taken and i < len(runs) and borrowed(tenant) > 0:
                 heapq.heappush(heap, (-borrowed(tenant), label[tenant], tenant))
         return False
+
+    def _strict_order(
+        self,
+        orders: dict[tuple[int, int], _StrictOrder],
+        borrowers: Collection[int],
+        index: _Index,
+        f: int,
+    ) -> _StrictOrder:
+        """The strict pass's starting order of ``f`` in the preemptor's tree (see
+        take_reclaim): tenants that borrow, and whose smallest workload leaves them at
+        or above their guarantee, most-borrowing first."""
+        used, owed = self.st.victim_view[f], self.st.tree.guaranteed[f]
+        label = self.st.tree.label
+        small = index.smallest
+        key = (self.st.tree.root[self.item.node], f)
+        order = orders.get(key)
+        if order is None:
+            entries = [
+                (owed[t] - used[t], label[t], t)
+                for t in borrowers
+                if used[t] > owed[t] and small.get(t, 0) and used[t] - small[t] >= owed[t]
+            ]
+            entries.sort()
+            order = orders[key] = _StrictOrder(entries, {e[2]: e for e in entries}, set())
+        elif order.dirty:
+            entries, by_tenant = order.entries, order.by_tenant
+            for t in order.dirty:
+                old = by_tenant.pop(t, None)
+                if old is not None:
+                    del entries[bisect_left(entries, old)]
+                if (
+                    t in borrowers
+                    and used[t] > owed[t]
+                    and small.get(t, 0)
+                    and used[t] - small[t] >= owed[t]
+                ):
+                    entry = by_tenant[t] = (owed[t] - used[t], label[t], t)
+                    insort(entries, entry)
+            order.dirty.clear()
+        return order
 
     def minimise(self) -> Plan:
         """Walk back over the removed candidates and return every one whose return still

@@ -20,6 +20,7 @@ from scheduler_bridge.admission import (
     Tenant,
     Topology,
 )
+from scheduler_bridge.admission.pending import Item, Option
 from scheduler_bridge.admission.preemption import PreemptionPlan, Preemptor
 from scheduler_bridge.admission.state import CycleState
 
@@ -30,6 +31,24 @@ from .test_properties import PROFILE, _filled, _owners
 
 def _victims(plan: PreemptionPlan | None) -> list[str] | None:
     return None if plan is None else sorted(v.wl.id for v in plan.victims)
+
+
+def _nominate(
+    state: CycleState, preemptor: Preemptor, item: Item, option: Option, plan: PreemptionPlan
+) -> None:
+    """What a nomination does to quota and candidates (engine._Cycle._nominate)."""
+    for f, need in option.totals:
+        for victim in plan.victims:
+            gpus = min(need, victim.totals.get(f, 0)) if victim.node >= 0 else 0
+            if gpus:
+                state.take_over(item.node, f, gpus, victim, item.wl.id)
+                need -= gpus
+        if need:
+            state.add_usage(item.node, [(f, need)])
+    for victim in plan.victims:
+        if victim.spare_of is None:
+            state.claim(victim)
+    preemptor.forget(plan.victims)
 
 
 @st.composite
@@ -108,19 +127,8 @@ def test_a_remembering_search_finds_what_a_fresh_one_finds(data, kind):
             charged.append((item.node, option.totals))
         elif step == "claim":
             plan = Preemptor(state).plan(item, option)
-            if plan is not None:  # nominated, as the engine does (engine._Cycle._nominate)
-                for f, need in option.totals:
-                    for victim in plan.victims:
-                        gpus = min(need, victim.totals.get(f, 0)) if victim.node >= 0 else 0
-                        if gpus:
-                            state.take_over(item.node, f, gpus, victim, item.wl.id)
-                            need -= gpus
-                    if need:
-                        state.add_usage(item.node, [(f, need)])
-                for victim in plan.victims:
-                    if victim.spare_of is None:
-                        state.claim(victim)
-                remembering.forget(plan.victims)
+            if plan is not None:
+                _nominate(state, remembering, item, option, plan)
 
 
 def test_reclaims_failing_alike_at_the_root_are_refused_until_quota_comes_back():
@@ -138,11 +146,11 @@ def test_reclaims_failing_alike_at_the_root_are_refused_until_quota_comes_back()
         nodes(2, gpus=4),
         pending=[workload(f"{t}-job", t, gpus=1, submitted=4900.0) for t in "abc"],
         running_list=[
-            running("d1", "d", {"n0": 2}),
-            running("d2", "d", {"n0": 1}),
-            running("d3", "d", {"n1": 3}, admitted=young),
-            running("d4", "d", {"n0": 1}, admitted=young),
-            running("d5", "d", {"n1": 1}, admitted=young),
+            running("d1", "d", {"n000": 2}),
+            running("d2", "d", {"n000": 1}),
+            running("d3", "d", {"n001": 3}, admitted=young),
+            running("d4", "d", {"n000": 1}, admitted=young),
+            running("d5", "d", {"n001": 1}, admitted=young),
         ],
         now=5000.0,
     )
@@ -168,3 +176,42 @@ def test_reclaims_failing_alike_at_the_root_are_refused_until_quota_comes_back()
     state.add_usage(*held, -1)  # b's turn: its held quota given back
     remembering.forget_quota_misses(items["b"].node)
     assert plan("b") == (["d2"], ["d2"])
+
+
+def test_after_a_nomination_the_strict_pass_starts_from_the_tenant_borrowing_most_now():
+    """x borrows 3 and y 2 on nine one-GPU nodes, all busy. a's reclaim of 2 takes x's
+    two newest runs; then x borrows 1, and b's reclaim of 1 takes y's newest run: the
+    order kept between reclaims has placed x again."""
+    tree = tenants({"org": None, "a": "org", "b": "org", "x": "org", "y": "org"})
+    quotas = (quota("org", 10), quota("a", 3), quota("b", 3), quota("x", 2), quota("y", 2))
+    snap = snapshot(
+        tree,
+        quotas,
+        nodes(9, gpus=1),
+        pending=[
+            workload("a-job", "a", gpus=1, count=2, gang=False, submitted=90.0),
+            workload("b-job", "b", gpus=1, submitted=91.0),
+        ],
+        running_list=[
+            running("x0", "x", {"n000": 1, "n001": 1}),
+            running("x1", "x", {"n002": 1}, admitted=10.0),
+            running("x2", "x", {"n003": 1}, admitted=20.0),
+            running("x3", "x", {"n004": 1}, admitted=30.0),
+            running("y0", "y", {"n005": 1, "n006": 1}),
+            running("y1", "y", {"n007": 1}, admitted=15.0),
+            running("y2", "y", {"n008": 1}, admitted=25.0),
+        ],
+    )
+    engine = AdmissionEngine()
+    static = engine._static_for(snap)
+    items = {i.wl.tenant_id: i for i in engine._compile(snap.pending, static)}
+    state = CycleState(static, snap, EngineConfig())
+    remembering = Preemptor(state)
+    a, option = items["a"], items["a"].shape.options[0]
+    found = remembering.plan(a, option)
+    assert found is not None and _victims(found) == ["x2", "x3"]
+    _nominate(state, remembering, a, option, found)
+    b = items["b"]
+    expected = Preemptor(state).plan(b, b.shape.options[0])
+    assert _victims(expected) == ["y2"]
+    assert _victims(remembering.plan(b, b.shape.options[0])) == ["y2"]
