@@ -14,11 +14,8 @@ from scheduler_bridge.admission import (
     AdmissionEngine,
     EngineConfig,
     Node,
-    PendingWorkload,
-    PodSet,
     Quota,
     Tenant,
-    Topology,
 )
 from scheduler_bridge.admission.pending import Item, Option
 from scheduler_bridge.admission.preemption import PreemptionPlan, Preemptor
@@ -26,7 +23,7 @@ from scheduler_bridge.admission.state import CycleState
 
 from .factories import nodes, quota, running, snapshot, tenants, workload
 from .strategies import FLAVOURS, World, tight_cohorts, worlds
-from .test_properties import PROFILE, _filled, _owners
+from .test_properties import PROFILE, _filled, _lowest_owner, _owners
 
 
 def _victims(plan: PreemptionPlan | None) -> list[str] | None:
@@ -88,16 +85,8 @@ def test_a_remembering_search_finds_what_a_fresh_one_finds(data, kind):
     pending = []
     for i in range(16):
         tenant, flavour, room = data.draw(st.sampled_from(owners))
-        gpus = data.draw(st.integers(1, room))
-        pending.append(
-            PendingWorkload(
-                id=f"owner{i}",
-                tenant_id=tenant,
-                pod_sets=(PodSet(gpus, 1, (flavour,)),),
-                submitted_at=100.0 + i,
-                topology=Topology.NONE,
-            )
-        )
+        owner = _lowest_owner(tenant, flavour, data.draw(st.integers(1, room)))
+        pending.append(replace(owner, id=f"owner{i}", submitted_at=100.0 + i))
     snap = replace(snap, pending=tuple(pending), now=200.0)
     config = EngineConfig(reclaim_min_run_s=100.0)
     engine = AdmissionEngine(config)
