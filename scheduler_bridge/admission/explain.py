@@ -410,7 +410,7 @@ class Explainer:
         searched for the tenant's name."""
         st = self.state
         reads = READS_NOTHING
-        label = st.tree.label[node]
+        tenant_label = st.tree.label[node]
         named = False
         parts: list[tuple[ReasonCode, str, int]] = []
         on_nodes: list[tuple[int, int, tuple[ReasonCode, str, int]]] = []
@@ -432,7 +432,7 @@ class Explainer:
                 never = self._never_by_quota(node, shape, option)
                 if never is not None:
                     parts.append(never)
-                    named = named or _names(never[1], label)
+                    named = named or _names(never[1], tenant_label)
                     if not shape.may_borrow:  # its words say what such work holds now
                         reads = max(reads, READS_OWN)
                     continue
@@ -444,7 +444,7 @@ class Explainer:
                 reads = READS_PATH
             else:
                 parts.append(quota)
-                named = named or _names(quota[1], label)
+                named = named or _names(quota[1], tenant_label)
                 # a refusal by the tenant's own figures on the option's first flavour
                 # read nothing further; on a later one, the earlier ones' room counted
                 own = quota[0] in READ_OWN and quota[2] == option.totals[0][0]

@@ -125,7 +125,7 @@ class Preemptor:
         # (tree, flavour, spare victim GPUs tried) -> the usage left at the tree's root
         # by a reclaim that took every candidate it could take: the least any reclaim
         # of one flavour there with those spare GPUs can leave until the candidates
-        # change (a nomination) or quota is given back (_root_floor_missed). Many
+        # change (a nomination) or quota is given back (forget_quota_misses). Many
         # tenants of a tree fail alike once this cycle's admissions fill its quota:
         # each would take the same victims in vain.
         self._root_floors: dict[tuple[int, int, tuple[Run, ...]], int] = {}
@@ -224,6 +224,8 @@ class Preemptor:
         if remember and self._quota_missed(node, option):
             return None
         spare = self._spare(root, option) if reclaim else []
+        if remember and len(flavours) == 1 and self._root_floor_missed(root, node, option, spare):
+            return None
         # the tree's elastic pods, looked up only when no spare victim GPUs do (taking
         # those leaves the victim view, which orders the pods, as it was)
         elastic: list[Run] = []
@@ -231,8 +233,6 @@ class Preemptor:
             elastic = self._elastic(root, flavours) if reclaim else []
             if not evicting and not elastic and not borrowers and not own:
                 return None
-        if remember and len(flavours) == 1 and self._root_floor_missed(root, node, option, spare):
-            return None
         search = _Search(st, item, option)
         done = bool(spare) and search.take_in_order(spare)
         if not done:
@@ -246,7 +246,8 @@ class Preemptor:
             done = search.take_in_order(own)
         if not done and borrowers:
             queues: dict[int, list[Run]] = {}
-            # (its own work taken first changes how much its own tenant borrows)
+            # (a reclaim that may take its own tenant's work reads that tenant as it
+            # is, not as the kept order has it)
             orders = self._strict_orders if not own else None
             done = search.take_reclaim(
                 borrowers, indexes, queues, flavours, strict=True, orders=orders
@@ -304,8 +305,8 @@ class Preemptor:
 
     def forget_quota_misses(self, node: int) -> None:
         """``node``'s quota grew back for a moment (a returning reclaimer's held quota
-        released for its own turn): its remembered misses no longer hold, nor do the
-        floors of its tree."""
+        released for its own turn): its remembered misses no longer hold, nor does any
+        tree's floor."""
         for f in range(len(self.state.usage)):
             self._quota_misses.pop((node, f), None)
         self._root_floors.clear()
@@ -320,10 +321,9 @@ class Preemptor:
         figures alone), so it leaves at least that much there for as long as no
         nomination changes the candidates and no quota is given back: within a cycle
         usage otherwise only grows, and what a removal carries up the tree grows with
-        it. Only a failure whose preemptor does not borrow the flavour counts: its own
-        runs were not among the candidates, and another preemptor may take them."""
-        if node in self.state.borrowers.get((root, f), NO_TENANTS):
-            return
+        it. The failed preemptor's own runs were not among its candidates, but they
+        are no one else's either: inside its guarantee, its tenant does not borrow
+        once its elastic pods are out."""
         left = self.state.usage[f][root]
         key = (root, f, tuple(spare))
         self._root_floors[key] = max(self._root_floors.get(key, left), left)
@@ -613,8 +613,8 @@ class _Search:
         tenant's candidates across both passes.
 
         ``orders`` keeps, per tree and flavour, the order a strict pass of one flavour
-        starts from (the preemptor's own tenant included, passed over when it comes
-        up). What it reads - how much each tenant borrows, its smallest workload - is,
+        starts from (never with the preemptor's own tenant: inside its guarantee, it
+        does not borrow once its elastic pods are out). What it reads - how much each tenant borrows, its smallest workload - is,
         when the pass starts, what the cycle started with less this cycle's victims and
         less what every such reclaim has taken by then: all evicting work and elastic
         pods of the tree (spare victim GPUs count for no tenant's borrowing). It holds
@@ -638,13 +638,20 @@ class _Search:
                 view[f][tenant] - run.totals[f] >= guaranteed[f][tenant] for f in mine
             )
 
-        me = self.item.node
         if len(flavours) == 1:  # the common case, without a Python call per tenant
             used, owed = view[flavours[0]], guaranteed[flavours[0]]
+            me = self.item.node
             if strict and orders is not None:
                 order = self._strict_order(orders, borrowers, indexes[0], flavours[0])
                 heap = list(order.entries)  # (sorted: a heap already)
-            elif strict:
+            elif not strict:
+                heap = [
+                    (owed[t] - used[t], label[t], t)
+                    for t in borrowers
+                    if used[t] > owed[t] and t != me
+                ]
+                heapq.heapify(heap)
+            else:
                 # tenants whose smallest workload would already take them below their
                 # guarantee cannot give anything in this pass: leave them out at once
                 small = indexes[0].smallest
@@ -656,20 +663,13 @@ class _Search:
                     and small.get(t, 0)
                     and used[t] - small[t] >= owed[t]
                 ]
-            else:
-                heap = [
-                    (owed[t] - used[t], label[t], t)
-                    for t in borrowers
-                    if used[t] > owed[t] and t != me
-                ]
+                heapq.heapify(heap)
         else:
             heap = [(-borrowed(t), label[t], t) for t in borrowers if borrowed(t) > 0]
-        heapq.heapify(heap)
+            heapq.heapify(heap)
         position: dict[int, int] = {}
         while heap:
             _, _, tenant = heapq.heappop(heap)
-            if tenant == me:
-                continue
             runs = queues.get(tenant)
             if runs is None:
                 runs = queues[tenant] = _merge([ix.by_tenant.get(tenant, []) for ix in indexes])

@@ -121,8 +121,8 @@ def test_a_remembering_search_finds_what_a_fresh_one_finds(data, kind):
 
 
 def test_reclaims_failing_alike_at_the_root_are_refused_until_quota_comes_back():
-    """org's 8 GPUs are all d's, 5 of them young and 1 more within d's guarantee once
-    the young ones count as borrowed first: a reclaim can take back 1 GPU (d2). With b's
+    """org's 8 GPUs are all d's: 5 of them young (protected, counted as borrowed first)
+    and d1's 2 inside d's guarantee, so a reclaim can take back 1 GPU (d2). With b's
     held quota charged, a's reclaim of 1 fails at org; c's then fails alike without a
     search. Once b's held quota is given back for b's own turn, b's reclaim of 1 takes
     d2, as a fresh search does."""
@@ -157,8 +157,9 @@ def test_reclaims_failing_alike_at_the_root_are_refused_until_quota_comes_back()
             Preemptor(state).plan(item, option)
         )
 
-    held = items["b"].node, items["b"].shape.options[0].totals
-    state.add_usage(*held)  # b's quota, held since the start of the cycle
+    # b's quota, held since the start of the cycle above b (reservation._hold_quota)
+    held = state.tree.parent[items["b"].node], items["b"].shape.options[0].totals
+    state.add_usage(*held)
     assert plan("a") == (None, None)
     assert remembering._root_floors, "a's failure is remembered"
     assert plan("c") == (None, None)
