@@ -614,12 +614,13 @@ class _Search:
 
         ``orders`` keeps, per tree and flavour, the order a strict pass of one flavour
         starts from (never with the preemptor's own tenant: inside its guarantee, it
-        does not borrow once its elastic pods are out). What it reads - how much each tenant borrows, its smallest workload - is,
-        when the pass starts, what the cycle started with less this cycle's victims and
-        less what every such reclaim has taken by then: all evicting work and elastic
-        pods of the tree (spare victim GPUs count for no tenant's borrowing). It holds
-        for every reclaim that took no work of its own first, and changes only for the
-        tenants of victims claimed since (Preemptor.forget), placed again here."""
+        does not borrow once its elastic pods are out). What it reads (how much each
+        tenant borrows, its smallest workload) is, when the pass starts, what the cycle
+        started with less this cycle's victims and less what every such reclaim has
+        taken by then: all evicting work and elastic pods of the tree (spare victim GPUs
+        count for no tenant's borrowing). It holds for every reclaim that took no work
+        of its own first, and changes only for the tenants of victims claimed since
+        (Preemptor.forget), placed again here."""
         st = self.st
         guaranteed = st.tree.guaranteed
         label = st.tree.label
@@ -641,16 +642,16 @@ class _Search:
         if len(flavours) == 1:  # the common case, without a Python call per tenant
             used, owed = view[flavours[0]], guaranteed[flavours[0]]
             me = self.item.node
-            if strict and orders is not None:
-                order = self._strict_order(orders, borrowers, indexes[0], flavours[0])
-                heap = list(order.entries)  # (sorted: a heap already)
-            elif not strict:
+            if not strict:
                 heap = [
                     (owed[t] - used[t], label[t], t)
                     for t in borrowers
                     if used[t] > owed[t] and t != me
                 ]
                 heapq.heapify(heap)
+            elif orders is not None:
+                order = self._strict_order(orders, borrowers, indexes[0], flavours[0])
+                heap = list(order.entries)  # (sorted: a heap already)
             else:
                 # tenants whose smallest workload would already take them below their
                 # guarantee cannot give anything in this pass: leave them out at once
