@@ -34,8 +34,8 @@ PACKAGE = "scheduler_bridge.admission"
 NOT_COMPILED = frozenset({"__init__", "_native"})
 INTERPRETED = frozenset({"budget"})  # in the package, type-checked with it, not compiled
 # files outside the package that a build depends on: the wording module compiled code
-# calls into, and the recipe that builds it
-DEPENDS_ON = ("i18n/wording.py", "toolchain/native.py")
+# calls into, the recipe that builds it and the run its profile is trained on
+DEPENDS_ON = ("i18n/wording.py", "toolchain/native.py", "toolchain/native_training.py")
 ENGINE_VARIABLE = "TIDEGATE_ENGINE"  # "python" keeps the interpreted engine
 DIRECTORY_VARIABLE = "TIDEGATE_NATIVE_DIR"
 READY = "ready"  # written last by a build: a half-written directory is never used

@@ -52,6 +52,21 @@ def test_the_engine_runs_compiled_exactly_when_built_for_its_sources() -> None:
         assert _native.active, f"no build at {_native.build_dir()}: run make native"
 
 
+def test_ci_runs_the_profile_guided_build_that_gcc_makes() -> None:
+    """A build whose training run failed is made without a profile: it decides the same,
+    only more slowly, so nothing else would notice. Where gcc builds it (CI), the engine
+    under test must be the profile-guided one (toolchain/native.py)."""
+    from toolchain import native
+
+    if not _native.active:
+        assert not os.environ.get("CI") or not _native.wanted(), "run make native"
+        return
+    how = (_native.build_dir() / _native.READY).read_text()
+    assert "profile-guided" in how or "without a profile" in how, how
+    if os.environ.get("CI") and native.can_compile() is None and native.profile_wanted():
+        assert "profile-guided" in how, how
+
+
 def test_an_edited_source_is_not_shadowed_by_the_build_of_its_older_text(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -67,7 +82,12 @@ def test_an_edited_source_is_not_shadowed_by_the_build_of_its_older_text(
     assert _native.sources_digest(package, tmp_path) != before
     # what compiled code is type-checked against and the recipe count too; the two
     # modules that choose do not
-    for changed in (package / "budget.py", tmp_path / "toolchain" / "native.py"):
+    toolchain = tmp_path / "toolchain"
+    for changed in (
+        package / "budget.py",
+        toolchain / "native.py",
+        toolchain / "native_training.py",
+    ):
         edited = _native.sources_digest(package, tmp_path)
         with changed.open("a") as source:
             source.write("\n# edited\n")
