@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from toolchain import build
+import pytest
+
+from toolchain import build, native
 
 
 def _module(folder: Path) -> build.GoModule:
@@ -28,3 +30,37 @@ def test_kueues_module_builds_the_fair_sharing_core_beside_its_performance_test(
     assert "tidegate.local/toolchain/kueue/fairsharing" in kueue.tools
     assert kueue.binary_name("tidegate.local/toolchain/kueue/fairsharing") == "fairsharing"
     assert "kueue" in build.ON_REQUEST  # a benchmark's, never built by the tests
+
+
+def test_a_failed_profile_training_falls_back_to_a_build_without_a_profile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    compiled: list[tuple[str, tuple[str, ...]]] = []
+
+    def compile_(paths, work, name, flags, *, progress, what=""):  # type: ignore[no-untyped-def]
+        compiled.append((name, tuple(flags)))
+        (work / name).mkdir()
+        if any(f.startswith("-fprofile-use") for f in flags):
+            raise native.NativeBuildError("coverage mismatch")  # the profile-guided compile
+        return work / name
+
+    monkeypatch.setattr(native, "trains_a_profile", lambda: True)
+    monkeypatch.setattr(native, "_train", lambda *args: None)
+    monkeypatch.setattr(native, "_compile", compile_)
+    staging, kind = native._build_kind(["engine.py"], tmp_path, "digest", progress=False)
+    assert kind == native.WITHOUT_PROFILE
+    assert staging == tmp_path / "build"
+    # the half-made profile-guided build was cleared before the plain one went there
+    assert [name for name, _ in compiled] == ["build", "build"]
+    assert compiled[-1][1] == native.PRIVATE
+    assert "building without a profile instead" in capsys.readouterr().err
+
+    monkeypatch.setattr(native, "_compile", lambda paths, work, name, flags, **kw: work / name)
+    assert native._build_kind(["engine.py"], tmp_path, "digest", progress=False)[1] == (
+        native.PROFILE_GUIDED
+    )
+
+
+def test_no_profile_is_trained_when_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(native.PGO_VARIABLE, "0")
+    assert not native.trains_a_profile()

@@ -13,8 +13,9 @@ mypy, pinned in requirements.lock.
 With gcc the build is profile-guided: the engine is compiled with branch counters, runs
 ``toolchain/native_training.py`` (deep-queue cycles and a trace replay), and is compiled
 again laid out for what that run did. ``TIDEGATE_NATIVE_PGO=0`` skips the training run
-(a build about twice as fast, an engine 5 to 10 % slower); so does a training run that
-fails, with a warning. Every build keeps the engine's functions private to its library
+(a build about twice as fast, an engine 6 to 9 % slower); so does a training run that
+fails, with a warning. The training needs the repository's ``benchmarks/`` and
+``data/traces/`` beside ``toolchain/``. Every build keeps the engine's functions private to its library
 (``-fvisibility=hidden``, ``-fno-semantic-interposition``), so that the C compiler may
 inline calls between them instead of going through the library's symbol table.
 """
@@ -25,6 +26,7 @@ import argparse
 import fcntl
 import importlib.util
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -72,6 +74,9 @@ setup(
 PRIVATE = ("-fno-semantic-interposition", "-fvisibility=hidden")
 PGO_VARIABLE = "TIDEGATE_NATIVE_PGO"  # "0": no training run
 TRAINING = "toolchain.native_training"
+TRAINING_TIMEOUT_S = 1200.0
+# what a build's ready file says it is
+PROFILE_GUIDED, WITHOUT_PROFILE = "profile-guided", "without a profile"
 
 
 class NativeBuildError(RuntimeError):
@@ -111,23 +116,28 @@ def _build_into(folder: Path, progress: bool) -> None:
     with tempfile.TemporaryDirectory(prefix="native-", dir=folder.parent) as temporary:
         work = Path(temporary)
         started = time.monotonic()
-        staging: Path | None = None
-        how = "profile-guided"
-        if profile_wanted():
-            profile = work / "profile"
-            try:
-                _train(paths, work, profile, folder.name, progress)
-                flags = (*PRIVATE, *_use_profile(profile))
-                staging = _compile(paths, work, "build", flags, progress, "compiling the engine")
-            except NativeBuildError as error:
-                print(f"{error}\nbuilding without a profile instead", file=sys.stderr)
-        if staging is None:
-            how = "without a profile"
-            staging = _compile(paths, work, "build", PRIVATE, progress, "compiling the engine")
+        staging, kind = _build_kind(paths, work, folder.name, progress)
         elapsed = time.monotonic() - started
-        (staging / _native.READY).write_text(f"built in {elapsed:.0f} s, {how}\n")
+        (staging / _native.READY).write_text(f"built in {elapsed:.0f} s, {kind}\n")
         os.replace(staging, folder)
     _prune(folder)
+
+
+def _build_kind(paths: Sequence[str], work: Path, digest: str, progress: bool) -> tuple[Path, str]:
+    """The build in ``work/build``, profile-guided when a profile can be trained (else,
+    or when anything in that fails, without one), and which of the two it is."""
+    if trains_a_profile():
+        profile = work / "profile"
+        try:
+            _train(paths, work, profile, digest, progress)
+            staging = _compile(
+                paths, work, "build", (*PRIVATE, *_use_profile(profile)), progress=progress
+            )
+            return staging, PROFILE_GUIDED
+        except (NativeBuildError, OSError) as error:
+            print(f"{error}\nbuilding without a profile instead", file=sys.stderr)
+            shutil.rmtree(work / "build", ignore_errors=True)
+    return _compile(paths, work, "build", PRIVATE, progress=progress), WITHOUT_PROFILE
 
 
 def _compile(
@@ -135,38 +145,33 @@ def _compile(
     work: Path,
     name: str,
     flags: Sequence[str],
+    *,
     progress: bool,
-    what: str,
+    what: str = "compiling the admission engine",
 ) -> Path:
     """mypyc's C for ``paths``, compiled with ``flags`` into ``work/name``. Every compile of
     one build writes its C and objects in the same place (``work/c``), and mypyc writes
     the same C each time (the hash seed is fixed): the profile of one compile's objects is
-    found by the next."""
-    staging = work / name
-    command = [sys.executable, "-c", SETUP, str(work / "c"), str(staging), *paths]
-    env = dict(os.environ, PYTHONHASHSEED="0")
-    for variable in ("CFLAGS", "LDFLAGS"):
-        env[variable] = " ".join([os.environ.get(variable, ""), *flags]).strip()
-    process = subprocess.Popen(
-        command,
-        cwd=REPOSITORY,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    output = _wait(process, f"{what} ({len(paths)} modules) with mypyc", progress)
-    if process.returncode != 0:
-        raise NativeBuildError(f"mypyc build failed:\n{output[-4000:]}")
-    return staging
+    found by the next, and gcc refuses one that does not match its C."""
+    command = [sys.executable, "-c", SETUP, str(work / "c"), str(work / name), *paths]
+    # (setuptools adds CFLAGS to the link command too)
+    cflags = " ".join([os.environ.get("CFLAGS", ""), *flags]).strip()
+    env = dict(os.environ, PYTHONHASHSEED="0", CFLAGS=cflags)
+    _run(command, env, f"{what} ({len(paths)} modules) with mypyc", progress)
+    return work / name
 
 
 def _train(paths: Sequence[str], work: Path, profile: Path, digest: str, progress: bool) -> None:
     """Compile with branch counters and run the training with that build loaded; the
-    counts land in ``profile``."""
-    generate = (f"-fprofile-generate={profile}", "-fprofile-update=single")
+    counts land in ``profile``, one file per compiled object."""
+    generate = (f"-fprofile-generate={shlex.quote(str(profile))}", "-fprofile-update=single")
     instrumented = _compile(
-        paths, work, "instrumented", (*PRIVATE, *generate), progress, "instrumenting the engine"
+        paths,
+        work,
+        "instrumented",
+        (*PRIVATE, *generate),
+        progress=progress,
+        what="instrumenting the admission engine",
     )
     root = work / "training"
     root.mkdir()
@@ -175,33 +180,25 @@ def _train(paths: Sequence[str], work: Path, profile: Path, digest: str, progres
     env = dict(os.environ, PYTHONHASHSEED="0")
     env[_native.DIRECTORY_VARIABLE] = str(root)
     env.pop(_native.ENGINE_VARIABLE, None)
-    process = subprocess.Popen(
-        [sys.executable, "-m", TRAINING],
-        cwd=REPOSITORY,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    output = _wait(process, "training the engine's profile on deep queues and a replay", progress)
-    if process.returncode != 0 or not any(profile.rglob("*.gcda")):
-        raise NativeBuildError(f"the profile's training run failed:\n{output[-4000:]}")
+    what = "training the engine's profile on deep queues and replays"
+    _run([sys.executable, "-m", TRAINING], env, what, progress, timeout=TRAINING_TIMEOUT_S)
+    objects = {p.stem for p in (work / "c" / "objects").rglob("*.o")}
+    counted = {p.stem for p in profile.rglob("*.gcda")}
+    if objects - counted:
+        missing = ", ".join(sorted(objects - counted))
+        raise NativeBuildError(f"the training run left no profile for {missing}")
 
 
 def _use_profile(profile: Path) -> tuple[str, ...]:
-    # a function the training never ran is compiled as usual; the C is the same as the
-    # instrumented build's, so a mismatch would be the compiler's to warn about, not fail
-    return (
-        f"-fprofile-use={profile}",
-        "-fprofile-partial-training",
-        "-Wno-missing-profile",
-        "-Wno-error=coverage-mismatch",
-    )
+    # every object has its counts (a function the training never ran has zeros); gcc
+    # fails on a profile that does not match its C, and mypyc's -Werror makes a missing
+    # one fail too: a build is profile-guided whole or not at all
+    return (f"-fprofile-use={shlex.quote(str(profile))}", "-fprofile-partial-training")
 
 
-def profile_wanted() -> bool:
-    """A training run is wanted, and the compiler is gcc (clang's profiles take another
-    tool to merge)."""
+def trains_a_profile() -> bool:
+    """Whether a build trains a profile: not turned off, and the compiler is gcc (clang's
+    profiles take another tool to merge)."""
     if os.environ.get(PGO_VARIABLE, "").strip() == "0":
         return False
     compiler = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()
@@ -214,16 +211,43 @@ def profile_wanted() -> bool:
     return "Free Software Foundation" in version and "clang" not in version
 
 
-def _wait(process: subprocess.Popen[str], what: str, progress: bool) -> str:
+def _run(
+    command: list[str],
+    env: dict[str, str],
+    what: str,
+    progress: bool,
+    timeout: float | None = None,
+) -> str:
+    """Run a step of the build in the repository; its output, or NativeBuildError."""
+    process = subprocess.Popen(
+        command,
+        cwd=REPOSITORY,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        output = _wait(process, what, progress, timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        raise NativeBuildError(f"{what}: no end after {timeout:.0f} s") from None
+    if process.returncode != 0:
+        raise NativeBuildError(f"{what} failed:\n{output[-4000:]}")
+    return output
+
+
+def _wait(process: subprocess.Popen[str], what: str, progress: bool, timeout: float | None) -> str:
     if not progress:
-        return process.communicate()[0]
+        return process.communicate(timeout=timeout)[0]
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     with Progress(
         SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), transient=False
     ) as bar:
         bar.add_task(what, total=None)
-        return process.communicate()[0]
+        return process.communicate(timeout=timeout)[0]
 
 
 def _prune(keep: Path, kept: int = 3) -> None:

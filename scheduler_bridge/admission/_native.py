@@ -5,10 +5,10 @@ The engine's modules are plain, fully typed Python. ``python -m toolchain.native
 are, with mypyc into extension modules: over a deep queue a cycle takes about 0.6 to 0.7
 of the interpreter's time, and a trace replay half (docs/admission.md#compiled). The
 build is kept outside the source tree, in a directory named by a digest of what it was
-made from (this package's modules, the wording module they call, the build recipe, the
-mypy that compiled it, the interpreter's ABI and the C library): an edited source has
-another digest, so it runs as written until it is built again, never shadowed by a build
-of an older text. Without a complete build for the current digest (no C compiler,
+made from (this package's modules, the wording module they call, the build recipe and its
+profile's training run, the mypy that compiled it, the interpreter's ABI and the C
+library): an edited source has another digest, so it runs as written until it is built
+again, never shadowed by a build of an older text. Without a complete build for the current digest (no C compiler,
 ``TIDEGATE_ENGINE=python``, a cache that cannot be read) the same modules run
 interpreted and decide the same (tests/admission/test_native.py compares the two); the
 compiled modules check the type of every value they are given, as their annotations say.
