@@ -344,6 +344,13 @@ class _Cycle:
         self.unqueued: list[Item] = []  # unknown tenant or flavour
         self.failed_priority: dict[int, int] = {}
         self.queue_class = 0  # guarantee class of the workload being evaluated
+        # the queues' heap keys as ints (_key_units): the highest priority queued, and
+        # what one step of priority, of "not a returning preemptor" and of guarantee
+        # class is worth in them
+        self.top_priority = 0
+        self.priority_unit = 1
+        self.held_unit = 1
+        self.class_unit = 1
         self.groups_evaluated = 0
         self.groups_skipped = 0
         self.groups_failed_at_start = 0
@@ -353,6 +360,9 @@ class _Cycle:
     # ------------------------------------------------------------------ driver
     def run(self, explain: bool) -> CycleResult:
         st = self.state
+        # every item's arrival rank first: the queues' heap keys are built from it
+        self.ranks.assign(self.items)
+        self._key_units(self.items)
         queues = self._build_queues()
         hold_for_preemptors(st, self.items)
         reserve_for_starving(st, self.items, self._start_order)
@@ -376,7 +386,6 @@ class _Cycle:
                 if isinstance(self.gate, AllowAllBudgetGate)
                 else getattr(self.gate, "blocked", None)
             )
-            self.ranks.assign(self.items)
             explainer = Explainer(
                 st,
                 self.ranks,
@@ -499,6 +508,23 @@ class _Cycle:
             if key is not None:
                 heapq.heappush(heap, key)
 
+    def _key_units(self, items: Sequence[Item]) -> None:
+        """Size the queues' int keys (_group_key) for this cycle's items: arrival ranks
+        are below ``ArrivalRanks.size``, priorities within the queued ones' span."""
+        top = bottom = 0
+        if items:
+            top = bottom = items[0].wl.priority
+            for item in items:
+                priority = item.wl.priority
+                if priority > top:
+                    top = priority
+                elif priority < bottom:
+                    bottom = priority
+        self.top_priority = top
+        self.priority_unit = self.ranks.size
+        self.held_unit = self.priority_unit * (top - bottom + 1)
+        self.class_unit = 2 * self.held_unit
+
     def _head(self, queue: TenantQueue) -> tuple | None:
         """The tenant's next workload and its heap key: work inside its guarantee first,
         then priority, share, submit time, id. The guarantee class comes before priority
@@ -528,25 +554,33 @@ class _Cycle:
                 if fresh != key:
                     heapq.heapreplace(heap, (fresh, stamp, queue.version, group))
                     continue
+            cls = key // self.class_unit
             queue.head = group
-            queue.head_class = key[0]
-            # across tenants: class, priority, share, submit time (a returning reclaimer
+            queue.head_class = cls
+            # across tenants: class, priority, share, arrival (a returning reclaimer
             # goes first only among its own tenant's work)
-            return (key[0], key[2], queue.share, key[3], key[4], queue.node)
+            head = group.items[group.pos]
+            before_share = cls * self.class_unit + (self.top_priority - head.wl.priority)
+            return (before_share, queue.share, head.seq, queue.node)
         queue.head = None
         return None
 
-    def _group_key(self, queue: TenantQueue, group: Group) -> tuple:
-        """(guarantee class, returning preemptor first, priority, submit time, id).
+    def _group_key(self, queue: TenantQueue, group: Group) -> int:
+        """(guarantee class, returning preemptor first, priority, arrival) as one int:
+        ints compare far faster than tuples, and the heaps compare a great many.
 
         Within its class, a workload whose victims stopped for it in the previous cycle
         goes before the rest of its tenant's work: the guarantee it reclaimed is its own,
         and the tenant's other work, ordered by submit time alone, would otherwise take
         it and leave the reclaimer waiting. (Other tenants' order is not changed.)"""
         head = group.items[group.pos]
-        order = head.order
         cls = 1 if group.borrows else self.state.guarantee_class(queue.node, group.shape)
-        return (cls, 0 if head.wl.held else 1, order[0], order[1], order[2])
+        return (
+            cls * self.class_unit
+            + (0 if head.wl.held else self.held_unit)
+            + (self.top_priority - head.wl.priority) * self.priority_unit
+            + head.seq
+        )
 
     def _requeue(self, queue: TenantQueue, group: Group) -> None:
         """The group's head changed: its old heap entry is stale, push the new one."""

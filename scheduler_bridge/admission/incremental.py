@@ -40,17 +40,25 @@ Fingerprint = tuple[tuple[object, ...], ...]
 FailureKey = tuple[int, int]  # (workload node, shape id)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Failure:
     """A group's failure and what it depended on. Read-only, but not frozen: a full
     cycle over a deep queue records 18,000, and a frozen dataclass costs three times as
-    much to make."""
+    much to make. Its constructor is written out, so that it is compiled with the
+    engine (one made by ``dataclass`` runs interpreted)."""
 
     fingerprint: Fingerprint
     max_priority: int  # with priority preemption, a higher-priority newcomer may succeed
     # a reclaim held back by the head's reclaim wait may happen from then on, whatever
     # else changed (EngineConfig.reclaim_wait_s)
-    retry_at: float = math.inf
+    retry_at: float
+
+    def __init__(
+        self, fingerprint: Fingerprint, max_priority: int, retry_at: float = math.inf
+    ) -> None:
+        self.fingerprint = fingerprint
+        self.max_priority = max_priority
+        self.retry_at = retry_at
 
 
 def own_limits_only(

@@ -260,7 +260,7 @@ class TenantQueue:
         self.head_class = 0  # guarantee class the head was queued with
         self.version = 0  # bumped whenever the tenant's usage changes
         self.built = -1  # -1 until the group heap is first built
-        self.heap: list[tuple[tuple, int, int, Group]] = []
+        self.heap: list[tuple[int, int, int, Group]] = []
 
 
 def group_items(items: Sequence[Item], tree_size: int) -> dict[int, list[list[Item]]]:

@@ -274,14 +274,7 @@ class Preemptor:
         need that only several leftovers together could cover stops a workload of its
         own: walking every scrap of every victim of a deep queue's cycle would cost far
         more than it saves."""
-        need = sum(gpus for _, gpus in option.totals)
-        found: list[Run] = []
-        for run in self.state.spare_on(root, [f for f, _ in option.totals]):
-            if sum(run.totals.get(f, 0) for f, _ in option.totals) >= need:
-                found.append(run)
-                if len(found) == SPARE_TRIED:
-                    break
-        return found
+        return self.state.spare_covering(root, option.totals, SPARE_TRIED)
 
     def _quota_missed(self, node: int, option: Option) -> bool:
         if self._misses_version != self.state.taken_version:

@@ -362,15 +362,32 @@ class CycleState:
     def has_spare(self, root: int, flavours: Sequence[int]) -> bool:
         return any(self.spare.get((root, f)) for f in flavours)
 
-    def spare_on(self, root: int, flavours: Sequence[int]) -> list[Run]:
-        """The tree's spare victim GPUs on ``flavours``, in the order their victims
-        were chosen."""
-        found: dict[str, Run] = {}
-        for f in flavours:
+    def spare_covering(self, root: int, totals: Sequence[tuple[int, int]], limit: int) -> list[Run]:
+        """The first ``limit`` of the tree's spare victim GPUs that each cover the whole
+        of ``totals`` ((flavour, GPUs) pairs) on their own, in the order their victims
+        were chosen (by the first of ``totals``' flavours they are spare on). Read in
+        place: a deep queue's tree can keep hundreds of them."""
+        need = 0
+        for _, gpus in totals:
+            need += gpus
+        found: list[Run] = []
+        walked: list[dict[str, Run]] = []  # flavours already walked: their victims were seen
+        for f, _ in totals:
             by_victim = self.spare.get((root, f))
-            if by_victim:
-                found.update(by_victim)
-        return list(found.values())
+            if not by_victim:
+                continue
+            for victim_id, run in by_victim.items():
+                if walked and any(victim_id in seen for seen in walked):
+                    continue
+                covered = 0
+                for g, _ in totals:
+                    covered += run.totals.get(g, 0)
+                if covered >= need:
+                    found.append(run)
+                    if len(found) == limit:
+                        return found
+            walked.append(by_victim)
+        return found
 
     def claim(self, run: Run) -> None:
         """``run`` was chosen as a victim: no other preemptor may take it, and its

@@ -63,6 +63,27 @@ def test_submit_time_then_id_break_remaining_ties():
     assert ids(result) == ["y", "z"]
 
 
+def test_priorities_of_any_size_order_the_queue_within_and_across_tenants():
+    # Kubernetes priorities span int32 and the engine takes any int: the queues' keys
+    # must order the extremes as they order small numbers, within a tenant and across
+    tree, quotas = two_teams(a=0, b=0)
+    quotas = (*quotas, quota("org", 4))
+    extremes = [-(2**40), -(2**31), -1, 0, 2**31 - 1, 2**40]
+    for runner_up, top in zip(extremes, extremes[1:], strict=False):
+        same_tenant = [
+            workload("first-in", "a", 4, priority=runner_up, submitted=0),
+            workload("late-but-higher", "a", 4, priority=top, submitted=9),
+        ]
+        result = run_cycle(snapshot(tree, quotas, nodes(1), same_tenant))
+        assert ids(result) == ["late-but-higher"], (top, runner_up)
+        across = [
+            workload("first-in", "a", 4, priority=runner_up, submitted=0),
+            workload("late-but-higher", "b", 4, priority=top, submitted=9),
+        ]
+        result = run_cycle(snapshot(tree, quotas, nodes(1), across))
+        assert ids(result) == ["late-but-higher"], (top, runner_up)
+
+
 def test_no_head_of_line_blocking_small_jobs_pass_a_big_one_that_does_not_fit():
     tree, quotas = two_teams(a=16, b=0)
     pending = [workload("big", "a", 8, count=2)] + [
