@@ -345,10 +345,8 @@ class _Cycle:
         self.failed_priority: dict[int, int] = {}
         self.queue_class = 0  # guarantee class of the workload being evaluated
         # the queues' heap keys as ints (_key_units): the highest priority queued, and
-        # what one step of priority, of "not a returning preemptor" and of guarantee
-        # class is worth in them
+        # what "not a returning preemptor" and one step of guarantee class are worth
         self.top_priority = 0
-        self.priority_unit = 1
         self.held_unit = 1
         self.class_unit = 1
         self.groups_evaluated = 0
@@ -457,7 +455,6 @@ class _Cycle:
         headroom: dict[tuple[int, int, bool, bool], int] = {}  # a tenant's groups share it
         # without reservations or holds, no member reaches into reserved GPUs
         reaching = bool(st.reservations or st.reservation_of)
-        guarantee_class = st.guarantee_class
         for node, queue in queues.items():
             for group in queue.groups:
                 shape = group.shape
@@ -465,7 +462,7 @@ class _Cycle:
                     self._fail_before_pass(group, [])
                 elif (
                     not may_preempt_borrowing
-                    and guarantee_class(node, shape) >= 1
+                    and st.guarantee_class(node, shape) >= 1
                     and not self._fits_now(node, shape)
                 ):
                     kept = (
@@ -509,8 +506,9 @@ class _Cycle:
                 heapq.heappush(heap, key)
 
     def _key_units(self, items: Sequence[Item]) -> None:
-        """Size the queues' int keys (_group_key) for this cycle's items: arrival ranks
-        are below ``ArrivalRanks.size``, priorities within the queued ones' span."""
+        """Size the queues' int keys (_group_key) for this cycle's items, and give each
+        item its queue order as one int (Item.queue_key: priority, then arrival): arrival
+        ranks are below ``ArrivalRanks.size``, priorities within the queued ones' span."""
         top = bottom = 0
         if items:
             top = bottom = items[0].wl.priority
@@ -520,9 +518,11 @@ class _Cycle:
                     top = priority
                 elif priority < bottom:
                     bottom = priority
+        size = self.ranks.size
+        for item in items:
+            item.queue_key = (top - item.wl.priority) * size + item.seq
         self.top_priority = top
-        self.priority_unit = self.ranks.size
-        self.held_unit = self.priority_unit * (top - bottom + 1)
+        self.held_unit = size * (top - bottom + 1)
         self.class_unit = 2 * self.held_unit
 
     def _head(self, queue: TenantQueue) -> tuple | None:
@@ -575,12 +575,8 @@ class _Cycle:
         it and leave the reclaimer waiting. (Other tenants' order is not changed.)"""
         head = group.items[group.pos]
         cls = 1 if group.borrows else self.state.guarantee_class(queue.node, group.shape)
-        return (
-            cls * self.class_unit
-            + (0 if head.wl.held else self.held_unit)
-            + (self.top_priority - head.wl.priority) * self.priority_unit
-            + head.seq
-        )
+        held = 0 if head.wl.held else self.held_unit
+        return cls * self.class_unit + held + head.queue_key
 
     def _requeue(self, queue: TenantQueue, group: Group) -> None:
         """The group's head changed: its old heap entry is stale, push the new one."""
@@ -645,22 +641,27 @@ class _Cycle:
         cycle and borrowing work cannot preempt (priority preemption off), so each would
         fail the same way when its turn came; a tenant whose cohort is spent has all its
         borrowing groups refused in one pass."""
+        # (methods are called on their object: a compiled method bound to a local is
+        # called through Python's calling convention, several times slower)
         node = queue.node
-        quota_ok = self._quota_ok
-        if any(quota_ok(node, option) for option in failed.shape.options):
+        if self._quota_ok_any(node, failed.shape):
             return  # it failed on nodes, not on quota: the others may well fit
-        guarantee_class = self.state.guarantee_class
+        st = self.state
         for group in queue.groups:
             if group.pos >= len(group.items) or group.skip:
                 continue
             shape = group.shape
-            if not group.borrows and guarantee_class(node, shape) == 0:
+            if not group.borrows and st.guarantee_class(node, shape) == 0:
                 continue  # may still reclaim inside its guarantee
-            if any(quota_ok(node, option) for option in shape.options):
+            if self._quota_ok_any(node, shape):
                 continue
             self.groups_failed_with_tenant += 1
             self._fail_group(group, group.items[group.pos], skipped=False)
             self._requeue(queue, group)  # members that reach reserved GPUs stay queued
+
+    def _quota_ok_any(self, node: int, shape: Shape) -> bool:
+        """Whether the quota admits some option of ``shape`` for ``node`` now."""
+        return any(self._quota_ok(node, option) for option in shape.options)
 
     def _fail_group(self, group: Group, item: Item, skipped: bool) -> None:
         """``item`` failed; so does every later member that cannot use more capacity

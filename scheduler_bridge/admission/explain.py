@@ -82,7 +82,7 @@ class Explainer:
             tuple, tuple[tuple[ReasonCode, str, str | None, int], tuple, int, bool]
         ] = {}
         self._quota_classes = state.static.quota_classes()
-        self._stamps: dict[tuple, tuple] = {}  # _stamp's, this cycle
+        self._stamps: dict[int, tuple] = {}  # _stamp's, this cycle
         # reasons worded once a cycle per tenant, flavour and need (_quota, _beyond_reach)
         self._reclaim_waits: dict[tuple[int, int, int, bool], str] = {}
         self._out_of_reach: dict[tuple[int, int, int], tuple[ReasonCode, str]] = {}
@@ -326,7 +326,10 @@ class Explainer:
         if reads == READS_NOTHING:
             return ()
         # the same for a tenant's groups of one set of flavours: worked out once a cycle
-        key = (node, shape.flavours, shape.may_borrow, cls if reads == READS_PATH else -1, reads)
+        # (one int: node, flavours, may borrow, class as far as it is read, reads)
+        key = shape.flavour_mask * self._tree_size + node
+        key = key * 2 + (1 if shape.may_borrow else 0)
+        key = (key * 4 + (cls + 1 if reads == READS_PATH else 0)) * 3 + reads
         found = self._stamps.get(key)
         if found is not None:
             return found

@@ -121,7 +121,7 @@ def fingerprint(state: CycleState, node: int, shape: Shape, memo: dict) -> Finge
         state.config.reclaim and state.guarantee_class(node, shape) == 0
     )
     root = state.tree.root[node]
-    key = (root, shape.flavours, may_preempt)
+    key = (shape.flavour_mask * state.tree.size + root) * 2 + (1 if may_preempt else 0)
     found: Fingerprint | None = memo.get(key)
     if found is None:
         parts = []

@@ -54,6 +54,8 @@ class Shape:
     # an elastic pod or work that fills idle GPUs (PendingWorkload.opportunistic):
     # queued after all other work
     elastic: bool = False
+    # ``flavours`` as one int, bit f set for flavour f: a cheap part of a dict key
+    flavour_mask: int = 0
 
     @property
     def simple(self) -> bool:
@@ -87,7 +89,21 @@ def build_shape(raw: RawShape, shape_id: int, flavour_index: dict[str, int]) -> 
             totals[f] = totals.get(f, 0) + count * per_pod
         options.append(Option(len(options), chosen, needs, tuple(sorted(totals.items()))))
     flavours = tuple(sorted({f for option in options for f in option.flavours}))
-    return Shape(raw, shape_id, topology, tuple(options), flavours, (), gpus, may_borrow, elastic)
+    mask = 0
+    for f in flavours:
+        mask |= 1 << f
+    return Shape(
+        raw,
+        shape_id,
+        topology,
+        tuple(options),
+        flavours,
+        (),
+        gpus,
+        may_borrow,
+        elastic,
+        flavour_mask=mask,
+    )
 
 
 def _on(per_pod: int | tuple[int, ...], k: int) -> int:
@@ -98,7 +114,7 @@ def _on(per_pod: int | tuple[int, ...], k: int) -> int:
 class Item:
     """A compiled pending workload."""
 
-    __slots__ = ("group", "holder", "node", "order", "reach", "seq", "shape", "wl")
+    __slots__ = ("group", "holder", "node", "order", "queue_key", "reach", "seq", "shape", "wl")
 
     def __init__(self, wl: PendingWorkload, node: int, shape: Shape) -> None:
         self.wl = wl
@@ -109,6 +125,8 @@ class Item:
         # every read - tens of thousands a cycle, to sort and to key queues
         self.order: tuple = (-wl.priority, wl.submitted_at, wl.id)
         self.seq = -1  # its rank by arrival among the engine's items (ArrivalRanks)
+        # ``order`` as one int, set per cycle from ``seq`` (engine._Cycle._key_units)
+        self.queue_key = -1
         self.group = -1  # set per explanation: the index of its group there
         self.reach = NO_REACH  # set per cycle, see below
         self.holder = False  # set per cycle: holds a reservation (GPUs of its own)
@@ -264,9 +282,10 @@ class TenantQueue:
 
 
 def group_items(items: Sequence[Item], tree_size: int) -> dict[int, list[list[Item]]]:
-    """Items by workload node, then by shape (each group a list sorted by queue order),
-    nodes and groups in the order their first item comes. Grouped first by one int per
-    (shape, node), ``shape.id * tree_size + node``: one dictionary for 50,000 items."""
+    """Items by workload node, then by shape (each group a list sorted by queue order,
+    ``Item.queue_key``), nodes and groups in the order their first item comes. Grouped
+    first by one int per (shape, node), ``shape.id * tree_size + node``: one dictionary
+    for 50,000 items."""
     buckets: dict[int, list[Item]] = {}
     for item in items:
         key = item.shape.id * tree_size + item.node
@@ -278,7 +297,7 @@ def group_items(items: Sequence[Item], tree_size: int) -> dict[int, list[list[It
     by_node: dict[int, list[list[Item]]] = {}
     for bucket in buckets.values():
         if len(bucket) > 1:
-            bucket.sort(key=_order)
+            bucket.sort(key=_queue_key)
         node = bucket[0].node
         groups = by_node.get(node)
         if groups is None:
@@ -288,7 +307,7 @@ def group_items(items: Sequence[Item], tree_size: int) -> dict[int, list[list[It
     return by_node
 
 
-_order = attrgetter("order")  # (an Item's queue order; in C, 50,000 times a cycle)
+_queue_key = attrgetter("queue_key")  # (an Item's queue order; in C, 50,000 times a cycle)
 
 
 def fits_when_idle(nodes: Sequence[Node], pod_sets: Sequence[PodSet], topology: Topology) -> bool:

@@ -618,21 +618,7 @@ class _Search:
         guaranteed = st.tree.guaranteed
         label = st.tree.label
         view = st.victim_view
-
-        def borrowed(tenant: int) -> int:
-            return sum(max(0, view[f][tenant] - guaranteed[f][tenant]) for f in flavours)
-
-        def eligible(run: Run, tenant: int) -> bool:
-            if run.claimed or run.protected_until is not None or run.wl.id in self.out:
-                return False
-            mine = [f for f in run.totals if f in flavours]
-            if not any(view[f][tenant] > guaranteed[f][tenant] for f in mine):
-                return False
-            return not strict or all(
-                view[f][tenant] - run.totals[f] >= guaranteed[f][tenant] for f in mine
-            )
-
-        if len(flavours) == 1:  # the common case, without a Python call per tenant
+        if len(flavours) == 1:  # the common case, without a call per tenant
             used, owed = view[flavours[0]], guaranteed[flavours[0]]
             me = self.item.node
             if not strict:
@@ -659,7 +645,11 @@ class _Search:
                 ]
                 heapq.heapify(heap)
         else:
-            heap = [(-borrowed(t), label[t], t) for t in borrowers if borrowed(t) > 0]
+            heap = [
+                (-self._borrowed(t, flavours), label[t], t)
+                for t in borrowers
+                if self._borrowed(t, flavours) > 0
+            ]
             heapq.heapify(heap)
         position: dict[int, int] = {}
         while heap:
@@ -672,13 +662,32 @@ class _Search:
             while i < len(runs) and not taken:
                 run = runs[i]
                 i += 1
-                taken = eligible(run, tenant)
+                taken = self._eligible(run, tenant, flavours, strict)
                 if taken and self._take(run):
                     return True
             position[tenant] = i
-            if taken and i < len(runs) and borrowed(tenant) > 0:
-                heapq.heappush(heap, (-borrowed(tenant), label[tenant], tenant))
+            if taken and i < len(runs) and self._borrowed(tenant, flavours) > 0:
+                heapq.heappush(heap, (-self._borrowed(tenant, flavours), label[tenant], tenant))
         return False
+
+    def _borrowed(self, tenant: int, flavours: list[int]) -> int:
+        """What ``tenant`` borrows on ``flavours``, as the victim view has it."""
+        view, guaranteed = self.st.victim_view, self.st.tree.guaranteed
+        return sum(max(0, view[f][tenant] - guaranteed[f][tenant]) for f in flavours)
+
+    def _eligible(self, run: Run, tenant: int, flavours: list[int], strict: bool) -> bool:
+        """Whether take_reclaim may take ``run`` of ``tenant``: unclaimed, unprotected,
+        its tenant borrowing a flavour of it, and in the strict pass left at or above
+        its guarantee on each without it."""
+        if run.claimed or run.protected_until is not None or run.wl.id in self.out:
+            return False
+        view, guaranteed = self.st.victim_view, self.st.tree.guaranteed
+        mine = [f for f in run.totals if f in flavours]
+        if not any(view[f][tenant] > guaranteed[f][tenant] for f in mine):
+            return False
+        return not strict or all(
+            view[f][tenant] - run.totals[f] >= guaranteed[f][tenant] for f in mine
+        )
 
     def _strict_order(
         self,
