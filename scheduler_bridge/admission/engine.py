@@ -744,7 +744,8 @@ class _Cycle:
             if placed is None:
                 continue
             if self._budget_ok(item, option):
-                self._admit(queue, item, option, *placed)
+                plan, via, sources = placed  # (unpacked: a starred call is not a native one)
+                self._admit(queue, item, option, plan, via, sources)
             return _DECIDED
         return None
 

@@ -469,7 +469,7 @@ class Explainer:
                 if len(worded) >= WORDED_KEPT:
                     worded.clear()
                 combined = worded[labelled] = reasons.options(
-                    labelled, [self._option_worded(*part) for part in labelled]
+                    labelled, [self._option_worded(label, part) for label, part in labelled]
                 )
             message = combined
         if protecting and cls == 0:
