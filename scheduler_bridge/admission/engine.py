@@ -363,7 +363,7 @@ class _Cycle:
         self._key_units(self.items)
         queues = self._build_queues()
         hold_for_preemptors(st, self.items)
-        reserve_for_starving(st, self.items, self._start_order)
+        reserve_for_starving(st, self.items)
         if st.reservations:
             for item in self.items:
                 runtime = item.wl.max_run_time_s
@@ -433,12 +433,6 @@ class _Cycle:
                 self.group_lists.append((node, group.shape, group.items))
         return queues
 
-    def _start_order(self, item: Item) -> tuple[object, ...]:
-        st = self.state
-        order = item.order
-        cls = st.guarantee_class(item.node, item.shape)
-        return (cls, order[0], st.share(item.node), order[1], order[2])
-
     def _fail_at_start(self, queues: dict[int, TenantQueue]) -> None:
         """Fail, without queueing them, groups that cannot start in this cycle whatever
         happens in it (capacity only shrinks within a cycle):
@@ -452,7 +446,7 @@ class _Cycle:
           queued."""
         st = self.state
         may_preempt_borrowing = st.config.priority_preemption
-        headroom: dict[tuple[int, int, bool, bool], int] = {}  # a tenant's groups share it
+        headroom: dict[int, int] = {}  # a tenant's groups share it (own_limits_only)
         # without reservations or holds, no member reaches into reserved GPUs
         reaching = bool(st.reservations or st.reservation_of)
         for node, queue in queues.items():

@@ -65,7 +65,7 @@ def own_limits_only(
     state: CycleState,
     node: int,
     shape: Shape,
-    headroom: dict[tuple[int, int, bool, bool], int] | None = None,
+    headroom: dict[int, int] | None = None,
 ) -> bool:
     """Every option is beyond the tenant's own limits: guaranteed + borrow limit, or the
     guarantee alone for work that may not borrow. Never true with priority preemption
@@ -79,9 +79,12 @@ def own_limits_only(
         headroom = {}
     may_borrow = shape.may_borrow
     rigid = state.config.reclaim and not shape.elastic
+    # (one int per node, flavour, may borrow, rigid)
+    kind = (2 if may_borrow else 0) + (1 if rigid else 0)
+    base = node * len(state.usage)
     for option in shape.options:
         for f, need in option.totals:
-            key = (node, f, may_borrow, rigid)
+            key = (base + f) * 4 + kind
             room = headroom.get(key)
             if room is None:
                 room = headroom[key] = _headroom(state, node, f, may_borrow, rigid)

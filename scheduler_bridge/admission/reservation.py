@@ -25,17 +25,18 @@ allowing backfill.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import heapq
+from collections.abc import Sequence
 
 from .pending import Item, Option
 from .placement import Plan
 from .state import CycleState, ReservationEntry
 
 
-def reserve_for_starving(
-    state: CycleState, items: Sequence[Item], order: Callable[[Item], tuple[object, ...]]
-) -> None:
-    """Give starving gangs their reservations (see the module docstring)."""
+def reserve_for_starving(state: CycleState, items: Sequence[Item]) -> None:
+    """Give starving gangs their reservations (see the module docstring), the first
+    ``max_reservations`` of them in the order the cycle starts work: guarantee class,
+    priority, share, arrival (Item.seq ranks submission, then id)."""
     config = state.config
     starving = [
         item
@@ -47,10 +48,20 @@ def reserve_for_starving(
         and item.shape.gpus >= config.reservation_min_gpus
         and state.now - item.wl.submitted_at >= config.reservation_wait_s
     ]
-    starving = [item for item in starving if item.wl.id not in state.reservation_of]
-    starving.sort(key=order)
+    shares: dict[int, float] = {}  # per tenant, as the cycle starts
+    keyed: list[tuple[int, int, float, int, Item]] = []
+    for item in starving:
+        if item.wl.id in state.reservation_of:
+            continue
+        node = item.node
+        share = shares.get(node)
+        if share is None:
+            share = shares[node] = state.share(node)
+        cls = state.guarantee_class(node, item.shape)
+        keyed.append((cls, -item.wl.priority, share, item.seq, item))  # (seq: no ties)
     excluded: set[tuple[int, int]] = set()
-    for item in starving[: config.max_reservations]:
+    for first in heapq.nsmallest(config.max_reservations, keyed):
+        item = first[4]
         for option in item.shape.options:
             if not state.quota_fits(item.node, option.totals):
                 continue
