@@ -493,11 +493,15 @@ class _Cycle:
                 heap.append(key)
         heapq.heapify(heap)
         while heap:
-            queue = queues[heapq.heappop(heap)[-1]]
+            # the tenant at the top is visited, then its entry replaced in one sift (or
+            # dropped): the others' entries stand as they were
+            queue = queues[heap[0][-1]]
             self._visit(queue)
             key = self._head(queue)
             if key is not None:
-                heapq.heappush(heap, key)
+                heapq.heapreplace(heap, key)
+            else:
+                heapq.heappop(heap)
 
     def _key_units(self, items: Sequence[Item]) -> None:
         """Size the queues' int keys (_group_key) for this cycle's items, and give each

@@ -725,9 +725,12 @@ class Explainer:
 
 def _names(message: str, label: str) -> bool:
     """Whether ``message`` puts ``label`` (a tenant's) into its words: as a value of the
-    wording or of a wording within it; in the text, for a plain string."""
+    wording or of a wording within it; in the text, for a plain string. (A wording's
+    text holds each of its values: one whose text lacks the label does not name it.)"""
+    if label not in message:
+        return False
     if not isinstance(message, Wording):
-        return label in message
+        return True
     for value in message.params.values():
         if value == label or (isinstance(value, Wording) and _names(value, label)):
             return True
