@@ -114,18 +114,15 @@ def _on(per_pod: int | tuple[int, ...], k: int) -> int:
 class Item:
     """A compiled pending workload."""
 
-    __slots__ = ("group", "holder", "node", "order", "queue_key", "reach", "seq", "shape", "wl")
+    __slots__ = ("group", "holder", "node", "queue_key", "reach", "seq", "shape", "wl")
 
     def __init__(self, wl: PendingWorkload, node: int, shape: Shape) -> None:
         self.wl = wl
         self.node = node  # workload node in the quota tree, -1 for an unknown tenant
         self.shape = shape
-        # (-priority, submitted, id), kept as one boxed tuple: typed by its fields, the
-        # compiled engine would store it unboxed and make a new tuple (and float) at
-        # every read - tens of thousands a cycle, to sort and to key queues
-        self.order: tuple = (-wl.priority, wl.submitted_at, wl.id)
         self.seq = -1  # its rank by arrival among the engine's items (ArrivalRanks)
-        # ``order`` as one int, set per cycle from ``seq`` (engine._Cycle._key_units)
+        # its queue order (priority, highest first, then submit time and id) as one int,
+        # set per cycle from ``seq`` (engine._Cycle._key_units)
         self.queue_key = -1
         self.group = -1  # set per explanation: the index of its group there
         self.reach = NO_REACH  # set per cycle, see below

@@ -149,7 +149,9 @@ class Run:
         self.parts: list[tuple[int, int, int]] = []  # (flavour, local node, GPUs)
         self.totals: dict[int, int] = {}
         # victims go lowest priority first, then most recently admitted
-        self.order: tuple = (wl.priority, -wl.admitted_at, wl.id)  # (boxed: Item.order)
+        # (kept as one boxed tuple: typed by its fields, the compiled engine would store
+        # it unboxed and make a new tuple, and float, at every read)
+        self.order: tuple = (wl.priority, -wl.admitted_at, wl.id)
         self.claimed = False
         self.end = 0.0
         # until then no other tenant may reclaim it (EngineConfig.reclaim_min_run_s)
