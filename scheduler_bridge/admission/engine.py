@@ -61,9 +61,10 @@ from .pending import (
     Group,
     Item,
     Option,
+    QueueBuckets,
     Shape,
     TenantQueue,
-    group_items,
+    set_queue_keys,
 )
 from .placement import Plan
 from .preemption import PreemptionPlan, Preemptor
@@ -99,6 +100,7 @@ class AdmissionEngine:
         self._nodes_seen: tuple[tuple[Node, ...], Layout] | None = None
         self._items: dict[str, Item] = {}
         self._ranks = ArrivalRanks()  # the items' ranks by arrival (explanation order)
+        self._buckets = QueueBuckets()  # the queue's groups, kept between cycles
         self._failures: dict[FailureKey, Failure] = {}
 
     def run_cycle(self, snapshot: ClusterSnapshot, *, explain_pending: bool = True) -> CycleResult:
@@ -113,7 +115,14 @@ class AdmissionEngine:
         static = self._static_for(snapshot)
         items = self._compile(snapshot.pending, static)
         cycle = _Cycle(
-            static, snapshot, self.config, self.budget_gate, items, self._failures, self._ranks
+            static,
+            snapshot,
+            self.config,
+            self.budget_gate,
+            items,
+            self._failures,
+            self._ranks,
+            self._buckets,
         )
         result = cycle.run(explain_pending)
         self._failures = cycle.failures_out
@@ -212,6 +221,7 @@ class AdmissionEngine:
             self._static = Static(snapshot.tenants, snapshot.quotas, snapshot.flavours, layout)
             self._items = {}
             self._ranks = ArrivalRanks()
+            self._buckets = QueueBuckets()
             self._failures = {}
         return self._static
 
@@ -316,9 +326,11 @@ class _Cycle:
         items: list[Item],
         failures_in: dict[FailureKey, Failure],
         ranks: ArrivalRanks,
+        buckets: QueueBuckets,
     ) -> None:
         self.state = CycleState(static, snapshot, config)
         self.ranks = ranks
+        self.buckets = buckets
         self.names = static.flavour_names
         self.items = items
         self.gate = gate
@@ -424,7 +436,7 @@ class _Cycle:
             else:
                 known.append(item)
         queues: dict[int, TenantQueue] = {}
-        for node, buckets in group_items(known, st.tree.size).items():
+        for node, buckets in self.buckets.grouped(known, st.tree.size).items():
             groups = [Group(items[0].shape, items) for items in buckets]
             queues[node] = TenantQueue(node, groups, st.share(node))
             for group in groups:
@@ -504,23 +516,11 @@ class _Cycle:
                 heapq.heappop(heap)
 
     def _key_units(self, items: Sequence[Item]) -> None:
-        """Size the queues' int keys (_group_key) for this cycle's items, and give each
-        item its queue order as one int (Item.queue_key: priority, then arrival): arrival
-        ranks are below ``ArrivalRanks.size``, priorities within the queued ones' span."""
-        top = bottom = 0
-        if items:
-            top = bottom = items[0].wl.priority
-            for item in items:
-                priority = item.wl.priority
-                if priority > top:
-                    top = priority
-                elif priority < bottom:
-                    bottom = priority
-        size = self.ranks.size
-        for item in items:
-            item.queue_key = (top - item.wl.priority) * size + item.seq
+        """Give each item its queue order as one int (pending.set_queue_keys), and size
+        the queues' heap keys (_group_key) around it."""
+        top, bottom = set_queue_keys(items, self.ranks.size)
         self.top_priority = top
-        self.held_unit = size * (top - bottom + 1)
+        self.held_unit = self.ranks.size * (top - bottom + 1)
         self.class_unit = 2 * self.held_unit
 
     def _head(self, queue: TenantQueue) -> tuple | None:

@@ -114,7 +114,18 @@ def _on(per_pod: int | tuple[int, ...], k: int) -> int:
 class Item:
     """A compiled pending workload."""
 
-    __slots__ = ("group", "holder", "node", "queue_key", "reach", "seq", "shape", "wl")
+    __slots__ = (
+        "group",
+        "grouped_in",
+        "holder",
+        "kept",
+        "node",
+        "queue_key",
+        "reach",
+        "seq",
+        "shape",
+        "wl",
+    )
 
     def __init__(self, wl: PendingWorkload, node: int, shape: Shape) -> None:
         self.wl = wl
@@ -122,9 +133,11 @@ class Item:
         self.shape = shape
         self.seq = -1  # its rank by arrival among the engine's items (ArrivalRanks)
         # its queue order (priority, highest first, then submit time and id) as one int,
-        # set per cycle from ``seq`` (engine._Cycle._key_units)
+        # set per cycle from ``seq`` (set_queue_keys)
         self.queue_key = -1
         self.group = -1  # set per explanation: the index of its group there
+        self.kept = False  # in the engine's kept groups (QueueBuckets)
+        self.grouped_in = 0  # the last QueueBuckets.grouped call it was queued in
         self.reach = NO_REACH  # set per cycle, see below
         self.holder = False  # set per cycle: holds a reservation (GPUs of its own)
 
@@ -276,6 +289,116 @@ class TenantQueue:
         self.version = 0  # bumped whenever the tenant's usage changes
         self.built = -1  # -1 until the group heap is first built
         self.heap: list[tuple[int, int, int, Group]] = []
+
+
+def set_queue_keys(items: Sequence[Item], size: int) -> tuple[int, int]:
+    """Give each item its queue order (priority, highest first, then arrival) as one
+    int, ``Item.queue_key``: ``(highest priority - priority) * size + seq``, where every
+    arrival rank (Item.seq, ArrivalRanks) is below ``size``. Returns the highest and the
+    lowest priority among ``items``."""
+    top = bottom = 0
+    if items:
+        top = bottom = items[0].wl.priority
+        for item in items:
+            priority = item.wl.priority
+            if priority > top:
+                top = priority
+            elif priority < bottom:
+                bottom = priority
+    for item in items:
+        item.queue_key = (top - item.wl.priority) * size + item.seq
+    return top, bottom
+
+
+# a cycle in which more than 1/REGROUP_SHARE of the queue arrived or left (or changed)
+# groups it afresh
+REGROUP_SHARE = 8
+
+
+class QueueBuckets:
+    """The queue's (tenant, shape) groups kept between cycles, each a list of items in
+    queue order (Item.queue_key). A cycle in which few workloads arrived or left updates
+    the lists instead of grouping the whole queue again (group_items); one in which many
+    did (a fresh engine's first) groups it afresh. Lists are changed only here, before
+    a cycle uses them: a cycle replaces a group's list, never changes it. Which items
+    are kept is marked on the items (Item.kept, Item.grouped_in), not looked up by id."""
+
+    __slots__ = ("buckets", "cycle", "kept")
+
+    def __init__(self) -> None:
+        self.buckets: dict[int, list[Item]] = {}  # by shape.id * tree size + node
+        self.kept = 0  # items in the lists
+        self.cycle = 0  # calls of ``grouped``
+
+    def grouped(self, items: Sequence[Item], tree_size: int) -> dict[int, list[list[Item]]]:
+        """``items`` (every one with a tenant and flavours, queue keys set for this
+        cycle) by workload node, then by shape: group_items' answer, nodes and groups
+        in the order they were first kept."""
+        self.cycle += 1
+        cycle = self.cycle
+        arrived: list[Item] = []
+        for item in items:
+            item.grouped_in = cycle
+            if not item.kept:
+                arrived.append(item)
+        # kept ones that left the queue, or were compiled again (changed while waiting)
+        gone = self.kept - (len(items) - len(arrived))
+        if not self.kept or len(arrived) + gone > len(items) // REGROUP_SHARE:
+            return self._regroup(items, tree_size)
+        if gone:
+            for key, bucket in list(self.buckets.items()):
+                if any(item.grouped_in != cycle for item in bucket):
+                    for item in bucket:
+                        if item.grouped_in != cycle:
+                            item.kept = False
+                    bucket[:] = [item for item in bucket if item.grouped_in == cycle]
+                    if not bucket:
+                        del self.buckets[key]
+            self.kept -= gone
+        for item in arrived:
+            self._insert(item, tree_size)
+        by_node: dict[int, list[list[Item]]] = {}
+        for bucket in self.buckets.values():
+            node = bucket[0].node
+            groups = by_node.get(node)
+            if groups is None:
+                by_node[node] = [bucket]
+            else:
+                groups.append(bucket)
+        return by_node
+
+    def _regroup(self, items: Sequence[Item], tree_size: int) -> dict[int, list[list[Item]]]:
+        for bucket in self.buckets.values():  # (items of earlier cycles no longer kept)
+            for item in bucket:
+                item.kept = False
+        by_node = group_items(items, tree_size)
+        self.buckets = {
+            bucket[0].shape.id * tree_size + node: bucket
+            for node, buckets in by_node.items()
+            for bucket in buckets
+        }
+        for item in items:
+            item.kept = True
+        self.kept = len(items)
+        return by_node
+
+    def _insert(self, item: Item, tree_size: int) -> None:
+        key = item.shape.id * tree_size + item.node
+        bucket = self.buckets.get(key)
+        if bucket is None:
+            self.buckets[key] = [item]
+        else:
+            low, high = 0, len(bucket)
+            at = item.queue_key
+            while low < high:
+                middle = (low + high) // 2
+                if bucket[middle].queue_key < at:
+                    low = middle + 1
+                else:
+                    high = middle
+            bucket.insert(low, item)
+        item.kept = True
+        self.kept += 1
 
 
 def group_items(items: Sequence[Item], tree_size: int) -> dict[int, list[list[Item]]]:
