@@ -13,7 +13,7 @@ stays exactly what one-by-one evaluation would give.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 
@@ -357,30 +357,17 @@ class QueueBuckets:
             self.kept -= gone
         for item in arrived:
             self._insert(item, tree_size)
-        by_node: dict[int, list[list[Item]]] = {}
-        for bucket in self.buckets.values():
-            node = bucket[0].node
-            groups = by_node.get(node)
-            if groups is None:
-                by_node[node] = [bucket]
-            else:
-                groups.append(bucket)
-        return by_node
+        return _by_node(self.buckets.values())
 
     def _regroup(self, items: Sequence[Item], tree_size: int) -> dict[int, list[list[Item]]]:
         for bucket in self.buckets.values():  # (items of earlier cycles no longer kept)
             for item in bucket:
                 item.kept = False
-        by_node = group_items(items, tree_size)
-        self.buckets = {
-            bucket[0].shape.id * tree_size + node: bucket
-            for node, buckets in by_node.items()
-            for bucket in buckets
-        }
+        self.buckets = _sorted_buckets(items, tree_size)
         for item in items:
             item.kept = True
         self.kept = len(items)
-        return by_node
+        return _by_node(self.buckets.values())
 
     def _insert(self, item: Item, tree_size: int) -> None:
         key = item.shape.id * tree_size + item.node
@@ -406,6 +393,11 @@ def group_items(items: Sequence[Item], tree_size: int) -> dict[int, list[list[It
     ``Item.queue_key``), nodes and groups in the order their first item comes. Grouped
     first by one int per (shape, node), ``shape.id * tree_size + node``: one dictionary
     for 50,000 items."""
+    return _by_node(_sorted_buckets(items, tree_size).values())
+
+
+def _sorted_buckets(items: Sequence[Item], tree_size: int) -> dict[int, list[Item]]:
+    """Items by ``shape.id * tree_size + node``, each list in queue order."""
     buckets: dict[int, list[Item]] = {}
     for item in items:
         key = item.shape.id * tree_size + item.node
@@ -414,10 +406,16 @@ def group_items(items: Sequence[Item], tree_size: int) -> dict[int, list[list[It
             buckets[key] = [item]
         else:
             bucket.append(item)
-    by_node: dict[int, list[list[Item]]] = {}
     for bucket in buckets.values():
         if len(bucket) > 1:
             bucket.sort(key=_queue_key)
+    return buckets
+
+
+def _by_node(buckets: Iterable[list[Item]]) -> dict[int, list[list[Item]]]:
+    """Groups (lists of one node's items) by their node, in the order given."""
+    by_node: dict[int, list[list[Item]]] = {}
+    for bucket in buckets:
         node = bucket[0].node
         groups = by_node.get(node)
         if groups is None:
