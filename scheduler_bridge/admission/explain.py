@@ -726,7 +726,8 @@ class Explainer:
 def _names(message: str, label: str) -> bool:
     """Whether ``message`` puts ``label`` (a tenant's) into its words: as a value of the
     wording or of a wording within it; in the text, for a plain string. (A wording's
-    text holds each of its values: one whose text lacks the label does not name it.)"""
+    text holds each of its values - every template in reasons.py puts a string value in
+    as ``%(name)s``, whole - so one whose text lacks the label does not name it.)"""
     if label not in message:
         return False
     if not isinstance(message, Wording):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from scheduler_bridge.admission import AdmissionEngine, AdmitCode, ReasonCode, run_cycle
@@ -290,3 +293,13 @@ def test_borrowers_are_told_alike_whatever_each_borrows_but_a_borrowing_limit_re
         (d.workload_id, d.position, d.code, d.message) for d in fresh.pending
     ]
     check_cycle(again, warm)
+
+
+def test_every_reason_puts_its_values_into_its_text_whole():
+    # explain._names decides whether a reason names its tenant (and so may not be shared
+    # with a tenant standing alike) by looking for the name in the text first: every
+    # template must put a value in as %(name)s, whole; only numbers are formatted
+    source = (Path(__file__).parents[2] / "scheduler_bridge/admission/reasons.py").read_text()
+    conversions = re.findall(r"%\((\w+)\)([^s])", source)
+    assert conversions, "the reasons are worded from templates with named values"
+    assert {name for name, _ in conversions} <= {"seconds", "minutes", "hours", "days"}
