@@ -641,9 +641,10 @@ class Explainer:
             return ReasonCode.NEVER_FITS, self._never(shape, option), f0
         now = pool.caps([f for f, _ in option.totals])
         if cls == 0:
-            for (f, j), gpus in st.borrowing_holds().items():
-                if f in now:
-                    now[f][j] += gpus
+            held = st.borrowing_holds()
+            for f, cap in now.items():
+                for j, gpus in held[f].items():
+                    cap[j] += gpus
         if pool.plan_generic(option.needs, topology, now) is not None:
             # only possible when the cycle did not get to try it (budget refusals are
             # recorded separately): say so rather than invent a shortage

@@ -397,11 +397,12 @@ def _merge(lists: list[list[Run]]) -> list[Run]:
     return sorted(seen.values(), key=_victim_order)
 
 
-def _closed_to(state: CycleState, item: Item) -> set[tuple[int, int]]:
-    """(flavour, node) of every reservation plan ``item`` may not use: not its own, not
-    one of a borrowing gang (a preemptor ends inside its guarantee, and reservations never
-    outrank guarantees), and not one it would finish before (backfill)."""
-    closed: set[tuple[int, int]] = set()
+def _closed_to(state: CycleState, item: Item) -> list[set[int]]:
+    """Per flavour, the nodes of every reservation plan ``item`` may not use: not its
+    own, not one of a borrowing gang (a preemptor ends inside its guarantee, and
+    reservations never outrank guarantees), and not one it would finish before
+    (backfill)."""
+    closed: list[set[int]] = [set() for _ in state.usage]
     runtime = item.wl.max_run_time_s
     for entry in state.reservations:
         if entry.workload_id == item.wl.id or entry.cls > 0:
@@ -409,7 +410,8 @@ def _closed_to(state: CycleState, item: Item) -> set[tuple[int, int]]:
         start = entry.expected_start
         if runtime is not None and start is not None and state.now + runtime <= start:
             continue
-        closed.update((f, j) for f, j, _ in entry.plan)
+        for f, j, _ in entry.plan:
+            closed[f].add(j)
     return closed
 
 
@@ -425,7 +427,8 @@ class _Search:
         # GPUs the preemptor may use besides free ones: those its victims hold, and
         # those reserved for borrowing gangs (a preemptor ends inside its guarantee,
         # and reservations never outrank guarantees)
-        self.extra: dict[tuple[int, int], int] = state.borrowing_holds()
+        # (per flavour: local node -> GPUs)
+        self.extra: list[dict[int, int]] = state.borrowing_holds()
         # Nodes where a reservation the preemptor may not use is waiting for GPUs to be
         # released: what a victim frees there is the gang's, not the preemptor's, so a
         # preemption for it would stop work for nothing (and the victim, back in the
@@ -436,7 +439,7 @@ class _Search:
         # a fit test that is exact and only grows with removals (take_in_order)
         shape = item.shape
         self.simple = shape.simple and shape.topology is not Topology.ONE_DOMAIN
-        self.seen_gone: dict[tuple[int, int], int] = {}
+        self.seen_gone: list[tuple[int, int, int]] = []  # (flavour, tree node, GPUs)
         # tree nodes _see_gone already adjusted (with each of them, all above it)
         self.seen_levels: set[int] = set()
         if state.taken_from:
@@ -452,16 +455,17 @@ class _Search:
         errs on the safe side. ``undo`` puts the usage back."""
         st = self.st
         seen = self.seen_levels
-        taken = st.taken_from.items()  # (it does not change during a search)
+        usage = st.usage
         for n in st.tree.paths[node]:
             if n in seen:  # and so is every level above it
                 return
             seen.add(n)
-            for f, levels in taken:
-                gpus = levels.get(n)
-                if gpus:
-                    st.usage[f][n] -= gpus
-                    self.seen_gone[(f, n)] = gpus
+            level = st.taken_from.get(n)
+            if level is not None:
+                for f, gpus in level.items():
+                    if gpus:
+                        usage[f][n] -= gpus
+                        self.seen_gone.append((f, n, gpus))
 
     def _remove(self, run: Run) -> None:
         # (a victim's spare part left the victim view when the victim was claimed)
@@ -473,9 +477,11 @@ class _Search:
                 self.st.tree.add(f, run.node, -gpus, self.st.usage[f])
                 if in_view:
                     self.st.add_victim_view(run.node, f, -gpus)
+        closed, extra = self.closed, self.extra
         for f, j, gpus in run.parts:
-            if (f, j) not in self.closed:
-                self.extra[(f, j)] = self.extra.get((f, j), 0) + gpus
+            if j not in closed[f]:
+                room = extra[f]
+                room[j] = room.get(j, 0) + gpus
         self.out.add(run.wl.id)
 
     def _restore(self, run: Run) -> None:
@@ -485,9 +491,10 @@ class _Search:
                 self.st.tree.add(f, run.node, gpus, self.st.usage[f])
                 if in_view:
                     self.st.add_victim_view(run.node, f, gpus)
+        closed, extra = self.closed, self.extra
         for f, j, gpus in run.parts:
-            if (f, j) not in self.closed:
-                self.extra[(f, j)] -= gpus
+            if j not in closed[f]:
+                extra[f][j] -= gpus
         self.out.discard(run.wl.id)
 
     def quota_fits(self, f: int, need: int) -> bool:
@@ -517,13 +524,13 @@ class _Search:
         avail = fn.avail
         if self.item.shape.topology is Topology.ONE_NODE:
             best = fn.largest_free()
-            for (ef, j), gpus in self.extra.items():
-                if ef == f and gpus and avail[j] + gpus > best:
+            for j, gpus in self.extra[f].items():
+                if gpus and avail[j] + gpus > best:
                     best = avail[j] + gpus
             return best >= count * per_pod
         pods = fn.pods_fit(per_pod, count)
-        for (ef, j), gpus in self.extra.items():
-            if ef == f and gpus:
+        for j, gpus in self.extra[f].items():
+            if gpus:
                 pods += (avail[j] + gpus) // per_pod - avail[j] // per_pod
         return pods >= count
 
@@ -534,15 +541,15 @@ class _Search:
         caps = pool.caps([f for f, _ in self.option.totals])
         if victims_only:
             caps = {f: [0] * len(arr) for f, arr in caps.items()}
-        for (f, j), gpus in self.extra.items():
-            if gpus and f in caps:
-                caps[f][j] += gpus
+        for f, cap in caps.items():
+            for j, gpus in self.extra[f].items():
+                cap[j] += gpus
         return pool.plan_generic(self.option.needs, self.item.shape.topology, caps)
 
     def _plan_on_victims(self) -> Plan | None:
         """Best fit over the victims' GPUs only, without touching the other nodes."""
         f, count, per_pod = self.option.needs[0]
-        room = sorted((gpus, j) for (ef, j), gpus in self.extra.items() if ef == f and gpus)
+        room = sorted((gpus, j) for j, gpus in self.extra[f].items() if gpus)
         if self.item.shape.topology is Topology.ONE_NODE:
             need = count * per_pod
             for gpus, j in room:
@@ -737,13 +744,14 @@ class _Search:
         rest, last removed first. Returning a candidate only raises its tenant's usage,
         so the "still borrowing" test every later candidate passed still holds."""
         # (spare parts of earlier victims stop no one more: they are given back last)
-        dipped = [
-            run
-            for run in reversed(self.removed)
-            if run.spare_of is None and self._below_guarantee(run)
-        ]
-        others = [run for run in reversed(self.removed) if run not in dipped]
-        walk = dipped + others
+        walk: list[Run] = []
+        others: list[Run] = []
+        for run in reversed(self.removed):
+            if run.spare_of is None and self._below_guarantee(run):
+                walk.append(run)
+            else:
+                others.append(run)
+        walk.extend(others)
         # a list taken whole (take_in_order) comes back whole if the preemptor then
         # still fits: one fit test for what one by one would give back anyway
         blocks = {id(block[-1]): block for block in self.taken_whole}
@@ -800,5 +808,6 @@ class _Search:
         for run in self.removed:
             if run.wl.id in self.out:
                 self._restore(run)
-        for (f, n), gpus in self.seen_gone.items():
-            self.st.usage[f][n] += gpus
+        usage = self.st.usage
+        for f, n, gpus in self.seen_gone:
+            usage[f][n] += gpus

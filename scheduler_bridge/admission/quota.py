@@ -218,18 +218,28 @@ class QuotaTree:
         return (new - priv if new > priv else 0) - (old - priv if old > priv else 0)
 
     def carried(
-        self, f: int, node: int, delta: int, usage: list[int], stop: int, gone: dict[int, int]
+        self,
+        f: int,
+        node: int,
+        delta: int,
+        usage: list[int],
+        stop: int,
+        gone: dict[int, dict[int, int]],
     ) -> int:
         """The change that taking ``delta`` off ``node`` would carry to ``stop``, with
-        ``gone`` (by tree node, changed here) already taken off each level below it:
-        usage that falls back inside a level's private part stops there."""
+        ``gone`` (by tree node, then flavour; changed here) already taken off each level
+        below it: usage that falls back inside a level's private part stops there."""
         private = self.private[f]
         for n in self.paths[node]:
             if n == stop:
                 return delta
-            old = usage[n] - gone.get(n, 0)
+            level = gone.get(n)
+            if level is None:
+                level = gone[n] = {}
+            taken = level.get(f, 0)
+            old = usage[n] - taken
             new = old - delta
-            gone[n] = gone.get(n, 0) + delta
+            level[f] = taken + delta
             priv = private[n]
             delta = (old - priv if old > priv else 0) - (new - priv if new > priv else 0)
             if delta == 0:

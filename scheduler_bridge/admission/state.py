@@ -210,8 +210,8 @@ class CycleState:
         self.reclaiming: list[list[int]] = [[0] * self.tree.size for _ in range(nflavours)]
         self.reclaimers: dict[tuple[int, int], list[str]] = {}
         self.reclaiming_nodes: set[int] = set()  # tenants with a reclaim in this cycle
-        # per flavour and tree node: usage the victims of this cycle will take off it
-        # when they stop (take_over)
+        # per tree node and flavour: usage the victims of this cycle will take off it
+        # when they stop (take_over); node first, as a victim search reads it by level
         self.taken_from: dict[int, dict[int, int]] = {}
         self.taken_version = 0  # changes whenever taken_from does
         # per (tree, flavour), by victim id: the part of each victim of this cycle that
@@ -435,9 +435,8 @@ class CycleState:
         # stays there. The preemptor is charged that part on the shared level now, or
         # work admitted later in this cycle would take quota the preemptor needs then.
         if shared != victim.node:
-            gone = self.taken_from.setdefault(f, {})
             self.taken_version += 1
-            freed = tree.carried(f, victim.node, gpus, usage, shared, gone)
+            freed = tree.carried(f, victim.node, gpus, usage, shared, self.taken_from)
             if arriving > freed:
                 tree.add(f, shared, arriving - freed, usage)
         self.reclaiming[f][node] += gpus
@@ -531,14 +530,15 @@ class CycleState:
         )
         return hash((self.pool.fingerprint(f), held))
 
-    def borrowing_holds(self) -> dict[tuple[int, int], int]:
-        """GPUs held by reservations of borrowing gangs, per (flavour, node)."""
-        held: dict[tuple[int, int], int] = {}
+    def borrowing_holds(self) -> list[dict[int, int]]:
+        """GPUs held by reservations of borrowing gangs: per flavour, local node -> GPUs."""
+        held: list[dict[int, int]] = [{} for _ in self.usage]
         for entry in self.reservations:
             if entry.cls > 0:
-                for key, gpus in entry.blocked.items():
+                for (f, j), gpus in entry.blocked.items():
                     if gpus:
-                        held[key] = held.get(key, 0) + gpus
+                        room = held[f]
+                        room[j] = room.get(j, 0) + gpus
         return held
 
     def quota_fingerprint(self, f: int, root: int) -> tuple[tuple[int, ...], int]:
