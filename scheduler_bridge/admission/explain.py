@@ -538,9 +538,16 @@ class Explainer:
                 waits = (node, f, need, alone)
                 message = self._reclaim_waits.get(waits)
                 if message is None:
-                    message = self._reclaim_waits[waits] = (
-                        reasons.waiting_reclaim if alone else reasons.borrowing_waits_for_reclaim
-                    )(st.reclaimers[(f, node)], tree.label[node], guaranteed, self.names[f], need)
+                    who, tenant = st.reclaimers[(f, node)], tree.label[node]
+                    if alone:
+                        message = reasons.waiting_reclaim(
+                            who, tenant, guaranteed, self.names[f], need
+                        )
+                    else:
+                        message = reasons.borrowing_waits_for_reclaim(
+                            who, tenant, guaranteed, self.names[f], need
+                        )
+                    self._reclaim_waits[waits] = message
                 return ReasonCode.WAITING_RECLAIM, message, f
             free = room.get((node, f))
             if free is None:

@@ -354,6 +354,14 @@ class EngineConfig:
             raise ValueError("reclaim_min_run_s must not be negative")
         if self.reclaim_wait_s < 0:
             raise ValueError("reclaim_wait_s must not be negative")
+        if self.reservation_wait_s < 0:
+            raise ValueError("reservation_wait_s must not be negative")
+        if self.reservation_min_gpus < 0:
+            raise ValueError("reservation_min_gpus must not be negative")
+        if self.max_reservations < 0:
+            raise ValueError("max_reservations must not be negative (0 reserves nothing)")
+        if self.assumed_run_time_s <= 0:
+            raise ValueError("assumed_run_time_s must be more than 0 seconds")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

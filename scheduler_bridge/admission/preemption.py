@@ -440,9 +440,10 @@ class _Search:
         shape = item.shape
         self.simple = shape.simple and shape.topology is not Topology.ONE_DOMAIN
         self.seen_gone: list[tuple[int, int, int]] = []  # (flavour, tree node, GPUs)
-        # tree nodes _see_gone already adjusted (with each of them, all above it)
-        self.seen_levels: set[int] = set()
-        if state.taken_from:
+        # tree nodes _see_gone already adjusted (with each of them, all above it),
+        # flagged in CycleState.level_seen until undo
+        self.seen_levels: list[int] = []
+        if state.taken_version:
             self._see_gone(item.node)
 
     def _see_gone(self, node: int) -> None:
@@ -454,13 +455,15 @@ class _Search:
         Levels where victims and their preemptors meet keep both: there the view only
         errs on the safe side. ``undo`` puts the usage back."""
         st = self.st
-        seen = self.seen_levels
+        flags = st.level_seen
+        taken = st.taken_from
         usage = st.usage
         for n in st.tree.paths[node]:
-            if n in seen:  # and so is every level above it
+            if flags[n]:  # and so is every level above it
                 return
-            seen.add(n)
-            level = st.taken_from.get(n)
+            flags[n] = True
+            self.seen_levels.append(n)
+            level = taken[n]
             if level is not None:
                 for f, gpus in level.items():
                     if gpus:
@@ -471,7 +474,7 @@ class _Search:
         # (a victim's spare part left the victim view when the victim was claimed)
         in_view = run.spare_of is None
         if run.node >= 0:
-            if self.st.taken_from:
+            if self.st.taken_version:
                 self._see_gone(run.node)
             for f, gpus in run.totals.items():
                 self.st.tree.add(f, run.node, -gpus, self.st.usage[f])
@@ -811,3 +814,6 @@ class _Search:
         usage = self.st.usage
         for f, n, gpus in self.seen_gone:
             usage[f][n] += gpus
+        flags = self.st.level_seen
+        for n in self.seen_levels:
+            flags[n] = False

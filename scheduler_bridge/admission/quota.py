@@ -224,7 +224,7 @@ class QuotaTree:
         delta: int,
         usage: list[int],
         stop: int,
-        gone: dict[int, dict[int, int]],
+        gone: list[dict[int, int] | None],
     ) -> int:
         """The change that taking ``delta`` off ``node`` would carry to ``stop``, with
         ``gone`` (by tree node, then flavour; changed here) already taken off each level
@@ -233,7 +233,7 @@ class QuotaTree:
         for n in self.paths[node]:
             if n == stop:
                 return delta
-            level = gone.get(n)
+            level = gone[n]
             if level is None:
                 level = gone[n] = {}
             taken = level.get(f, 0)

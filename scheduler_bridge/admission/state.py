@@ -210,10 +210,12 @@ class CycleState:
         self.reclaiming: list[list[int]] = [[0] * self.tree.size for _ in range(nflavours)]
         self.reclaimers: dict[tuple[int, int], list[str]] = {}
         self.reclaiming_nodes: set[int] = set()  # tenants with a reclaim in this cycle
-        # per tree node and flavour: usage the victims of this cycle will take off it
-        # when they stop (take_over); node first, as a victim search reads it by level
-        self.taken_from: dict[int, dict[int, int]] = {}
-        self.taken_version = 0  # changes whenever taken_from does
+        # per tree node, by flavour: usage the victims of this cycle will take off it
+        # when they stop (take_over); by node, as a victim search reads it by level
+        self.taken_from: list[dict[int, int] | None] = [None] * self.tree.size
+        self.taken_version = 0  # changes whenever taken_from does (0: nothing taken)
+        # tree nodes a victim search has adjusted for taken_from (_Search, until undo)
+        self.level_seen: list[bool] = [False] * self.tree.size
         # per (tree, flavour), by victim id: the part of each victim of this cycle that
         # no preemptor has taken over yet (Run.spare_part), in nomination order
         self.spare: dict[tuple[int, int], dict[str, Run]] = {}

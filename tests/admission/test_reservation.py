@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
+
+import pytest
 
 from scheduler_bridge.admission import (
     AdmissionEngine,
@@ -201,3 +204,28 @@ def test_no_preemption_for_gpus_reserved_for_someone_elses_gang():
     assert why["gang"].code is ReasonCode.RESERVATION_HELD
     assert why["a-small"].code is ReasonCode.RESERVED
     assert why["a-small"].message.startswith("reserved for job gang")
+
+
+def test_no_reservations_when_max_reservations_is_zero():
+    """0 turns reservations off: the starving gang waits and the small jobs take both
+    nodes' free GPUs, as they would before it starved."""
+    gang = workload("gang", "a", 8, submitted=NOW - 3600)
+    config = replace(CONFIG, max_reservations=0)
+    result = AdmissionEngine(config).run_cycle(cluster([gang, *small_stream()], busy_nodes()))
+    assert result.reservations == ()
+    assert len(result.admissions) == 8
+    assert {p.node for a in result.admissions for p in a.placements} == {"n000", "n001"}
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        ("max_reservations", -1, "max_reservations must not be negative (0 reserves nothing)"),
+        ("reservation_min_gpus", -8, "reservation_min_gpus must not be negative"),
+        ("reservation_wait_s", -60.0, "reservation_wait_s must not be negative"),
+        ("assumed_run_time_s", 0.0, "assumed_run_time_s must be more than 0 seconds"),
+    ],
+)
+def test_reservation_settings_out_of_range_are_refused_with_their_name(field, value, says):
+    with pytest.raises(ValueError, match=re.escape(says)):
+        EngineConfig(**{field: value})
