@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Final
 
 from .model import (
     Admission,
@@ -32,7 +33,7 @@ from .model import (
     Topology,
 )
 
-MILLI = 1000  # thousandths of one GPU
+MILLI: Final = 1000  # thousandths of one GPU
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Final
 
 from i18n.wording import Wording, gettext_noop, wording
 
@@ -48,7 +49,7 @@ from .model import (
 )
 
 # Engine id of an elastic pod: "<workload id>~<pod set>~<index above the core>".
-SEPARATOR = "~"
+SEPARATOR: Final = "~"
 
 
 def is_elastic(workload: PendingWorkload) -> bool:

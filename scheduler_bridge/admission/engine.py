@@ -35,6 +35,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from time import perf_counter
+from typing import Final
 
 from . import reasons, records
 from .budget import AllowAllBudgetGate, BudgetGate
@@ -77,9 +78,10 @@ from .reservation import (
 )
 from .state import CycleState, Layout, ReservationEntry, Static, node_layout
 
-_DECIDED = "decided"
-_FAILED = "failed"
-_DEFERRED = "deferred"
+_DECIDED: Final = "decided"
+_FAILED: Final = "failed"
+_DEFERRED: Final = "deferred"
+NO_REFUSAL: Final = 1 << 60  # (_Cycle.quota_memo: no need of the flavour refused yet)
 
 
 class AdmissionEngine:
@@ -345,7 +347,10 @@ class _Cycle:
         self.holds: dict[str, tuple[Placement, ...]] = {}  # preemptors' planned placements
         self.admitted: set[str] = set()
         self.admitted_priority: dict[int, int] = {}
-        self.quota_memo: dict[tuple[int, int], int] = {}
+        # per flavour, by workload node: the smallest need its quota refused this cycle
+        self.quota_memo: list[list[int]] = [
+            [NO_REFUSAL] * self.state.tree.size for _ in self.state.usage
+        ]
         self.node_memo: dict[tuple[int, object, int], int] = {}
         self.preempt_memo: set[FailureKey] = set()
         # groups that did not reclaim only because their head was in its reclaim wait:
@@ -606,7 +611,7 @@ class _Cycle:
                 # its own refusals remembered while its quota was held do not hold now
                 # (others' do: it is charged again whether it starts or not)
                 for f in item.shape.flavours:
-                    self.quota_memo.pop((item.node, f), None)
+                    self.quota_memo[f][item.node] = NO_REFUSAL
                 self.preempt_memo.discard((item.node, item.shape.id))
                 self.preemptor.forget_quota_misses(item.node)
             verdict = self._evaluate(queue, group, item)
@@ -800,11 +805,12 @@ class _Cycle:
         tree = st.tree
         memo = self.quota_memo
         for f, need in option.totals:
-            failed_at = memo.get((node, f))
-            if failed_at is not None and need >= failed_at:
+            refused = memo[f]
+            failed_at = refused[node]
+            if need >= failed_at:
                 return False
             if not tree.access[f][node] or tree.available(f, node, st.usage[f]) < need:
-                memo[(node, f)] = need if failed_at is None else min(failed_at, need)
+                refused[node] = need  # (less than failed_at)
                 return False
         return True
 

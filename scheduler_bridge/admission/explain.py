@@ -11,6 +11,7 @@ reservation) are recorded by the engine and passed in. Everything is cached per
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import Final
 
 from i18n.wording import Wording
 
@@ -23,17 +24,19 @@ from .state import CycleState
 Outcome = tuple[ReasonCode, str, str | None]
 # Shape-level verdict "lost the GPUs to work ahead"; refined per workload to
 # WAITING_PRIORITY when higher-priority work got that flavour this cycle.
-WAITING = ReasonCode.WAITING_FAIR_SHARE
+WAITING: Final = ReasonCode.WAITING_FAIR_SHARE
 # composed reasons of several flavour options kept between cycles before starting over
-WORDED_KEPT = 100_000
+WORDED_KEPT: Final = 100_000
 # group verdicts kept between cycles before starting over
-EXPLAINED_GROUPS_KEPT = 200_000
+EXPLAINED_GROUPS_KEPT: Final = 200_000
 # How far a group's verdict read the cycle's state (Explainer._stamp)
-READS_NOTHING, READS_OWN, READS_PATH = 0, 1, 2
+READS_NOTHING: Final = 0
+READS_OWN: Final = 1
+READS_PATH: Final = 2
 # quota refusals worded from the tenant's own usage, limits and reclaims alone
-READ_OWN = frozenset((ReasonCode.QUOTA_LIMIT, ReasonCode.WAITING_RECLAIM))
+READ_OWN: Final = frozenset((ReasonCode.QUOTA_LIMIT, ReasonCode.WAITING_RECLAIM))
 # Not in line for anything until quotas, the cluster or the request change: no position.
-INADMISSIBLE = frozenset(
+INADMISSIBLE: Final = frozenset(
     {
         ReasonCode.NEVER_FITS,
         ReasonCode.NO_QUOTA,

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import Final
 
 from .quota import QuotaTree
 
-LN2 = math.log(2.0)
+LN2: Final = math.log(2.0)
 
 
 def decay_factor(elapsed_s: float, half_life_s: float) -> float:

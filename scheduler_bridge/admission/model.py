@@ -16,9 +16,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from typing import Final
 
-DAY_S = 86_400.0
-SHARE_PACKINGS = ("best-fit", "fgd")
+DAY_S: Final = 86_400.0
+SHARE_PACKINGS: Final = ("best-fit", "fgd")
 
 
 class Topology(StrEnum):

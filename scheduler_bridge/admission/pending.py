@@ -16,6 +16,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
+from typing import Final
 
 from .model import Node, PendingWorkload, PodSet, Topology
 from .placement import Need, NodePool
@@ -250,7 +251,7 @@ def _by_arrival(items: list[Item]) -> None:
 # ends before more reservations start, so it may use a superset of the GPUs a longer one
 # may. Within a group, a workload that fails takes down every later member whose reach
 # is not greater than its own, except reservation holders, which have GPUs of their own.
-NO_REACH = -math.inf
+NO_REACH: Final = -math.inf
 
 
 class Group:
@@ -312,7 +313,7 @@ def set_queue_keys(items: Sequence[Item], size: int) -> tuple[int, int]:
 
 # a cycle in which more than 1/REGROUP_SHARE of the queue arrived or left (or changed)
 # groups it afresh
-REGROUP_SHARE = 8
+REGROUP_SHARE: Final = 8
 
 
 class QueueBuckets:

@@ -61,15 +61,16 @@ import heapq
 from bisect import bisect_left, insort
 from collections.abc import Collection
 from dataclasses import dataclass
+from typing import Final
 
 from .model import Topology
 from .pending import Item, Option
 from .placement import Plan
 from .state import CycleState, Run
 
-SPARE_TRIED = 4  # spare victim GPUs tried per search (Preemptor._spare)
-NO_TENANTS: frozenset[int] = frozenset()
-TAKEN_WHOLE_FROM = 4  # elastic pod lists this long are first tried whole (take_in_order)
+SPARE_TRIED: Final = 4  # spare victim GPUs tried per search (Preemptor._spare)
+NO_TENANTS: Final[frozenset[int]] = frozenset()
+TAKEN_WHOLE_FROM: Final = 4  # elastic pod lists this long are first tried whole (take_in_order)
 
 
 @dataclass(slots=True)

@@ -25,13 +25,15 @@ never share with each other.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Final
 
 from .model import Quota, ReasonCode, Tenant
 from .reasons import QuotaReasons
 
-NO_LIMIT = 1 << 62
+# (below 2**62: compiled, a larger int is a Python object, read and compared slowly)
+NO_LIMIT: Final = 1 << 60
 # cohort reasons kept (QuotaTree.explain) before starting over
-EXHAUSTED_KEPT = 100_000
+EXHAUSTED_KEPT: Final = 100_000
 
 
 class QuotaTree:
@@ -97,7 +99,7 @@ class QuotaTree:
         # post-order: children before parents, so sums can be built in one sweep
         self.post_order = sorted(range(self.size), key=lambda n: -len(self.paths[n]))
         self.zero_usage = [0] * self.size
-        self._ceilings: dict[tuple[int, int], int] = {}
+        self._ceilings: list[list[int | None]] = []  # per flavour, by node (ceiling)
         # "the cohort has too little to lend", worded once per set of figures: thousands
         # of borrowing groups of a deep queue share a few dozen of them
         self._exhausted: dict[tuple[int, int, int, int, int, int], str] = {}
@@ -155,6 +157,7 @@ class QuotaTree:
         self.private.append(private)
         self.borrow_limit.append(limit)
         self.access.append(access)
+        self._ceilings.append([None] * size)
 
     # ----------------------------------------------------------------- accounting
     def available(self, f: int, node: int, usage: list[int]) -> int:
@@ -322,9 +325,10 @@ class QuotaTree:
 
     def ceiling(self, f: int, node: int) -> int:
         """The most of flavour ``f`` the node could ever hold (its whole tree idle)."""
-        found = self._ceilings.get((f, node))
+        known = self._ceilings[f]
+        found = known[node]
         if found is None:
-            found = self._ceilings[(f, node)] = self.available(f, node, self.zero_usage)
+            found = known[node] = self.available(f, node, self.zero_usage)
         return found
 
     def from_parent(self, f: int, node: int, usage: list[int]) -> tuple[int, int | None]:

@@ -32,8 +32,9 @@ import random
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Final
 
-MILLI = 1000  # thousandths of a GPU in one whole GPU
+MILLI: Final = 1000  # thousandths of a GPU in one whole GPU
 
 
 class PackingPolicy(StrEnum):

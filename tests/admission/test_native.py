@@ -3,10 +3,12 @@ built from the current sources and only then, and deciding exactly as the interp
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -34,6 +36,47 @@ from scheduler_bridge.admission import (
 from scheduler_bridge.admission.simulator import apply_result
 
 REPOSITORY = Path(__file__).resolve().parents[2]
+
+
+CONSTANT = re.compile(r"_?[A-Z][A-Z0-9_]*")
+SHORT_INT = 1 << 62  # mypyc's ints from here up are Python objects
+
+
+def _is_final(annotation: ast.expr) -> bool:
+    if isinstance(annotation, ast.Subscript):
+        annotation = annotation.value
+    return isinstance(annotation, ast.Name) and annotation.id == "Final"
+
+
+def test_every_module_constant_of_the_compiled_engine_is_final_and_a_short_int() -> None:
+    """A constant that is not Final is looked up in its module's dictionary at every
+    read in compiled code (docs/admission.md, Writing for the compiled engine)."""
+    package = REPOSITORY / "scheduler_bridge" / "admission"
+    not_final: list[str] = []
+    too_large: list[str] = []
+    for name in _native.compiled_modules():
+        tree = ast.parse((package / f"{name}.py").read_text())
+        module = importlib.import_module(f"scheduler_bridge.admission.{name}")
+        for statement in tree.body:
+            if isinstance(statement, ast.Assign):
+                targets = [t for t in statement.targets if isinstance(t, ast.Name)]
+                targets += [
+                    e
+                    for t in statement.targets
+                    if isinstance(t, ast.Tuple)
+                    for e in t.elts
+                    if isinstance(e, ast.Name)
+                ]
+                not_final += [f"{name}.{t.id}" for t in targets if CONSTANT.fullmatch(t.id)]
+            elif isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
+                constant = statement.target.id
+                if CONSTANT.fullmatch(constant) and not _is_final(statement.annotation):
+                    not_final.append(f"{name}.{constant}")
+                value = getattr(module, constant, None)
+                if isinstance(value, int) and not -SHORT_INT <= value < SHORT_INT:
+                    too_large.append(f"{name}.{constant}")
+    assert not_final == [], "declare these Final (typing.Final)"
+    assert too_large == [], "keep these below 2**62"
 
 
 def test_the_engine_runs_compiled_exactly_when_built_for_its_sources() -> None:
