@@ -73,8 +73,13 @@ class Explainer:
         self._by_nodes: dict[tuple[int, int, int], tuple[ReasonCode, str, int]] = {}
         self._by_quota: dict[tuple[int, int, int], tuple[ReasonCode, str]] = {}
         self._labels: dict[tuple[int, ...], str] = {}
-        self._room: dict[tuple[int, int], int] = {}  # quota still available, at cycle end
-        self._views: dict[tuple[int, int], tuple[int, int, int, int]] = {}  # _quota_view
+        # per flavour, by tree node: quota still available at the cycle's end (_available)
+        # and what a quota verdict reads of the usage (_quota_view), worked out once
+        size = state.tree.size
+        self._room: list[list[int | None]] = [[None] * size for _ in state.usage]
+        self._views: list[list[tuple[int, int, int, int] | None]] = [
+            [None] * size for _ in state.usage
+        ]
         # Fresh verdicts, shared within the cycle by the groups of one shape whose
         # tenants stand alike: the same quota settings and tree (Static.quota_classes)
         # and all a verdict may read of the usage the same (_stamp, READS_PATH). Of
@@ -371,19 +376,20 @@ class Explainer:
         """What a quota verdict of ``node`` on flavour ``f`` reads of the usage (its
         own usage, what it may still take, what its parent may give and the cohort that
         binds it: QuotaTree.explain), once a cycle per tenant and flavour."""
-        key = (node, f)
-        view = self._views.get(key)
+        views = self._views[f]
+        view = views[node]
         if view is None:
-            view = self._views[key] = self.state.tree.view(f, node, self.state.usage[f])
+            view = views[node] = self.state.tree.view(f, node, self.state.usage[f])
         return view
 
     def _available(self, node: int, f: int) -> int:
         """Quota still available to ``node`` at the cycle's end (-1 without access)."""
-        free = self._room.get((node, f))
+        room = self._room[f]
+        free = room[node]
         if free is None:
             tree = self.state.tree
             free = tree.available(f, node, self.state.usage[f]) if tree.access[f][node] else -1
-            self._room[(node, f)] = free
+            room[node] = free
         return free
 
     def _group_key(self, node: int, shape: Shape) -> int:
@@ -552,7 +558,7 @@ class Explainer:
                         )
                     self._reclaim_waits[waits] = message
                 return ReasonCode.WAITING_RECLAIM, message, f
-            free = room.get((node, f))
+            free = room[f][node]
             if free is None:
                 free = self._available(node, f)
             if free >= need:
