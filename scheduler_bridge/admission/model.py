@@ -351,18 +351,22 @@ class EngineConfig:
             )
         if not 0.0 <= self.usage_blend <= 1.0:
             raise ValueError("usage_blend must be within 0..1")
-        if self.reclaim_min_run_s < 0:
-            raise ValueError("reclaim_min_run_s must not be negative")
-        if self.reclaim_wait_s < 0:
-            raise ValueError("reclaim_wait_s must not be negative")
-        if self.reservation_wait_s < 0:
-            raise ValueError("reservation_wait_s must not be negative")
+        waits = (
+            ("reclaim_min_run_s", self.reclaim_min_run_s),
+            ("reclaim_wait_s", self.reclaim_wait_s),
+            ("reservation_wait_s", self.reservation_wait_s),
+        )
+        for name, seconds in waits:
+            if not seconds >= 0:  # (NaN too)
+                raise ValueError(f"{name} must be 0 or more seconds, got {seconds}")
         if self.reservation_min_gpus < 0:
             raise ValueError("reservation_min_gpus must not be negative")
         if self.max_reservations < 0:
             raise ValueError("max_reservations must not be negative (0 reserves nothing)")
-        if self.assumed_run_time_s <= 0:
-            raise ValueError("assumed_run_time_s must be more than 0 seconds")
+        if not self.assumed_run_time_s > 0:
+            raise ValueError(
+                f"assumed_run_time_s must be more than 0 seconds, got {self.assumed_run_time_s}"
+            )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

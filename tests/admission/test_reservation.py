@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import replace
 
@@ -222,10 +223,13 @@ def test_no_reservations_when_max_reservations_is_zero():
     [
         ("max_reservations", -1, "max_reservations must not be negative (0 reserves nothing)"),
         ("reservation_min_gpus", -8, "reservation_min_gpus must not be negative"),
-        ("reservation_wait_s", -60.0, "reservation_wait_s must not be negative"),
-        ("assumed_run_time_s", 0.0, "assumed_run_time_s must be more than 0 seconds"),
+        ("reservation_wait_s", -60.0, "reservation_wait_s must be 0 or more seconds, got -60.0"),
+        ("reclaim_wait_s", math.nan, "reclaim_wait_s must be 0 or more seconds, got nan"),
+        ("reclaim_min_run_s", -1.0, "reclaim_min_run_s must be 0 or more seconds, got -1.0"),
+        ("assumed_run_time_s", 0.0, "assumed_run_time_s must be more than 0 seconds, got 0.0"),
+        ("assumed_run_time_s", math.nan, "assumed_run_time_s must be more than 0 seconds"),
     ],
 )
-def test_reservation_settings_out_of_range_are_refused_with_their_name(field, value, says):
+def test_engine_settings_out_of_range_are_refused_with_their_name(field, value, says):
     with pytest.raises(ValueError, match=re.escape(says)):
         EngineConfig(**{field: value})
