@@ -18,7 +18,13 @@ of mixed shapes (1-8 GPUs, one-node and NVLink-domain gangs, H100 or A100 or eit
 on a busy cluster (filled by the engine, then 15 % of the running work ends): a full
 cycle with a fresh engine; the follow-up cycle (reclaimers start once their victims have
 stopped) and one more to let the queue settle; then, after one running workload
-finishes, an incremental cycle with the warm engine. For that cycle it reports
+finishes, an incremental cycle with the warm engine. That round runs five times
+(``BENCH_ADMISSION_REPEATS``), each with a fresh engine and another workload finishing;
+``full_cycle_s``, ``incremental_cycle_s`` and ``follow_up_cycle_s`` are the medians of
+the rounds' wall-clock times, with their minimums (``*_min_s``) and median CPU times of
+the process (``*_cpu_s``) beside them: one timing on a busy machine says little. Every
+round must decide the full and follow-up cycles alike, or the scenario fails. For the
+first round's incremental cycle it reports
 ``tries_incremental`` (workloads tried in the main pass, each standing for its group),
 ``groups_failed_at_start_incremental`` (groups the freed GPUs cannot help, refused
 before the main pass) and ``groups_skipped_incremental`` (remembered failures).
@@ -43,12 +49,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,6 +66,7 @@ if str(ROOT) not in sys.path:
 from scheduler_bridge.admission import (  # noqa: E402
     AdmissionEngine,
     ClusterSnapshot,
+    CycleResult,
     ElasticPod,
     Flavour,
     Node,
@@ -75,6 +84,16 @@ from scheduler_bridge.admission.elastic import parse_pod_id  # noqa: E402
 from scheduler_bridge.admission.simulator import SimJob, Simulator, apply_result  # noqa: E402
 
 SEED = 20250101
+REPEATS_VARIABLE = "BENCH_ADMISSION_REPEATS"  # rounds of the deep-queue scenarios (5)
+
+
+def repeats_from_environment() -> int:
+    raw = os.environ.get(REPEATS_VARIABLE, "").strip() or "5"
+    if not raw.isdigit() or int(raw) < 1:
+        raise SystemExit(
+            f"{REPEATS_VARIABLE} must be a whole number of rounds, 1 or more; got {raw!r}"
+        )
+    return int(raw)
 
 
 def progress(message: str) -> None:
@@ -244,8 +263,67 @@ def _elastic_pods(
     return tuple(out)
 
 
-def deep_queue(elastic: bool = False) -> dict[str, Any]:
+@dataclass(frozen=True)
+class _Round:
+    """One fresh engine over the deep queue: its full cycle, the follow-up cycle, and the
+    incremental cycle after ``finished`` ended (wall and CPU seconds of each)."""
+
+    first: CycleResult
+    follow: CycleResult
+    second: CycleResult
+    finished: str
+    full_s: float
+    full_cpu_s: float
+    follow_up_s: float
+    incremental_s: float
+    incremental_cpu_s: float
+
+
+def _timed(engine: AdmissionEngine, snapshot: ClusterSnapshot) -> tuple[CycleResult, float, float]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = engine.run_cycle(snapshot)
+    return result, time.perf_counter() - wall, time.process_time() - cpu
+
+
+def _round(snapshot: ClusterSnapshot, n: int) -> _Round:
+    """Round ``n``: the follow-up cycle admits the reclaimers whose victims have now
+    stopped; after one more the cluster is quiet, and the ``n``-th running workload
+    (not an elastic pod) finishing is the incremental case."""
+    engine = AdmissionEngine()
+    first, full, full_cpu = _timed(engine, snapshot)
+    after = apply_result(snapshot, first)
+    follow, follow_up, _ = _timed(engine, after)
+    after = apply_result(after, follow)
+    after = apply_result(after, engine.run_cycle(after))
+    candidates = [r for r in after.running if r.id.startswith("r") and r.elastic_of is None]
+    finished = candidates[n % len(candidates)]
+    one_finish = replace(
+        after,
+        running=tuple(
+            r for r in after.running if r is not finished and r.elastic_of != finished.id
+        ),
+    )
+    second, incremental, incremental_cpu = _timed(engine, one_finish)
+    return _Round(
+        first,
+        follow,
+        second,
+        finished.id,
+        full,
+        full_cpu,
+        follow_up,
+        incremental,
+        incremental_cpu,
+    )
+
+
+def _decided(result: CycleResult) -> tuple[list[str], list[str]]:
+    return [a.workload_id for a in result.admissions], [p.victim_id for p in result.preemptions]
+
+
+def deep_queue(elastic: bool = False, repeats: int | None = None) -> dict[str, Any]:
     name = "elastic" if elastic else "deep-queue"
+    repeats = repeats if repeats is not None else repeats_from_environment()
     rng = random.Random(SEED)
     tenants, quotas, nodes, flavours = _deep_world(rng)
     teams = [t.id for t in tenants if "-team-" in t.id]
@@ -295,38 +373,26 @@ def deep_queue(elastic: bool = False) -> dict[str, Any]:
     progress(
         f"{name}: {len(snapshot.running)} running ({used} GPUs of 10,000), {len(pending)} pending"
     )
-    engine = AdmissionEngine()
-    started = time.perf_counter()
-    first = engine.run_cycle(snapshot)
-    full = time.perf_counter() - started
-    progress(
-        f"{name}: full cycle {full:.3f} s: {len(first.admissions)} admitted, "
-        f"{len(first.preemptions)} preempted, {len(first.pending)} explained"
-    )
-    # the follow-up cycle admits the reclaimers whose victims have now stopped; after it
-    # the cluster is quiet, and one running workload finishing is the incremental case
-    after = apply_result(snapshot, first)
-    started = time.perf_counter()
-    follow = engine.run_cycle(after)
-    follow_up = time.perf_counter() - started
-    after = apply_result(after, follow)
-    settle = engine.run_cycle(after)
-    after = apply_result(after, settle)
-    finished = next(r for r in after.running if r.id.startswith("r") and r.elastic_of is None)
-    one_finish = replace(
-        after,
-        running=tuple(
-            r for r in after.running if r is not finished and r.elastic_of != finished.id
-        ),
-    )
-    started = time.perf_counter()
-    second = engine.run_cycle(one_finish)
-    incremental = time.perf_counter() - started
+    # each round: a fresh engine's full cycle, the follow-up and settling cycles, then
+    # one running workload (a different one each round) finishes: the incremental cycle
+    rounds = [_round(snapshot, n) for n in range(repeats)]
+    first, follow, second = rounds[0].first, rounds[0].follow, rounds[0].second
+    for other in rounds[1:]:  # the engine is deterministic: every round decides alike
+        if _decided(other.first) != _decided(first) or _decided(other.follow) != _decided(follow):
+            raise RuntimeError(f"{name}: a fresh engine decided differently on the same queue")
+    full = median(r.full_s for r in rounds)
+    follow_up = median(r.follow_up_s for r in rounds)
+    incremental = median(r.incremental_s for r in rounds)
     stats = second.stats
     progress(
+        f"{name}: full cycle {full:.3f} s (median of {repeats}): {len(first.admissions)} "
+        f"admitted, {len(first.preemptions)} preempted, {len(first.pending)} explained"
+    )
+    progress(
         f"{name}: follow-up cycle {follow_up:.3f} s ({len(follow.admissions)} admitted); "
-        f"incremental cycle {incremental:.3f} s after {finished.id} finished: "
-        f"{len(second.admissions)} admitted, {stats.groups_evaluated if stats else '?'} tries, "
+        f"incremental cycle {incremental:.3f} s (median of {repeats}); after "
+        f"{rounds[0].finished} finished: {len(second.admissions)} admitted, "
+        f"{stats.groups_evaluated if stats else '?'} tries, "
         f"{stats.groups_failed_at_start if stats else '?'} groups refused at the start, "
         f"{stats.groups_skipped if stats else '?'} skipped as remembered"
     )
@@ -338,6 +404,11 @@ def deep_queue(elastic: bool = False) -> dict[str, Any]:
         "tenants": len(teams),
         "full_cycle_s": round(full, 3),
         "incremental_cycle_s": round(incremental, 3),
+        "repeats": repeats,
+        "full_cycle_min_s": round(min(r.full_s for r in rounds), 3),
+        "incremental_cycle_min_s": round(min(r.incremental_s for r in rounds), 3),
+        "full_cycle_cpu_s": round(median(r.full_cpu_s for r in rounds), 3),
+        "incremental_cycle_cpu_s": round(median(r.incremental_cpu_s for r in rounds), 3),
         "decisions_per_s": round(len(pending) / full),
         "admitted_full_cycle": len(first.admissions),
         "preempted_full_cycle": len(first.preemptions),

@@ -38,8 +38,8 @@ def main() -> int:
         importlib.import_module(f"scheduler_bridge.admission.{name}")
     from benchmarks.admission import deep_queue
 
-    deep_queue(elastic=False)
-    deep_queue(elastic=True)
+    deep_queue(elastic=False, repeats=1)
+    deep_queue(elastic=True, repeats=1)
     _replay_philly()
     _replay_openb()
     return 0

@@ -41,7 +41,14 @@ from . import reasons, records
 from .budget import AllowAllBudgetGate, BudgetGate
 from .devices import from_devices, to_devices
 from .explain import Explainer, Outcome
-from .incremental import Failure, FailureKey, mark_skips, own_limits_only, record_failures
+from .incremental import (
+    Failure,
+    FailureKey,
+    failure_key,
+    mark_skips,
+    own_limits_only,
+    record_failures,
+)
 from .model import (
     Admission,
     AdmitCode,
@@ -58,6 +65,7 @@ from .model import (
 )
 from .pending import (
     NO_REACH,
+    TOPOLOGY_CODES,
     ArrivalRanks,
     Group,
     Item,
@@ -351,7 +359,9 @@ class _Cycle:
         self.quota_memo: list[list[int]] = [
             [NO_REFUSAL] * self.state.tree.size for _ in self.state.usage
         ]
-        self.node_memo: dict[tuple[int, object, int], int] = {}
+        # the smallest count of pods that found no free GPUs, by flavour, topology and
+        # GPUs per pod as one int (_place_free)
+        self.node_memo: dict[int, int] = {}
         self.preempt_memo: set[FailureKey] = set()
         # groups that did not reclaim only because their head was in its reclaim wait:
         # when that wait ends (a remembered failure does not outlive it)
@@ -359,7 +369,6 @@ class _Cycle:
         self.groups: list[tuple[int, Group]] = []
         self.group_lists: list[tuple[int, Shape, list[Item]]] = []
         self.unqueued: list[Item] = []  # unknown tenant or flavour
-        self.failed_priority: dict[int, int] = {}
         self.queue_class = 0  # guarantee class of the workload being evaluated
         # the queues' heap keys as ints (_key_units): the highest priority queued, and
         # what "not a returning preemptor" and one step of guarantee class are worth
@@ -392,7 +401,7 @@ class _Cycle:
         self._main_pass(queues)
         for workload_id in list(st.quota_held):  # reclaimers that did not start
             st.release_quota_held(workload_id)
-        self.failures_out = record_failures(st, self.groups, self.failed_priority, self.retry_at)
+        self.failures_out = record_failures(st, self.groups, self.retry_at)
         pending: tuple = ()
         if explain:
             # no budgets, nothing to ask per workload (older gates may lack the method)
@@ -599,7 +608,7 @@ class _Cycle:
             and not self._spare_for(queue.node, group.shape)
         ):
             self._fail_group(group, item, skipped=True)
-            key = (queue.node, group.shape.id)
+            key = failure_key(self.state, queue.node, group.shape)
             retry_at = self.failures_in[key].retry_at  # mark_skips found it
             if retry_at != math.inf:  # the wait it sits out still ends then
                 self.retry_at[key] = retry_at
@@ -612,7 +621,7 @@ class _Cycle:
                 # (others' do: it is charged again whether it starts or not)
                 for f in item.shape.flavours:
                     self.quota_memo[f][item.node] = NO_REFUSAL
-                self.preempt_memo.discard((item.node, item.shape.id))
+                self.preempt_memo.discard(failure_key(self.state, item.node, item.shape))
                 self.preemptor.forget_quota_misses(item.node)
             verdict = self._evaluate(queue, group, item)
             wid = item.wl.id
@@ -681,8 +690,8 @@ class _Cycle:
             else:
                 failed += 1
                 priority = max(priority, other.wl.priority)
-        known = self.failed_priority.get(id(group))
-        self.failed_priority[id(group)] = priority if known is None else max(known, priority)
+        if priority > group.failed_priority:
+            group.failed_priority = priority
         group.items = keep
         group.pos = 0
         group.failed = True
@@ -754,7 +763,7 @@ class _Cycle:
 
     def _preempt(self, queue: TenantQueue, item: Item, options: Sequence[Option]) -> str | None:
         config = self.state.config
-        key = (item.node, item.shape.id)
+        key = failure_key(self.state, item.node, item.shape)
         if not (config.reclaim or config.priority_preemption) or key in self.preempt_memo:
             return None
         for option in options:
@@ -859,7 +868,7 @@ class _Cycle:
         pool = self.state.pool
         if shape.simple:
             f, count, per_pod = option.needs[0]
-            key = (f, shape.topology, per_pod)
+            key = (per_pod * len(TOPOLOGY_CODES) + shape.topology_code) * len(self.names) + f
             failed_at = self.node_memo.get(key)
             if failed_at is not None and count >= failed_at:
                 return None

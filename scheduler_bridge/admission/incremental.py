@@ -29,7 +29,7 @@ every cycle of random simulations - it only saves the work of trying.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .pending import Group, Shape, TenantQueue
@@ -37,7 +37,7 @@ from .quota import NO_LIMIT
 from .state import CycleState
 
 Fingerprint = tuple[tuple[object, ...], ...]
-FailureKey = tuple[int, int]  # (workload node, shape id)
+FailureKey = int  # shape id x tree size + workload node (failure_key)
 
 
 @dataclass(slots=True, init=False)
@@ -59,6 +59,12 @@ class Failure:
         self.fingerprint = fingerprint
         self.max_priority = max_priority
         self.retry_at = retry_at
+
+
+def failure_key(state: CycleState, node: int, shape: Shape) -> FailureKey:
+    """The key of a (workload node, shape) group's failure: one int, as the other
+    per-group memos (a tuple key is allocated and hashed element by element)."""
+    return shape.id * state.tree.size + node
 
 
 def own_limits_only(
@@ -110,9 +116,15 @@ def _headroom(
     return tree.guaranteed[f][node] + limit - used
 
 
-def fingerprint(state: CycleState, node: int, shape: Shape, memo: dict) -> Fingerprint:
-    """What a failure of ``shape`` for ``node`` depends on, as the state stands now."""
-    headroom = memo.setdefault("headroom", {})
+def fingerprint(
+    state: CycleState,
+    node: int,
+    shape: Shape,
+    memo: dict[int, Fingerprint],
+    headroom: dict[int, int],
+) -> Fingerprint:
+    """What a failure of ``shape`` for ``node`` depends on, as the state stands now.
+    ``memo`` keeps the parts a tree's groups share, ``headroom`` own_limits_only's."""
     if own_limits_only(state, node, shape, headroom):
         return tuple(
             ("own", f, state.usage[f][node], state.pinned[f][node]) for f in shape.flavours
@@ -125,7 +137,7 @@ def fingerprint(state: CycleState, node: int, shape: Shape, memo: dict) -> Finge
     )
     root = state.tree.root[node]
     key = (shape.flavour_mask * state.tree.size + root) * 2 + (1 if may_preempt else 0)
-    found: Fingerprint | None = memo.get(key)
+    found = memo.get(key)
     if found is None:
         parts = []
         for f in shape.flavours:
@@ -143,20 +155,22 @@ def mark_skips(
     """Flag the groups whose last failure still stands (call after reservations)."""
     if not failures:
         return
-    memo: dict = {}
+    memo: dict[int, Fingerprint] = {}
+    headroom: dict[int, int] = {}
     check_priority = state.config.priority_preemption
+    size = state.tree.size
     for node, queue in queues.items():
         for group in queue.groups:
             if group.failed_at_start:
                 continue
-            failure = failures.get((node, group.shape.id))
+            failure = failures.get(group.shape.id * size + node)
             if failure is None:
                 continue
             if check_priority and group.max_priority > failure.max_priority:
                 continue
             if failure.retry_at != math.inf and state.now >= _wait_ends(state, group, failure):
                 continue
-            if failure.fingerprint == fingerprint(state, node, group.shape, memo):
+            if failure.fingerprint == fingerprint(state, node, group.shape, memo, headroom):
                 group.skip = True
 
 
@@ -170,17 +184,19 @@ def _wait_ends(state: CycleState, group: Group, failure: Failure) -> float:
 def record_failures(
     state: CycleState,
     groups: Iterable[tuple[int, Group]],
-    priorities: dict[int, int],
-    retry_at: Mapping[FailureKey, float] | None = None,
+    retry_at: dict[FailureKey, float] | None = None,
 ) -> dict[FailureKey, Failure]:
     """The failures of this cycle, fingerprinted with the state it ended in;
     ``retry_at`` says when a group's reclaim wait ends."""
-    memo: dict = {}
+    memo: dict[int, Fingerprint] = {}
+    headroom: dict[int, int] = {}
     out: dict[FailureKey, Failure] = {}
-    retry_at = retry_at or {}
+    if retry_at is None:
+        retry_at = {}
+    size = state.tree.size
     for node, group in groups:
         if group.failed and not group.failed_at_start:  # those are re-checked at start
-            stamp = fingerprint(state, node, group.shape, memo)
-            key = (node, group.shape.id)
-            out[key] = Failure(stamp, priorities[id(group)], retry_at.get(key, math.inf))
+            stamp = fingerprint(state, node, group.shape, memo, headroom)
+            key = group.shape.id * size + node
+            out[key] = Failure(stamp, group.failed_priority, retry_at.get(key, math.inf))
     return out

@@ -28,6 +28,9 @@ RawShape = tuple[
 ]
 
 
+TOPOLOGY_CODES: Final = {topology: code for code, topology in enumerate(Topology)}
+
+
 @dataclass(frozen=True, slots=True)
 class Option:
     """One flavour assignment: a flavour per pod set."""
@@ -57,6 +60,8 @@ class Shape:
     elastic: bool = False
     # ``flavours`` as one int, bit f set for flavour f: a cheap part of a dict key
     flavour_mask: int = 0
+    # ``topology`` as a small int (TOPOLOGY_CODES), for the same use
+    topology_code: int = 0
 
     @property
     def simple(self) -> bool:
@@ -73,7 +78,10 @@ def build_shape(raw: RawShape, shape_id: int, flavour_index: dict[str, int]) -> 
     unknown = sorted({f for _, _, names in pod_sets for f in names if f not in flavour_index})
     gpus = sum(count * _on(per_pod, 0) for count, per_pod, _ in pod_sets)
     if unknown:
-        return Shape(raw, shape_id, topology, (), (), tuple(unknown), gpus, may_borrow, elastic)
+        code = TOPOLOGY_CODES[topology]
+        return Shape(
+            raw, shape_id, topology, (), (), tuple(unknown), gpus, may_borrow, elastic, 0, code
+        )
     options: list[Option] = []
     seen: set[tuple[int, ...]] = set()
     for k in range(max(len(names) for _, _, names in pod_sets)):
@@ -104,6 +112,7 @@ def build_shape(raw: RawShape, shape_id: int, flavour_index: dict[str, int]) -> 
         may_borrow,
         elastic,
         flavour_mask=mask,
+        topology_code=TOPOLOGY_CODES[topology],
     )
 
 
@@ -252,12 +261,24 @@ def _by_arrival(items: list[Item]) -> None:
 # may. Within a group, a workload that fails takes down every later member whose reach
 # is not greater than its own, except reservation holders, which have GPUs of their own.
 NO_REACH: Final = -math.inf
+# a group's failed_priority before it fails (below any Kubernetes priority, a short int)
+NOT_FAILED: Final = -(1 << 60)
 
 
 class Group:
     """Pending workloads of one tenant with one shape, in (priority, submit, id) order."""
 
-    __slots__ = ("borrows", "failed", "failed_at_start", "items", "pos", "shape", "skip", "stamp")
+    __slots__ = (
+        "borrows",
+        "failed",
+        "failed_at_start",
+        "failed_priority",
+        "items",
+        "pos",
+        "shape",
+        "skip",
+        "stamp",
+    )
 
     def __init__(self, shape: Shape, items: list[Item]) -> None:
         self.shape = shape
@@ -270,6 +291,9 @@ class Group:
         # would have been inside the guarantee: the group then queues as borrowing work
         self.borrows = False
         self.stamp = 0  # bumped whenever its head changes: older heap entries are stale
+        # the highest priority among the members that failed in this cycle's main pass
+        # (incremental.Failure.max_priority)
+        self.failed_priority = NOT_FAILED
 
     @property
     def max_priority(self) -> int:

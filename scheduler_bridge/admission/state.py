@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
+from typing import Final
 
 from .fairshare import ShareCalculator
 from .model import ClusterSnapshot, EngineConfig, Flavour, Node, Quota, RunningWorkload, Tenant
@@ -22,6 +23,7 @@ from .placement import NodePool, fragment_of
 from .quota import NO_LIMIT, QuotaTree
 
 Layout = tuple[tuple[str, tuple[tuple[str, int], ...], str | None], ...]
+UNKNOWN: Final = -1  # a memo's entry not worked out yet (Static.unbounded)
 
 
 class Static:
@@ -60,9 +62,9 @@ class Static:
         # tree size + workload node (explain.Explainer._explain_shape)
         self.explained_groups: dict[int, tuple] = {}  # (stamp, *verdict, node verdicts)
         # whether some option of a (workload node, shape) group is free of the tenant's
-        # own limits (every flavour within reach, none borrow-limited), by shape id x
-        # tree size + workload node: such a group is never refused by them alone
-        self.unbounded: dict[int, bool] = {}
+        # own limits (every flavour within reach, none borrow-limited): 1, 0 or UNKNOWN,
+        # by shape id, then workload node: such a group is never refused by them alone
+        self.unbounded: list[list[int]] = []
         self._quota_classes: list[int] | None = None
 
     def quota_classes(self) -> list[int]:
@@ -95,18 +97,28 @@ class Static:
     def is_unbounded(self, node: int, shape: Shape) -> bool:
         """Whether some option of ``shape`` may borrow without limit on every flavour
         for ``node`` (see ``unbounded``): true until the quotas change."""
-        key = shape.id * self.tree.size + node
-        found = self.unbounded.get(key)
-        if found is None:
+        unbounded = self.unbounded
+        while len(unbounded) <= shape.id:
+            unbounded.append([])
+        by_node = unbounded[shape.id]
+        if not by_node:
+            by_node = unbounded[shape.id] = [UNKNOWN] * self.tree.size
+        found = by_node[node]
+        if found == UNKNOWN:
             tree = self.tree
-            found = self.unbounded[key] = shape.may_borrow and any(
-                all(
-                    tree.access[f][node] and tree.borrow_limit[f][node] == NO_LIMIT
-                    for f, _ in option.totals
+            found = by_node[node] = (
+                1
+                if shape.may_borrow
+                and any(
+                    all(
+                        tree.access[f][node] and tree.borrow_limit[f][node] == NO_LIMIT
+                        for f, _ in option.totals
+                    )
+                    for option in shape.options
                 )
-                for option in shape.options
+                else 0
             )
-        return found
+        return found == 1
 
     def shape(self, raw: RawShape) -> Shape:
         shape = self.shapes.get(raw)
