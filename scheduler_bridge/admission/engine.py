@@ -244,14 +244,8 @@ class AdmissionEngine:
             if item is None or (item.wl is not wl and item.wl != wl):
                 tenant = tree.tenant_index.get(wl.tenant_id)
                 node = tree.workload_node[tenant] if tenant is not None else -1
-                raw = (
-                    wl.topology,
-                    tuple([ps.raw for ps in wl.pod_sets]),
-                    wl.preemptible,
-                    wl.opportunistic,
-                )
                 previous = item
-                item = Item(wl, node, static.shape(raw))
+                item = Item(wl, node, static.shape_of(wl))
                 if previous is not None:
                     # it keeps its rank by arrival if its arrival stands (ArrivalRanks)
                     item.seq = previous.seq

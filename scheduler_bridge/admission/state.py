@@ -17,13 +17,24 @@ from operator import attrgetter
 from typing import Final
 
 from .fairshare import ShareCalculator
-from .model import ClusterSnapshot, EngineConfig, Flavour, Node, Quota, RunningWorkload, Tenant
-from .pending import RawShape, Shape, build_shape
+from .model import (
+    ClusterSnapshot,
+    EngineConfig,
+    Flavour,
+    Node,
+    PendingWorkload,
+    Quota,
+    RunningWorkload,
+    Tenant,
+)
+from .pending import TOPOLOGY_CODES, RawShape, Shape, build_shape
 from .placement import NodePool, fragment_of
 from .quota import NO_LIMIT, QuotaTree
 
 Layout = tuple[tuple[str, tuple[tuple[str, int], ...], str | None], ...]
 UNKNOWN: Final = -1  # a memo's entry not worked out yet (Static.unbounded)
+# a pod count or GPUs per pod at or above this is looked up by the nested key (shape_of)
+PART_LIMIT: Final = 1 << 20
 
 
 class Static:
@@ -48,6 +59,9 @@ class Static:
         if len(self.node_index) != len(self.node_names):
             raise ValueError("duplicate node names")
         self.shapes: dict[RawShape, Shape] = {}
+        # shapes of one pod set by one int (shape_of), and the flavour lists in them
+        self.simple_shapes: dict[int, Shape] = {}
+        self.flavour_lists: dict[tuple[str, ...], int] = {}
         self.never_fits: dict[int, bool] = {}  # by shape id, per node layout
         # options whose every flavour is within the tenant's reach by its quotas, as
         # (shape id x tree size + workload node) << 16 | option index: plain ints, which
@@ -125,6 +139,35 @@ class Static:
         if shape is None:
             shape = self.shapes[raw] = build_shape(raw, len(self.shapes), self.flavour_index)
         return shape
+
+    def shape_of(self, wl: PendingWorkload) -> Shape:
+        """The shape of ``wl``. Most workloads have one pod set with one amount per pod:
+        theirs is found by one int made of its parts (the flavour list's number, may
+        borrow, opportunistic, topology, count, GPUs per pod), without building and
+        hashing the nested key, which a fresh engine would do for every pending
+        workload; any other is found by that key."""
+        pod_sets = wl.pod_sets
+        if len(pod_sets) == 1:
+            ps = pod_sets[0]
+            count = ps.count
+            per_pod = ps.gpus_per_pod
+            if not ps.per_flavour and 0 <= count < PART_LIMIT and 0 <= per_pod < PART_LIMIT:
+                flavours = self.flavour_lists.get(ps.flavours)
+                if flavours is None:
+                    flavours = self.flavour_lists[ps.flavours] = len(self.flavour_lists)
+                kind = (
+                    (flavours * 2 + (1 if wl.preemptible else 0)) * 2
+                    + (1 if wl.opportunistic else 0)
+                ) * len(TOPOLOGY_CODES) + TOPOLOGY_CODES[wl.topology]
+                key = (kind * PART_LIMIT + count) * PART_LIMIT + per_pod
+                found = self.simple_shapes.get(key)
+                if found is None:
+                    raw = (wl.topology, (ps.raw,), wl.preemptible, wl.opportunistic)
+                    found = self.simple_shapes[key] = self.shape(raw)
+                return found
+        return self.shape(
+            (wl.topology, tuple([p.raw for p in pod_sets]), wl.preemptible, wl.opportunistic)
+        )
 
 
 def node_layout(nodes: Sequence[Node]) -> Layout:
