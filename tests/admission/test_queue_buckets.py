@@ -12,6 +12,7 @@ from scheduler_bridge.admission import AdmissionEngine, run_cycle
 from scheduler_bridge.admission.model import Topology
 from scheduler_bridge.admission.pending import (
     REGROUP_SHARE,
+    SHORT_GROUP,
     ArrivalRanks,
     Item,
     QueueBuckets,
@@ -107,3 +108,22 @@ def test_a_warm_engine_over_a_queue_that_changes_a_little_decides_as_a_fresh_one
         waiting[at] = replace(waiting[at], priority=waiting[at].priority + 1)
         waiting.append(workload(f"n{cycle}", rng.choice("abc"), 2, submitted=float(cycle)))
         snap = replace(snap, now=snap.now + 60, pending=tuple(waiting))
+
+
+def test_every_group_comes_in_queue_order_whatever_its_length():
+    # short groups are sorted by insertion, longer ones by list.sort: both in queue order
+    rng = random.Random(11)
+    lengths = [1, 2, 3, SHORT_GROUP - 1, SHORT_GROUP, SHORT_GROUP + 1, 3 * SHORT_GROUP]
+    items: list[Item] = []
+    for node, length in enumerate(lengths):
+        for i in range(length):
+            wl = workload(f"n{node}-{i:03d}", "a", priority=rng.choice((0, 5, -3)))
+            items.append(Item(wl, node, SHAPES[0]))
+    rng.shuffle(items)
+    for item in items:
+        item.queue_key = rng.randrange(10**9)
+    grouped = group_items(items, TREE_SIZE * len(lengths))
+    assert sorted(len(groups[0]) for groups in grouped.values()) == sorted(lengths)
+    for groups in grouped.values():
+        keys = [item.queue_key for item in groups[0]]
+        assert keys == sorted(keys)
