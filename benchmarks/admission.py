@@ -19,12 +19,14 @@ on a busy cluster (filled by the engine, then 15 % of the running work ends): a 
 cycle with a fresh engine; the follow-up cycle (reclaimers start once their victims have
 stopped) and one more to let the queue settle; then, after one running workload
 finishes, an incremental cycle with the warm engine. That round runs five times
-(``BENCH_ADMISSION_REPEATS``), each with a fresh engine and another workload finishing;
-``full_cycle_s``, ``incremental_cycle_s`` and ``follow_up_cycle_s`` are the medians of
-the rounds' wall-clock times, with their minimums (``*_min_s``) and median CPU times of
-the process (``*_cpu_s``) beside them: one timing on a busy machine says little. Every
-round must decide the full and follow-up cycles alike, or the scenario fails. For the
-first round's incremental cycle it reports
+(``BENCH_ADMISSION_REPEATS``), each with a fresh engine; each round's incremental cycle
+follows another workload finishing (the first round's is the same as with one round).
+``full_cycle_s``, ``follow_up_cycle_s`` and ``incremental_cycle_s`` are the medians of
+the rounds' wall-clock times: one timing on a busy machine says little. Beside them, for
+the full and the incremental cycle, the minimum (``*_min_s``) and the median of the
+process's CPU time (``*_cpu_s``). Every round's full and follow-up cycles must admit and
+preempt the same workloads, or the scenario fails. For the first round's incremental
+cycle it reports
 ``tries_incremental`` (workloads tried in the main pass, each standing for its group),
 ``groups_failed_at_start_incremental`` (groups the freed GPUs cannot help, refused
 before the main pass) and ``groups_skipped_incremental`` (remembered failures).
@@ -89,7 +91,7 @@ REPEATS_VARIABLE = "BENCH_ADMISSION_REPEATS"  # rounds of the deep-queue scenari
 
 def repeats_from_environment() -> int:
     raw = os.environ.get(REPEATS_VARIABLE, "").strip() or "5"
-    if not raw.isdigit() or int(raw) < 1:
+    if not (raw.isascii() and raw.isdigit()) or int(raw) < 1:
         raise SystemExit(
             f"{REPEATS_VARIABLE} must be a whole number of rounds, 1 or more; got {raw!r}"
         )
@@ -264,19 +266,28 @@ def _elastic_pods(
 
 
 @dataclass(frozen=True)
-class _Round:
-    """One fresh engine over the deep queue: its full cycle, the follow-up cycle, and the
-    incremental cycle after ``finished`` ended (wall and CPU seconds of each)."""
+class _Timing:
+    """Wall-clock and CPU seconds of one round's cycles."""
 
-    first: CycleResult
-    follow: CycleResult
-    second: CycleResult
-    finished: str
     full_s: float
     full_cpu_s: float
     follow_up_s: float
     incremental_s: float
     incremental_cpu_s: float
+
+
+@dataclass(frozen=True)
+class _Round:
+    """One fresh engine over the deep queue: its full cycle, the follow-up cycle, and the
+    incremental cycle after ``finished`` ended; ``decided`` is what the first two
+    admitted and preempted, which every round must repeat."""
+
+    first: CycleResult
+    follow: CycleResult
+    second: CycleResult
+    finished: str
+    decided: tuple[list[str], list[str], list[str], list[str]]
+    timing: _Timing
 
 
 def _timed(engine: AdmissionEngine, snapshot: ClusterSnapshot) -> tuple[CycleResult, float, float]:
@@ -304,21 +315,14 @@ def _round(snapshot: ClusterSnapshot, n: int) -> _Round:
         ),
     )
     second, incremental, incremental_cpu = _timed(engine, one_finish)
-    return _Round(
-        first,
-        follow,
-        second,
-        finished.id,
-        full,
-        full_cpu,
-        follow_up,
-        incremental,
-        incremental_cpu,
+    decided = (
+        [a.workload_id for a in first.admissions],
+        [p.victim_id for p in first.preemptions],
+        [a.workload_id for a in follow.admissions],
+        [p.victim_id for p in follow.preemptions],
     )
-
-
-def _decided(result: CycleResult) -> tuple[list[str], list[str]]:
-    return [a.workload_id for a in result.admissions], [p.victim_id for p in result.preemptions]
+    timing = _Timing(full, full_cpu, follow_up, incremental, incremental_cpu)
+    return _Round(first, follow, second, finished.id, decided, timing)
 
 
 def deep_queue(elastic: bool = False, repeats: int | None = None) -> dict[str, Any]:
@@ -375,11 +379,16 @@ def deep_queue(elastic: bool = False, repeats: int | None = None) -> dict[str, A
     )
     # each round: a fresh engine's full cycle, the follow-up and settling cycles, then
     # one running workload (a different one each round) finishes: the incremental cycle
-    rounds = [_round(snapshot, n) for n in range(repeats)]
-    first, follow, second = rounds[0].first, rounds[0].follow, rounds[0].second
-    for other in rounds[1:]:  # the engine is deterministic: every round decides alike
-        if _decided(other.first) != _decided(first) or _decided(other.follow) != _decided(follow):
+    if repeats < 1:
+        raise ValueError(f"{name}: repeats must be 1 or more, got {repeats}")
+    head = _round(snapshot, 0)
+    first, follow, second = head.first, head.follow, head.second
+    rounds = [head.timing]
+    for n in range(1, repeats):  # the engine is deterministic: every round decides alike
+        other = _round(snapshot, n)
+        if other.decided != head.decided:
             raise RuntimeError(f"{name}: a fresh engine decided differently on the same queue")
+        rounds.append(other.timing)
     full = median(r.full_s for r in rounds)
     follow_up = median(r.follow_up_s for r in rounds)
     incremental = median(r.incremental_s for r in rounds)
@@ -391,7 +400,7 @@ def deep_queue(elastic: bool = False, repeats: int | None = None) -> dict[str, A
     progress(
         f"{name}: follow-up cycle {follow_up:.3f} s ({len(follow.admissions)} admitted); "
         f"incremental cycle {incremental:.3f} s (median of {repeats}); after "
-        f"{rounds[0].finished} finished: {len(second.admissions)} admitted, "
+        f"{head.finished} finished: {len(second.admissions)} admitted, "
         f"{stats.groups_evaluated if stats else '?'} tries, "
         f"{stats.groups_failed_at_start if stats else '?'} groups refused at the start, "
         f"{stats.groups_skipped if stats else '?'} skipped as remembered"

@@ -684,7 +684,7 @@ class _Cycle:
             else:
                 failed += 1
                 priority = max(priority, other.wl.priority)
-        if priority > group.failed_priority:
+        if not group.failed or priority > group.failed_priority:
             group.failed_priority = priority
         group.items = keep
         group.pos = 0

@@ -261,7 +261,8 @@ def _by_arrival(items: list[Item]) -> None:
 # may. Within a group, a workload that fails takes down every later member whose reach
 # is not greater than its own, except reservation holders, which have GPUs of their own.
 NO_REACH: Final = -math.inf
-# a group's failed_priority before it fails (below any Kubernetes priority, a short int)
+# a group's failed_priority before it fails in the main pass (a short int; the first
+# failure sets it whatever the priority: engine._Cycle._fail_group)
 NOT_FAILED: Final = -(1 << 60)
 
 

@@ -5,6 +5,7 @@ the same one."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from scheduler_bridge.admission import Flavour, PendingWorkload, PodSet, Topology
 from scheduler_bridge.admission.state import PART_LIMIT, Static, node_layout
@@ -15,7 +16,7 @@ def _static() -> Static:
     return Static((), (), flavours, node_layout(()))
 
 
-def _workload(wid: str, *pod_sets: PodSet, **fields: object) -> PendingWorkload:
+def _workload(wid: str, *pod_sets: PodSet, **fields: Any) -> PendingWorkload:
     return replace(PendingWorkload(id=wid, tenant_id="t", pod_sets=pod_sets), **fields)
 
 
@@ -34,7 +35,9 @@ def test_equal_requests_share_a_shape_and_distinct_ones_do_not() -> None:
         _workload("two-sets", PodSet(2, 4, ("a100",)), PodSet(1, 1, ("a100",), name="b")),
         _workload("per-flavour", PodSet(2, 4, ("a100", "h100"), per_flavour=(4, 2))),
         _workload("huge", PodSet(PART_LIMIT, 1, ("a100",))),
+        # without the limit, 1 pod of 2**20 + 7 would make the key of 2 pods of 7
         _workload("huge-share", PodSet(1, PART_LIMIT + 7, ("shared",))),
+        _workload("small-share", PodSet(2, 7, ("shared",))),
     ]
     shapes = [static.shape_of(wl) for wl in requests]
     assert len({id(s) for s in shapes}) == len(requests)

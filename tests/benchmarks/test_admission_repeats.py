@@ -16,7 +16,7 @@ def test_five_rounds_unless_told(monkeypatch: pytest.MonkeyPatch) -> None:
     assert repeats_from_environment() == 3
 
 
-@pytest.mark.parametrize("raw", ["0", "-2", "two", "1.5"])
+@pytest.mark.parametrize("raw", ["0", "-2", "two", "1.5", "\u00b2"])
 def test_a_count_that_is_not_a_whole_number_of_rounds_is_refused(
     monkeypatch: pytest.MonkeyPatch, raw: str
 ) -> None:
