@@ -158,12 +158,11 @@ def mark_skips(
     memo: dict[int, Fingerprint] = {}
     headroom: dict[int, int] = {}
     check_priority = state.config.priority_preemption
-    size = state.tree.size
     for node, queue in queues.items():
         for group in queue.groups:
             if group.failed_at_start:
                 continue
-            failure = failures.get(group.shape.id * size + node)
+            failure = failures.get(failure_key(state, node, group.shape))
             if failure is None:
                 continue
             if check_priority and group.max_priority > failure.max_priority:
@@ -193,10 +192,9 @@ def record_failures(
     out: dict[FailureKey, Failure] = {}
     if retry_at is None:
         retry_at = {}
-    size = state.tree.size
     for node, group in groups:
         if group.failed and not group.failed_at_start:  # those are re-checked at start
             stamp = fingerprint(state, node, group.shape, memo, headroom)
-            key = group.shape.id * size + node
+            key = failure_key(state, node, group.shape)
             out[key] = Failure(stamp, group.failed_priority, retry_at.get(key, math.inf))
     return out
