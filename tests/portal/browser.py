@@ -50,3 +50,18 @@ def log_in(browser: Any, base_url: str, username: str, password: str) -> Any:
     page.click("button[type=submit]")
     page.wait_for_load_state("networkidle")
     return page
+
+
+# every chart of the page drawn (static/tidegate/charts.js draws them at DOMContentLoaded)
+CHARTS_DRAWN = (
+    "() => Array.from(document.querySelectorAll('[data-plotly-figure]'))"
+    ".every(chart => chart.querySelector('.main-svg') !== null)"
+)
+
+
+def until_drawn(page: Any) -> None:
+    """Wait for what a reader sees once a navigation has loaded (``goto`` and ``reload``
+    wait for the load event): every chart drawn. Faster than waiting for the network to
+    stay idle for half a second, and it still waits if a chart is drawn late."""
+    page.wait_for_function(CHARTS_DRAWN)
+

@@ -17,7 +17,7 @@ from scheduler_bridge.inventory.models import Cluster
 from scheduler_bridge.workloads.models import PriorityClass
 from tenants.demo import DEMO_PASSWORD, DEMO_USERS, seed_demo
 from tenants.models import Membership, NamespaceBinding, Role, Tenant
-from tests.portal.browser import browser, log_in
+from tests.portal.browser import browser, log_in, until_drawn
 from tests.portal.crawl import crawl, kind_of
 from tests.workloads.test_portal_languages import data_values, untranslated, visible_text
 
@@ -135,14 +135,14 @@ def test_axe_finds_no_violation_on_any_page(
         page.set_viewport_size(LAPTOP)
         for url in urls:
             page.goto(f"{live_server.url}{url}")
-            page.wait_for_load_state("networkidle")
+            until_drawn(page)
             for violation in axe.run(page).response["violations"]:
                 targets = [str(node["target"]) for node in violation["nodes"][:3]]
                 found.append(f"{url} [{violation['id']}] {violation['help']}: {targets}")
             # on a tablet held upright the page still fits: wide tables scroll in their card
             page.set_viewport_size(TABLET)
             page.reload()
-            page.wait_for_load_state("networkidle")
+            until_drawn(page)
             width = page.evaluate("document.documentElement.scrollWidth")
             if width > TABLET["width"]:
                 found.append(f"{url} is {width} px wide on a {TABLET['width']} px tablet")
