@@ -163,8 +163,9 @@ class Explainer:
                 else:
                     g = item.group
                     cached = verdicts[g]
-                    if cached is None:
-                        cached = verdicts[g] = self._explain_shape(item.node, item.shape, cls)
+                    if cached is None:  # (boxed once, for both)
+                        cached = self._explain_shape(item.node, item.shape, cls)
+                        verdicts[g] = cached
                     code, message, flavour, f = cached
                     if code is WAITING and admitted_priority.get(f, wl.priority) > wl.priority:
                         code = ReasonCode.WAITING_PRIORITY
@@ -215,23 +216,32 @@ class Explainer:
         st = self.state
         admitted = self.admitted
         size = self.ranks.size
-        shares: dict[int, float] = {}
+        # each tenant's share, once, by workload node (lists: no boxed key per group)
+        seen = [False] * self._tree_size
+        shares = [0.0] * self._tree_size
+        nodes: list[int] = []
         for node, _, _ in groups:
-            if node not in shares:
+            if not seen[node]:
+                seen[node] = True
                 shares[node] = st.share(node)
+                nodes.append(node)
         # one rank per distinct share, in share order (equal shares: equal ranks); work
         # that never queued (unknown tenant or flavour) is placed as of share 0
-        distinct = set(shares.values())
+        distinct = {shares[node] for node in nodes}
         if others:
             distinct.add(0.0)
         share_rank: dict[float, int] = {}
         for share in sorted(distinct):
             share_rank[share] = len(share_rank)
-        node_offset = {node: share_rank[share] * size for node, share in shares.items()}
-        runs: dict[tuple[int, int], list[int]] = {}
+        node_offset = [0] * self._tree_size
+        for node in nodes:
+            node_offset[node] = share_rank[shares[node]] * size
+        # runs by guarantee class (0, 1, 2 for elastic pods and work that never queued),
+        # then by priority negated (ascending: highest priority first)
+        runs: list[dict[int, list[int]]] = [{}, {}, {}]
         for g, (node, shape, items) in enumerate(groups):
             offset = node_offset[node]
-            cls = st.guarantee_class(node, shape)
+            of_class = runs[st.guarantee_class(node, shape)]
             run: list[int] = []
             run_priority = 0
             for item in items:
@@ -241,25 +251,24 @@ class Explainer:
                 minus_priority = -wl.priority
                 if not run or minus_priority != run_priority:  # (a group is in order)
                     run_priority = minus_priority
-                    key = (cls, minus_priority)
-                    found = runs.get(key)
+                    found = of_class.get(minus_priority)
                     if found is None:
-                        found = runs[key] = []
+                        found = of_class[minus_priority] = []
                     run = found
                 item.group = g
                 run.append(offset + item.seq)
         unqueued = share_rank[0.0] * size if others else 0
         for item in others:
-            key = (2, -item.wl.priority)
-            found = runs.get(key)
+            found = runs[2].get(-item.wl.priority)
             if found is None:
-                found = runs[key] = []
+                found = runs[2][-item.wl.priority] = []
             found.append(unqueued + item.seq)
         ordered: list[tuple[int, list[int]]] = []
-        for key in sorted(runs):
-            run = runs[key]
-            run.sort()
-            ordered.append((key[0], run))
+        for cls, of_class in enumerate(runs):
+            for minus_priority in sorted(of_class):
+                run = of_class[minus_priority]
+                run.sort()
+                ordered.append((cls, run))
         return ordered
 
     # ---------------------------------------------------------------- reasons
