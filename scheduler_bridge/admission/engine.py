@@ -90,6 +90,7 @@ _DECIDED: Final = "decided"
 _FAILED: Final = "failed"
 _DEFERRED: Final = "deferred"
 NO_REFUSAL: Final = 1 << 60  # (_Cycle.quota_memo: no need of the flavour refused yet)
+NOT_KNOWN: Final = -(1 << 60)  # (_Cycle._fail_at_start's room: not worked out yet)
 
 
 class AdmissionEngine:
@@ -469,6 +470,14 @@ class _Cycle:
         headroom: dict[int, int] = {}  # a tenant's groups share it (own_limits_only)
         # without reservations or holds, no member reaches into reserved GPUs
         reaching = bool(st.reservations or st.reservation_of)
+        # Nothing is admitted before the main pass: usage and free GPUs stand, so each
+        # tenant's room on a flavour is worked out once (by flavour, then node; NOT_KNOWN
+        # until then) and so is the most pods of a simple shape's size the free GPUs
+        # hold (by _place_free's key; fewer pods fit wherever more do)
+        room: list[list[int]] = (
+            [] if may_preempt_borrowing else [[NOT_KNOWN] * st.tree.size for _ in self.names]
+        )
+        fitted: dict[int, int] = {}
         for node, queue in queues.items():
             for group in queue.groups:
                 shape = group.shape
@@ -477,7 +486,7 @@ class _Cycle:
                 elif (
                     not may_preempt_borrowing
                     and st.guarantee_class(node, shape) >= 1
-                    and not self._fits_now(node, shape)
+                    and not self._fits_now(node, shape, room, fitted)
                 ):
                     kept = (
                         [i for i in group.items if i.holder or i.reach > NO_REACH]
@@ -486,15 +495,58 @@ class _Cycle:
                     )
                     self._fail_before_pass(group, kept)
 
-    def _fits_now(self, node: int, shape: Shape) -> bool:
+    def _fits_now(
+        self, node: int, shape: Shape, room: list[list[int]], fitted: dict[int, int]
+    ) -> bool:
+        """Whether some option fits quota and the free GPUs before the main pass (with
+        _fail_at_start's memos of both: nothing changes them until it ends)."""
         for option in shape.options:
             if (
                 (shape.may_borrow or self.state.pinned_fits(node, option.totals))
-                and self._quota_ok(node, option)
-                and self._place_free(shape, option) is not None
+                and self._quota_ok_at_start(node, option, room)
+                and self._fits_free_at_start(shape, option, fitted)
             ):
                 return True
         return False
+
+    def _quota_ok_at_start(self, node: int, option: Option, room: list[list[int]]) -> bool:
+        """_quota_ok while usage stands: the same answer, and the same refusals noted
+        for the main pass."""
+        st = self.state
+        tree = st.tree
+        memo = self.quota_memo
+        for f, need in option.totals:
+            refused = memo[f]
+            if need >= refused[node]:
+                return False
+            if not tree.access[f][node]:
+                refused[node] = need
+                return False
+            free = room[f][node]
+            if free == NOT_KNOWN:
+                free = room[f][node] = tree.available(f, node, st.usage[f])
+            if free < need:
+                refused[node] = need
+                return False
+        return True
+
+    def _fits_free_at_start(self, shape: Shape, option: Option, fitted: dict[int, int]) -> bool:
+        """Whether _place_free would find a plan, while the free GPUs stand."""
+        if not shape.simple:
+            return self._place_free(shape, option) is not None
+        f, count, per_pod = option.needs[0]
+        key = self._free_key(shape, f, per_pod)
+        most = fitted.get(key)
+        if most is not None and count <= most:
+            return True
+        failed_at = self.node_memo.get(key)
+        if failed_at is not None and count >= failed_at:
+            return False
+        if self.state.pool.flavours[f].plan(count, per_pod, shape.topology) is None:
+            self.node_memo[key] = count if failed_at is None else min(failed_at, count)
+            return False
+        fitted[key] = count if most is None else max(most, count)
+        return True
 
     def _fail_before_pass(self, group: Group, keep: list[Item]) -> None:
         # (no failure is recorded for it: record_failures leaves such groups to be
@@ -857,12 +909,17 @@ class _Cycle:
             return None
         return plan, (AdmitCode.BACKFILL if backfill and own is None else None), sources
 
+    def _free_key(self, shape: Shape, f: int, per_pod: int) -> int:
+        """A simple shape's pods on free GPUs of flavour ``f``, as one int: what decides
+        whether a number of them fits (node_memo, _fits_free_at_start)."""
+        return (per_pod * len(TOPOLOGY_CODES) + shape.topology_code) * len(self.names) + f
+
     def _place_free(self, shape: Shape, option: Option) -> Plan | None:
         """A placement on free GPUs alone (memoised: within a cycle they only shrink)."""
         pool = self.state.pool
         if shape.simple:
             f, count, per_pod = option.needs[0]
-            key = (per_pod * len(TOPOLOGY_CODES) + shape.topology_code) * len(self.names) + f
+            key = self._free_key(shape, f, per_pod)
             failed_at = self.node_memo.get(key)
             if failed_at is not None and count >= failed_at:
                 return None
