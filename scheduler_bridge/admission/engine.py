@@ -361,8 +361,7 @@ class _Cycle:
         # groups that did not reclaim only because their head was in its reclaim wait:
         # when that wait ends (a remembered failure does not outlive it)
         self.retry_at: dict[FailureKey, float] = {}
-        self.groups: list[tuple[int, Group]] = []
-        self.group_lists: list[tuple[int, Shape, list[Item]]] = []
+        self.groups: list[Group] = []
         self.unqueued: list[Item] = []  # unknown tenant or flavour
         self.queue_class = 0  # guarantee class of the workload being evaluated
         # the queues' heap keys as ints (_key_units): the highest priority queued, and
@@ -415,7 +414,7 @@ class _Cycle:
                 budget_blocked=blocked,
                 holds=self.holds,
             )
-            pending = explainer.decisions(self.group_lists, self.unqueued)
+            pending = explainer.decisions(self.groups, self.unqueued)
         return CycleResult(
             now=st.now,
             admissions=tuple(self.admissions),
@@ -446,12 +445,9 @@ class _Cycle:
                 known.append(item)
         queues: dict[int, TenantQueue] = {}
         for node, buckets in self.buckets.grouped(known, st.tree.size).items():
-            groups = [Group(items[0].shape, items) for items in buckets]
+            groups = [Group(node, items[0].shape, items) for items in buckets]
             queues[node] = TenantQueue(node, groups, st.share(node))
-            for group in groups:
-                self.groups.append((node, group))
-                # the group's list shrinks as the cycle goes; explain.py needs it whole
-                self.group_lists.append((node, group.shape, group.items))
+            self.groups.extend(groups)
         return queues
 
     def _fail_at_start(self, queues: dict[int, TenantQueue]) -> None:

@@ -17,7 +17,7 @@ from i18n.wording import Wording
 
 from . import reasons
 from .model import PendingDecision, Placement, ReasonCode, Topology
-from .pending import ArrivalRanks, Item, Option, Shape
+from .pending import ArrivalRanks, Group, Item, Option, Shape
 from .quota import NO_LIMIT
 from .state import CycleState
 
@@ -111,11 +111,11 @@ class Explainer:
 
     # ------------------------------------------------------------------ queue
     def decisions(
-        self, groups: Sequence[tuple[int, Shape, list[Item]]], others: Sequence[Item]
+        self, groups: Sequence[Group], others: Sequence[Item]
     ) -> tuple[PendingDecision, ...]:
         """Position and reason of every workload still pending, in queue order, then the
         inadmissible ones (no position) in the same order. ``groups`` are the
-        (tenant node, shape, workloads) groups of the cycle, ``others`` the workloads
+        (tenant, shape) groups of the cycle (each with all its members), ``others`` the workloads
         that never queued (unknown tenant or flavour); admitted ones are left out."""
         runs = self._ordered(groups, others)
         ranks = self.ranks
@@ -126,7 +126,6 @@ class Explainer:
         tenant_positions = [0] * self._tree_size
         out: list[PendingDecision] = []
         aside: list[PendingDecision] = []  # inadmissible, listed after the queue
-        append = out.append
         outcomes = self.outcomes
         held = self.state.reservation_of
         # most workloads have neither a recorded outcome nor a reservation: one test
@@ -201,11 +200,13 @@ class Explainer:
                 mine = tenant_positions[item.node] + 1
                 tenant_positions[item.node] = mine
                 # (positional: the hot loop of a deep queue; the fields in their order)
-                append(PendingDecision(wid, tenant, position, mine, code, message, flavour, placed))
+                out.append(
+                    PendingDecision(wid, tenant, position, mine, code, message, flavour, placed)
+                )
         return (*out, *aside)
 
     def _ordered(
-        self, groups: Sequence[tuple[int, Shape, list[Item]]], others: Sequence[Item]
+        self, groups: Sequence[Group], others: Sequence[Item]
     ) -> list[tuple[int, list[int]]]:
         """The order the next cycle will try them in, with today's shares: by guarantee
         class, priority (highest first), share, submission and id. Returned as runs of
@@ -220,7 +221,8 @@ class Explainer:
         seen = [False] * self._tree_size
         shares = [0.0] * self._tree_size
         nodes: list[int] = []
-        for node, _, _ in groups:
+        for group in groups:
+            node = group.node
             if not seen[node]:
                 seen[node] = True
                 shares[node] = st.share(node)
@@ -239,12 +241,13 @@ class Explainer:
         # runs by guarantee class (0, 1, 2 for elastic pods and work that never queued),
         # then by priority negated (ascending: highest priority first)
         runs: list[dict[int, list[int]]] = [{}, {}, {}]
-        for g, (node, shape, items) in enumerate(groups):
+        for g, group in enumerate(groups):
+            node = group.node
             offset = node_offset[node]
-            of_class = runs[st.guarantee_class(node, shape)]
+            of_class = runs[st.guarantee_class(node, group.shape)]
             run: list[int] = []
             run_priority = 0
-            for item in items:
+            for item in group.members:
                 wl = item.wl
                 if wl.id in admitted:
                     continue

@@ -182,7 +182,7 @@ def _wait_ends(state: CycleState, group: Group, failure: Failure) -> float:
 
 def record_failures(
     state: CycleState,
-    groups: Iterable[tuple[int, Group]],
+    groups: Iterable[Group],
     retry_at: dict[FailureKey, float] | None = None,
 ) -> dict[FailureKey, Failure]:
     """The failures of this cycle, fingerprinted with the state it ended in;
@@ -192,9 +192,9 @@ def record_failures(
     out: dict[FailureKey, Failure] = {}
     if retry_at is None:
         retry_at = {}
-    for node, group in groups:
+    for group in groups:
         if group.failed and not group.failed_at_start:  # those are re-checked at start
-            stamp = fingerprint(state, node, group.shape, memo, headroom)
-            key = failure_key(state, node, group.shape)
+            stamp = fingerprint(state, group.node, group.shape, memo, headroom)
+            key = failure_key(state, group.node, group.shape)
             out[key] = Failure(stamp, group.failed_priority, retry_at.get(key, math.inf))
     return out

@@ -275,15 +275,20 @@ class Group:
         "failed_at_start",
         "failed_priority",
         "items",
+        "members",
+        "node",
         "pos",
         "shape",
         "skip",
         "stamp",
     )
 
-    def __init__(self, shape: Shape, items: list[Item]) -> None:
+    def __init__(self, node: int, shape: Shape, items: list[Item]) -> None:
+        self.node = node  # the tenant's workload node
         self.shape = shape
         self.items = items
+        # every member, in order: ``items`` shrinks as the cycle goes (explain.py reads this)
+        self.members = items
         self.pos = 0
         self.skip = False  # failed last cycle and nothing it depends on changed
         self.failed = False
