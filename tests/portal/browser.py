@@ -64,4 +64,3 @@ def until_drawn(page: Any) -> None:
     wait for the load event): every chart drawn. Faster than waiting for the network to
     stay idle for half a second, and it still waits if a chart is drawn late."""
     page.wait_for_function(CHARTS_DRAWN)
-
