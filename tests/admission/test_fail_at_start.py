@@ -35,11 +35,12 @@ def _fits_without_memory(cycle: _Cycle, node: int, shape: Shape) -> bool:
             continue
         if shape.simple:
             f, count, per_pod = option.needs[0]
-            plan = pool.flavours[f].plan(count, per_pod, shape.topology)
+            fits = pool.flavours[f].plan(count, per_pod, shape.topology) is not None
         else:
             flavours = [f for f, _ in option.totals]
-            plan = pool.plan_generic(option.needs, shape.topology, pool.caps(flavours))
-        if plan is not None:
+            caps = pool.caps(flavours)
+            fits = pool.plan_generic(option.needs, shape.topology, caps) is not None
+        if fits:
             return True
     return False
 
