@@ -25,6 +25,9 @@
         layout: figure.layout || {},
         frames: figure.frames || [],
         config: config
+      }).then(function () {
+        // drawn whole (traces, axes, legend): what a reader, or a test, may look at
+        element.dataset.plotlyReady = "1";
       });
     });
   }

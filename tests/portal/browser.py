@@ -52,15 +52,16 @@ def log_in(browser: Any, base_url: str, username: str, password: str) -> Any:
     return page
 
 
-# every chart of the page drawn (static/tidegate/charts.js draws them at DOMContentLoaded)
+# every chart of the page drawn whole: static/tidegate/charts.js marks a chart once plotly
+# has drawn it (newPlot's promise resolved), after its traces, axes and legend
 CHARTS_DRAWN = (
     "() => Array.from(document.querySelectorAll('[data-plotly-figure]'))"
-    ".every(chart => chart.querySelector('.main-svg') !== null)"
+    ".every(chart => chart.dataset.plotlyReady === '1')"
 )
 
 
 def until_drawn(page: Any) -> None:
-    """Wait for what a reader sees once a navigation has loaded (``goto`` and ``reload``
-    wait for the load event): every chart drawn. Faster than waiting for the network to
-    stay idle for half a second, and it still waits if a chart is drawn late."""
+    """Wait, once a navigation has loaded (``goto`` and ``reload`` wait for the load
+    event), until every chart of the page is drawn whole. Faster than waiting for the
+    network to stay idle for half a second; a chart that never draws times the wait out."""
     page.wait_for_function(CHARTS_DRAWN)
