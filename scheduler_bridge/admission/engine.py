@@ -535,11 +535,7 @@ class _Cycle:
         most = fitted.get(key)
         if most is not None and count <= most:
             return True
-        failed_at = self.node_memo.get(key)
-        if failed_at is not None and count >= failed_at:
-            return False
-        if self.state.pool.flavours[f].plan(count, per_pod, shape.topology) is None:
-            self.node_memo[key] = count if failed_at is None else min(failed_at, count)
+        if self._simple_on_free(shape, option) is None:
             return False
         fitted[key] = count if most is None else max(most, count)
         return True
@@ -914,18 +910,26 @@ class _Cycle:
         """A placement on free GPUs alone (memoised: within a cycle they only shrink)."""
         pool = self.state.pool
         if shape.simple:
-            f, count, per_pod = option.needs[0]
-            key = self._free_key(shape, f, per_pod)
-            failed_at = self.node_memo.get(key)
-            if failed_at is not None and count >= failed_at:
+            local = self._simple_on_free(shape, option)
+            if local is None:
                 return None
-            local = pool.flavours[f].plan(count, per_pod, shape.topology)
-            if local is not None:
-                return [(f, j, gpus) for j, gpus in local]
-            self.node_memo[key] = count if failed_at is None else min(failed_at, count)
-            return None
+            f = option.needs[0][0]
+            return [(f, j, gpus) for j, gpus in local]
         flavours = [f for f, _ in option.totals]
         return pool.plan_generic(option.needs, shape.topology, pool.caps(flavours))
+
+    def _simple_on_free(self, shape: Shape, option: Option) -> list[tuple[int, int]] | None:
+        """A simple shape's pods on the free GPUs of its flavour (by local node), or None;
+        a refusal is remembered for the cycle (node_memo: fewer free GPUs only)."""
+        f, count, per_pod = option.needs[0]
+        key = self._free_key(shape, f, per_pod)
+        failed_at = self.node_memo.get(key)
+        if failed_at is not None and count >= failed_at:
+            return None
+        local = self.state.pool.flavours[f].plan(count, per_pod, shape.topology)
+        if local is None:
+            self.node_memo[key] = count if failed_at is None else min(failed_at, count)
+        return local
 
     def _may_overlay(self, item: Item, owner: bool) -> bool:
         """Whether some reserved GPUs could be open to ``item`` (see reservation.py)."""
