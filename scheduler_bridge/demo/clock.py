@@ -40,6 +40,7 @@ from scheduler_bridge.demo.trace import (
     RUN_TIME_ANNOTATION,
     TRACE_JOB_ANNOTATION,
     VIRTUAL_SUBMIT_ANNOTATION,
+    Arrival,
     DemoFlavours,
     DemoTrace,
     Run,
@@ -357,7 +358,7 @@ def _finish_due(clock: DemoClock, end: float) -> list[int]:
 
 def _submit_due(clock: DemoClock, start: float, end: float, refused: list[str]) -> list[int]:
     submitted = _play_opening(clock, start, end, refused)
-    due = clock.trace.arrivals(start, end)
+    due = _trace_due(clock, start, end)
     tenants = {t.slug: t for t in Tenant.objects.filter(slug__in={a.job.team for a in due})}
     for arrival in due:
         job = arrival.job
@@ -447,16 +448,26 @@ class Scene:
     min_count: int | None = None
 
 
+# elastic: 2 pods guaranteed, up to 12 growing into idle A100s
+ELASTIC_SCENE = Scene(30 * 60, "nlp", "elastic-pretrain", "a100-sxm4-80gb", 12, 1, 8 * 3600, 2)
+
 OPENING = (
     # an owner's work inside its guarantee, while vision borrows its H100s: a reclaim
     Scene(10 * 60, OWNER_WITH_ROOM, "owner-takes-back", "h100-80gb", 1, 2, 3 * 3600),
     # more than the free H100s: waits in line with a position until work ends
     Scene(15 * 60, "search", "waits-its-turn", "h100-80gb", 2, 2, 2 * 3600),
-    # elastic: 2 pods guaranteed, up to 12 growing into idle A100s
-    Scene(30 * 60, "nlp", "elastic-pretrain", "a100-sxm4-80gb", 12, 1, 8 * 3600, 2),
+    ELASTIC_SCENE,
     # an owner of those A100s wants them back: the elastic job shrinks, nothing is killed
     Scene(3 * 3600, OWNER_WITH_ROOM, "owner-wants-a100s", "a100-sxm4-80gb", 1, 4, 2 * 3600),
 )
+
+
+# The trace fills the A100s within minutes at a busy hour (a weekday afternoon's burst of
+# one-GPU jobs), and an elastic job only grows into idle GPUs: so that it grows and then
+# shrinks whatever hour the demo was seeded at, the trace's A100 work of the opening's
+# first hour waits for the hour's end, by which the elastic job has grown.
+LULL_FLAVOUR = ELASTIC_SCENE.flavour
+LULL_S = 3600.0
 
 
 def _play_opening(clock: DemoClock, start: float, end: float, refused: list[str]) -> list[int]:
@@ -499,6 +510,30 @@ def _play_opening(clock: DemoClock, start: float, end: float, refused: list[str]
             continue
         submitted.append(workload.pk)
     return submitted
+
+
+def _trace_due(clock: DemoClock, start: float, end: float) -> list[Arrival]:
+    """The trace's submissions due in (start, end], less those the opening act holds
+    back: work for the elastic scene's flavour arriving in its first ``LULL_S`` is
+    submitted together at the lull's end (its virtual submit instants kept)."""
+    due = clock.trace.arrivals(start, end)
+    if clock.opening_at is None:
+        return due
+    lull_start, lull_end = clock.opening_at, clock.opening_at + LULL_S
+
+    def held(arrival: Arrival) -> bool:
+        return arrival.job.flavour == LULL_FLAVOUR and lull_start < arrival.at <= lull_end
+
+    due = [arrival for arrival in due if not held(arrival)]
+    if start < lull_end <= end:
+        released = [a for a in clock.trace.arrivals(lull_start, lull_end) if held(a)]
+        known = set(
+            Workload.objects.filter(
+                cluster=clock.cluster, name__in=[a.name for a in released]
+            ).values_list("name", flat=True)
+        )  # a restart inside the step that released them already
+        due = [a for a in released if a.name not in known] + due
+    return due
 
 
 def _team_for(cluster: Cluster, scene: Scene) -> Tenant | None:

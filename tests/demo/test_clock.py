@@ -5,7 +5,7 @@ reclaim, and every virtual hour's GPUs reach the ledger dated in the real presen
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -253,12 +253,38 @@ def test_work_a_visitor_submits_finishes_and_is_charged(cluster: Cluster) -> Non
     assert 0 < sum(r.gpu_seconds_allocated for r in rows) <= held + METER_SLICE_S
 
 
+# Hours the demo may be seeded at: now, and two whose trace is a weekday burst of
+# one-GPU jobs on the A100s that filled them before the elastic job came.
+SEEDED_AT = [
+    None,
+    datetime(2026, 12, 7, 18, 7, tzinfo=UTC),
+    datetime(2026, 12, 9, 15, 7, tzinfo=UTC),
+]
+
+
+@pytest.fixture(params=SEEDED_AT, ids=["now", "monday-18h", "wednesday-15h"])
+def cluster_seeded_at(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Cluster]:
+    """The demo seeded at one of SEEDED_AT, its clocks (real and virtual) moved there."""
+    if request.param is not None:
+        real_now = timezone.now
+        shift = request.param - real_now()
+        monkeypatch.setattr(timezone, "now", lambda: real_now() + shift)
+    simulated.reset()
+    seed_demo()
+    yield Cluster.objects.get(name="demo")
+    simulated.reset()
+
+
 def test_within_the_first_minutes_the_queue_visibly_lends_reclaims_and_grows(
-    cluster: Cluster,
+    cluster_seeded_at: Cluster,
 ) -> None:
     """The opening act: five virtual hours (five real minutes at the default speed)
     after seeding, a visitor has seen a reclaim with its reason, work waiting with a
-    position, an elastic job grow into idle GPUs and shrink, and spend move."""
+    position, an elastic job grow into idle GPUs and shrink, and spend move - whatever
+    hour of the week the demo was seeded at."""
+    cluster = cluster_seeded_at
     this_hour = timezone.now().replace(minute=0, second=0, microsecond=0)
     clock = demo_clock_start(cluster, at=this_hour)
     rows_before = UsageRecord.objects.count()
@@ -286,6 +312,30 @@ def test_within_the_first_minutes_the_queue_visibly_lends_reclaims_and_grows(
     owner = Workload.objects.get(name="owner-wants-a100s")
     assert owner.started_at is not None and owner.borrowed == {}
     assert UsageRecord.objects.count() > rows_before
+
+
+@pytest.mark.parametrize("cluster_seeded_at", [SEEDED_AT[2]], indirect=True)
+def test_the_trace_work_the_opening_holds_back_is_submitted_at_the_hours_end(
+    cluster_seeded_at: Cluster,
+) -> None:
+    """The A100 work the trace brings in the opening's first hour waits for its end
+    (so the elastic job finds idle A100s), then is submitted, none of it lost."""
+    from scheduler_bridge.demo.clock import LULL_FLAVOUR, LULL_S
+
+    this_hour = timezone.now().replace(minute=0, second=0, microsecond=0)
+    clock = demo_clock_start(cluster_seeded_at, at=this_hour)
+    assert clock.opening_at is not None
+    held = [
+        a.name
+        for a in clock.trace.arrivals(clock.opening_at, clock.opening_at + LULL_S)
+        if a.job.flavour == LULL_FLAVOUR
+    ]
+    assert held  # a weekday afternoon brings A100 work in that hour
+    for _ in range(3):
+        demo_clock_step(clock, QUARTER)
+    assert not Workload.objects.filter(name__in=held).exists()
+    demo_clock_step(clock, QUARTER)  # the hour's last quarter
+    assert set(Workload.objects.filter(name__in=held).values_list("name", flat=True)) == set(held)
 
 
 def test_a_teams_borrowed_gpus_are_the_same_on_its_workloads_and_its_dashboard(
