@@ -55,6 +55,7 @@ from scheduler_bridge.quotas.models import Quota
 from scheduler_bridge.replay.trace import PHILLY_JOBS, TraceJob, read_jobs
 from scheduler_bridge.workloads import lifecycle
 from scheduler_bridge.workloads import wording as worded
+from scheduler_bridge.workloads.budget_gate import budget_gate_for
 from scheduler_bridge.workloads.cycle import engine_config
 from scheduler_bridge.workloads.history_trace import RecordedJob
 from scheduler_bridge.workloads.models import Workload
@@ -458,7 +459,7 @@ OPENING = (
     Scene(15 * 60, "search", "waits-its-turn", "h100-80gb", 2, 2, 2 * 3600),
     ELASTIC_SCENE,
     # an owner of those A100s wants them back: the elastic job shrinks, nothing is killed
-    Scene(3 * 3600, OWNER_WITH_ROOM, "owner-wants-a100s", "a100-sxm4-80gb", 1, 4, 2 * 3600),
+    Scene(3 * 3600, OWNER_WITH_ROOM, "owner-wants-a100s", "a100-sxm4-80gb", 4, 1, 2 * 3600),
 )
 
 
@@ -483,10 +484,14 @@ def _play_opening(clock: DemoClock, start: float, end: float, refused: list[str]
     for scene in due:
         if scene.name in played:
             continue
-        tenant = _team_for(clock.cluster, scene)
-        if tenant is None:
-            refused.append(f"{scene.name}: no team has {scene.gpus_per_pod * scene.count} unused")
+        cast = _cast(clock.cluster, scene)
+        if cast is None:
+            refused.append(
+                f"{scene.name}: no team whose budget lets work start has "
+                f"{scene.gpus_per_pod} {scene.flavour} of its guarantee unused"
+            )
             continue
+        tenant, count = cast
         try:
             workload = workload_submit(
                 actor=None,
@@ -495,7 +500,7 @@ def _play_opening(clock: DemoClock, start: float, end: float, refused: list[str]
                 name=scene.name,
                 pod_sets=[
                     PodSetSpec(
-                        count=scene.count,
+                        count=count,
                         gpus_per_pod=scene.gpus_per_pod,
                         flavour=scene.flavour,
                         min_count=scene.min_count,
@@ -536,26 +541,39 @@ def _trace_due(clock: DemoClock, start: float, end: float) -> list[Arrival]:
     return due
 
 
-def _team_for(cluster: Cluster, scene: Scene) -> Tenant | None:
-    """The scene's team; for OWNER_WITH_ROOM the first team (by slug) whose guarantee of
-    the flavour minus what it holds covers the scene's GPUs while others borrow: its
-    work starts inside its guarantee, taking back what was lent."""
+def _cast(cluster: Cluster, scene: Scene) -> tuple[Tenant, int] | None:
+    """Who plays the scene, with how many of its pods. A named team plays it whole. For
+    OWNER_WITH_ROOM: the team whose guarantee of the flavour minus what it holds covers
+    the most of the scene's pods (the whole scene if any can; then by slug), among those
+    whose budget lets work start (the demo's hard budget runs out late in the month):
+    its work starts inside its guarantee, taking back what was lent."""
     if scene.team != OWNER_WITH_ROOM:
-        return Tenant.objects.filter(slug=scene.team).first()
+        team = Tenant.objects.filter(slug=scene.team).first()
+        return (team, scene.count) if team is not None else None
+    gate = budget_gate_for(cluster)
     held: dict[int, int] = {}
     for workload in Workload.objects.filter(
         cluster=cluster, state__in=Workload.ACTIVE_STATES, flavour__name=scene.flavour
     ):
         held[workload.tenant_id] = held.get(workload.tenant_id, 0) + workload.gpus
-    need = scene.count * scene.gpus_per_pod
     quotas = Quota.objects.filter(
         flavour__cluster=cluster, flavour__name=scene.flavour, tenant__children__isnull=True
     ).select_related("tenant")
-    candidates = sorted(
-        (q.tenant for q in quotas if q.guaranteed - held.get(q.tenant_id, 0) >= need),
-        key=lambda t: t.slug,
+    cast = sorted(
+        (
+            (
+                min(scene.count, (q.guaranteed - held.get(q.tenant_id, 0)) // scene.gpus_per_pod),
+                q.tenant,
+            )
+            for q in quotas
+            if gate.blocked(q.tenant.slug) is None
+        ),
+        key=lambda pods_team: (-pods_team[0], pods_team[1].slug),
     )
-    return candidates[0] if candidates else None
+    if not cast or cast[0][0] < 1:
+        return None
+    pods, team = cast[0]
+    return team, pods
 
 
 # --- the demo's recorded history, for the what-if ------------------------------------

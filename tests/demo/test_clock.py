@@ -220,17 +220,18 @@ def test_a_speed_that_is_not_positive_is_refused_with_what_to_give() -> None:
 
 def test_work_a_visitor_submits_finishes_and_is_charged(cluster: Cluster) -> None:
     """Work submitted through the API declares no trace run time: on the demo cluster it
-    runs SUBMITTED_RUN_S (virtual), then finishes and has its GPUs charged."""
+    runs SUBMITTED_RUN_S (virtual), then finishes and has its GPUs charged. (Language's
+    lead: Vision's hard budget may run out late in the month, as the demo means it to.)"""
     from scheduler_bridge.demo.clock import SUBMITTED_RUN_S
 
     this_hour = timezone.now().replace(minute=0, second=0, microsecond=0)
     clock = demo_clock_start(cluster, at=this_hour)
-    lead = get_user_model().objects.get(username="vision-lead")
+    lead = get_user_model().objects.get(username="nlp-lead")
     response = client_for(lead).post(
         "/api/v1/workloads/",
         {
             "cluster": "demo",
-            "tenant": "vision",
+            "tenant": "nlp",
             "name": "visitor-job",
             "pod_sets": [{"count": 1, "gpus_per_pod": 1, "flavour": "h100-80gb"}],
         },
@@ -253,16 +254,19 @@ def test_work_a_visitor_submits_finishes_and_is_charged(cluster: Cluster) -> Non
     assert 0 < sum(r.gpu_seconds_allocated for r in rows) <= held + METER_SLICE_S
 
 
-# Hours the demo may be seeded at: now, and two whose trace is a weekday burst of
-# one-GPU jobs on the A100s that filled them before the elastic job came.
+# Hours the demo may be seeded at: now; two whose trace is a weekday burst of one-GPU
+# jobs on the A100s that filled them before the elastic job came; and the month's last
+# minutes, when Vision's hard budget is spent and another owner must play its part.
 SEEDED_AT = [
     None,
     datetime(2026, 12, 7, 18, 7, tzinfo=UTC),
     datetime(2026, 12, 9, 15, 7, tzinfo=UTC),
+    datetime(2026, 12, 31, 23, 50, tzinfo=UTC),
 ]
+MONTH_END = SEEDED_AT[3]
 
 
-@pytest.fixture(params=SEEDED_AT, ids=["now", "monday-18h", "wednesday-15h"])
+@pytest.fixture(params=SEEDED_AT, ids=["now", "monday-18h", "wednesday-15h", "month-end"])
 def cluster_seeded_at(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Cluster]:
@@ -312,6 +316,24 @@ def test_within_the_first_minutes_the_queue_visibly_lends_reclaims_and_grows(
     owner = Workload.objects.get(name="owner-wants-a100s")
     assert owner.started_at is not None and owner.borrowed == {}
     assert UsageRecord.objects.count() > rows_before
+
+
+@pytest.mark.parametrize("cluster_seeded_at", [MONTH_END], indirect=True)
+def test_at_the_months_end_an_owner_whose_budget_allows_takes_back_the_a100s(
+    cluster_seeded_at: Cluster,
+) -> None:
+    """Vision's hard budget is spent by the month's last minutes (the demo sizes it so):
+    the owner that takes back the elastic job's A100s is a team that may still start."""
+    from scheduler_bridge.workloads.budget_gate import budget_gate_for
+
+    gate = budget_gate_for(cluster_seeded_at)
+    assert gate.blocked("vision") is not None
+    this_hour = timezone.now().replace(minute=0, second=0, microsecond=0)
+    run_hours(demo_clock_start(cluster_seeded_at, at=this_hour), 4)
+    owner = Workload.objects.select_related("tenant").get(name="owner-wants-a100s")
+    assert owner.tenant.slug != "vision"
+    assert gate.blocked(owner.tenant.slug) is None
+    assert owner.started_at is not None
 
 
 @pytest.mark.parametrize("cluster_seeded_at", [SEEDED_AT[2]], indirect=True)
