@@ -545,12 +545,11 @@ def _cast(cluster: Cluster, scene: Scene) -> tuple[Tenant, int] | None:
     """Who plays the scene, with how many of its pods. A named team plays it whole. For
     OWNER_WITH_ROOM: the team whose guarantee of the flavour minus what it holds covers
     the most of the scene's pods (the whole scene if any can; then by slug), among those
-    whose budget lets work start (the demo's hard budget runs out late in the month):
-    its work starts inside its guarantee, taking back what was lent."""
+    whose budget lets that work start (the demo's hard budget can run out late in the
+    month): its work starts inside its guarantee, taking back what was lent."""
     if scene.team != OWNER_WITH_ROOM:
         team = Tenant.objects.filter(slug=scene.team).first()
         return (team, scene.count) if team is not None else None
-    gate = budget_gate_for(cluster)
     held: dict[int, int] = {}
     for workload in Workload.objects.filter(
         cluster=cluster, state__in=Workload.ACTIVE_STATES, flavour__name=scene.flavour
@@ -559,21 +558,38 @@ def _cast(cluster: Cluster, scene: Scene) -> tuple[Tenant, int] | None:
     quotas = Quota.objects.filter(
         flavour__cluster=cluster, flavour__name=scene.flavour, tenant__children__isnull=True
     ).select_related("tenant")
-    cast = sorted(
+    by_room = sorted(
         (
             (
                 min(scene.count, (q.guaranteed - held.get(q.tenant_id, 0)) // scene.gpus_per_pod),
                 q.tenant,
             )
             for q in quotas
-            if gate.blocked(q.tenant.slug) is None
         ),
         key=lambda pods_team: (-pods_team[0], pods_team[1].slug),
     )
-    if not cast or cast[0][0] < 1:
-        return None
-    pods, team = cast[0]
-    return team, pods
+    for pods, team in by_room:
+        if pods < 1:
+            return None
+        # a gate of its own for each ask: a gate counts what it lets start
+        allowed, _why = budget_gate_for(cluster).may_start(
+            team.slug, _scene_work(scene, team, pods)
+        )
+        if allowed:
+            return team, pods
+    return None
+
+
+def _scene_work(scene: Scene, team: Tenant, pods: int) -> engine.PendingWorkload:
+    """The scene's work as the budget gate prices it (its run time declared)."""
+    return engine.PendingWorkload(
+        id=scene.name,
+        tenant_id=team.slug,
+        pod_sets=(
+            engine.PodSet(count=pods, gpus_per_pod=scene.gpus_per_pod, flavours=(scene.flavour,)),
+        ),
+        max_run_time_s=scene.run_s,
+    )
 
 
 # --- the demo's recorded history, for the what-if ------------------------------------
