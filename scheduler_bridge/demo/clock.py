@@ -28,7 +28,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from django.db import transaction
@@ -257,20 +257,52 @@ def demo_clock_start(
 def demo_clock_step(clock: DemoClock, seconds: float) -> ClockStep:
     """Move ``clock`` on by ``seconds`` of virtual time: finish work whose run time has
     elapsed, submit the trace work due, meter the virtual hours that ended, then run an
-    admission cycle and note which work started running."""
+    admission cycle and note which work started running. A step whose transaction fails
+    stores nothing and leaves the clock where it was, so the next step plays the same
+    stretch; a meter that fails keeps the slices it was given for the next step."""
     from scheduler_bridge import tasks
 
     start, end = clock.clock.now, clock.clock.now + max(0.0, seconds)
-    clock.clock.now = end
     step = ClockStep(start, end)
-    with transaction.atomic():  # one admission cycle after commit, however much changed
-        _hold_until(clock, start, end)
-        step.finished = _finish_due(clock, end)
-        step.submitted = _submit_due(clock, start, end, step.refused)
-    step.metered = _meter_ended_slices(clock)
+    before = _Remembered.of(clock)
+    try:
+        with transaction.atomic():  # one admission cycle after commit, however much changed
+            _hold_until(clock, start, end)
+            step.finished = _finish_due(clock, end)
+            step.submitted = _submit_due(clock, start, end, step.refused)
+    except BaseException:
+        # nothing of the step was stored: the clock stays where it was, so the next
+        # step submits, finishes and meters this stretch again (none of it is lost)
+        before.restore(clock)
+        raise
+    clock.clock.now = end
+    try:
+        step.metered = _meter_ended_slices(clock)
+    except Exception:  # the ledger's slices stay with the clock for the next step
+        logger.exception("demo usage of cluster %s not metered yet", clock.cluster.pk)
     tasks.jobs_sync(clock.cluster.pk)  # Job sync, then an admission cycle
     _observe(clock)
     return step
+
+
+@dataclass(frozen=True)
+class _Remembered:
+    """What a step changes of its clock before its transaction commits."""
+
+    real: datetime
+    runs: dict[int, tuple[datetime | None, Run]]
+    slices: dict[int, dict[tuple[int, int], _Held]]
+
+    @classmethod
+    def of(cls, clock: DemoClock) -> _Remembered:
+        slices = {
+            index: {key: replace(held) for key, held in held_by.items()}
+            for index, held_by in clock.slices.items()
+        }
+        return cls(clock.real, dict(clock.runs), slices)
+
+    def restore(self, clock: DemoClock) -> None:
+        clock.real, clock.runs, clock.slices = self.real, self.runs, self.slices
 
 
 def demo_clock_advance(clock: DemoClock, real_seconds: float) -> ClockStep:
@@ -405,7 +437,7 @@ def _meter_ended_slices(clock: DemoClock) -> int:
     }
     usage: list[DemoUsage] = []
     for index in over:
-        for (workload_id, flavour_id), held in sorted(clock.slices.pop(index).items()):
+        for (workload_id, flavour_id), held in sorted(clock.slices[index].items()):
             workload = details.get(workload_id)
             if workload is None or round(held.seconds) <= 0:
                 continue
@@ -422,7 +454,10 @@ def _meter_ended_slices(clock: DemoClock) -> int:
                     busy_ratio=busy_ratio(workload.name),
                 )
             )
-    return sum(meter(usage) for meter in DEMO_METERS) if usage else 0
+    written = sum(meter(usage) for meter in DEMO_METERS) if usage else 0
+    for index in over:  # forgotten once written (a meter that fails keeps them all)
+        del clock.slices[index]
+    return written
 
 
 # --- the opening act ---------------------------------------------------------------------

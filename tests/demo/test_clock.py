@@ -382,3 +382,73 @@ def test_a_teams_borrowed_gpus_are_the_same_on_its_workloads_and_its_dashboard(
                     )
                 )
                 assert said == row.holding.borrowed, (team.slug, group.flavour.name)
+
+
+def test_a_step_that_fails_loses_none_of_its_work(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database fails while a step submits the trace's work: nothing of the step is
+    stored, the clock stays where it was, and the next step submits that work."""
+    from scheduler_bridge.demo import clock as clock_module
+
+    this_hour = timezone.now().replace(minute=0, second=0, microsecond=0)
+    clock = demo_clock_start(cluster, at=this_hour)
+
+    def due() -> set[str]:  # what the next step is to submit of the trace's work
+        return {a.name for a in clock_module._trace_due(clock, clock.now, clock.now + QUARTER)}
+
+    while not due():
+        demo_clock_step(clock, QUARTER)
+    expected = due()
+    at, real, workloads = clock.now, clock.real, Workload.objects.count()
+    submit = clock_module.workload_submit
+
+    def fails_after_one(**kwargs: Any) -> Workload:
+        if Workload.objects.count() > workloads:
+            raise RuntimeError("connection to the database lost")
+        return submit(**kwargs)
+
+    monkeypatch.setattr(clock_module, "workload_submit", fails_after_one)
+    with pytest.raises(RuntimeError):
+        demo_clock_step(clock, QUARTER)
+    assert (clock.now, clock.real, Workload.objects.count()) == (at, real, workloads)
+    monkeypatch.setattr(clock_module, "workload_submit", submit)
+    step = demo_clock_step(clock, QUARTER)
+    assert step.start == at
+    submitted = Workload.objects.filter(pk__in=step.submitted).values_list("name", flat=True)
+    assert expected <= set(submitted)
+
+
+def test_usage_a_meter_could_not_write_is_written_by_a_later_step(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ledger is unreachable for the first three virtual hours: the demo goes on,
+    and once it is back every slice is written, as if it had never failed."""
+    from scheduler_bridge.demo import clock as clock_module
+
+    started = timezone.now().replace(minute=0, second=0, microsecond=0)
+    clock = demo_clock_start(cluster, at=started)
+    running_at_start = list(Workload.objects.filter(state="running").values_list("pk", flat=True))
+    before = UsageRecord.objects.filter(workload__isnull=False).count()
+    meters = list(clock_module.DEMO_METERS)
+
+    def unreachable(usage: Any) -> int:
+        raise ConnectionError("ledger unreachable")
+
+    monkeypatch.setattr(clock_module, "DEMO_METERS", [unreachable])
+    run_hours(clock, 3)
+    assert UsageRecord.objects.filter(workload__isnull=False).count() == before
+    assert clock.slices  # kept for a later step
+    monkeypatch.setattr(clock_module, "DEMO_METERS", meters)
+    run_hours(clock, 2)
+    metered_s = (5 * 60) // METER_SLICE_S * METER_SLICE_S
+    steady = [
+        w
+        for w in Workload.objects.filter(pk__in=running_at_start, state="running", preemptions=0)
+        if not w.elastic
+    ]
+    assert steady
+    rows = UsageRecord.objects.filter(workload__isnull=False)
+    for workload in steady:
+        held = sum(r.gpu_seconds_allocated for r in rows.filter(workload=workload))
+        assert held == workload.gpus * metered_s, workload.name
