@@ -256,10 +256,11 @@ def demo_clock_start(
 
 def demo_clock_step(clock: DemoClock, seconds: float) -> ClockStep:
     """Move ``clock`` on by ``seconds`` of virtual time: finish work whose run time has
-    elapsed, submit the trace work due, meter the virtual hours that ended, then run an
-    admission cycle and note which work started running. A step whose transaction fails
-    stores nothing and leaves the clock where it was, so the next step plays the same
-    stretch; a meter that fails keeps the slices it was given for the next step."""
+    elapsed, submit the trace work due, meter the slices of real time that ended, then
+    run an admission cycle and note which work started running. A step whose transaction
+    fails stores nothing and leaves the clock where it was: the next step starts from
+    there, and none of the stretch's work is lost. A meter that fails keeps the slices it
+    was given for the next step (the ledger skips rows it already holds)."""
     from scheduler_bridge import tasks
 
     start, end = clock.clock.now, clock.clock.now + max(0.0, seconds)

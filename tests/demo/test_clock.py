@@ -4,6 +4,7 @@ reclaim, and every virtual hour's GPUs reach the ledger dated in the real presen
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -213,6 +214,30 @@ def test_the_ticker_drives_the_demo_cluster_on_its_clock(cluster: Cluster) -> No
     assert ticker.clock is not None and ticker.clock.cluster == cluster
 
 
+def test_the_ticker_makes_up_the_time_of_a_step_that_failed(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tick whose step fails (the database is gone for a moment) does not leave the
+    demo's clock behind the real one: the next tick plays the time of both."""
+    from scheduler_bridge.demo import clock as clock_module
+
+    speed = 60.0
+    ticker = QueueTicker(every_s=15, speed=speed)
+    ticker._last -= 10.0  # the last tick was ten real seconds ago
+    submit_due = clock_module._submit_due
+
+    def fails(*args: Any) -> list[int]:
+        raise RuntimeError("connection to the database lost")
+
+    monkeypatch.setattr(clock_module, "_submit_due", fails)
+    assert ticker.tick() == 0  # logged, never fatal
+    assert ticker.clock is not None
+    start = ticker.clock.now
+    monkeypatch.setattr(clock_module, "_submit_due", submit_due)
+    assert ticker.tick() == 1
+    assert ticker.clock.now - start >= 10.0 * speed
+
+
 def test_a_speed_that_is_not_positive_is_refused_with_what_to_give() -> None:
     with pytest.raises(CommandError, match=r"--speed is 0; give a positive number"):
         call_command("serve_demo", "--speed", "0")
@@ -400,19 +425,20 @@ def test_a_step_that_fails_loses_none_of_its_work(
     while not due():
         demo_clock_step(clock, QUARTER)
     expected = due()
-    at, real, workloads = clock.now, clock.real, Workload.objects.count()
-    submit = clock_module.workload_submit
+    at, real, runs = clock.now, clock.real, dict(clock.runs)
+    slices, workloads = copy.deepcopy(clock.slices), Workload.objects.count()
+    submit_due = clock_module._submit_due
 
-    def fails_after_one(**kwargs: Any) -> Workload:
-        if Workload.objects.count() > workloads:
-            raise RuntimeError("connection to the database lost")
-        return submit(**kwargs)
+    def submits_then_fails(*args: Any) -> list[int]:
+        assert submit_due(*args)  # the step's work is in the database, not committed
+        raise RuntimeError("connection to the database lost")
 
-    monkeypatch.setattr(clock_module, "workload_submit", fails_after_one)
+    monkeypatch.setattr(clock_module, "_submit_due", submits_then_fails)
     with pytest.raises(RuntimeError):
         demo_clock_step(clock, QUARTER)
     assert (clock.now, clock.real, Workload.objects.count()) == (at, real, workloads)
-    monkeypatch.setattr(clock_module, "workload_submit", submit)
+    assert (clock.runs, clock.slices) == (runs, slices)  # no GPU-seconds counted twice
+    monkeypatch.setattr(clock_module, "_submit_due", submit_due)
     step = demo_clock_step(clock, QUARTER)
     assert step.start == at
     submitted = Workload.objects.filter(pk__in=step.submitted).values_list("name", flat=True)
@@ -438,7 +464,6 @@ def test_usage_a_meter_could_not_write_is_written_by_a_later_step(
     monkeypatch.setattr(clock_module, "DEMO_METERS", [unreachable])
     run_hours(clock, 3)
     assert UsageRecord.objects.filter(workload__isnull=False).count() == before
-    assert clock.slices  # kept for a later step
     monkeypatch.setattr(clock_module, "DEMO_METERS", meters)
     run_hours(clock, 2)
     metered_s = (5 * 60) // METER_SLICE_S * METER_SLICE_S

@@ -72,10 +72,11 @@ class QueueTicker(threading.Thread):
 
     def _clock_step(self, cluster: Cluster) -> None:
         now = time.monotonic()
-        elapsed, self._last = now - self._last, now
         if self.clock is None:
             self.clock = demo_clock_start(cluster, speed=self.speed or DEFAULT_SPEED)
-        step = demo_clock_advance(self.clock, elapsed)
+        # a step that fails leaves its clock where it was: the next tick makes up its time
+        step = demo_clock_advance(self.clock, now - self._last)
+        self._last = now
         logger.info(
             "demo clock at %.1f h: %s submitted, %s finished, %s ledger rows",
             step.end / 3600,
