@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import ssl
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -156,6 +157,26 @@ class _Quiet(WSGIRequestHandler):
         return
 
 
+def _wait_until_the_api_server_calls(real: RealCluster, timeout_s: float = 30.0) -> None:
+    """A webhook configuration takes effect once the API server's informer has seen it,
+    not when its create returns: until then a queue Job is created running. Dry-run
+    creates (the webhook has no side effects, so it is called for them) until one comes
+    back held."""
+    probe = job_manifest("default", "webhook-probe", queue="probe", gpus=1, suspend=None)
+    path = real.path("Job", "default") + "?dryRun=All"
+    deadline = time.monotonic() + timeout_s
+    while True:
+        answer = real.request("POST", path, json=probe)
+        if answer.status_code < 400 and answer.json()["spec"].get("suspend") is True:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"the API server did not call the webhook within {timeout_s:.0f} s: "
+                f"{answer.status_code} {answer.text[:300]}"
+            )
+        time.sleep(0.1)
+
+
 @pytest.fixture
 def tidegate_webhook(real_cluster: RealCluster, tmp_path: Path) -> Iterator[str]:
     """Tidegate's web application over HTTPS on a local port (a certificate of the test CA)
@@ -176,6 +197,7 @@ def tidegate_webhook(real_cluster: RealCluster, tmp_path: Path) -> Iterator[str]
         webhook["clientConfig"] = {"url": f"{base}{path}", "caBundle": ca_bundle}
     real_cluster.create_object(config)
     try:
+        _wait_until_the_api_server_calls(real_cluster)
         yield base
     finally:
         real_cluster.delete_object("MutatingWebhookConfiguration", None, config["metadata"]["name"])
