@@ -6,6 +6,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.db import models
 from django.http import HttpRequest
 
 from scheduler_bridge.dra.flavours import mapping_problems
@@ -42,6 +43,9 @@ class ClusterAdmin(AuditedAdmin):
     list_filter = ["gateway", "status"]
     search_fields = ["name", "display_name"]
     readonly_fields = ["status", "status_message", "last_synced_at"]
+    # a Prometheus address typed without a scheme is read as plain http, the scheme of
+    # an in-cluster Prometheus service (said outright: Django 6 would assume https)
+    formfield_overrides = {models.URLField: {"assume_scheme": "http"}}
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         cluster_save(actor=request.user, cluster=obj, source="admin")

@@ -83,6 +83,20 @@ def test_an_admin_cluster_save_is_audited_and_syncs_its_inventory(cast: Cast, cl
     assert (event.source, event.action) == ("admin", "create")
 
 
+def test_a_prometheus_address_typed_without_a_scheme_is_saved_as_http(
+    cast: Cast, client: Any
+) -> None:
+    client.force_login(cast.platform_admin)
+    form = client.get("/admin/scheduler_bridge/cluster/add/").context["adminform"].form
+    data = {name: form[name].value() or "" for name in form.fields}
+    data |= {"name": "gpu-west", "gateway": "simulated", "in_cluster": ""}
+    data |= {"prometheus_url": "prometheus.monitoring.svc"}
+    response = client.post("/admin/scheduler_bridge/cluster/add/", data)
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    cluster = Cluster.objects.get(name="gpu-west")
+    assert cluster.prometheus_url == "http://prometheus.monitoring.svc"
+
+
 def test_a_cluster_still_holding_quotas_cannot_be_deleted_through_the_api(
     fake_cluster: FakeCluster, cast: Cast
 ) -> None:
