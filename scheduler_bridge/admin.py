@@ -24,6 +24,21 @@ from tenants.admin import AuditedAdmin
 from tenants.errors import TidegateError
 
 
+class PrometheusAddress(forms.URLField):
+    """A Prometheus address as people type it: ``prometheus.monitoring.svc:9090`` is read
+    as ``http://prometheus.monitoring.svc:9090``, plain http being an in-cluster
+    Prometheus service's scheme. (Django's URLField would take the host for a scheme and
+    refuse the address, and Django 6 puts https in front of one without a port.)"""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**{**kwargs, "assume_scheme": "http"})
+
+    def to_python(self, value: Any) -> str:
+        if isinstance(value, str) and value.strip() and "://" not in value:
+            value = f"http://{value.strip()}"
+        return str(super().to_python(value))
+
+
 class ClusterForm(forms.ModelForm):
     """A cluster's settings (the admin picks the fields); its driver-to-flavour map
     checked as the API checks it."""
@@ -43,9 +58,7 @@ class ClusterAdmin(AuditedAdmin):
     list_filter = ["gateway", "status"]
     search_fields = ["name", "display_name"]
     readonly_fields = ["status", "status_message", "last_synced_at"]
-    # a Prometheus address typed without a scheme is read as plain http, the scheme of
-    # an in-cluster Prometheus service (said outright: Django 6 would assume https)
-    formfield_overrides = {models.URLField: {"assume_scheme": "http"}}
+    formfield_overrides = {models.URLField: {"form_class": PrometheusAddress}}
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         cluster_save(actor=request.user, cluster=obj, source="admin")

@@ -83,18 +83,39 @@ def test_an_admin_cluster_save_is_audited_and_syncs_its_inventory(cast: Cast, cl
     assert (event.source, event.action) == ("admin", "create")
 
 
+@pytest.mark.parametrize(
+    ("typed", "saved"),
+    [
+        ("prometheus.monitoring.svc:9090", "http://prometheus.monitoring.svc:9090"),
+        ("prometheus.monitoring.svc", "http://prometheus.monitoring.svc"),
+        ("  10.0.0.5:9090 ", "http://10.0.0.5:9090"),
+        ("https://metrics.example.com/prom", "https://metrics.example.com/prom"),
+        ("", ""),
+    ],
+)
 def test_a_prometheus_address_typed_without_a_scheme_is_saved_as_http(
-    cast: Cast, client: Any
+    cast: Cast, client: Any, typed: str, saved: str
 ) -> None:
     client.force_login(cast.platform_admin)
     form = client.get("/admin/scheduler_bridge/cluster/add/").context["adminform"].form
     data = {name: form[name].value() or "" for name in form.fields}
     data |= {"name": "gpu-west", "gateway": "simulated", "in_cluster": ""}
-    data |= {"prometheus_url": "prometheus.monitoring.svc"}
-    response = client.post("/admin/scheduler_bridge/cluster/add/", data)
+    response = client.post("/admin/scheduler_bridge/cluster/add/", data | {"prometheus_url": typed})
     assert response.status_code == 302, response.context["adminform"].form.errors
-    cluster = Cluster.objects.get(name="gpu-west")
-    assert cluster.prometheus_url == "http://prometheus.monitoring.svc"
+    assert Cluster.objects.get(name="gpu-west").prometheus_url == saved
+
+
+def test_an_address_that_is_not_one_is_a_form_error(cast: Cast, client: Any) -> None:
+    client.force_login(cast.platform_admin)
+    form = client.get("/admin/scheduler_bridge/cluster/add/").context["adminform"].form
+    data = {name: form[name].value() or "" for name in form.fields}
+    data |= {"name": "gpu-west", "gateway": "simulated", "in_cluster": ""}
+    response = client.post(
+        "/admin/scheduler_bridge/cluster/add/", data | {"prometheus_url": "not an address"}
+    )
+    assert response.status_code == 200
+    assert "prometheus_url" in response.context["adminform"].form.errors
+    assert not Cluster.objects.filter(name="gpu-west").exists()
 
 
 def test_a_cluster_still_holding_quotas_cannot_be_deleted_through_the_api(
