@@ -31,6 +31,8 @@ class PrometheusAddress(forms.URLField):
     refuse the address, and Django 6 puts https in front of one without a port.)"""
 
     def __init__(self, **kwargs: Any) -> None:
+        # (to_python puts the scheme in first; said here too, or Django warns that its
+        # own default changes in Django 6)
         super().__init__(**{**kwargs, "assume_scheme": "http"})
 
     def to_python(self, value: Any) -> str:
